@@ -1,0 +1,151 @@
+"""Engine config: load, validate, apply defaults, check cross-field facts.
+
+The engine config is what the serving engine is, as the warmup sees it on one
+rank (schemas/engine.schema.json). Plans refer to its fields through the flat
+names of `expression_names`, which follow vLLM's vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import schema
+from .resources import resolve
+from .yamlio import Document, load_file
+
+# Cosmetic fields: they name or describe the engine but shape no step.
+COSMETIC_KEYS = ("name", "description")
+
+
+@dataclass
+class Engine:
+    doc: Document  # where every value came from, for error messages
+    data: dict     # canonical form: schema defaults applied
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    @property
+    def file(self) -> str:
+        return self.doc.file
+
+    def shaping_fields(self) -> dict:
+        """Everything that can shape a plan (the digest covers exactly this)."""
+        return {k: v for k, v in self.data.items() if k not in COSMETIC_KEYS}
+
+    def expression_names(self) -> dict:
+        return expression_names(self.data)
+
+
+def load_engine(name_or_path: str) -> Engine:
+    doc = load_file(resolve(name_or_path, "engine"))
+    return engine_from_document(doc)
+
+
+def engine_from_document(doc: Document) -> Engine:
+    if not isinstance(doc.data, dict):
+        raise doc.error((), "expected a mapping (an engine config)")
+    schema.validate(doc, "engine")
+    engine = Engine(doc=doc, data=schema.apply_defaults("engine", doc.data))
+    check_consistency(engine)
+    return engine
+
+
+def num_lookahead_tokens(method: str, k: int) -> int:
+    """Tokens the speculator writes past the scheduled range (VllmConfig.num_lookahead_tokens)."""
+    if k == 0 or method == "none":
+        return 0
+    if method == "dflash":
+        return k + 1
+    if method in ("eagle", "eagle3", "draft_model", "dspark"):
+        return k
+    return 0  # ngram, suffix, MTP-as-non-eagle
+
+
+def expression_names(data: dict) -> dict:
+    """Flat engine names usable in plan expressions (vLLM's vocabulary)."""
+    model, sched, spec = data["model"], data["scheduler"], data["speculative"]
+    par, dev, kv = data["parallel"], data["device"], data["kv_cache"]
+    k = spec["num_speculative_tokens"]
+    major, minor = (int(x) for x in dev["capability"].split("."))
+    return {
+        "vocab_size": model["vocab_size"],
+        "max_model_len": model["max_model_len"],
+        "max_encoder_len": model["max_encoder_len"],
+        "runner": model["runner"],
+        "dtype": model["dtype"],
+        "is_pooling_model": model["runner"] == "pooling",
+        "max_num_seqs": sched["max_num_seqs"],
+        "max_num_batched_tokens": sched["max_num_batched_tokens"],
+        "speculative_method": spec["method"],
+        "num_speculative_tokens": k,
+        "num_speculative_steps": k,
+        # A uniform decode step schedules one verified token plus the drafts.
+        "decode_query_len": 1 + k,
+        "num_lookahead_tokens": num_lookahead_tokens(spec["method"], k),
+        "num_blocks": kv["num_blocks"],
+        "num_kv_cache_groups": len(kv["groups"]),
+        "tensor_parallel_size": par["tensor_parallel_size"],
+        "data_parallel_size": par["data_parallel_size"],
+        "pipeline_parallel_size": par["pipeline_parallel_size"],
+        "pipeline_rank": par["pipeline_rank"],
+        "is_last_pp_rank": par["pipeline_rank"] == par["pipeline_parallel_size"] - 1,
+        "num_sms": dev["num_sms"],
+        "device_capability": major * 10 + minor,
+        "device_name": dev["name"],
+    }
+
+
+def check_consistency(engine: Engine) -> None:
+    """Facts the schema cannot say: combinations that no real engine has."""
+    d, doc = engine.data, engine.doc
+    par, spec, sched = d["parallel"], d["speculative"], d["scheduler"]
+    if par["pipeline_rank"] >= par["pipeline_parallel_size"]:
+        raise doc.error(("parallel", "pipeline_rank"),
+                        f"pipeline_rank {par['pipeline_rank']} must be < pipeline_parallel_size "
+                        f"{par['pipeline_parallel_size']}")
+    if (spec["method"] == "none") != (spec["num_speculative_tokens"] == 0):
+        raise doc.error(("speculative",), "method 'none' goes with num_speculative_tokens 0, and any "
+                        f"other method with at least 1 (got {spec['method']!r}, {spec['num_speculative_tokens']})")
+    if sched["max_num_batched_tokens"] < sched["max_num_seqs"]:
+        raise doc.error(("scheduler", "max_num_batched_tokens"),
+                        f"max_num_batched_tokens ({sched['max_num_batched_tokens']}) must be >= max_num_seqs "
+                        f"({sched['max_num_seqs']}), as vLLM requires")
+    _check_unique_names(doc, d["model"])
+    for i, attn in enumerate(d["model"]["attention"]):
+        _check_attention(doc, d, i, attn)
+    for section in ("linear", "moe"):
+        for i, layer in enumerate(d["model"][section]):
+            block = layer.get("quant", {}).get("weight_block_size")
+            if block and layer.get("quant", {}).get("method") not in ("fp8", "int8"):
+                raise doc.error(("model", section, i, "quant", "weight_block_size"),
+                                "weight_block_size applies to block-quantized (fp8) weights only")
+    for i, group in enumerate(d["kv_cache"]["groups"]):
+        if group["kind"] == "cross_attention" and d["model"]["max_encoder_len"] == 0:
+            raise doc.error(("kv_cache", "groups", i, "kind"),
+                            "a cross_attention KV group needs model.max_encoder_len > 0")
+
+
+def _check_unique_names(doc: Document, model: dict) -> None:
+    for section in ("linear", "moe", "attention"):
+        seen: set[str] = set()
+        for i, item in enumerate(model[section]):
+            if item["name"] in seen:
+                raise doc.error(("model", section, i, "name"), f"duplicate {section} name {item['name']!r}")
+            seen.add(item["name"])
+
+
+def _check_attention(doc: Document, d: dict, i: int, attn: dict) -> None:
+    path = ("model", "attention", i)
+    if attn["num_heads"] % attn["num_kv_heads"]:
+        raise doc.error(path + ("num_kv_heads",),
+                        f"num_heads ({attn['num_heads']}) must be a multiple of num_kv_heads ({attn['num_kv_heads']})")
+    if attn["kv_cache_group"] >= len(d["kv_cache"]["groups"]):
+        raise doc.error(path + ("kv_cache_group",),
+                        f"KV cache group {attn['kv_cache_group']} does not exist "
+                        f"(kv_cache.groups has {len(d['kv_cache']['groups'])})")
+    left, right = attn["sliding_window"]
+    if left == 0 or right not in (-1, 0):
+        raise doc.error(path + ("sliding_window",),
+                        f"sliding_window must be [-1, -1] or [left >= 1, 0 or -1], got {[left, right]}")

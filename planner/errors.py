@@ -1,0 +1,34 @@
+"""The one exception users see: bad input, located in a file, a line and a YAML path."""
+
+from __future__ import annotations
+
+
+class PlanError(Exception):
+    """Invalid input. Printed as one line: ``FILE:LINE: PATH: MESSAGE`` and exit code 2."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 path: str | None = None):
+        super().__init__(message)
+        self.message = " ".join(str(message).split())  # always one line
+        self.file = file
+        self.line = line
+        self.path = path
+
+    def __str__(self) -> str:
+        where = self.file or "<input>"
+        if self.line is not None:
+            where += f":{self.line}"
+        if self.path:
+            return f"{where}: {self.path}: {self.message}"
+        return f"{where}: {self.message}"
+
+
+def format_path(path: tuple) -> str:
+    """('model', 'linear', 0, 'n') -> 'model.linear[0].n' (the YAML path users read)."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"

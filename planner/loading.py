@@ -1,0 +1,55 @@
+"""Load any of the three input kinds by looking at it: plan, engine config, expanded plan."""
+
+from __future__ import annotations
+
+from . import schema
+from .engine import engine_from_document
+from .errors import PlanError
+from .output import decompress
+from .plan import load_plan
+from .yamlio import Document, load_file
+
+EXPANDED_FORMAT = "warmup-expanded-plan/v1"
+
+
+def load_any(path: str):
+    """(kind, object) for a plan, an engine config or an expanded plan file."""
+    doc = load_file(path)
+    kind = detect(doc)
+    if kind == "plan":
+        return kind, load_plan(path)
+    if kind == "engine":
+        return kind, engine_from_document(doc)
+    return kind, expanded_from_document(doc)
+
+
+def detect(doc: Document) -> str:
+    data = doc.data
+    if not isinstance(data, dict):
+        raise doc.error((), "expected a mapping: a plan, an engine config or an expanded plan")
+    if "format" in data or "steps" in data:
+        return "expanded plan"
+    if "stages" in data or "extends" in data:
+        return "plan"
+    if "model" in data or "kv_cache" in data:
+        return "engine"
+    raise doc.error((), "cannot tell what this is: a plan has `stages`, an engine config `model`, "
+                        "an expanded plan `format` and `steps`")
+
+
+def load_expanded(path: str) -> dict:
+    """An expanded plan file (YAML or JSON; JSON is YAML), validated, runs decompressed."""
+    return expanded_from_document(load_file(path))
+
+
+def expanded_from_document(doc: Document) -> dict:
+    if not isinstance(doc.data, dict) or doc.data.get("format") != EXPANDED_FORMAT:
+        got = doc.data.get("format") if isinstance(doc.data, dict) else None
+        raise doc.error(("format",), f"expected an expanded plan with format {EXPANDED_FORMAT!r}, got {got!r}")
+    data = decompress(doc.data)
+    schema.validate(doc, "expanded-plan", data)
+    ids = [s["id"] for s in data["steps"]]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise PlanError(f"duplicate step id {dup!r}", file=doc.file)
+    return data

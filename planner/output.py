@@ -1,0 +1,219 @@
+"""Render an expanded plan: YAML (people, golden files), JSON (tools), table (a summary).
+
+The YAML form is written by hand rather than by a YAML library: it must be
+byte-stable across library versions, fast, and compact where plans are long.
+Compression (lossless, documented in schemas/expanded-plan.schema.json): inside a
+list of integers, a run of four or more values with a constant step is written
+as the string "a..b" (step 1) or "a..b/s" (step s). `expand_runs` undoes it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+
+WRAP = 100
+MIN_RUN = 4
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+_RESERVED = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"}
+_RUN = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:/(\d+))?$")
+HEADER = ("# warmup-planner expanded plan (schemas/expanded-plan.schema.json).\n"
+          '# Integer runs are compressed: "a..b" is every integer from a to b, "a..b/s" steps by s.\n')
+
+
+# --- compression -----------------------------------------------------------------
+
+def compress_runs(values: list[int]) -> list:
+    out, i, n = [], 0, len(values)
+    while i < n:
+        j = i
+        if i + 1 < n and values[i + 1] > values[i]:
+            stride = values[i + 1] - values[i]
+            while j + 1 < n and values[j + 1] - values[j] == stride:
+                j += 1
+            if j - i + 1 >= MIN_RUN:
+                out.append(f"{values[i]}..{values[j]}" + ("" if stride == 1 else f"/{stride}"))
+                i = j + 1
+                continue
+        out.append(values[i])
+        i += 1
+    return out
+
+
+def expand_runs(items: list) -> list:
+    """Inverse of compress_runs; other strings are left alone."""
+    out: list = []
+    for item in items:
+        m = _RUN.match(item) if isinstance(item, str) else None
+        if m:
+            start, stop, stride = int(m[1]), int(m[2]), int(m[3] or 1)
+            out.extend(range(start, stop + 1, stride))
+        else:
+            out.append(item)
+    return out
+
+
+def decompress(value):
+    """Undo compression everywhere in a loaded YAML plan."""
+    if isinstance(value, dict):
+        return {k: decompress(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decompress(v) for v in expand_runs(value)]
+    return value
+
+
+# --- YAML --------------------------------------------------------------------------
+
+def to_yaml(plan: dict) -> str:
+    lines = [HEADER.rstrip("\n")]
+    for key, value in plan.items():
+        if key == "steps":
+            lines.append("steps:")
+            for step in value:
+                lines.extend(_step_lines(step))
+        elif isinstance(value, dict):
+            lines.append(f"{key}:")
+            lines.extend(f"  {k}: {_flow(v, len(k) + 4)}" for k, v in value.items())
+        else:
+            lines.append(f"{key}: {_scalar(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _step_lines(step: dict) -> list[str]:
+    lines, first = [], True
+    for key, value in step.items():
+        prefix = "- " if first else "  "
+        first = False
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            lines.append(f"{prefix}{key}:")
+            lines.extend(f"  - {_flow(item, 4)}" for item in value)
+        else:
+            lines.append(f"{prefix}{key}: {_flow(value, len(key) + 4)}")
+    return lines
+
+
+def _flow(value, indent: int) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_scalar(k)}: {_flow(v, indent)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        if len(value) >= MIN_RUN and all(type(v) is int for v in value):
+            value = compress_runs(value)
+        return _wrap([_flow(v, indent) for v in value], indent)
+    return _scalar(value)
+
+
+def _wrap(items: list[str], indent: int) -> str:
+    """A flow list, broken over lines so that long M-value lists diff line by line."""
+    text = "[" + ", ".join(items) + "]"
+    if len(text) + indent <= WRAP:
+        return text
+    lines, current = [], "["
+    for item in items:
+        if len(current) + len(item) + indent > WRAP and current != "[":
+            lines.append(current.rstrip())
+            current = ""
+        current += item + ", "
+    lines.append(current[:-2] + "]")
+    return ("\n" + " " * indent).join(lines)
+
+
+def _scalar(value) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _float(value)
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in _RESERVED:
+        return text
+    return json.dumps(text)
+
+
+def _float(value: float) -> str:
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    text = repr(value)
+    if "e" in text and "." not in text.split("e")[0]:  # YAML 1.1 floats need a dot
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}.0e{exponent}"
+    return text
+
+
+# --- JSON and table ---------------------------------------------------------------
+
+def to_json(plan: dict) -> str:
+    return json.dumps(plan, separators=(",", ":")) + "\n"
+
+
+def to_table(plan: dict) -> str:
+    rows = [("stage", "kind", "steps", "calls", "detail")]
+    for (stage, kind), group in _groups(plan["steps"]).items():
+        rows.append((stage, kind, str(len(group)), str(sum(_calls(s) for s in group)), _detail(kind, group)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [f"Plan {plan['plan']} for engine {plan['engine']} ({plan['digest'][:19]})", ""]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
+    s = plan["summary"]
+    lines += ["", f"Totals: {s['steps']} steps; {s['requests']} requests, {s['scheduled_tokens']} scheduled tokens; "
+              f"{s['gemm_calls']} GEMM calls over {s['gemm_shapes']} shapes; {s['attention_calls']} attention calls; "
+              f"{s['autotune_runs']} autotune runs; {s['cudagraph_captures']} CUDA graphs"]
+    return "\n".join(lines) + "\n"
+
+
+def _groups(steps: list[dict]) -> dict:
+    groups: dict = {}
+    for s in steps:
+        groups.setdefault((s["stage"], s["kind"]), []).append(s)
+    return groups
+
+
+def _calls(step: dict) -> int:
+    if "m_values" in step:
+        return len(step["m_values"])
+    if step["kind"] == "cudagraph":
+        return len(step["sizes"]) + len(step["uniform_decode_sizes"])
+    return 1
+
+
+def _detail(kind: str, group: list[dict]) -> str:
+    s = group[0]
+    if kind in ("prefill", "decode"):
+        return f"{sum(len(g['requests']) for g in group)} requests, {sum(g['total_num_scheduled_tokens'] for g in group)} tokens"
+    if kind in ("gemm", "grouped_gemm"):
+        return f"{s['kernel']} ({s['backend']})"
+    if kind == "autotune":
+        return f"{s['library']} at {s['num_tokens']} tokens" + (f", {len(s['buckets'])} buckets" if s.get("buckets") else "")
+    if kind == "cudagraph":
+        return f"{s['mode']}, largest {max(s['sizes'] + s['uniform_decode_sizes'])}"
+    if kind == "attention":
+        return f"{s['kernel']}, {len({(g['num_heads'], g['num_kv_heads'], g['head_size']) for g in group})} layer keys"
+    if kind == "sample":
+        return "grammar bitmask" if any(g["grammar_bitmask"] for g in group) else ""
+    return ""
+
+
+RENDERERS = {"yaml": to_yaml, "json": to_json, "table": to_table}
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write all or nothing: a failure never leaves a half-written output file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".warmup-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

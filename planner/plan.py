@@ -1,0 +1,146 @@
+"""Plans: load, resolve `extends`, merge overrides, apply defaults.
+
+A plan is a list of stages (schemas/plan.schema.json). A plan that extends
+another keeps the parent's stages in order; a stage of the same name overrides
+the parent's (`with` merged key by key, `when` replaced, `enabled: false` drops
+it) and new stages are appended. Every value keeps the file and line it came
+from, so an expression error deep in a child plan still points at its line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from . import schema
+from .errors import PlanError, format_path
+from .resources import resolve
+from .yamlio import Document, load_file
+
+MAX_EXTENDS_DEPTH = 8
+
+
+@dataclass
+class Origin:
+    """Where a value was written: for error messages."""
+
+    file: str
+    line: int | None
+    path: tuple
+
+    def error(self, message: str) -> PlanError:
+        return PlanError(message, file=self.file, line=self.line, path=format_path(self.path))
+
+
+@dataclass
+class Stage:
+    name: str
+    kind: str
+    when: object                 # bool or expression
+    params: dict                 # `with`, defaults applied
+    origin: Origin               # the stage entry itself
+    param_origins: dict = field(default_factory=dict)  # param (or 'when') -> Origin
+
+    def where(self, param: str) -> Origin:
+        return self.param_origins.get(param, self.origin)
+
+
+@dataclass
+class Plan:
+    name: str
+    description: str
+    stages: list
+    files: list  # the extends chain, this plan first
+
+    def shaping_fields(self) -> list:
+        """What the digest covers: every stage's kind, condition and parameters."""
+        return [{"name": s.name, "kind": s.kind, "when": s.when, "with": s.params} for s in self.stages]
+
+
+def load_plan(name_or_path: str) -> Plan:
+    return _load(resolve(name_or_path, "plan"), chain=())
+
+
+def _load(path: str, chain: tuple) -> Plan:
+    real = os.path.realpath(path)
+    if real in chain:
+        raise PlanError("plan extends itself (cycle: " + " -> ".join(chain + (real,)) + ")", file=path)
+    if len(chain) >= MAX_EXTENDS_DEPTH:
+        raise PlanError(f"extends chain deeper than {MAX_EXTENDS_DEPTH} plans", file=path)
+    doc = load_file(path)
+    if not isinstance(doc.data, dict):
+        raise doc.error((), "expected a mapping (a plan with name and stages)")
+    parent = None
+    if "extends" in doc.data and isinstance(doc.data["extends"], str):
+        parent = _load(_parent_path(doc), chain + (real,))
+    _inherit_kinds(doc, parent)
+    schema.validate(doc, "plan")
+    return _merge(doc, parent)
+
+
+def _parent_path(doc: Document) -> str:
+    ref = doc.data["extends"]
+    try:
+        if "/" in ref or ref.endswith((".yaml", ".yml")):
+            return os.path.join(os.path.dirname(doc.file), ref)
+        return resolve(ref, "plan")
+    except PlanError as e:
+        raise doc.error(("extends",), e.message) from None
+
+
+def _inherit_kinds(doc: Document, parent: Plan | None) -> None:
+    """A child's override may omit `kind`: take it from the parent stage of that name."""
+    stages = doc.data.get("stages")
+    if not isinstance(stages, list):
+        return
+    inherited = {s.name: s.kind for s in parent.stages} if parent else {}
+    for i, entry in enumerate(stages):
+        if not isinstance(entry, dict) or "kind" in entry:
+            continue
+        if entry.get("name") in inherited:
+            entry["kind"] = inherited[entry["name"]]
+        elif isinstance(entry.get("name"), str):
+            raise doc.error(("stages", i), f"stage {entry['name']!r} needs a kind (it overrides no stage of "
+                            + (f"{parent.name!r})" if parent else "a parent plan: this plan extends none)"))
+
+
+def _merge(doc: Document, parent: Plan | None) -> Plan:
+    stages = {s.name: s for s in parent.stages} if parent else {}
+    order = [s.name for s in parent.stages] if parent else []
+    seen: set[str] = set()
+    for i, entry in enumerate(doc.data.get("stages", [])):
+        name = entry["name"]
+        if name in seen:
+            raise doc.error(("stages", i, "name"), f"duplicate stage name {name!r}")
+        seen.add(name)
+        base = stages.get(name)
+        if base is not None and base.kind != entry["kind"]:
+            raise doc.error(("stages", i, "kind"), f"stage {name!r} is a {base.kind} in the parent plan; "
+                            f"an override cannot make it a {entry['kind']}")
+        if not entry.get("enabled", True):
+            stages.pop(name, None)
+            continue
+        stages[name] = _stage(doc, i, entry, base)
+        if name not in order:
+            order.append(name)
+    description = doc.data.get("description", parent.description if parent else "")
+    files = [doc.file] + (parent.files if parent else [])
+    return Plan(name=doc.data["name"], description=description,
+                stages=[stages[n] for n in order if n in stages], files=files)
+
+
+def _stage(doc: Document, i: int, entry: dict, base: Stage | None) -> Stage:
+    path = ("stages", i)
+    params = dict(base.params) if base else {}
+    origins = dict(base.param_origins) if base else {}
+    for key, value in entry.get("with", {}).items():
+        params[key] = value
+        origins[key] = Origin(doc.file, doc.line(path + ("with", key)), path + ("with", key))
+    when = base.when if base else True
+    if "when" in entry:
+        when = entry["when"]
+        origins["when"] = Origin(doc.file, doc.line(path + ("when",)), path + ("when",))
+    filled = schema.apply_defaults("plan", {"name": entry["name"], "kind": entry["kind"], "with": params},
+                                   ref="#/$defs/stage")
+    return Stage(name=entry["name"], kind=entry["kind"], when=when, params=filled["with"],
+                 origin=Origin(doc.file, doc.line(path), path), param_origins=origins)

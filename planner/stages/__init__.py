@@ -1,0 +1,16 @@
+"""Stage kinds: each turns one plan stage plus the engine into concrete steps.
+
+One kind, one small module, found through this explicit registry.
+"""
+
+from . import attention, autotune, batches, cudagraph, deep_gemm, triton_gemm
+
+HANDLERS = {
+    "synthetic_batches": batches.expand,
+    "deep_gemm": deep_gemm.expand,
+    "triton_gemm": triton_gemm.expand,
+    "flashinfer_autotune": autotune.expand_flashinfer,
+    "kernel_autotune": autotune.expand_kernel,
+    "prefill_attention": attention.expand,
+    "cudagraph_capture": cudagraph.expand,
+}

@@ -1,0 +1,47 @@
+"""prefill_attention: direct calls of a prefill attention kernel, one per layer key.
+
+NOTE: seeds/vllm-kernel-warmup.txt `_warmup_triton_nvfp4_prefill_kernels`: the
+NVFP4 Triton path calls context_attention_fwd directly for pure prefill, so each
+distinct (num_heads, num_kv_heads, head_size, scale, logits_soft_cap,
+sliding_window, dtype) needs its own call; a token count <= 0 skips the stage.
+"""
+
+from __future__ import annotations
+
+from .scope import Scope, step
+
+KEY_FIELDS = ("num_heads", "num_kv_heads", "head_size", "scale", "logits_soft_cap", "sliding_window")
+
+
+def layer_keys(engine: dict, backend: str | None, kv_cache_dtype: str | None) -> dict:
+    """Distinct attention keys of the matching layers -> names of the layers sharing each."""
+    keys: dict = {}
+    dtype = engine["model"]["dtype"]
+    for attn in engine["model"]["attention"]:
+        if backend is not None and attn["backend"] != backend:
+            continue
+        if kv_cache_dtype is not None and attn["kv_cache_dtype"] != kv_cache_dtype:
+            continue
+        scale = attn.get("scale", attn["head_size"] ** -0.5)
+        key = (attn["num_heads"], attn["num_kv_heads"], attn["head_size"], scale,
+               attn["logits_soft_cap"], tuple(attn["sliding_window"]), dtype)
+        keys.setdefault(key, []).append(attn["name"])
+    return keys
+
+
+def expand(scope: Scope) -> list[dict]:
+    p = scope.params
+    token_counts = []
+    for raw in p["num_tokens"]:
+        n = scope.integer("num_tokens", minimum=-(1 << 62), raw=raw)
+        if n > 0 and n not in token_counts:
+            token_counts.append(n)
+    steps = []
+    for key, layers in layer_keys(scope.engine.data, p["backend"], p["kv_cache_dtype"]).items():
+        fields = dict(zip(KEY_FIELDS, key[:6]))
+        fields["sliding_window"] = list(key[5])
+        base = "attention-h{}-kv{}-d{}".format(*key[:3]) + ("" if key[5] == (-1, -1) else f"-sw{key[5][0]}")
+        for n in token_counts:
+            steps.append(step(f"{base}-t{n}", "attention", kernel=p["kernel"], **fields, dtype=key[6],
+                              num_tokens=n, is_causal=True, layers=layers))
+    return steps

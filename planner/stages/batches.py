@@ -1,0 +1,178 @@
+"""synthetic_batches: vLLM's `warmup_kernels` as explicit scheduler steps.
+
+NOTE: the algorithm (seeds/vllm-v1-worker-gpu-warmup.txt with PR #40746, and
+vLLM@HEAD's variant, vllm-warmup.md §2.2-§2.3):
+  1. prefill: num_reqs new requests of prompt_len tokens, blocks from 1 (0 is
+     the null block), allocated sequentially per request and per KV group;
+  2. sample: every sampling feature, plus an all-ones grammar bitmask on the
+     last pipeline rank (not for pooling models);
+  3. decode: one step of all requests (`single`), or HEAD's spec / non-spec
+     subsets (`subsets`), each followed by a sample step without grammar;
+  4. cleanup: every request finished.
+prompt_len must exceed decode_query_len, or the engine classifies the prefill
+as a uniform decode batch and never warms the prefill path (#40746).
+"""
+
+from __future__ import annotations
+
+from ..expr import cdiv
+from ..limits import MAX_REQUESTS_PER_STEP
+from .scope import Scope, step
+
+# SamplingParams.for_sampler_warmup() (vllm/sampling_params.py): every sampler feature at once.
+FOR_SAMPLER_WARMUP = {
+    "temperature": 0.9, "top_p": 0.9, "top_k": 50, "min_p": 0.1,
+    "frequency_penalty": 0.5, "presence_penalty": 0.5, "repetition_penalty": 1.2,
+    "min_tokens": 2, "logit_bias": {"0": -1.0, "1": 0.5},
+    "bad_words_token_ids": [[0], [1, 2]], "logprobs": 5, "prompt_logprobs": 1,
+}
+
+
+def req_id(i: int) -> str:
+    return f"_warmup_{i}_"
+
+
+def expand(scope: Scope) -> list[dict]:
+    names, engine = scope.names, scope.engine
+    prompt_len = scope.integer("prompt_len")
+    decode_len = scope.integer("decode_len", prompt_len=prompt_len)
+    count = BlockCounter(engine.data, names, scope.params["reserve_lookahead"])
+    max_blocks_per_req = sum(count(decode_len, g) for g in count.groups)
+    num_reqs = scope.integer("num_reqs", prompt_len=prompt_len, decode_len=decode_len,
+                             max_blocks_per_req=max_blocks_per_req)
+    scope.count_limit("num_reqs", "the synthetic batch", num_reqs, MAX_REQUESTS_PER_STEP)
+    scope.count_limit("prompt_len", "each prompt", prompt_len)
+    scope.count_limit("decode_len", "the block ids of the batch", num_reqs * max_blocks_per_req)
+    alloc = BlockAllocator()
+    held = [[count(prompt_len, g) for g in count.groups] for _ in range(num_reqs)]
+    steps = [prefill_step(prompt_len, held, alloc, len(count.groups))]
+    if names["is_pooling_model"]:
+        return steps + [cleanup_step(num_reqs)]
+    sampling = scope.params.get("sampling_params", FOR_SAMPLER_WARMUP)
+    grammar = scope.flag("grammar_bitmask") and {"num_rows": num_reqs,
+                                                 "width": cdiv(names["vocab_size"], 32), "fill": -1}
+    steps.append(sample_step("sample", sampling, grammar or None))
+    computed = [prompt_len] * num_reqs
+    for n, subset in enumerate(decode_subsets(scope.params["decode_steps"], num_reqs, names), 1):
+        steps.append(decode_step(f"decode-{n}", subset, computed, held, count, alloc, names))
+        steps.append(sample_step(f"sample-{n + 1}", sampling, None))
+    return steps + [cleanup_step(num_reqs)]
+
+
+class BlockCounter:
+    """Blocks a request of n tokens holds in one KV group.
+
+    Without `reserve_lookahead` this is the seed's plain cdiv(n, block_size). With
+    it, it is what vLLM@HEAD's scheduler reserves (#51438): the token range plus the
+    speculator's lookahead, capped at max_model_len; cross-attention groups cover the
+    encoder; Mamba groups add their speculative blocks.
+    """
+
+    def __init__(self, engine: dict, names: dict, reserve_lookahead: bool):
+        self.groups = engine["kv_cache"]["groups"]
+        self.reserve = reserve_lookahead
+        self.lookahead = names["num_lookahead_tokens"]
+        self.max_model_len = names["max_model_len"]
+        self.max_encoder_len = names["max_encoder_len"]
+
+    def __call__(self, num_tokens: int, group: dict) -> int:
+        block_size = group["block_size"]
+        if not self.reserve:
+            return cdiv(num_tokens, block_size)
+        if group["kind"] == "cross_attention":
+            return cdiv(self.max_encoder_len, block_size)
+        spec_blocks = group["num_speculative_blocks"] if group["kind"] == "mamba" else 0
+        if group["kind"] == "mamba" and group["mamba_cache_mode"] == "align":
+            return cdiv(num_tokens, block_size) + spec_blocks
+        return cdiv(min(num_tokens + self.lookahead, self.max_model_len), block_size) + spec_blocks
+
+
+class BlockAllocator:
+    """Sequential block ids from 1: block 0 is the null block and is never handed out."""
+
+    def __init__(self):
+        self.next_block_id = 1
+
+    def take(self, n: int) -> list[int]:
+        ids = list(range(self.next_block_id, self.next_block_id + n))
+        self.next_block_id += n
+        return ids
+
+
+def prefill_step(prompt_len: int, held: list, alloc: BlockAllocator, num_groups: int) -> dict:
+    requests = [{"req_id": req_id(i), "num_scheduled_tokens": prompt_len,
+                 "block_ids": [alloc.take(n) for n in counts]}
+                for i, counts in enumerate(held)]
+    return step("prefill", "prefill", requests=requests,
+                total_num_scheduled_tokens=prompt_len * len(held),
+                prompt_token_ids=list(range(prompt_len)),
+                num_common_prefix_blocks=[0] * num_groups)
+
+
+def sample_step(name: str, sampling: dict, grammar: dict | None) -> dict:
+    return step(name, "sample", grammar_bitmask=grammar, sampling_params=sampling,
+                features=sampling_features(sampling))
+
+
+def sampling_features(p: dict) -> list[str]:
+    """Which sampler code paths these parameters exercise (for review and lints)."""
+    checks = [
+        ("greedy", p.get("temperature", 1.0) == 0),
+        ("temperature", p.get("temperature", 1.0) not in (0, 1.0)),
+        ("top_k", p.get("top_k", 0) > 0),
+        ("top_p", p.get("top_p", 1.0) < 1.0),
+        ("min_p", p.get("min_p", 0.0) > 0),
+        ("frequency_penalty", p.get("frequency_penalty", 0.0) != 0),
+        ("presence_penalty", p.get("presence_penalty", 0.0) != 0),
+        ("repetition_penalty", p.get("repetition_penalty", 1.0) != 1.0),
+        ("min_tokens", p.get("min_tokens", 0) > 0),
+        ("logit_bias", bool(p.get("logit_bias"))),
+        ("bad_words", bool(p.get("bad_words_token_ids"))),
+        ("logprobs", p.get("logprobs") is not None),
+        ("prompt_logprobs", p.get("prompt_logprobs") is not None),
+    ]
+    return [name for name, on in checks if on]
+
+
+def decode_subsets(mode: str, num_reqs: int, names: dict) -> list[list[tuple[int, bool]]]:
+    """Which requests each decode step schedules, and whether each carries drafts."""
+    spec = names["num_speculative_tokens"] > 0
+    everyone = [(i, spec) for i in range(num_reqs)]
+    if mode == "single":
+        return [everyone]
+    # vLLM@HEAD (#49903): mixed spec / non-spec subsets, because GDN and KDA reclassify
+    # a non-spec decode as a prefill and split the batch.
+    subsets = [everyone]
+    if num_reqs >= 2:
+        subsets.append([(0, spec), (1, False)])
+        if spec:
+            subsets.append([(0, False), (1, False)])
+    if num_reqs > 1:
+        subsets.append([(0, spec)])
+        if spec:
+            subsets.append([(0, False)])
+    elif spec:
+        subsets.append([(0, False)])
+    return subsets
+
+
+def decode_step(name: str, subset, computed: list, held: list, count: BlockCounter,
+                alloc: BlockAllocator, names: dict) -> dict:
+    requests = []
+    for i, with_drafts in subset:
+        num_spec = names["num_speculative_tokens"] if with_drafts else 0
+        tokens = 1 + num_spec
+        need = [count(computed[i] + tokens, g) for g in count.groups]
+        deltas = [n - h for n, h in zip(need, held[i])]
+        requests.append({"req_id": req_id(i), "num_computed_tokens": computed[i],
+                         "num_scheduled_tokens": tokens, "num_spec_tokens": num_spec,
+                         "num_output_tokens": 1,
+                         "new_block_ids": [alloc.take(d) for d in deltas] if any(deltas) else None})
+        held[i], computed[i] = need, computed[i] + tokens
+    total = sum(r["num_scheduled_tokens"] for r in requests)
+    return step(name, "decode", requests=requests, total_num_scheduled_tokens=total,
+                num_common_prefix_blocks=[0] * len(count.groups))
+
+
+def cleanup_step(num_reqs: int) -> dict:
+    return step("cleanup", "cleanup", finished_req_ids=[req_id(i) for i in range(num_reqs)])

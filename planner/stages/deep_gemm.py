@@ -1,0 +1,125 @@
+"""deep_gemm: DeepGEMM's JIT warmup as explicit (kernel, shape, M-values) steps.
+
+NOTE: formulas from seeds/vllm-deep-gemm-warmup.txt and vllm-warmup.md §3.2:
+- fp8_gemm_nt runs once per distinct (N, K) of every block-FP8 linear whose block
+  is [block_m, block_m] and whose N and K are multiples of block_m;
+- `relax` M-values are where DeepGEMM's (block_m, block_n, waves) choice can
+  change, for the device's SM count (an input: planning needs no GPU);
+- the grouped contiguous MoE GEMM runs for w13 (N = 2*I, K = H) and w2 (N = H,
+  K = I) of every distinct expert shape, with M-values either in block_m steps up
+  to MAX_M (v0.11) or vLLM@HEAD's aligned M_sum of the relaxed request sizes.
+"""
+
+from __future__ import annotations
+
+from ..expr import cdiv, round_up
+from .scope import Scope, step
+
+SMALL_M = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)  # "always include small cases"
+BLOCK_MS = (64, 128, 256)                              # DeepGEMM's block_m candidates (SM90)
+MAX_WAVES = 10
+
+
+def relax_m_values(max_tokens: int, n: int, num_sms: int) -> list[int]:
+    """vLLM's _generate_optimal_warmup_m_values, with the SM count as an input."""
+    values = set(SMALL_M)
+    for block_m in BLOCK_MS:
+        for block_n in range(16, min(257, n + 1), 16):
+            n_blocks = cdiv(n, block_n)
+            for wave in range(1, MAX_WAVES + 1):
+                m = wave * num_sms * block_m // n_blocks
+                if 1 <= m <= max_tokens:
+                    values.add(m)
+    # Every multiple of block_m <= max_tokens; 64 divides 128 and 256, so its multiples cover all three.
+    values.update(range(64, max_tokens + 1, 64))
+    return sorted(values)
+
+
+def is_block_fp8(layer: dict, block: int) -> bool:
+    quant = layer.get("quant") or {}
+    return quant.get("method") == "fp8" and quant.get("weight_block_size") == [block, block]
+
+
+def dense_shapes(engine: dict, block: int) -> dict:
+    """Distinct (N, K) of the linears DeepGEMM can take -> names of the layers sharing it."""
+    shapes: dict = {}
+    for layer in engine["model"]["linear"]:
+        if is_block_fp8(layer, block) and layer["n"] % block == 0 and layer["k"] % block == 0:
+            shapes.setdefault((layer["n"], layer["k"]), []).append(layer["name"])
+    return shapes
+
+
+def moe_weights(engine: dict, block: int) -> dict:
+    """Distinct (weight, E, N, K, top_k) of the block-FP8 MoE layers -> (relax N, layer names).
+
+    The relax N is max(N13, N2) of the layer, as vLLM passes max(w1.size(1), w2.size(1)).
+    """
+    weights: dict = {}
+    for moe in engine["model"]["moe"]:
+        if not is_block_fp8(moe, block):
+            continue
+        e, h, i = moe["num_experts"], moe["hidden_size"], moe["intermediate_size"]
+        for weight, n, k in (("w13", 2 * i, h), ("w2", h, i)):
+            entry = weights.setdefault((weight, e, n, k, moe["top_k"]), (max(2 * i, h), []))
+            entry[1].append(moe["name"])
+    return weights
+
+
+def expand(scope: Scope) -> list[dict]:
+    p = scope.params
+    max_tokens = scope.integer("max_tokens")
+    block_m = scope.integer("block_m")
+    num_sms = scope.integer("num_sms")
+    # relax adds every multiple of 64 up to dp * max_tokens: refuse absurd sizes before building.
+    scope.count_limit("max_tokens", "relaxed M-values", max_tokens * scope.names["data_parallel_size"] // 64)
+    steps = []
+    if p["dense"]:
+        for (n, k), layers in dense_shapes(scope.engine.data, block_m).items():
+            m_values = dense_m_values(scope, p["mode"], max_tokens, n, num_sms)
+            steps.append(step(f"gemm-n{n}-k{k}", "gemm", kernel="fp8_gemm_nt", backend="deep_gemm",
+                              n=n, k=k, block_size=[block_m, block_m], layers=layers, m_values=m_values))
+    if p["grouped"]:
+        for (weight, e, n, k, top_k), (relax_n, layers) in moe_weights(scope.engine.data, block_m).items():
+            m_values = grouped_m_values(scope, max_tokens, block_m, e, top_k, relax_n, num_sms)
+            steps.append(step(f"grouped_gemm-{weight}-e{e}-n{n}-k{k}", "grouped_gemm",
+                              kernel="m_grouped_fp8_gemm_nt_contiguous", backend="deep_gemm",
+                              weight=weight, num_groups=e, n=n, k=k, top_k=top_k,
+                              alignment=block_m, layers=layers, m_values=m_values))
+    return steps
+
+
+def dense_m_values(scope: Scope, mode: str, max_tokens: int, n: int, num_sms: int) -> list[int]:
+    if mode == "full":
+        scope.count_limit("max_tokens", "full M-values (1..max_tokens)", max_tokens)
+        return list(range(1, max_tokens + 1))
+    return relax_m_values(max_tokens, n, num_sms)
+
+
+def grouped_m_values(scope: Scope, max_tokens: int, block_m: int, num_experts: int, top_k: int,
+                     relax_n: int, num_sms: int) -> list[int]:
+    # Assumes every DP rank has the same max_num_batched_tokens, as vLLM does.
+    tokens = scope.names["data_parallel_size"] * max_tokens
+    if scope.params["grouped_m_values"] == "block_m_steps":
+        chunk = scope.integer("moe_chunk_size", minimum=0)
+        if chunk:
+            tokens = min(tokens, chunk)
+        max_m = round_up(tokens * top_k + num_experts * (block_m - 1), block_m)
+        scope.count_limit("max_tokens", "grouped GEMM M-values", max_m // block_m)
+        return list(range(block_m, max_m + 1, block_m))
+    return aligned_sum_m_values(tokens, top_k, num_experts, block_m, relax_n, num_sms)
+
+
+def aligned_sum_m_values(tokens: int, top_k: int, num_experts: int, alignment: int, relax_n: int,
+                         num_sms: int) -> list[int]:
+    """vLLM@HEAD _get_grouped_gemm_params: the M_sum of each relaxed request size.
+
+    At most min(m*top_k, E) experts are active, each padded to the alignment. On
+    Hopper DeepGEMM's theoretical alignment never shrinks below 128, so the
+    alignment is block_m; the SM100 shrink is not modelled.
+    """
+    requests = sorted({m for m in (*relax_m_values(tokens, relax_n, num_sms), tokens) if m > 0})
+    m_sums = set()
+    for m in requests:
+        routed = m * top_k
+        m_sums.add(round_up(routed + min(routed, num_experts) * (alignment - 1), alignment))
+    return sorted(m_sums)
