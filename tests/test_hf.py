@@ -517,5 +517,5 @@ def test_shipped_engines_match_regen_script():
         e = yaml.safe_load(text)
         assert not list(VALIDATOR.iter_errors(e)), rel
     ds = yaml.safe_load(rendered["plans/engines/deepseek-v3-fp8-tp8-h200.yaml"])
-    assert ds["kv_cache"]["num_blocks"] == 65536
+    assert ds["kv_cache"]["num_blocks"] == 11264
     assert ds["kv_cache"]["groups"][0]["block_size"] == 64
