@@ -23,7 +23,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+BUILTIN_COMMANDS = ("plan", "validate", "plans", "engine", "diff", "check")
+
+
+def build_parser(with_plugins: bool = True) -> argparse.ArgumentParser:
     parser = _Parser(prog="warmup", description="Plan, review and execute GPU kernel warmup for LLM serving.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -128,6 +131,24 @@ def cmd_engine(args) -> int:
     return EXIT_OK
 
 
+PLUGIN_GROUP = "warmup.commands"
+
+
+def add_plugin_commands(sub) -> None:
+    """Commands other packages register (entry points `warmup.commands`), e.g. `execute`.
+
+    The planner never imports the executor: the executor registers itself here, so
+    a planner-only install simply has no `execute` command.
+    """
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            ep.load()(sub)
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not break `warmup plan`
+            print(f"warmup: warning: command plugin {ep.name!r} failed to load: {e}", file=sys.stderr)
+
+
 def emit(text: str, output: str | None) -> None:
     if output:
         from .output import write_atomic
@@ -138,7 +159,9 @@ def emit(text: str, output: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # Plugin commands cost an entry-point scan: only pay it when one may be asked for.
+    parser = build_parser(with_plugins=not (argv and argv[0] in BUILTIN_COMMANDS))
     args = parser.parse_args(argv)
     try:
         return args.func(args)
