@@ -174,9 +174,11 @@ class _Evaluator:
         return self.visit(node.body) if self.visit(node.test) else self.visit(node.orelse)
 
     def visit_Call(self, node):
-        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            name = getattr(node.func, "id", _describe(node.func))
-            raise ExprError(f"unknown function {name!r}; allowed: {', '.join(sorted(FUNCTIONS))}")
+        if not isinstance(node.func, ast.Name):
+            raise ExprError(f"calling through {_describe(node.func)} is not allowed; "
+                            f"functions: {', '.join(sorted(FUNCTIONS))}")
+        if node.func.id not in FUNCTIONS:
+            raise ExprError(f"unknown function {node.func.id!r}; allowed: {', '.join(sorted(FUNCTIONS))}")
         if node.keywords:
             raise ExprError(f"{node.func.id}() takes no keyword arguments")
         fn, lo, hi = FUNCTIONS[node.func.id]

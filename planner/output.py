@@ -70,7 +70,7 @@ def decompress(value):
 def to_yaml(plan: dict) -> str:
     lines = [HEADER.rstrip("\n")]
     for key, value in plan.items():
-        if key == "steps":
+        if key == "steps" and value:
             lines.append("steps:")
             for step in value:
                 lines.extend(_step_lines(step))
@@ -78,7 +78,7 @@ def to_yaml(plan: dict) -> str:
             lines.append(f"{key}:")
             lines.extend(f"  {k}: {_flow(v, len(k) + 4)}" for k, v in value.items())
         else:
-            lines.append(f"{key}: {_scalar(value)}")
+            lines.append(f"{key}: {_flow(value, len(key) + 2)}")
     return "\n".join(lines) + "\n"
 
 
