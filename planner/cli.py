@@ -78,11 +78,12 @@ def cmd_plan(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    """Validate each FILE (a plan, an engine config or an expanded plan); print one line per file."""
+    """Validate each FILE (a plan, an engine config or an expanded plan) against its schema
+    with the full JSON-Schema validator, plus every check `plan` makes; one line per file."""
     from .loading import load_any
 
     for path in args.files:
-        kind, _ = load_any(path)
+        kind, _ = load_any(path, strict=True)
         print(f"{path}: ok ({kind})")
     return EXIT_OK
 

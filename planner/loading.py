@@ -12,10 +12,18 @@ from .yamlio import Document, load_file
 EXPANDED_FORMAT = "warmup-expanded-plan/v1"
 
 
-def load_any(path: str):
-    """(kind, object) for a plan, an engine config or an expanded plan file."""
+SCHEMAS = {"plan": "plan", "engine": "engine", "expanded plan": "expanded-plan"}
+
+
+def load_any(path: str, strict: bool = False):
+    """(kind, object) for a plan, an engine config or an expanded plan file.
+
+    `strict` also runs the full jsonschema validator over the file (`warmup validate`).
+    """
     doc = load_file(path)
     kind = detect(doc)
+    if strict:
+        schema.validate_strict(doc, SCHEMAS[kind], decompress(doc.data) if kind == "expanded plan" else None)
     if kind == "plan":
         return kind, load_plan(path)
     if kind == "engine":

@@ -27,7 +27,12 @@ HEADER = ("# warmup-planner expanded plan (schemas/expanded-plan.schema.json).\n
 # --- compression -----------------------------------------------------------------
 
 def compress_runs(values: list[int]) -> list:
-    out, i, n = [], 0, len(values)
+    n = len(values)
+    if n >= MIN_RUN and values[1] > values[0]:  # fast path: the whole list is one run (full M-values)
+        stride = values[1] - values[0]
+        if values[-1] - values[0] == stride * (n - 1) and values == list(range(values[0], values[-1] + 1, stride)):
+            return [f"{values[0]}..{values[-1]}" + ("" if stride == 1 else f"/{stride}")]
+    out, i = [], 0
     while i < n:
         j = i
         if i + 1 < n and values[i + 1] > values[i]:

@@ -1,0 +1,530 @@
+"""Lints over an expanded plan: mistakes a warmup can make that the schema cannot see.
+
+A lint is a small pure function over (expanded plan, engine data) yielding
+(step id, message) pairs; `@lint` registers it with its code, severity, an
+explanation and a fix. Lints that need engine facts (`needs_engine`) are skipped,
+and reported as skipped, when no engine config is given. Findings are grouped per
+step: a batch of 4096 requests that all hold too few blocks is one finding.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from .engine import expression_names
+from .expr import cdiv, round_up
+from .stages.batches import BlockCounter
+
+ERROR, WARNING = "error", "warning"
+EXAMPLES = 4
+
+
+@dataclass(frozen=True)
+class Lint:
+    code: str           # E1xx errors, W2xx warnings
+    name: str
+    severity: str
+    needs_engine: bool
+    explanation: str
+    fix: str
+    check: Callable[[dict, dict | None], Iterable[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class Finding:
+    lint: Lint
+    step: str           # step id, or "(plan)" for the plan as a whole
+    message: str        # one line
+
+    def line(self) -> str:
+        return f"{self.lint.severity.upper()} {self.lint.code} {self.step}: {self.message}"
+
+    def to_json(self) -> dict:
+        return {"code": self.lint.code, "name": self.lint.name, "severity": self.lint.severity,
+                "step": self.step, "message": self.message}
+
+
+LINTS: list[Lint] = []
+
+
+def lint(code: str, name: str, severity: str, *, needs_engine: bool, explanation: str, fix: str):
+    def register(check):
+        LINTS.append(Lint(code, name, severity, needs_engine, " ".join(explanation.split()),
+                          " ".join(fix.split()), check))
+        return check
+    return register
+
+
+def run(plan: dict, engine: dict | None = None, codes: Iterable[str] | None = None
+        ) -> tuple[list[Finding], list[Lint]]:
+    """(findings in step order, lints skipped for want of an engine config)."""
+    wanted = set(codes) if codes is not None else None
+    order = {s["id"]: i for i, s in enumerate(plan["steps"])}
+    findings, skipped = [], []
+    for item in sorted(LINTS, key=lambda x: x.code):
+        if wanted is not None and item.code not in wanted:
+            continue
+        if item.needs_engine and engine is None:
+            skipped.append(item)
+            continue
+        findings += [Finding(item, step, message) for step, message in item.check(plan, engine)]
+    findings.sort(key=lambda f: (order.get(f.step, -1), f.lint.code))
+    return findings, skipped
+
+
+# --- helpers -------------------------------------------------------------------------
+
+def examples(values, limit: int = EXAMPLES) -> str:
+    """'1, 3, 5, ...' : a few values, never thousands."""
+    values = list(values)
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (", ..." if len(values) > limit else "")
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def batches(plan: dict) -> Iterator[dict]:
+    return (s for s in plan["steps"] if s["kind"] in ("prefill", "decode"))
+
+
+def step_block_ids(step: dict) -> Iterator[tuple[dict, list]]:
+    """(request, block ids per group) for the blocks each request of a batch step receives."""
+    for r in step.get("requests", []):
+        groups = r.get("block_ids") if step["kind"] == "prefill" else r.get("new_block_ids")
+        yield r, groups or []
+
+
+@dataclass
+class Running:
+    computed: int           # tokens whose KV the request holds after its last step
+    blocks: list            # block ids per KV cache group
+
+
+@dataclass
+class Replayed:
+    step: dict
+    scheduled: list         # (request, Running) for each request the step scheduled and that runs
+    running: dict           # req_id -> Running, after the step
+    problems: list          # what does not add up, one line each
+
+
+def replay(plan: dict) -> Iterator[Replayed]:
+    """Replay the batch steps as the model runner sees them: who is running, with what."""
+    running: dict[str, Running] = {}
+    for step in plan["steps"]:
+        kind, scheduled, problems = step["kind"], [], []
+        if kind == "prefill":
+            for r in step["requests"]:
+                if r["req_id"] in running:
+                    problems.append(f"request {r['req_id']} is added again while it is running")
+                state = Running(r["num_scheduled_tokens"], [list(g) for g in r["block_ids"]])
+                running[r["req_id"]] = state
+                scheduled.append((r, state))
+        elif kind == "decode":
+            for r in step["requests"]:
+                state = running.get(r["req_id"])
+                if state is None:
+                    problems.append(f"request {r['req_id']} is decoded but not running (no prefill added it, "
+                                    "or a cleanup finished it)")
+                    continue
+                if r["num_computed_tokens"] != state.computed:
+                    problems.append(f"request {r['req_id']} continues from {r['num_computed_tokens']} computed "
+                                    f"tokens, but has computed {state.computed}")
+                state.computed = r["num_computed_tokens"] + r["num_scheduled_tokens"]
+                for g, ids in enumerate(r.get("new_block_ids") or []):
+                    if g < len(state.blocks):
+                        state.blocks[g] += ids
+                    else:
+                        state.blocks.append(list(ids))
+                scheduled.append((r, state))
+        elif kind == "cleanup":
+            for req_id in step["finished_req_ids"]:
+                running.pop(req_id, None)
+        else:
+            continue
+        yield Replayed(step, scheduled, running, problems)
+
+
+def engine_facts(engine: dict) -> dict:
+    return expression_names(engine)
+
+
+def spec_note(names: dict) -> str:
+    k = names["num_speculative_tokens"]
+    return f"1 + {plural(k, 'speculative token')}"
+
+
+# --- errors --------------------------------------------------------------------------
+
+@lint("E101", "prefill-classified-as-decode", ERROR, needs_engine=True,
+      explanation="""A batch in which every request schedules the same number of tokens, equal to
+      decode_query_len (1 + num_speculative_tokens), is a uniform decode batch to vLLM: it runs through
+      the FULL decode CUDA graph. A warmup prefill whose requests schedule no more tokens than that never
+      reaches the prefill kernels, and the first real prompt pays for their JIT (vLLM PR #40746).""",
+      fix="""Give every prefill request more tokens than a decode step: `prompt_len: decode_query_len + 1`
+      (vllm-head) or `2 + num_speculative_tokens` (vllm).""")
+def prefill_classified_as_decode(plan, engine):
+    names = engine_facts(engine)
+    q = names["decode_query_len"]
+    for step in plan["steps"]:
+        if step["kind"] != "prefill" or not step["requests"]:
+            continue
+        longest = max(r["num_scheduled_tokens"] for r in step["requests"])
+        if longest <= q:
+            yield step["id"], (f"per-request query length {longest} <= decode query length {q} ({spec_note(names)}): "
+                               "the engine classifies the batch as uniform decode and never warms the prefill path")
+
+
+@lint("E102", "kv-blocks-short", ERROR, needs_engine=True,
+      explanation="""The warmup hand-builds scheduler outputs, so every request must hold the KV blocks
+      vLLM's KVCacheManager.allocate_slots would give it: its tokens plus the speculator's lookahead
+      (num_lookahead_tokens), capped at max_model_len; cross-attention groups cover the encoder and Mamba
+      groups add their speculative blocks. With fewer, the drafter's positions past the reservation hit the
+      null block, and the warmup never crosses the block boundaries production crosses (vLLM #51438).""",
+      fix="""Reserve the lookahead in the synthetic batches (`reserve_lookahead: true`, as vllm-head does), or
+      give each request the blocks its tokens and the lookahead need; re-plan if the engine's KV groups
+      changed.""")
+def kv_blocks_short(plan, engine):
+    names = engine_facts(engine)
+    counter = BlockCounter(engine, names, reserve_lookahead=True)
+    groups = engine["kv_cache"]["groups"]
+    lookahead = names["num_lookahead_tokens"]
+    for rep in replay(plan):
+        short: dict = {}
+        wrong_groups = set()
+        for r, state in rep.scheduled:
+            if len(state.blocks) != len(groups):
+                wrong_groups.add(len(state.blocks))
+                continue
+            for g, group in enumerate(groups):
+                need, held = counter(state.computed, group), len(state.blocks[g])
+                if held < need:
+                    short.setdefault((g, held, need, state.computed), []).append(r["req_id"])
+        for n in sorted(wrong_groups):
+            yield rep.step["id"], (f"requests hold blocks in {plural(n, 'KV cache group')}, the engine has "
+                                   f"{len(groups)}")
+        for (g, held, need, tokens), reqs in short.items():
+            extra = f" + {lookahead} lookahead" if lookahead else ""
+            yield rep.step["id"], (f"{plural(len(reqs), 'request')} ({examples(reqs, 2)}) hold "
+                                   f"{plural(held, 'block')} in KV group {g}; the scheduler would hold {need} "
+                                   f"for {tokens} tokens{extra} (block size {groups[g]['block_size']})")
+
+
+@lint("E103", "null-block", ERROR, needs_engine=False,
+      explanation="""Block 0 is vLLM's null block: it is never given to a request, and padded block-table
+      entries point at it. A request that holds it shares its KV with every padding slot: its cache is
+      overwritten and attention reads garbage.""",
+      fix="""Allocate block ids from 1, as the synthetic_batches stage does; renumber a hand-written plan.""")
+def null_block(plan, engine):
+    for step in batches(plan):
+        reqs = [r["req_id"] for r, groups in step_block_ids(step) if any(0 in ids for ids in groups)]
+        if reqs:
+            yield step["id"], f"{plural(len(reqs), 'request')} ({examples(reqs, 2)}) hold the null block 0"
+
+
+@lint("E104", "block-reused", ERROR, needs_engine=False,
+      explanation="""A running request owns its KV blocks: two requests holding the same block id (or one
+      holding it twice) write over each other's KV. vLLM's block pool never hands out a block in use; a
+      block becomes free only when the request holding it finishes.""",
+      fix="""Give every request its own block ids; reuse an id only after a cleanup step finished the request
+      that held it.""")
+def block_reused(plan, engine):
+    owner: dict[int, str] = {}
+    for step in plan["steps"]:
+        if step["kind"] == "cleanup":
+            done = set(step["finished_req_ids"])
+            owner = {b: r for b, r in owner.items() if r not in done}
+            continue
+        if step["kind"] not in ("prefill", "decode"):
+            continue
+        reused = []
+        for r, groups in step_block_ids(step):
+            for ids in groups:
+                for b in ids:
+                    if b in owner:
+                        reused.append((b, owner[b], r["req_id"]))
+                    else:
+                        owner[b] = r["req_id"]
+        if reused:
+            b, first, second = reused[0]
+            who = "again" if first == second else f"while {first} holds it"
+            yield step["id"], (f"{plural(len(reused), 'block id')} handed out twice ({examples(sorted({x[0] for x in reused}))}"
+                               f"); e.g. block {b} goes to {second} {who}")
+
+
+@lint("E105", "block-out-of-range", ERROR, needs_engine=True,
+      explanation="""The engine has num_blocks KV blocks, ids 0 to num_blocks - 1 (0 is the null block). A
+      larger id indexes past the KV cache tensor: an illegal memory access on the GPU, or silent
+      corruption of another layer's cache.""",
+      fix="""Fit the batch in the cache (num_reqs <= (num_blocks - 1) // max_blocks_per_req, as the built-in
+      plans do), or run the plan on the engine config it was made for.""")
+def block_out_of_range(plan, engine):
+    last = engine["kv_cache"]["num_blocks"] - 1
+    for step in batches(plan):
+        bad = sorted({b for _, groups in step_block_ids(step) for ids in groups for b in ids if b > last or b < 0})
+        if bad:
+            yield step["id"], (f"{plural(len(bad), 'block id')} outside 1..{last} (num_blocks {last + 1}): "
+                               f"{examples(bad[::-1])}")
+
+
+@lint("E106", "tokens-over-limit", ERROR, needs_engine=True,
+      explanation="""vLLM never schedules more than max_num_batched_tokens tokens in one step, and no request
+      grows past max_model_len; input buffers, positions and the CUDA-graph pool are sized for these limits.
+      A warmup beyond them fails, or warms shapes production never runs.""",
+      fix="""Derive token counts from max_num_batched_tokens and max_model_len in the plan (num_reqs:
+      max_num_batched_tokens // prompt_len, num_tokens: min(max_num_batched_tokens, ...)), or re-plan for this
+      engine.""")
+def tokens_over_limit(plan, engine):
+    budget = engine["scheduler"]["max_num_batched_tokens"]
+    max_len = engine["model"]["max_model_len"]
+    for step in plan["steps"]:
+        if step["kind"] in ("prefill", "decode"):
+            if step["total_num_scheduled_tokens"] > budget:
+                yield step["id"], (f"schedules {step['total_num_scheduled_tokens']} tokens, more than "
+                                   f"max_num_batched_tokens {budget}")
+            long = [r["req_id"] for r in step["requests"]
+                    if r.get("num_computed_tokens", 0) + r["num_scheduled_tokens"] > max_len]
+            if long:
+                yield step["id"], (f"{plural(len(long), 'request')} ({examples(long, 2)}) grow past "
+                                   f"max_model_len {max_len}")
+        elif step["kind"] == "attention" and step["num_tokens"] > budget:
+            yield step["id"], f"runs {step['num_tokens']} tokens, more than max_num_batched_tokens {budget}"
+
+
+@lint("E107", "too-many-requests", ERROR, needs_engine=True,
+      explanation="""The model runner's persistent batch holds at most max_num_seqs requests: a step that
+      schedules more, or a warmup that keeps more running at once, overflows it.""",
+      fix="""Cap the synthetic batch at max_num_seqs (num_reqs: min(max_num_seqs, ...), as the built-in plans
+      do).""")
+def too_many_requests(plan, engine):
+    limit = engine["scheduler"]["max_num_seqs"]
+    for rep in replay(plan):
+        if len(rep.step.get("requests", [])) > limit:
+            yield rep.step["id"], f"schedules {len(rep.step['requests'])} requests, more than max_num_seqs {limit}"
+        elif len(rep.running) > limit:
+            yield rep.step["id"], f"{len(rep.running)} requests are running, more than max_num_seqs {limit}"
+
+
+@lint("E108", "empty-step", ERROR, needs_engine=False,
+      explanation="""A batch without requests or tokens, a GEMM without M-values, a capture without sizes, a
+      cleanup that finishes nothing: the step does nothing, or trips an assertion in the runner. It usually
+      means a stage parameter evaluated to zero for this engine.""",
+      fix="""Check the parameters that size the step (num_reqs, prompt_len, max_tokens, capture sizes); a
+      stage with nothing to do should produce no step.""")
+def empty_step(plan, engine):
+    for step in plan["steps"]:
+        kind, empty = step["kind"], None
+        if kind in ("prefill", "decode") and (not step.get("requests") or step.get("total_num_scheduled_tokens", 0) < 1):
+            empty = "a batch without requests or tokens"
+        elif kind in ("gemm", "grouped_gemm") and not step.get("m_values"):
+            empty = "a GEMM without M-values"
+        elif kind == "cudagraph" and not step.get("sizes") and not step.get("uniform_decode_sizes"):
+            empty = "a CUDA-graph capture without sizes"
+        elif kind == "cleanup" and not step.get("finished_req_ids"):
+            empty = "a cleanup that finishes no request"
+        elif kind == "attention" and step.get("num_tokens", 1) < 1:
+            empty = "an attention call without tokens"
+        if empty:
+            yield step["id"], f"{empty}: the step does nothing"
+
+
+@lint("E109", "batch-inconsistent", ERROR, needs_engine=False,
+      explanation="""Batch steps are replayed as a scheduler issues them: a step's total is the sum of its
+      requests, a decode continues a running request from the tokens it has computed, drafts are part of the
+      scheduled tokens, a prefill schedules no more than its prompt, and a grammar bitmask has one row per
+      request of the batch before it. An inconsistent step makes the runner fail, or build other shapes than
+      the plan shows.""",
+      fix="""Re-expand the plan with `warmup plan`, or correct the hand-edited step so that its counts
+      agree.""")
+def batch_inconsistent(plan, engine):
+    for rep in replay(plan):
+        step = rep.step
+        if step["kind"] in ("prefill", "decode"):
+            total = sum(r["num_scheduled_tokens"] for r in step["requests"])
+            if total != step["total_num_scheduled_tokens"]:
+                yield step["id"], (f"total_num_scheduled_tokens is {step['total_num_scheduled_tokens']}, its "
+                                   f"requests schedule {total}")
+        if step["kind"] == "prefill":
+            prompt = len(step["prompt_token_ids"])
+            over = [r["req_id"] for r in step["requests"] if r["num_scheduled_tokens"] > prompt]
+            if over:
+                yield step["id"], (f"{plural(len(over), 'request')} ({examples(over, 2)}) schedule more tokens "
+                                   f"than the {prompt}-token prompt")
+        if step["kind"] == "decode":
+            bad = [r["req_id"] for r in step["requests"] if r["num_spec_tokens"] >= r["num_scheduled_tokens"]]
+            if bad:
+                yield step["id"], (f"{plural(len(bad), 'request')} ({examples(bad, 2)}) schedule no verified "
+                                   "token: num_spec_tokens must be < num_scheduled_tokens")
+        for problem in rep.problems[:1]:
+            more = f" (and {len(rep.problems) - 1} more)" if len(rep.problems) > 1 else ""
+            yield step["id"], problem + more
+    previous = None
+    for step in plan["steps"]:
+        if step["kind"] == "sample" and step.get("grammar_bitmask") and previous is not None:
+            rows, reqs = step["grammar_bitmask"]["num_rows"], len(previous["requests"])
+            if rows != reqs:
+                yield step["id"], (f"grammar bitmask has {rows} rows, the batch before it ({previous['id']}) "
+                                   f"has {reqs} requests")
+        if step["kind"] in ("prefill", "decode"):
+            previous = step
+
+
+def grouped_max_m(step: dict, tokens: int) -> int:
+    """Largest M_sum of a grouped GEMM: every token routed to top_k experts, each expert padded."""
+    align = step.get("alignment", 128)
+    routed = tokens * step["top_k"]
+    return round_up(routed + min(routed, step["num_groups"]) * (align - 1), align)
+
+
+@lint("E110", "gemm-m-out-of-range", ERROR, needs_engine=True,
+      explanation="""A GEMM runs with M = the tokens of a batch: 1 to max_num_batched_tokens for a dense layer;
+      for a grouped (MoE) GEMM, the padded rows of data_parallel_size * max_num_batched_tokens tokens routed to
+      top_k experts. M-values outside that range compile and tune kernels production never calls (vLLM's
+      relax warmup adds M = 1..64 even when max_num_batched_tokens is smaller).""",
+      fix="""Take max_tokens from max_num_batched_tokens (the stage default), or drop the M-values beyond it.""")
+def gemm_m_out_of_range(plan, engine):
+    budget = engine["scheduler"]["max_num_batched_tokens"]
+    dp = engine["parallel"]["data_parallel_size"]
+    for step in plan["steps"]:
+        if step["kind"] == "gemm":
+            limit, what = budget, f"max_num_batched_tokens {budget}"
+        elif step["kind"] == "grouped_gemm":
+            limit = grouped_max_m(step, dp * budget)
+            what = f"the largest M_sum {limit} ({dp * budget} tokens x top_k {step['top_k']}, padded)"
+        else:
+            continue
+        bad = [m for m in step["m_values"] if m < 1 or m > limit]
+        if bad:
+            yield step["id"], (f"{plural(len(bad), 'M-value')} outside [1, {limit}] ({examples(bad)}): above "
+                               f"{what}")
+
+
+# (N multiple, K multiple) each kernel takes; kernels not listed use the step's block_size.
+KERNEL_ALIGNMENT = {
+    "fp8_gemm_nt": None,                              # DeepGEMM: N, K multiples of the weight block
+    "m_grouped_fp8_gemm_nt_contiguous": (128, 128),   # DeepGEMM _valid_deep_gemm_shape
+    "fp8_gemm": (1, 128),                             # executor Triton: one 128-wide scale group per K step
+    "grouped_fp8_gemm": (1, 128),
+}
+
+
+@lint("E111", "gemm-shape-unaligned", ERROR, needs_engine=False,
+      explanation="""Each GEMM kernel takes only block-aligned shapes: DeepGEMM's fp8_gemm_nt needs N and K
+      multiples of the weight block, its grouped contiguous GEMM N and K multiples of 128 and every M_sum a
+      multiple of the alignment; the Triton block-FP8 kernels need K a multiple of 128. No configured kernel
+      runs another shape: the step fails at launch, and in vLLM the layer falls back to a kernel this step
+      does not warm.""",
+      fix="""Leave the layer to a stage whose kernel takes its shape (the planner's stages skip unaligned
+      shapes), or correct n, k, block_size or alignment.""")
+def gemm_shape_unaligned(plan, engine):
+    for step in plan["steps"]:
+        if step["kind"] not in ("gemm", "grouped_gemm"):
+            continue
+        rule = KERNEL_ALIGNMENT.get(step["kernel"])
+        if rule is None and step.get("block_size"):
+            rule = tuple(step["block_size"][:2])
+        if rule is not None:
+            bad = [f"{dim}={step[dim]} is not a multiple of {mult}"
+                   for dim, mult in zip(("n", "k"), rule) if step[dim] % mult]
+            if bad:
+                yield step["id"], f"{step['kernel']} cannot take this shape: {'; '.join(bad)}"
+        align = step.get("alignment") if step["kind"] == "grouped_gemm" else None
+        if align:
+            odd = [m for m in step["m_values"] if m % align]
+            if odd:
+                yield step["id"], (f"{plural(len(odd), 'M_sum')} not a multiple of the alignment {align} "
+                                   f"({examples(odd)})")
+
+
+# --- warnings ------------------------------------------------------------------------
+
+FULL_DECODE_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+
+
+@lint("W201", "decode-graph-uncovered", WARNING, needs_engine=True,
+      explanation="""A decode batch replays the smallest captured CUDA graph that fits it: a uniform decode
+      batch (every request scheduling decode_query_len tokens) a FULL decode graph, whose size is a multiple
+      of decode_query_len, any batch a piecewise graph. Decode steps the captured sizes do not cover, though
+      they are within the capture range, run eagerly: production replays a graph there, and the graph path is
+      not warmed. So do all decode steps when the engine captures graphs but the plan captures none.""",
+      fix="""Capture for this engine: keep the cudagraph_capture stage, with decode_rounding matching the model
+      runner (v2 for MRV2), so that uniform decode sizes are round_up(size, decode_query_len).""")
+def decode_graph_uncovered(plan, engine):
+    comp, names = engine["compilation"], engine_facts(engine)
+    q = names["decode_query_len"]
+    decodes = [s for s in plan["steps"] if s["kind"] == "decode"]
+    if comp["enforce_eager"] or comp["cudagraph_mode"] == "NONE" or not decodes:
+        return
+    captures = [s for s in plan["steps"] if s["kind"] == "cudagraph"]
+    if not captures:
+        yield decodes[0]["id"], (f"the engine captures CUDA graphs ({comp['cudagraph_mode']}) but the plan captures "
+                                 f"none: its {plural(len(decodes), 'decode step')} run eagerly")
+        return
+    full, mixed = [], []
+    for cap in captures:
+        if cap.get("decode_query_len", q) != q:
+            yield cap["id"], (f"uniform decode graphs are captured for decode_query_len {cap['decode_query_len']}, "
+                              f"the engine decodes {q} tokens per request ({spec_note(names)})")
+        odd = [s for s in cap.get("uniform_decode_sizes", []) if s % q]
+        if odd:
+            yield cap["id"], (f"{plural(len(odd), 'uniform decode size')} not a multiple of decode_query_len {q} "
+                              f"({examples(odd)}): no uniform decode batch has that many tokens")
+        if cap["mode"] in FULL_DECODE_MODES:
+            full += [s for s in cap.get("uniform_decode_sizes", []) if s % q == 0]
+        mixed += cap["sizes"]
+    largest = max(full + mixed, default=0)
+    for step in decodes:
+        tokens = step["total_num_scheduled_tokens"]
+        uniform = all(r["num_scheduled_tokens"] == q for r in step["requests"])
+        fits = [s for s in (full if uniform else []) + mixed if s >= tokens]
+        if tokens <= largest and not fits:
+            what = "uniform decode batch" if uniform else "decode batch"
+            yield step["id"], (f"{what} of {plural(len(step['requests']), 'request')}, {tokens} tokens, fits no "
+                               f"captured graph (largest {largest}): it runs eagerly")
+
+
+@lint("W202", "autotune-below-batch", WARNING, needs_engine=True,
+      explanation="""Autotuning profiles kernels at token counts up to its num_tokens. A batch above it (up to
+      max_num_batched_tokens in production) runs with the config tuned for a smaller M, or the untuned
+      default.""",
+      fix="""Autotune at max_num_batched_tokens (the default num_tokens).""")
+def autotune_below_batch(plan, engine):
+    largest = max([engine["scheduler"]["max_num_batched_tokens"]]
+                  + [s["total_num_scheduled_tokens"] for s in batches(plan)])
+    for step in plan["steps"]:
+        if step["kind"] == "autotune" and step["num_tokens"] < largest:
+            yield step["id"], (f"{step['library']} autotunes at {step['num_tokens']} tokens, below the largest "
+                               f"batch ({largest} tokens)")
+
+
+DUPLICABLE = ("gemm", "grouped_gemm", "attention", "autotune", "cudagraph")
+INT_LISTS = ("m_values", "sizes", "uniform_decode_sizes", "buckets")
+
+
+@lint("W203", "duplicate-step", WARNING, needs_engine=False,
+      explanation="""Two steps run the same kernel on the same shape with the same M-values, sizes or token
+      counts: the second compiles nothing new and only adds startup time. It usually means two stages cover
+      the same layers.""",
+      fix="""Drop one of the stages, or narrow one (dense: false, grouped: false, backend, kv_cache_dtype) so
+      that each kernel and shape is warmed once.""")
+def duplicate_step(plan, engine):
+    seen: dict[str, list] = {}
+    for step in plan["steps"]:
+        if step["kind"] not in DUPLICABLE:
+            continue
+        rest = {k: v for k, v in step.items() if k not in ("id", "stage", "layers") + INT_LISTS}
+        key = json.dumps(rest, sort_keys=True)
+        lists = {k: set(step[k]) for k in INT_LISTS if isinstance(step.get(k), list)}
+        for other_id, other in seen.get(key, []):
+            common = {k: lists[k] & other[k] for k in lists if k in other}
+            if not lists or any(common.values()):
+                shared = sorted(set().union(*common.values())) if common else []
+                what = (f": {plural(len(shared), 'value')} of its M-values / sizes run there too ({examples(shared)})"
+                        if shared else "")
+                yield step["id"], f"duplicates {other_id}{what}"
+                break
+        seen.setdefault(key, []).append((step["id"], lists))
