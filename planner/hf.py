@@ -61,6 +61,8 @@ import math
 import os
 import re
 
+from .output import yaml_scalar
+
 __all__ = ["GPUS", "HFConfigError", "SUPPORTED_ARCHITECTURES", "engine_from_hf", "engine_to_yaml"]
 
 
@@ -691,47 +693,8 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
 # ----------------------------------------------------------------------------
 # YAML text, written by hand (no PyYAML at import, and full control of style)
 
-_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
-# Plain words PyYAML (YAML 1.1) would not read back as strings.
-_RESERVED = {"yes", "no", "on", "off", "true", "false", "null", "~"}
 _FLOW_LISTS = {"linear", "moe", "attention", "groups"}
-
-
-def _scalar(value) -> str:
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            raise ValueError(f"cannot write {value!r} as an engine config value")
-        text = repr(value)
-        if "e" in text and "." not in text:  # YAML 1.1 floats need a dot: 1e-05 -> 1.0e-05
-            mantissa, exponent = text.split("e")
-            text = f"{mantissa}.0e{exponent}"
-        return text
-    if isinstance(value, str):
-        if _PLAIN.match(value) and value.lower() not in _RESERVED:
-            return value
-        out = ['"']
-        for ch in value:
-            if ch == '"' or ch == "\\":
-                out.append("\\" + ch)
-            elif ch == "\n":
-                out.append("\\n")
-            elif ch == "\t":
-                out.append("\\t")
-            elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-                out.append(f"\\x{ord(ch):02x}")
-            else:
-                out.append(ch)
-        out.append('"')
-        return "".join(out)
-    raise TypeError(f"cannot write {type(value).__name__} as YAML")
+_scalar = yaml_scalar  # the expanded-plan writer's scalars: one quoting rule for all our YAML
 
 
 def _flow(value) -> str:

@@ -18,7 +18,7 @@ import tempfile
 WRAP = 100
 MIN_RUN = 4
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
-_RESERVED = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"}
+_RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "~"}  # what PyYAML reads as non-strings
 _RUN = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:/(\d+))?$")
 HEADER = ("# warmup-planner expanded plan (schemas/expanded-plan.schema.json).\n"
           '# Integer runs are compressed: "a..b" is every integer from a to b, "a..b/s" steps by s.\n')
@@ -102,12 +102,12 @@ def _step_lines(step: dict) -> list[str]:
 
 def _flow(value, indent: int) -> str:
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_scalar(k)}: {_flow(v, indent)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{yaml_scalar(k)}: {_flow(v, indent)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         if len(value) >= MIN_RUN and all(type(v) is int for v in value):
             value = compress_runs(value)
         return _wrap([_flow(v, indent) for v in value], indent)
-    return _scalar(value)
+    return yaml_scalar(value)
 
 
 def _wrap(items: list[str], indent: int) -> str:
@@ -125,7 +125,8 @@ def _wrap(items: list[str], indent: int) -> str:
     return ("\n" + " " * indent).join(lines)
 
 
-def _scalar(value) -> str:
+def yaml_scalar(value) -> str:
+    """One YAML scalar that PyYAML (YAML 1.1) reads back as the same value and type."""
     if value is None:
         return "null"
     if value is True:
