@@ -18,18 +18,18 @@ def make_project(pytester, engine="mixtral-8x7b-tp2-h100"):
 
 def test_missing_golden_fails(pytester):
     make_project(pytester)
-    result = pytester.runpytest()
+    result = pytester.runpytest_subprocess()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*golden file golden/pinned.yaml is missing*--update-golden*"])
 
 
 def test_update_then_pass_then_mismatch_shows_a_diff(pytester):
     golden = make_project(pytester)
-    pytester.runpytest("--update-golden").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess("--update-golden").assert_outcomes(passed=1)
     assert golden.read_text().startswith("# warmup-planner expanded plan")
-    pytester.runpytest().assert_outcomes(passed=1)
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
     golden.write_text(golden.read_text().replace("num_scheduled_tokens: 2,", "num_scheduled_tokens: 3,", 1))
-    result = pytester.runpytest()
+    result = pytester.runpytest_subprocess()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*expanded plan differs from golden/pinned.yaml*",
                                  "*-  - {req_id: _warmup_0_, num_scheduled_tokens: 3,*",
