@@ -1,0 +1,22 @@
+"""The executor's own Triton kernels, each with a torch reference.
+
+* ``fp8_gemm``          block-scaled FP8 GEMM (vLLM's ``w8a8_block_fp8_matmul``)
+* ``grouped_gemm``      grouped MoE FP8 GEMM, contiguous expert-sorted layout (DeepGEMM semantics)
+* ``prefill_attention`` varlen causal prefill attention (vLLM's ``context_attention_fwd``)
+* ``configs``           launch configs and their per-(N, K, device) tables (pure Python)
+* ``reference``         float64 torch references and vLLM-style FP8 quantizers
+
+Importing this package needs neither Triton nor a GPU: kernels are built on first
+call (``HAS_TRITON`` says whether that can work). Each kernel module exposes
+``specialization_key`` / ``specialization_classes`` (which sizes share a compiled
+variant), ``alloc_*_inputs`` (scratch tensors, allocated once at the largest size
+and sliced), ``warmup`` (one real launch: compile, launcher build and module load)
+and ``precompile`` (compile only, ``JITFunction.warmup``: the module loads at the
+first launch).
+"""
+
+from ._triton import HAS_TRITON
+
+KERNEL_MODULES = ("fp8_gemm", "grouped_gemm", "prefill_attention")
+
+__all__ = ["HAS_TRITON", "KERNEL_MODULES"]

@@ -1,0 +1,247 @@
+"""Grouped (MoE) block-FP8 GEMM over a contiguous, expert-sorted layout.
+
+The semantics of DeepGEMM's ``m_grouped_fp8_gemm_nt_contiguous``: A (M_sum, K) e4m3
+with (M_sum, K/128) float32 per-token-group scales; B (E, N, K) e4m3 with
+(E, ceil(N/128), K/128) float32 block scales; ``expert_ids`` int32 (M_sum,).
+Rows come sorted by expert, each expert's rows padded to a multiple of ``block_m``,
+so every aligned chunk of ``block_m`` rows belongs to one expert: the expert id of
+the chunk's first row. A chunk whose id is -1 is padding and its output rows are
+written as zeros. Rows of a valid chunk are all computed with its expert (padding
+rows inside it get defined but meaningless values). Out is bf16 (M_sum, N).
+
+The grid is (M_sum / BLOCK_SIZE_M, N / BLOCK_SIZE_N); BLOCK_SIZE_M must divide
+``block_m``, so each program lies inside one chunk and reads its expert id once.
+GROUP_SIZE_M of the config is unused (the N tile is the slow grid axis, so
+consecutive programs share an expert's weight tile).
+
+Specialization (Triton 3.6, triton-and-peers.md §3.3): ``M`` (M_sum) is in
+``do_not_specialize``; ``expert_ids`` is in ``do_not_specialize_on_alignment`` (only
+scalar loads read it); N, K and the strides are specialized but fixed per layer;
+constexprs are the config plus CHUNK_M (= block_m). As for ``fp8_gemm``, the
+variants of one layer are the distinct configs the hot path's M_sum values select.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from . import configs
+from ._triton import LazyKernel, int_spec, tl
+from .configs import SCALE_BLOCK, cdiv
+from .fp8_gemm import check_fp8_operands, check_out, lookup_table
+
+KERNEL_NAME = "grouped_fp8_gemm"
+
+
+def _grouped_fp8_gemm_kernel(
+    A, B, C, As, Bs, expert_ids,
+    M, N, K,
+    stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    CHUNK_M: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr, SCALE_BLOCK_N: tl.constexpr, SCALE_BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    first_row = pid_m * BLOCK_SIZE_M
+    expert = tl.load(expert_ids + (first_row // CHUNK_M) * CHUNK_M)
+
+    offs_m = first_row + tl.arange(0, BLOCK_SIZE_M)
+    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = C + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if expert < 0:
+        tl.store(c_ptrs, tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=C.dtype.element_ty), mask=c_mask)
+        return
+
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
+    expert = expert.to(tl.int64)
+    a_ptrs = A + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = B + expert * stride_be + cols[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    as_ptrs = As + rows * stride_asm
+    bs_ptrs = Bs + expert * stride_bse + (cols // SCALE_BLOCK_N) * stride_bsn
+
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, K // BLOCK_SIZE_K):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        k_group = (k * BLOCK_SIZE_K) // SCALE_BLOCK_K
+        a_s = tl.load(as_ptrs + k_group * stride_ask)
+        b_s = tl.load(bs_ptrs + k_group * stride_bsk)
+        acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+
+    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=c_mask)
+
+
+KERNEL = LazyKernel(_grouped_fp8_gemm_kernel, do_not_specialize=["M"],
+                    do_not_specialize_on_alignment=["expert_ids"])
+
+
+def check_grouped_args(a, a_scales, b, b_scales, expert_ids, block_m) -> tuple[int, int, int, int]:
+    """Validate shapes and dtypes; returns (M_sum, N, K, E)."""
+    if a.dim() != 2 or b.dim() != 3:
+        raise ValueError(f"grouped_fp8_gemm: a must be (M_sum, K) and b (E, N, K), "
+                         f"got {tuple(a.shape)} and {tuple(b.shape)}")
+    (M, K), (E, N, Kb) = a.shape, b.shape
+    if K != Kb:
+        raise ValueError(f"grouped_fp8_gemm: a is (M_sum={M}, K={K}) but b is (E={E}, N={N}, K={Kb})")
+    check_fp8_operands(a, a_scales, b, b_scales, K)
+    if tuple(a_scales.shape) != (M, K // SCALE_BLOCK):
+        raise ValueError(f"grouped_fp8_gemm: a_scales must be (M_sum, K/128) = {(M, K // SCALE_BLOCK)}, "
+                         f"got {tuple(a_scales.shape)}")
+    if tuple(b_scales.shape) != (E, cdiv(N, SCALE_BLOCK), K // SCALE_BLOCK):
+        raise ValueError(f"grouped_fp8_gemm: b_scales must be (E, ceil(N/128), K/128) = "
+                         f"{(E, cdiv(N, SCALE_BLOCK), K // SCALE_BLOCK)}, got {tuple(b_scales.shape)}")
+    if expert_ids.dtype != torch.int32 or tuple(expert_ids.shape) != (M,):
+        raise ValueError(f"grouped_fp8_gemm: expert_ids must be int32 of shape ({M},), "
+                         f"got {expert_ids.dtype} {tuple(expert_ids.shape)}")
+    if block_m < 16 or block_m & (block_m - 1):
+        raise ValueError(f"grouped_fp8_gemm: block_m={block_m} must be a power of two >= 16")
+    return M, N, K, E
+
+
+def grouped_config(M: int, N: int, K: int, block_m: int, device=None) -> configs.Config:
+    """Tuned (table) or default config, with BLOCK_SIZE_M capped to divide block_m."""
+    table = lookup_table(KERNEL_NAME, N, K, device) if device is not None else None
+    config = configs.select_config(table, M) if table else configs.default_config(M, N, K)
+    config["BLOCK_SIZE_M"] = min(config["BLOCK_SIZE_M"], block_m)
+    return config
+
+
+def candidate_configs(block_m: int = 128) -> list[configs.Config]:
+    return [dict(c) for c in configs.CANDIDATE_CONFIGS if block_m % c["BLOCK_SIZE_M"] == 0]
+
+
+def grouped_fp8_gemm(a, a_scales, b, b_scales, expert_ids, block_m: int = 128, out=None, config=None):
+    """out[rows of chunk c] = (a * a_scales)[rows] @ (b[e] * b_scales[e]).T, e = expert_ids[c * block_m]."""
+    M, N, K, _ = check_grouped_args(a, a_scales, b, b_scales, expert_ids, block_m)
+    out = check_out(out, (M, N), a.device)
+    if M > 0:
+        config = config or grouped_config(M, N, K, block_m, a.device)
+        _launch(a, a_scales, b, b_scales, expert_ids, block_m, out, config)
+    return out
+
+
+def _launch(a, a_scales, b, b_scales, expert_ids, block_m, out, config, compile_only=False):
+    configs.validate_config(config)
+    if block_m % config["BLOCK_SIZE_M"]:
+        raise ValueError(f"grouped_fp8_gemm: BLOCK_SIZE_M={config['BLOCK_SIZE_M']} must divide block_m={block_m}")
+    (M, K), N = a.shape, b.shape[1]
+    grid = (cdiv(M, config["BLOCK_SIZE_M"]), cdiv(N, config["BLOCK_SIZE_N"]))
+    args = (
+        a, b, out, a_scales, b_scales, expert_ids,
+        M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0), out.stride(1),
+        a_scales.stride(0), a_scales.stride(1), b_scales.stride(0), b_scales.stride(1), b_scales.stride(2),
+    )
+    options = dict(
+        CHUNK_M=block_m, BLOCK_SIZE_M=config["BLOCK_SIZE_M"], BLOCK_SIZE_N=config["BLOCK_SIZE_N"],
+        BLOCK_SIZE_K=config["BLOCK_SIZE_K"], SCALE_BLOCK_N=SCALE_BLOCK, SCALE_BLOCK_K=SCALE_BLOCK,
+        num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )
+    if compile_only:
+        return KERNEL.get().warmup(*args, grid=grid, **options)
+    KERNEL[grid](*args, **options)
+
+
+# --- specialization facts for the planner -------------------------------------------------------
+
+def specialization_key(M: int, N: int, K: int, block_m: int = 128, table=None, config=None) -> tuple:
+    """What distinguishes the compiled variant a call with M_sum = M rows uses (contiguous inputs)."""
+    if config is None:
+        config = configs.select_config(table, M) if table else configs.default_config(M, N, K)
+        config["BLOCK_SIZE_M"] = min(config["BLOCK_SIZE_M"], block_m)
+    return (KERNEL_NAME, block_m, configs.config_key(config), int_spec(N), int_spec(K),
+            int_spec(K // SCALE_BLOCK), int_spec(N * K))
+
+
+def specialization_classes(Ms, N: int, K: int, block_m: int = 128, table=None) -> dict[tuple, list[int]]:
+    classes: dict[tuple, list[int]] = {}
+    for m in sorted(set(Ms)):
+        classes.setdefault(specialization_key(m, N, K, block_m, table), []).append(m)
+    return classes
+
+
+# --- layout and warmup helpers ---------------------------------------------------------------------
+
+def contiguous_layout(rows_per_expert, block_m: int = 128, total_rows: int | None = None,
+                      pad_id: int = -1) -> tuple[torch.Tensor, list[int]]:
+    """expert_ids for experts with the given row counts, each padded to block_m.
+
+    Padding rows inside an expert's last chunk carry ``pad_id`` (DeepGEMM marks them -1;
+    the kernel reads only a chunk's first row). ``total_rows`` pads the end with whole
+    -1 chunks. Returns (expert_ids int32 on CPU, start row of each expert).
+    """
+    ids, starts = [], []
+    for expert, n in enumerate(rows_per_expert):
+        starts.append(len(ids))
+        padded = cdiv(n, block_m) * block_m
+        ids += [expert] * n + [pad_id] * (padded - n)
+    if total_rows is not None:
+        if total_rows < len(ids) or total_rows % block_m:
+            raise ValueError(f"total_rows={total_rows} must be a multiple of {block_m} and >= {len(ids)}")
+        ids += [-1] * (total_rows - len(ids))
+    return torch.tensor(ids, dtype=torch.int32), starts
+
+
+@dataclass(frozen=True)
+class GroupedInputs:
+    a: torch.Tensor
+    a_scales: torch.Tensor
+    b: torch.Tensor
+    b_scales: torch.Tensor
+    expert_ids: torch.Tensor
+    out: torch.Tensor
+
+    def rows(self, m: int) -> "GroupedInputs":
+        """Views of the first m rows; keep m a multiple of block_m for a valid layout."""
+        return replace(self, a=self.a[:m], a_scales=self.a_scales[:m], expert_ids=self.expert_ids[:m],
+                       out=self.out[:m])
+
+    def args(self) -> tuple:
+        return self.a, self.a_scales, self.b, self.b_scales, self.expert_ids
+
+
+def alloc_grouped_inputs(M_sum: int, N: int, K: int, E: int, device="cuda", block_m: int = 128,
+                         random: bool = False, seed: int = 0, out_dtype=torch.bfloat16) -> GroupedInputs:
+    """Scratch operands; rows are spread round-robin over experts, one chunk at a time."""
+    if K % SCALE_BLOCK:
+        raise ValueError(f"K={K} must be a multiple of {SCALE_BLOCK} (the FP8 scale group size)")
+    chunk_experts = torch.arange(cdiv(M_sum, block_m), dtype=torch.int32) % E
+    expert_ids = chunk_experts.repeat_interleave(block_m)[:M_sum].to(device)
+    out = torch.empty(M_sum, N, dtype=out_dtype, device=device)
+    if not random:
+        a = torch.zeros(M_sum, K, dtype=torch.float8_e4m3fn, device=device)
+        b = torch.zeros(E, N, K, dtype=torch.float8_e4m3fn, device=device)
+        a_s = torch.ones(M_sum, K // SCALE_BLOCK, dtype=torch.float32, device=device)
+        b_s = torch.ones(E, cdiv(N, SCALE_BLOCK), K // SCALE_BLOCK, dtype=torch.float32, device=device)
+        return GroupedInputs(a, a_s, b, b_s, expert_ids, out)
+    from .reference import quantize_fp8_block, quantize_fp8_per_token_group
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    a, a_s = quantize_fp8_per_token_group(torch.randn(M_sum, K, generator=gen, device=device))
+    b, b_s = quantize_fp8_block(torch.randn(E, N, K, generator=gen, device=device) * 0.05)
+    return GroupedInputs(a, a_s, b, b_s, expert_ids, out)
+
+
+def warmup(M_sum: int, N: int, K: int, E: int, device="cuda", block_m: int = 128,
+           inputs: GroupedInputs | None = None, config=None):
+    """Compile and load the variant a call with M_sum rows uses; returns the config used."""
+    inputs = (inputs or alloc_grouped_inputs(M_sum, N, K, E, device, block_m)).rows(M_sum)
+    config = config or grouped_config(M_sum, N, K, block_m, inputs.a.device)
+    grouped_fp8_gemm(*inputs.args(), block_m=block_m, out=inputs.out, config=config)
+    return config
+
+
+def precompile(M_sum: int, N: int, K: int, E: int, device="cuda", block_m: int = 128,
+               inputs: GroupedInputs | None = None, config=None):
+    """Compile without launching (see ``fp8_gemm.precompile``); returns the CompiledKernel."""
+    inputs = (inputs or alloc_grouped_inputs(M_sum, N, K, E, device, block_m)).rows(M_sum)
+    config = config or grouped_config(M_sum, N, K, block_m, inputs.a.device)
+    return _launch(*inputs.args(), block_m, inputs.out, config, compile_only=True)
