@@ -1,0 +1,133 @@
+"""`deep_gemm`: DeepGEMM's JIT warmup, as vLLM does it (vllm-warmup.md §3.2).
+
+Dense: ``fp8_gemm_nt((a[:m], a_scales[:m]), (w, w_scales), out[:m])`` per M-value;
+grouped: ``m_grouped_fp8_gemm_nt_contiguous((a[:m], s[:m]), (w, ws), out[:m], m_indices[:m])``
+per M_sum. DeepGEMM 1.x names them ``gemm_fp8_fp8_bf16_nt`` and
+``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous`` with the same arguments. Tensors are
+allocated once at the largest M and sliced per M-value. The activations are empty
+and the scales zeros (vLLM HEAD); the weights zeros with unit scales.
+
+DeepGEMM is not on PyPI: when ``import deep_gemm`` fails the backend is unavailable and
+its steps are reported so; nothing here imports it before ``available()`` is asked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from .base import BaseBackend, Unavailable, torch_cuda_available
+
+DENSE_NAMES = ("fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt")
+GROUPED_NAMES = ("m_grouped_fp8_gemm_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous")
+SYNC_EVERY = 256
+
+
+class DeepGemmBackend(BaseBackend):
+    name = "deep_gemm"
+    families = ("gemm", "grouped_gemm")
+
+    def __init__(self, device: str = "cuda", options=None):
+        super().__init__(device, options)
+        self._dg = None
+        self._buffers: dict = {}
+
+    def available(self) -> tuple[bool, str]:
+        if importlib.util.find_spec("deep_gemm") is None:
+            return False, ("deep_gemm is not installed (it is not on PyPI: build it from "
+                           "github.com/deepseek-ai/DeepGEMM into this environment)")
+        ok, why = torch_cuda_available(self.device)
+        if not ok:
+            return ok, why
+        try:
+            self._dg = importlib.import_module("deep_gemm")
+        except Exception as e:  # noqa: BLE001 - a broken build must not crash the run
+            return False, f"deep_gemm failed to import ({type(e).__name__}: {e})"
+        import torch
+        major, _ = torch.cuda.get_device_capability(self.device)
+        if major < 9:
+            return False, f"DeepGEMM needs SM90 or newer, this GPU is SM{major}x"
+        if self._function(DENSE_NAMES) is None and self._function(GROUPED_NAMES) is None:
+            return False, f"deep_gemm {getattr(self._dg, '__version__', '?')} has none of {DENSE_NAMES + GROUPED_NAMES}"
+        return True, ""
+
+    def _function(self, names):
+        for name in names:
+            fn = getattr(self._dg, name, None)
+            if fn is not None:
+                return fn
+        return None
+
+    def synchronize(self) -> None:
+        import torch
+        torch.cuda.synchronize(self.device)
+
+    def _loop(self, values, launch, tick) -> int:
+        for i, value in enumerate(values, 1):
+            launch(value)
+            if i % SYNC_EVERY == 0:
+                self.synchronize()
+                tick(SYNC_EVERY)
+        self.synchronize()
+        tick(len(values) % SYNC_EVERY)
+        return len(values)
+
+    def _buffer(self, key, size, make):
+        have = self._buffers.get(key)
+        if have is None or have[0] < size:
+            self._buffers.pop(key, None)
+            self._buffers[key] = (size, make(size))
+        return self._buffers[key][1]
+
+    def gemm(self, step, m_values, tick):
+        import torch
+
+        fn = self._function(DENSE_NAMES)
+        if fn is None:
+            raise Unavailable(f"deep_gemm has none of {DENSE_NAMES}")
+        n, k = int(step["n"]), int(step["k"])
+        block = int((step.get("block_size") or [128, 128])[0])
+        dev = self.device
+
+        def make(m):
+            return (torch.empty(m, k, device=dev, dtype=torch.float8_e4m3fn),
+                    torch.zeros(m, k // block, device=dev, dtype=torch.float32),
+                    torch.zeros(n, k, device=dev, dtype=torch.float8_e4m3fn),
+                    torch.ones((n + block - 1) // block, k // block, device=dev, dtype=torch.float32),
+                    torch.empty(m, n, device=dev, dtype=torch.bfloat16))
+
+        a, a_s, w, w_s, out = self._buffer(("gemm", n, k), max(m_values), make)
+        return self._loop(m_values, lambda m: fn((a[:m], a_s[:m]), (w, w_s), out[:m]), tick)
+
+    def grouped_gemm(self, step, m_values, tick):
+        import torch
+
+        fn = self._function(GROUPED_NAMES)
+        if fn is None:
+            raise Unavailable(f"deep_gemm has none of {GROUPED_NAMES}")
+        n, k, e = int(step["n"]), int(step["k"]), int(step["num_groups"])
+        align = int(step.get("alignment") or 128)
+        block = 128
+        dev = self.device
+
+        def make(m):
+            experts = torch.arange((m + align - 1) // align, dtype=torch.int32) % e
+            return (torch.empty(m, k, device=dev, dtype=torch.float8_e4m3fn),
+                    torch.zeros(m, k // block, device=dev, dtype=torch.float32),
+                    torch.zeros(e, n, k, device=dev, dtype=torch.float8_e4m3fn),
+                    torch.ones(e, (n + block - 1) // block, k // block, device=dev, dtype=torch.float32),
+                    torch.empty(m, n, device=dev, dtype=torch.bfloat16),
+                    experts.repeat_interleave(align)[:m].to(dev))
+
+        a, a_s, w, w_s, out, ids = self._buffer(("grouped", n, k, e, align), max(m_values), make)
+        return self._loop(m_values, lambda m: fn((a[:m], a_s[:m]), (w, w_s), out[:m], ids[:m]), tick)
+
+    def release(self, step) -> None:
+        if step.get("kind") == "gemm":
+            self._buffers.pop(("gemm", int(step["n"]), int(step["k"])), None)
+        elif step.get("kind") == "grouped_gemm":
+            self._buffers.pop(("grouped", int(step["n"]), int(step["k"]), int(step["num_groups"]),
+                               int(step.get("alignment") or 128)), None)
+
+    def close(self) -> None:
+        self._buffers.clear()

@@ -1,0 +1,229 @@
+"""`triton`: the project's own Triton kernels (executor.kernels): block-FP8 GEMM, grouped
+MoE GEMM, prefill attention, and their autotuning.
+
+Each call is a real launch on scratch tensors (zeros, unit scales, as vLLM's warmup
+does), so the compile, the launcher build and the module load all happen here and not
+in serving. Tensors are allocated once per shape at the largest size of the step and
+sliced per M: slices keep dtype, strides and 16-byte alignment, hence the variant.
+On CPU the kernels run under the Triton interpreter (tests); nothing compiles there.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from .base import BaseBackend, Unavailable, torch_cuda_available
+
+SYNC_EVERY = 256  # launches between synchronizations: keeps the queue short and the ETA honest
+
+
+class TritonBackend(BaseBackend):
+    name = "triton"
+    families = ("gemm", "grouped_gemm", "attention", "autotune")
+    KERNELS = {"gemm": ("fp8_gemm", "fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "w8a8_block_fp8_matmul"),
+               "grouped_gemm": ("grouped_fp8_gemm", "m_grouped_fp8_gemm_nt_contiguous",
+                                "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"),
+               "attention": ("context_attention_fwd", "prefill_attention")}
+
+    def __init__(self, device: str = "cuda", options=None):
+        super().__init__(device, options)
+        self._buffers: dict = {}
+
+    def available(self) -> tuple[bool, str]:
+        ok, why = torch_cuda_available(self.device)
+        if not ok:
+            return ok, why
+        try:
+            import triton  # noqa: F401
+        except Exception as e:  # noqa: BLE001
+            return False, f"triton is not importable ({type(e).__name__}: {e})"
+        try:
+            from ..kernels import fp8_gemm, grouped_gemm, prefill_attention  # noqa: F401
+        except Exception as e:  # noqa: BLE001
+            return False, f"executor.kernels is not importable ({type(e).__name__}: {e})"
+        if not str(self.device).startswith("cuda"):
+            from ..kernels._triton import interpreting
+            if not interpreting():
+                return False, f"device {self.device!r} needs TRITON_INTERPRET=1 (set before triton is imported)"
+        return True, ""
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _check_kernel(self, family: str, step: dict) -> None:
+        kernel = step.get("kernel")
+        if kernel is not None and kernel not in self.KERNELS[family]:
+            raise Unavailable(f"triton backend has no kernel {kernel!r} for {family} "
+                              f"(it has {', '.join(self.KERNELS[family])})")
+        block = step.get("block_size")
+        if block is not None and list(block) != [128, 128]:
+            raise Unavailable(f"triton block-FP8 kernels take 128x128 weight blocks, the step has {block}")
+
+    def _buffer(self, key, size: int, make):
+        have = self._buffers.get(key)
+        if have is None or have[0] < size:
+            self._buffers.pop(key, None)
+            self._buffers[key] = (size, make(size))
+        return self._buffers[key][1]
+
+    def synchronize(self) -> None:
+        import torch
+        if str(self.device).startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+
+    def _launch_loop(self, values, launch, tick) -> int:
+        n = 0
+        for value in values:
+            launch(value)
+            n += 1
+            if n % SYNC_EVERY == 0:
+                self.synchronize()
+                tick(SYNC_EVERY)
+        self.synchronize()
+        tick(n % SYNC_EVERY)
+        return n
+
+    # --- families ------------------------------------------------------------------------------
+
+    def gemm(self, step, m_values, tick):
+        from ..kernels import fp8_gemm as g
+
+        self._check_kernel("gemm", step)
+        n, k = int(step["n"]), int(step["k"])
+        inputs = self._buffer(("gemm", n, k), max(m_values),
+                              lambda m: g.alloc_gemm_inputs(m, n, k, device=self.device))
+
+        def launch(m):
+            rows = inputs.rows(m)
+            g.fp8_gemm(*rows.args(), out=rows.out)
+
+        return self._launch_loop(m_values, launch, tick)
+
+    def grouped_gemm(self, step, m_values, tick):
+        from ..kernels import grouped_gemm as gg
+
+        self._check_kernel("grouped_gemm", step)
+        n, k, e = int(step["n"]), int(step["k"]), int(step["num_groups"])
+        block_m = int(step.get("alignment") or 128)
+        bad = [m for m in m_values if m % block_m]
+        if bad:
+            raise ValueError(f"grouped GEMM M_sum values must be multiples of the alignment {block_m}: {bad[:5]}")
+        inputs = self._buffer(("grouped", n, k, e, block_m), max(m_values),
+                              lambda m: gg.alloc_grouped_inputs(m, n, k, e, device=self.device, block_m=block_m))
+
+        def launch(m):
+            rows = inputs.rows(m)
+            gg.grouped_fp8_gemm(*rows.args(), block_m=block_m, out=rows.out)
+
+        return self._launch_loop(m_values, launch, tick)
+
+    def attention(self, step, batches, tick):
+        import torch
+
+        from ..kernels import prefill_attention as pa
+
+        self._check_kernel("attention", step)
+        h, kvh, d = int(step["num_heads"]), int(step["num_kv_heads"]), int(step["head_size"])
+        dtype = getattr(torch, str(step.get("dtype", "bfloat16")).removeprefix("torch."))
+        window = tuple(step.get("sliding_window") or (-1, -1))
+        # vLLM: sliding_window [left, right] with -1 unbounded; the kernel takes (q, k) windows alike.
+        total = max(sum(b) for b in batches)
+        inputs = self._buffer(("attention", h, kvh, d, str(dtype)), total,
+                              lambda t: pa.alloc_attention_inputs(t, h, kvh, d, dtype=dtype, device=self.device))
+
+        def launch(seq_lens):
+            t = sum(seq_lens)
+            pa.warmup(t, h, kvh, d, dtype=dtype, device=self.device, inputs=inputs, seq_lens=seq_lens,
+                      is_causal=bool(step.get("is_causal", True)), softmax_scale=step.get("scale"),
+                      softcap=float(step.get("logits_soft_cap") or 0.0), sliding_window=window)
+
+        return self._launch_loop(batches, launch, tick)
+
+    def autotune(self, step, tick, ctx):
+        import torch
+
+        from .. import autotune as at
+        from ..kernels import configs
+        from ..kernels import fp8_gemm as g
+
+        capturing = str(self.device).startswith("cuda") and torch.cuda.is_current_stream_capturing()
+        at.ensure_not_capturing(capturing or getattr(ctx, "capturing", False))
+        unsupported = sorted({s["kernel"] for s in step.get("shapes") or [] if s["kernel"] != "fp8_gemm"})
+        if unsupported:
+            raise Unavailable(f"triton autotune has no tuner for {', '.join(unsupported)} (only fp8_gemm)")
+        retune = bool(getattr(self.options, "retune", False))
+        try:
+            details = at.tune_step(step, device_name=g.device_name(self.device), root=configs.config_root(),
+                                   retune=retune, candidates=lambda kernel: [dict(c) for c in configs.CANDIDATE_CONFIGS],
+                                   bench_for=self._bench_for, tick=tick, configs_module=configs)
+        finally:
+            g.clear_table_cache()  # the GEMM steps after this one must see the new tables
+            self._buffers.pop("autotune", None)
+            if str(self.device).startswith("cuda"):
+                torch.cuda.empty_cache()
+        return details
+
+    def _bench_for(self, kernel: str, n: int, k: int, max_m: int):
+        """Benchmark of fp8_gemm on random quantized data (never zeros) at (n, k)."""
+        import torch
+
+        from ..kernels import fp8_gemm as g
+        from ..kernels.reference import quantize_fp8_block, quantize_fp8_per_token_group
+
+        self._buffers.pop("autotune", None)
+        gen = torch.Generator(device=self.device).manual_seed(n * 131 + k)
+        a, a_s = quantize_fp8_per_token_group(torch.randn(max_m, k, device=self.device, generator=gen))
+        b, b_s = quantize_fp8_block(torch.randn(n, k, device=self.device, generator=gen) * 0.05)
+        out = torch.empty(max_m, n, dtype=torch.bfloat16, device=self.device)
+        self._buffers["autotune"] = (max_m, (a, a_s, b, b_s, out))
+        cuda = str(self.device).startswith("cuda")
+
+        def bench(m: int, config: dict) -> float:
+            args = (a[:m], a_s[:m], b, b_s)
+            run = lambda: g.fp8_gemm(*args, out=out[:m], config=config)  # noqa: E731
+            try:
+                run()  # compile, launcher build and module load stay out of the timing
+                self.synchronize()
+            except Exception as e:  # noqa: BLE001 - e.g. OutOfResources: this candidate cannot run
+                if type(e).__name__ == "OutOfMemoryError":
+                    raise
+                return math.inf
+            if not cuda:
+                t0 = time.perf_counter()
+                run()
+                return (time.perf_counter() - t0) * 1e3
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            once = max(start.elapsed_time(end), 1e-3)
+            reps = int(min(100, max(5, 2.0 / once)))  # about 2 ms of launches, 5 to 100 of them
+            start.record()
+            for _ in range(reps):
+                run()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / reps
+
+        return bench
+
+    # --- memory ------------------------------------------------------------------------------------
+
+    def release(self, step) -> None:
+        kind = step.get("kind")
+        if kind == "gemm":
+            self._buffers.pop(("gemm", int(step["n"]), int(step["k"])), None)
+        elif kind == "grouped_gemm":
+            self._buffers.pop(("grouped", int(step["n"]), int(step["k"]), int(step["num_groups"]),
+                               int(step.get("alignment") or 128)), None)
+        # attention buffers are small and shared by every step of one layer key
+
+    def close(self) -> None:
+        self._buffers.clear()
+        try:
+            import torch
+            if str(self.device).startswith("cuda") and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,273 @@
+"""`warmup execute`: plan and execute, or execute an expanded plan exactly as planned.
+
+    warmup execute PLAN --engine ENGINE [options]     plan, then execute
+    warmup execute EXPANDED.yaml [options]            execute exactly what was planned;
+                                                      refused when stale
+    python3 -m executor.cli execute ...               the same without the entry point
+
+Registered as a `warmup.commands` plugin (pyproject), so the planner never imports
+the executor. Importing this module imports neither torch nor triton: the run does,
+lazily. Exit codes: 0 every step ok or skipped; 1 a step failed, a step was
+unavailable (unless --allow-missing), or the hot-path check saw a compile; 2 invalid
+input; 3 internal error; 130 interrupted. The report (--report) is written in every
+one of these cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+FAMILIES = ("gemm", "grouped_gemm", "attention", "autotune")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
+
+
+def add_commands(sub) -> None:
+    """Entry point `warmup.commands`: add `execute` to the `warmup` parser."""
+    p = sub.add_parser("execute", help="execute a warmup plan on this machine's GPU",
+                       description=cmd_execute.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("plan", help="built-in plan name or plan YAML (planned first, needs --engine), "
+                                "or an expanded plan file (warmup-expanded-plan/v1) executed as it is")
+    p.add_argument("--engine", "-e", help="engine name or YAML: required with a plan; with an expanded plan "
+                                          "it defaults to the built-in engine the plan names (for the stale check)")
+    p.add_argument("--source-plan", metavar="PLAN",
+                   help="with an expanded plan: the plan it was expanded from (default: the built-in plan it names)")
+    p.add_argument("--backend", action="append", default=[], metavar="FAMILY=NAME",
+                   help="which backend implements a kernel family where several are installed: "
+                        f"FAMILY in {', '.join(FAMILIES)} or 'all'; NAME in triton, deep_gemm, flashinfer, "
+                        "torch, null (default: what each step names). Repeatable")
+    p.add_argument("--dry-run", action="store_true", help="walk the plan with the null backend and no runner "
+                                                          "(no GPU; counts only)")
+    p.add_argument("--on-error", choices=("stop", "continue"), default="stop",
+                   help="after a failed step: stop (the rest is reported skipped) or continue (default: stop)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="steps whose backend or runner is missing (unavailable) do not fail the run")
+    p.add_argument("--report", metavar="FILE", help="write the JSON report here (atomically, always)")
+    p.add_argument("--jit-monitor", choices=("off", "warn", "error"), default="warn",
+                   help="after the warmup is sealed, report each compile (warn) or raise (error) (default: warn)")
+    p.add_argument("--jit-log", metavar="FILE", help="append every post-seal compile here as a JSON line")
+    p.add_argument("--verify", type=int, default=0, metavar="N",
+                   help="after sealing, run N random calls inside the plan's ranges and report every compile")
+    p.add_argument("--verify-seed", type=int, default=0, metavar="SEED")
+    p.add_argument("--runner", choices=("reference", "none"), default="reference",
+                   help="model runner for batch and CUDA-graph steps: reference (executor.runner.reference) "
+                        "or none (skip them) (default: reference)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda; cpu runs the Triton interpreter)")
+    p.add_argument("--kernel-config-dir", metavar="DIR",
+                   help="where tuned kernel tables are read and written "
+                        "(default: $WARMUP_KERNEL_CONFIG_DIR, else ~/.cache/warmup-planner/kernel-configs)")
+    p.add_argument("--retune", action="store_true", help="tune again even where a table covers every bucket")
+    p.add_argument("--flashinfer-cache", metavar="FILE", help="FlashInfer autotune cache file (cache: persistent)")
+    p.add_argument("--no-progress", action="store_true", help="no progress output")
+    p.add_argument("--inject-failure", action="append", default=[], metavar="STEP_ID[=error|oom|interrupt]",
+                   help="testing: make a step fail with an exception, a CUDA OOM or a Ctrl-C")
+    p.set_defaults(func=cmd_execute)
+
+
+def cmd_execute(args) -> int:
+    """Execute a warmup plan: every step through its handler and backend, with progress per stage,
+    a summary table (steps run, kernel calls, variants compiled, variants loaded from the disk
+    cache, wall time per stage) and a JSON report. Steps end ok, failed, unavailable (backend or
+    runner missing here) or skipped."""
+    from .report import Report
+
+    report = Report(options={"argv": sys.argv[1:]})
+    try:
+        return _execute(args, report)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        print("warmup: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - invalid input (PlanError) or a bug: report it, then exit
+        from planner.errors import PlanError
+
+        if isinstance(e, PlanError):
+            report.error, report.error_kind = str(e), "invalid"
+            print(f"warmup: error: {e}", file=sys.stderr)
+            return EXIT_INVALID
+        report.error, report.error_kind = f"{type(e).__name__}: {e}", "internal"
+        if os.environ.get("WARMUP_DEBUG"):
+            raise
+        print(f"warmup: internal error: {type(e).__name__}: {e} (set WARMUP_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        if args.report:
+            _write_report(report, args.report)
+
+
+def _write_report(report, path: str) -> None:
+    # A second Ctrl-C must not leave the report half written (the write is atomic anyway).
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        report.write(path)
+        print(f"report: {path}", file=sys.stderr)
+    except OSError as e:
+        print(f"warmup: cannot write the report {path}: {e}", file=sys.stderr)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def parse_backends(items: list[str], dry_run: bool) -> dict:
+    from planner.errors import PlanError
+
+    from .registry import BACKEND_FAMILIES, BACKENDS
+
+    chosen = {"all": "null"} if dry_run else {}
+    for item in items:
+        family, sep, name = item.partition("=")
+        if not sep:
+            family, name = "all", item
+        if family != "all" and family not in FAMILIES:
+            raise PlanError(f"--backend {item}: unknown family {family!r} (families: {', '.join(FAMILIES)}, all)")
+        if name not in BACKENDS:
+            raise PlanError(f"--backend {item}: unknown backend {name!r} (backends: {', '.join(BACKENDS)})")
+        if family != "all" and family not in BACKEND_FAMILIES[name]:
+            raise PlanError(f"--backend {item}: backend {name} does not implement {family} "
+                            f"(it implements {', '.join(BACKEND_FAMILIES[name])})")
+        chosen[family] = name
+    return chosen
+
+
+def parse_inject(items: list[str]) -> dict:
+    from planner.errors import PlanError
+
+    from .run import INJECT_KINDS
+
+    out = {}
+    for item in items:
+        step_id, _, kind = item.partition("=")
+        kind = kind or "error"
+        if kind not in INJECT_KINDS:
+            raise PlanError(f"--inject-failure {item}: kind must be one of {', '.join(INJECT_KINDS)}")
+        out[step_id] = kind
+    return out
+
+
+def load_input(args):
+    """(expanded plan, Engine, source description): plan first, or load and check an expanded file."""
+    from planner.engine import load_engine
+    from planner.errors import PlanError
+    from planner.expand import expand
+    from planner.loading import detect, expanded_from_document
+    from planner.plan import load_plan
+    from planner.yamlio import load_file
+
+    source = args.plan
+    if os.path.isfile(source):
+        doc = load_file(source)
+        kind = detect(doc)
+        if kind == "expanded plan":
+            expanded = expanded_from_document(doc)
+            engine, plan = _sources_of(expanded, args, source)
+            freshness = check_fresh(expanded, engine, plan, source)
+            return expanded, engine, {"kind": "expanded plan", "file": source, "freshness": freshness}
+        if kind == "engine":
+            raise PlanError("this is an engine config, not a plan: pass it with --engine", file=source)
+    if not args.engine:
+        raise PlanError("--engine is required to plan and execute a plan (or pass an expanded plan file)",
+                        file=source)
+    plan = load_plan(source)
+    engine = load_engine(args.engine)
+    return expand(plan, engine), engine, {"kind": "plan", "plan": source, "engine": args.engine}
+
+
+def _sources_of(expanded: dict, args, path: str):
+    from planner.engine import load_engine
+    from planner.errors import PlanError
+    from planner.plan import load_plan
+
+    try:
+        engine = load_engine(args.engine or expanded["engine"])
+        plan = load_plan(args.source_plan or expanded["plan"])
+    except PlanError as e:
+        raise PlanError(f"cannot check that this expanded plan is fresh: {e}; pass the engine with --engine "
+                        "and the plan with --source-plan", file=path) from None
+    return engine, plan
+
+
+def check_fresh(expanded: dict, engine, plan, path: str) -> str:
+    """Refuse a stale expanded plan. planner.stale.check_fresh when it exists; until then,
+    the same test on the digests the planner writes (plan, engine, planner version)."""
+    from planner.errors import PlanError
+
+    try:
+        from planner.stale import check_fresh as planner_check
+    except ImportError:
+        planner_check = None
+    if planner_check is not None:
+        planner_check(expanded, engine, plan, file=path)
+        return "planner.stale.check_fresh"
+    from planner.expand import input_digests
+
+    now = input_digests(plan, engine)
+    changed = [k for k in ("plan", "engine", "planner") if expanded["inputs"].get(k) != now[k]]
+    if changed:
+        raise PlanError(f"stale expanded plan: its {', '.join(changed)} input changed since it was planned "
+                        f"(plan {plan.name!r}, engine {engine.name!r}); plan it again with `warmup plan`", file=path)
+    return "input digests (planner.stale not present)"
+
+
+def _execute(args, report) -> int:
+    from .progress import Progress
+    from .run import Options, execute
+
+    backends = parse_backends(args.backend, args.dry_run)
+    inject = parse_inject(args.inject_failure)
+    if args.verify < 0:
+        from planner.errors import PlanError
+        raise PlanError(f"--verify must be >= 0, got {args.verify}")
+    device = args.device or ("cpu" if args.dry_run else "cuda")
+    _set_kernel_config_dir(args.kernel_config_dir)
+    if not str(device).startswith("cuda") and not args.dry_run and "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: Triton must be imported in interpreter mode
+    expanded, engine, source = load_input(args)
+    unknown = sorted(set(inject) - {s["id"] for s in expanded["steps"]})
+    if unknown:
+        from planner.errors import PlanError
+        raise PlanError(f"--inject-failure: no step {unknown[0]!r} in the plan")
+    options = Options(backends=backends, on_error=args.on_error, jit_monitor=args.jit_monitor,
+                      jit_log=args.jit_log, verify=args.verify, verify_seed=args.verify_seed,
+                      allow_missing=args.allow_missing, runner="none" if args.dry_run else args.runner,
+                      device=device, retune=args.retune, flashinfer_cache=args.flashinfer_cache, inject=inject)
+    report.__init__(expanded, {**options.public(), "argv": sys.argv[1:]})
+    report.source = source
+    progress = Progress(enabled=not args.no_progress)
+    execute(expanded, engine.data, options, progress, report)
+    sys.stdout.write(report.render_summary())
+    sys.stdout.flush()
+    return report.exit_code()
+
+
+def _set_kernel_config_dir(path: str | None) -> None:
+    """The kernels read their tuned tables from $WARMUP_KERNEL_CONFIG_DIR; autotune writes there."""
+    if path:
+        os.environ["WARMUP_KERNEL_CONFIG_DIR"] = os.path.abspath(path)
+    elif not os.environ.get("WARMUP_KERNEL_CONFIG_DIR"):
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        os.environ["WARMUP_KERNEL_CONFIG_DIR"] = os.path.join(cache, "warmup-planner", "kernel-configs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="warmup", description="Execute GPU kernel warmup plans (the executor's commands).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    add_commands(sub)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

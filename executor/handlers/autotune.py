@@ -1,0 +1,17 @@
+"""`autotune` steps: the backend named by the step's `library` tunes (or loads its tuned results).
+
+Never inside CUDA-graph capture: the context says when a capture is running, and the
+backends also ask torch. Kernel calls are the benchmarks run (0 when every table loaded).
+"""
+
+from ..autotune import ensure_not_capturing
+
+FAMILY = "autotune"
+
+
+def handle(step: dict, ctx) -> dict:
+    ensure_not_capturing(ctx.capturing)
+    backend = ctx.backend_for(FAMILY, step)
+    before = ctx.step_ticks
+    details = backend.autotune(step, ctx.tick, ctx) or {}
+    return {"backend": backend.name, "kernel_calls": ctx.step_ticks - before, "details": details}

@@ -1,0 +1,205 @@
+"""The execution report: every step's status with its id, per-stage totals, the JIT monitor's
+counts, the hot-path check, and the environment. Written as JSON, atomically, always:
+also when a step fails, when the run crashes, and on Ctrl-C (exit 130).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+FORMAT = "warmup-execute-report/v1"
+STATUSES = ("ok", "failed", "unavailable", "skipped")
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class Report:
+    def __init__(self, expanded: dict | None = None, options: dict | None = None):
+        self.started = time.time()
+        self.finished: float | None = None
+        self.plan = expanded.get("plan") if expanded else None
+        self.engine = expanded.get("engine") if expanded else None
+        self.digest = expanded.get("digest") if expanded else None
+        self.options = options or {}
+        self.steps: list[dict] = []
+        self.stage_order: list[str] = []
+        self.stage_wall: dict[str, float] = {}
+        self.monitor: dict | None = None
+        self.verify: dict | None = None
+        self.environment: dict = {}
+        self.interrupted = False
+        self.error: str | None = None        # invalid input or internal error, one line
+        self.error_kind: str | None = None   # "invalid" | "internal"
+        self.source: dict = {}
+        self.allow_missing = bool(self.options.get("allow_missing"))
+
+    # --- filling in ------------------------------------------------------------------------
+
+    def add_step(self, record: dict) -> None:
+        if record["stage"] not in self.stage_order:
+            self.stage_order.append(record["stage"])
+        self.steps.append(record)
+
+    def stage_summary(self, stage: str) -> dict:
+        recs = [r for r in self.steps if r["stage"] == stage]
+        out = {"stage": stage, "steps": len(recs)}
+        for status in STATUSES:
+            out[status] = sum(r["status"] == status for r in recs)
+        out["run"] = out["ok"] + out["failed"]
+        out["kernel_calls"] = sum(r.get("kernel_calls") or 0 for r in recs)
+        jits = [r["jit"] for r in recs if r.get("jit") is not None]
+        # None (shown as "-") when the JIT monitor was off: nothing was counted.
+        out["compiled"] = sum(j["compiled"] for j in jits) if jits else None
+        out["disk_loads"] = sum(j["disk_loads"] for j in jits) if jits else None
+        out["wall_s"] = round(self.stage_wall.get(stage, sum(r.get("wall_s") or 0 for r in recs)), 3)
+        return out
+
+    def stages(self) -> list[dict]:
+        return [self.stage_summary(s) for s in self.stage_order]
+
+    def counts(self) -> dict:
+        return {s: sum(r["status"] == s for r in self.steps) for s in STATUSES}
+
+    def post_seal_compiles(self) -> int:
+        return len((self.monitor or {}).get("post_seal_events") or [])
+
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        if self.error_kind == "invalid":
+            return EXIT_INVALID
+        if self.error_kind == "internal":
+            return EXIT_INTERNAL
+        counts = self.counts()
+        if counts["failed"] or (counts["unavailable"] and not self.allow_missing):
+            return EXIT_FAILED
+        if self.verify and (self.verify.get("post_seal_compiles") or self.verify.get("failures")):
+            return EXIT_FAILED
+        return EXIT_OK
+
+    def status(self) -> str:
+        code = self.exit_code()
+        return {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_INVALID: "invalid input",
+                EXIT_INTERNAL: "internal error", EXIT_INTERRUPTED: "interrupted"}[code]
+
+    def to_dict(self) -> dict:
+        finished = self.finished or time.time()
+        return {
+            "format": FORMAT,
+            "status": self.status(),
+            "exit_code": self.exit_code(),
+            "error": self.error,
+            "interrupted": self.interrupted,
+            "plan": self.plan, "engine": self.engine, "digest": self.digest, "source": self.source,
+            "started": _iso(self.started), "finished": _iso(finished),
+            "wall_s": round(finished - self.started, 3),
+            "options": self.options,
+            "environment": self.environment,
+            "counts": self.counts(),
+            "stages": self.stages(),
+            "steps": self.steps,
+            "jit_monitor": self.monitor,
+            "verify": self.verify,
+        }
+
+    # --- output ----------------------------------------------------------------------------------
+
+    def write(self, path: str) -> None:
+        """Atomic: a reader sees the previous report or this one, never part of one."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str) + "\n"
+        write_atomic(path, text)
+
+    def render_summary(self) -> str:
+        rows = [("stage", "steps", "run", "ok", "failed", "unavail", "skipped", "calls", "compiled",
+                 "disk", "wall_s")]
+        total = {k: 0 for k in ("steps", "run", "ok", "failed", "unavailable", "skipped", "kernel_calls")}
+        comp_total = disk_total = 0
+        monitored = False
+        for s in self.stages():
+            rows.append((s["stage"], s["steps"], s["run"], s["ok"], s["failed"], s["unavailable"], s["skipped"],
+                         s["kernel_calls"], _dash(s["compiled"]), _dash(s["disk_loads"]), f"{s['wall_s']:.2f}"))
+            for k in total:
+                total[k] += s[k]
+            if s["compiled"] is not None:
+                monitored = True
+                comp_total += s["compiled"]
+                disk_total += s["disk_loads"]
+        rows.append(("total", total["steps"], total["run"], total["ok"], total["failed"], total["unavailable"],
+                     total["skipped"], total["kernel_calls"], comp_total if monitored else "-",
+                     disk_total if monitored else "-", f"{sum(self.stage_wall.values()):.2f}"))
+        widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+        lines = []
+        for i, r in enumerate(rows):
+            cells = [str(c).ljust(widths[j]) if j == 0 else str(c).rjust(widths[j]) for j, c in enumerate(r)]
+            lines.append("  ".join(cells).rstrip())
+            if i == 0 or i == len(rows) - 2:
+                lines.append("  ".join("-" * w for w in widths))
+        out = "\n".join(lines) + "\n"
+        problems = [r for r in self.steps if r["status"] in ("failed", "unavailable")]
+        for r in problems:
+            out += f"{r['status']}: {r['id']}: {r.get('error') or ''}\n"
+        if self.verify:
+            v = self.verify
+            out += (f"verify: {v['calls']} random calls over {len(v['keys'])} keys (seed {v['seed']}): "
+                    f"{v['post_seal_compiles']} post-seal compiles, {len(v['failures'])} failures, "
+                    f"{v['wall_s']:.2f} s\n")
+            for e in v.get("events", [])[:20]:
+                out += f"  post-seal: {e.get('step')}: {e.get('kernel')} {e.get('repr') or ''}\n"
+        if self.monitor and self.monitor.get("sealed") and not self.verify:
+            out += f"jit monitor: sealed, {self.post_seal_compiles()} post-seal compiles\n"
+        out += f"status: {self.status()} (exit {self.exit_code()})\n"
+        return out
+
+
+def _dash(v):
+    return "-" if v is None else v
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
+
+
+def write_atomic(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def environment(device: str | None = None) -> dict:
+    """Versions and the device, for the report (only modules already imported are asked)."""
+    env = {"python": sys.version.split()[0], "platform": platform.platform(),
+           "triton_cache_dir": os.environ.get("TRITON_CACHE_DIR"),
+           "kernel_config_dir": os.environ.get("WARMUP_KERNEL_CONFIG_DIR"),
+           "triton_interpret": os.environ.get("TRITON_INTERPRET")}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env["torch"] = torch.__version__
+        try:
+            if torch.cuda.is_available():
+                idx = torch.cuda.current_device()
+                env["gpu"] = torch.cuda.get_device_name(idx)
+                env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(idx)))
+                env["cuda"] = torch.version.cuda
+                env["num_sms"] = torch.cuda.get_device_properties(idx).multi_processor_count
+        except Exception:  # noqa: BLE001
+            pass
+    for name in ("triton", "deep_gemm", "flashinfer"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            env[name] = getattr(mod, "__version__", "?")
+    env["device"] = device
+    return env

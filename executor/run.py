@@ -1,0 +1,323 @@
+"""Execute an expanded plan: every step through its handler, in order, with statuses.
+
+Each step ends `ok`, `failed` (any exception, with its text and the step id),
+`unavailable` (its backend or the model runner is missing here) or `skipped`
+(`--runner none`, or not reached after a failure with ``on_error="stop"``). A CUDA
+OOM is a failure like any other: the step's scratch memory is freed and, with
+``on_error="continue"``, the next step runs. After the last step the JIT monitor is
+sealed and the optional hot-path check (executor.verify) runs. The report object is
+filled as the run goes, so the caller can write it whatever happens.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+from . import registry
+from .backends.base import Skipped, Unavailable, is_oom
+from .jit_monitor import Monitor
+from .progress import Progress
+from .report import Report, environment
+
+INJECT_KINDS = ("error", "oom", "interrupt")
+VERIFIED_KINDS = ("gemm", "grouped_gemm", "attention")
+
+
+@dataclass
+class Options:
+    backends: dict = field(default_factory=dict)  # family (or "all") -> backend name
+    on_error: str = "stop"                         # stop | continue
+    jit_monitor: str = "warn"                      # off | warn | error
+    jit_log: str | None = None                     # JSONL of post-seal compiles
+    verify: int = 0                                # random hot-path calls after sealing
+    verify_seed: int = 0
+    allow_missing: bool = False
+    runner: str = "reference"                      # reference | none
+    device: str = "cuda"
+    retune: bool = False
+    flashinfer_cache: str | None = None
+    inject: dict = field(default_factory=dict)     # step id -> error | oom | interrupt (tests)
+    keep_monitor: bool = False                     # leave the sealed monitor installed afterwards
+
+    def public(self) -> dict:
+        return asdict(self)
+
+
+class Context:
+    """What handlers see: backends, the runner, progress ticks, the capture flag."""
+
+    def __init__(self, options: Options, engine: dict | None, progress: Progress, monitor: Monitor):
+        self.options = options
+        self.engine = engine
+        self.progress = progress
+        self.monitor = monitor
+        self.device = options.device
+        self.capturing = False
+        self.step_ticks = 0
+        self._backends: dict = {}
+        self._availability: dict = {}
+        self._runner = None
+        self._runner_error: str | None = None
+
+    def tick(self, n: int) -> None:
+        self.step_ticks += n
+        self.progress.tick(n)
+
+    # --- backends ------------------------------------------------------------------------------
+
+    def backend_name(self, family: str, step: dict) -> str:
+        chosen = self.options.backends.get(family) or self.options.backends.get("all")
+        return chosen or registry.planned_backend(family, step)
+
+    def backend(self, name: str):
+        """The backend instance, or Unavailable with the reason (checked once per run)."""
+        if name not in self._availability:
+            try:
+                cls = registry.load_backend(name)
+            except KeyError:
+                self._availability[name] = (False, f"no backend named {name!r} (known: {', '.join(registry.BACKENDS)})")
+            except Exception as e:  # noqa: BLE001 - a backend module must never crash the run
+                self._availability[name] = (False, f"backend module failed to import ({type(e).__name__}: {e})")
+            else:
+                instance = cls(self.device, self.options)
+                try:
+                    self._availability[name] = instance.available()
+                except Exception as e:  # noqa: BLE001
+                    self._availability[name] = (False, f"{type(e).__name__}: {e}")
+                if self._availability[name][0]:
+                    self._backends[name] = instance
+        ok, why = self._availability[name]
+        if not ok:
+            raise Unavailable(f"backend {name}: {why}")
+        return self._backends[name]
+
+    def backend_for(self, family: str, step: dict):
+        name = self.backend_name(family, step)
+        if name in registry.BACKEND_FAMILIES and family not in registry.BACKEND_FAMILIES[name]:
+            raise Unavailable(f"backend {name} does not implement {family}")
+        return self.backend(name)
+
+    # --- the model runner ---------------------------------------------------------------------------
+
+    def get_runner(self, required: bool = True):
+        if self.options.runner == "none":
+            if required:
+                raise Skipped("--runner none: batch and CUDA-graph steps are not run")
+            return None
+        if self._runner is not None:
+            return self._runner
+        if self._runner_error is None:
+            try:
+                module = importlib.import_module("executor.runner.reference")
+            except ModuleNotFoundError as e:
+                if e.name not in ("executor.runner.reference", "executor.runner"):
+                    raise
+                self._runner_error = "no model runner (executor.runner.reference is not installed)"
+            else:
+                if self.engine is None:
+                    self._runner_error = "no model runner: it needs the engine config"
+                else:
+                    try:
+                        self._runner = module.ReferenceRunner(self.engine, device=self.device)
+                    except Exception as e:
+                        self._runner_error = f"the model runner failed to start ({type(e).__name__}: {e})"
+                        raise
+                    return self._runner
+        if required:
+            raise Unavailable(self._runner_error)
+        return None
+
+    def close(self) -> None:
+        if self._runner is not None:
+            try:
+                self._runner.close()
+            finally:
+                self._runner = None
+        for backend in self._backends.values():
+            try:
+                backend.close()
+            except Exception:  # noqa: BLE001 - closing must not hide the run's own result
+                pass
+
+
+def planned_calls(step: dict) -> int:
+    kind = step["kind"]
+    if kind in ("gemm", "grouped_gemm"):
+        return len(step["m_values"])
+    if kind == "autotune":
+        return max(1, len(step.get("buckets") or [1]) * max(1, len(step.get("shapes") or [])))
+    if kind == "cudagraph":
+        return len(step.get("sizes") or []) + len(step.get("uniform_decode_sizes") or [])
+    return 1
+
+
+def _first_line(text: str, limit: int = 500) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _inject(step: dict, kind: str, device: str) -> None:
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+    if kind == "oom":
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None and str(device).startswith("cuda") and torch.cuda.is_available():
+            torch.empty(1 << 50, dtype=torch.uint8, device=device)  # 1 PiB: a real CUDA OOM
+        raise MemoryError(f"injected out-of-memory in step {step['id']}")
+    raise RuntimeError(f"injected failure in step {step['id']}")
+
+
+def _free_after_failure(ctx: Context, step: dict) -> None:
+    for backend in ctx._backends.values():
+        try:
+            backend.release(step)
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        import sys
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - the device may be in a bad state: the next step will say so
+        pass
+
+
+def run_step(step: dict, ctx: Context) -> dict:
+    kind = step["kind"]
+    family = registry.FAMILY_OF_KIND.get(kind)
+    record = {"id": step["id"], "stage": step["stage"], "kind": kind, "status": "ok",
+              "backend": None, "planned_backend": None, "kernel_calls": 0,
+              "planned_calls": planned_calls(step), "wall_s": 0.0, "error": None, "jit": None}
+    if family is not None:
+        try:
+            record["planned_backend"] = registry.planned_backend(family, step)
+            record["backend"] = ctx.backend_name(family, step)
+        except KeyError:
+            pass
+    elif kind in registry.HANDLERS:
+        record["backend"] = record["planned_backend"] = "runner"
+    ctx.step_ticks = 0
+    ctx.progress.step_start(step)
+    ctx.monitor.begin_step(step["id"])
+    start = time.perf_counter()
+    try:
+        if step["id"] in ctx.options.inject:
+            _inject(step, ctx.options.inject[step["id"]], ctx.device)
+        handler = registry.HANDLERS.get(kind)
+        if handler is None:
+            raise RuntimeError(f"no handler for step kind {kind!r} (known: {', '.join(registry.HANDLERS)})")
+        out = handler(step, ctx)
+        record["backend"] = out.get("backend", record["backend"])
+        record["kernel_calls"] = out.get("kernel_calls", ctx.step_ticks)
+        if out.get("details"):
+            record["details"] = out["details"]
+    except Unavailable as e:
+        record.update(status="unavailable", error=_first_line(e))
+    except Skipped as e:
+        record.update(status="skipped", error=_first_line(e))
+    except KeyboardInterrupt:
+        record.update(status="failed", error="interrupted (Ctrl-C)", kernel_calls=ctx.step_ticks,
+                      interrupted=True)
+    except Exception as e:  # noqa: BLE001 - every failure becomes the step's status
+        record.update(status="failed", error=_first_line(f"{type(e).__name__}: {e}"),
+                      kernel_calls=ctx.step_ticks, traceback=traceback.format_exc(limit=8))
+        if is_oom(e):
+            record["oom"] = True
+        _free_after_failure(ctx, step)
+    finally:
+        record["wall_s"] = round(time.perf_counter() - start, 4)
+        counts = ctx.monitor.end_step()
+        record["jit"] = counts.as_dict() if counts is not None else None
+    return record
+
+
+def stages_of(steps: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Consecutive steps of one stage (plans list stages in order)."""
+    groups: list[tuple[str, list[dict]]] = []
+    for step in steps:
+        if groups and groups[-1][0] == step["stage"]:
+            groups[-1][1].append(step)
+        else:
+            groups.append((step["stage"], [step]))
+    return groups
+
+
+def execute(expanded: dict, engine: dict | None = None, options: Options | None = None,
+            progress: Progress | None = None, report: Report | None = None) -> Report:
+    """Run every step of `expanded`; returns the report (also filled in place when given)."""
+    options = options or Options()
+    progress = progress or Progress(enabled=False)
+    report = report or Report(expanded, options.public())
+    mode = options.jit_monitor
+    if options.verify and mode == "off":
+        mode = "warn"  # the hot-path check counts compiles: it needs the monitor
+        report.options["jit_monitor_note"] = "--verify turned the JIT monitor on (warn)"
+    monitor = Monitor(mode, options.jit_log).install()
+    ctx = Context(options, engine, progress, monitor)
+    kept: list[dict] = []
+    stopped_by: str | None = None
+    try:
+        for stage, steps in stages_of(expanded["steps"]):
+            progress.stage_start(stage, len(steps), sum(planned_calls(s) for s in steps))
+            stage_start = time.perf_counter()
+            try:
+                for step in steps:
+                    if stopped_by is not None:
+                        report.add_step(_not_run(step, f"not run: step {stopped_by} failed (--on-error stop)"))
+                        continue
+                    record = run_step(step, ctx)
+                    report.add_step(record)
+                    progress.step_end(record)
+                    if record.get("interrupted"):
+                        raise KeyboardInterrupt
+                    if record["status"] == "failed" and options.on_error == "stop":
+                        stopped_by = step["id"]
+                    if options.verify and record["status"] == "ok" and step["kind"] in VERIFIED_KINDS:
+                        kept.append(step)  # its scratch tensors stay for the hot-path check
+                    else:
+                        _release(ctx, step)
+            finally:
+                report.stage_wall[stage] = report.stage_wall.get(stage, 0.0) + time.perf_counter() - stage_start
+                progress.stage_end(report.stage_summary(stage))
+        monitor.seal()
+        if options.verify:
+            from .verify import hot_path_check
+
+            report.verify = hot_path_check(kept, report, ctx, options.verify, options.verify_seed)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        done = {r["id"] for r in report.steps}
+        for step in expanded["steps"]:
+            if step["id"] not in done:
+                report.add_step(_not_run(step, "not run: interrupted (Ctrl-C)"))
+    finally:
+        report.monitor = monitor.summary() if monitor.mode != "off" else {"mode": "off"}
+        report.environment = environment(options.device)
+        try:
+            ctx.close()
+        finally:
+            if not options.keep_monitor:
+                monitor.uninstall()
+        report.finished = time.time()
+    return report
+
+
+def _release(ctx: Context, step: dict) -> None:
+    for backend in ctx._backends.values():
+        try:
+            backend.release(step)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _not_run(step: dict, why: str) -> dict:
+    return {"id": step["id"], "stage": step["stage"], "kind": step["kind"], "status": "skipped",
+            "backend": None, "planned_backend": None, "kernel_calls": 0, "planned_calls": planned_calls(step),
+            "wall_s": 0.0, "error": why, "jit": None}

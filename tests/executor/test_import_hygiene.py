@@ -1,0 +1,48 @@
+"""The planner never imports the executor, torch or triton; the executor's entry points import
+neither torch nor triton (backends and kernels load lazily, inside a run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from execlib import ROOT
+
+HEAVY = ("torch", "triton", "deep_gemm", "flashinfer")
+
+
+def imported_after(statement: str) -> list[str]:
+    code = (f"import sys\n{statement}\n"
+            f"print(' '.join(m for m in ('executor',) + {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+@pytest.mark.parametrize("statement", [
+    "import planner",
+    "import planner.cli, planner.expand, planner.loading, planner.plan, planner.engine",
+    "import planner.cli; planner.cli.build_parser(with_plugins=False)",
+])
+def test_planner_imports_no_executor_torch_or_triton(statement):
+    assert imported_after(statement) == []
+
+
+@pytest.mark.parametrize("module", [
+    "executor", "executor.cli", "executor.registry", "executor.run", "executor.jit_monitor",
+    "executor.report", "executor.progress", "executor.verify", "executor.autotune",
+    "executor.backends.triton", "executor.backends.deep_gemm", "executor.backends.flashinfer",
+    "executor.backends.torch_backend", "executor.backends.null",
+])
+def test_executor_modules_import_no_torch_or_triton(module):
+    assert [m for m in imported_after(f"import {module}") if m != "executor"] == []
+
+
+def test_execute_help_imports_no_torch():
+    code = ("import sys, contextlib, io\nfrom executor.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try: main(['execute', '--help'])\n"
+            "    except SystemExit: pass\n"
+            "print('torch' in sys.modules, 'triton' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

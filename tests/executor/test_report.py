@@ -1,0 +1,91 @@
+"""The JSON report: written atomically, always; stage totals; the summary table; exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from execlib import TINY, by_id, load_report, run_cli
+
+from executor import report as report_mod
+from executor.report import Report
+
+
+def record(i, stage="s", status="ok", calls=3, compiled=1, disk=2):
+    jit = None if compiled is None else {"compiled": compiled, "disk_loads": disk}
+    return {"id": f"{stage}/x{i}", "stage": stage, "kind": "gemm", "status": status, "kernel_calls": calls,
+            "wall_s": 0.5, "error": None if status == "ok" else "boom", "jit": jit}
+
+
+def test_stage_summary_and_table():
+    r = Report({"plan": "p", "engine": "e", "digest": "sha256:x"})
+    for i, status in enumerate(("ok", "ok", "failed", "unavailable", "skipped")):
+        r.add_step(record(i, status=status))
+    r.add_step(record(9, stage="t", compiled=None))
+    r.stage_wall = {"s": 2.0, "t": 1.0}
+    s = r.stage_summary("s")
+    assert (s["steps"], s["run"], s["ok"], s["failed"], s["unavailable"], s["skipped"]) == (5, 3, 2, 1, 1, 1)
+    assert (s["kernel_calls"], s["compiled"], s["disk_loads"], s["wall_s"]) == (15, 5, 10, 2.0)
+    assert r.stage_summary("t")["compiled"] is None  # monitor off: not counted, shown as "-"
+    table = r.render_summary()
+    assert "stage" in table and "compiled" in table and "disk" in table and "wall_s" in table
+    assert "failed: s/x2: boom" in table and "unavailable: s/x3: boom" in table
+    assert r.exit_code() == 1
+
+
+@pytest.mark.parametrize("statuses,allow,code", [
+    (("ok", "skipped"), False, 0), (("ok", "unavailable"), False, 1), (("ok", "unavailable"), True, 0),
+    (("failed",), True, 1),
+])
+def test_exit_codes(statuses, allow, code):
+    r = Report({}, {"allow_missing": allow})
+    for i, s in enumerate(statuses):
+        r.add_step(record(i, status=s))
+    assert r.exit_code() == code
+    r.interrupted = True
+    assert r.exit_code() == 130
+
+
+def test_verify_compiles_fail_the_run():
+    r = Report({})
+    r.add_step(record(0))
+    r.verify = {"calls": 10, "keys": [], "seed": 0, "post_seal_compiles": 1, "failures": [], "wall_s": 0.1,
+                "events": [{"step": "verify/x/m3", "kernel": "k"}]}
+    assert r.exit_code() == 1 and "post-seal: verify/x/m3: k" in r.render_summary()
+
+
+def test_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "report.json"
+    path.write_text('{"old": true}\n')
+    r = Report({"plan": "p"})
+
+    def broken_fsync(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(report_mod.os, "fsync", broken_fsync)
+    with pytest.raises(OSError):
+        r.write(str(path))
+    assert json.loads(path.read_text()) == {"old": True}
+    assert os.listdir(tmp_path) == ["report.json"]  # no temporary file left behind
+
+
+def test_report_written_for_a_dry_run(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code, stdout, _ = run_cli(["triton", "--engine", TINY, "--dry-run", "--report", str(out)], capsys)
+    assert code == 0
+    rep = load_report(out)
+    assert rep["format"] == "warmup-execute-report/v1" and rep["status"] == "ok" and rep["exit_code"] == 0
+    assert rep["plan"] == "triton" and rep["engine"] == "tiny-moe"
+    assert [s["stage"] for s in rep["stages"]] == ["autotune", "triton_gemm", "prefill_attention"]
+    assert all(s["status"] == "ok" and s["backend"] == "null" for s in rep["steps"])
+    assert by_id(rep)["triton_gemm/gemm-n256-k128"]["kernel_calls"] == 4
+    assert "total" in stdout
+
+
+def test_report_written_on_invalid_input(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code, _, err = run_cli(["triton", "--engine", "no-such-engine", "--report", str(out)], capsys)
+    assert code == 2 and "no built-in engine" in err
+    rep = load_report(out)
+    assert rep["status"] == "invalid input" and rep["exit_code"] == 2 and "no-such-engine" in rep["error"]
