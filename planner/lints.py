@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from .engine import expression_names
-from .expr import cdiv, round_up
+from .expr import round_up
 from .stages.batches import BlockCounter
 
 ERROR, WARNING = "error", "warning"
@@ -252,8 +252,9 @@ def block_reused(plan, engine):
         if reused:
             b, first, second = reused[0]
             who = "again" if first == second else f"while {first} holds it"
-            yield step["id"], (f"{plural(len(reused), 'block id')} handed out twice ({examples(sorted({x[0] for x in reused}))}"
-                               f"); e.g. block {b} goes to {second} {who}")
+            ids = examples(sorted({x[0] for x in reused}))
+            yield step["id"], (f"{plural(len(reused), 'block id')} handed out twice ({ids}); e.g. block {b} goes "
+                               f"to {second} {who}")
 
 
 @lint("E105", "block-out-of-range", ERROR, needs_engine=True,
@@ -318,7 +319,8 @@ def too_many_requests(plan, engine):
 def empty_step(plan, engine):
     for step in plan["steps"]:
         kind, empty = step["kind"], None
-        if kind in ("prefill", "decode") and (not step.get("requests") or step.get("total_num_scheduled_tokens", 0) < 1):
+        if kind in ("prefill", "decode") and (not step.get("requests")
+                                              or step.get("total_num_scheduled_tokens", 0) < 1):
             empty = "a batch without requests or tokens"
         elif kind in ("gemm", "grouped_gemm") and not step.get("m_values"):
             empty = "a GEMM without M-values"
@@ -442,30 +444,28 @@ def gemm_shape_unaligned(plan, engine):
 
 # --- warnings ------------------------------------------------------------------------
 
-FULL_DECODE_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-
-
 @lint("W201", "decode-graph-uncovered", WARNING, needs_engine=True,
-      explanation="""A decode batch replays the smallest captured CUDA graph that fits it: a uniform decode
-      batch (every request scheduling decode_query_len tokens) a FULL decode graph, whose size is a multiple
-      of decode_query_len, any batch a piecewise graph. Decode steps the captured sizes do not cover, though
-      they are within the capture range, run eagerly: production replays a graph there, and the graph path is
-      not warmed. So do all decode steps when the engine captures graphs but the plan captures none.""",
-      fix="""Capture for this engine: keep the cudagraph_capture stage, with decode_rounding matching the model
-      runner (v2 for MRV2), so that uniform decode sizes are round_up(size, decode_query_len).""")
+      explanation="""The warmup's decode steps run after CUDA-graph capture so that they replay the graphs,
+      as production decode batches do: a uniform decode batch (every request scheduling decode_query_len
+      tokens) replays a FULL decode graph, whose size is a multiple of decode_query_len. Decode steps with no
+      capture before them, or uniform-decode graph sizes made for another decode_query_len, leave the decode
+      batches uncovered: they run eagerly in the warmup, and production's graph path is not warmed.""",
+      fix="""Capture before the synthetic batches (the cudagraph_capture stage, as the built-in plans order
+      it), with uniform decode sizes of round_up(size, decode_query_len) for this engine: re-plan it.""")
 def decode_graph_uncovered(plan, engine):
     comp, names = engine["compilation"], engine_facts(engine)
     q = names["decode_query_len"]
-    decodes = [s for s in plan["steps"] if s["kind"] == "decode"]
+    steps = plan["steps"]
+    decodes = [i for i, s in enumerate(steps) if s["kind"] == "decode"]
     if comp["enforce_eager"] or comp["cudagraph_mode"] == "NONE" or not decodes:
         return
-    captures = [s for s in plan["steps"] if s["kind"] == "cudagraph"]
-    if not captures:
-        yield decodes[0]["id"], (f"the engine captures CUDA graphs ({comp['cudagraph_mode']}) but the plan captures "
-                                 f"none: its {plural(len(decodes), 'decode step')} run eagerly")
-        return
-    full, mixed = [], []
-    for cap in captures:
+    captures = [i for i, s in enumerate(steps) if s["kind"] == "cudagraph"]
+    early = [i for i in decodes if not captures or i < captures[0]]
+    if early:
+        where = (f"before the CUDA graphs are captured ({steps[captures[0]]['id']})" if captures
+                 else f"and the plan captures no CUDA graphs (the engine does: {comp['cudagraph_mode']})")
+        yield steps[early[0]]["id"], f"{plural(len(early), 'decode step')} run {where}: they run eagerly"
+    for cap in (steps[i] for i in captures):
         if cap.get("decode_query_len", q) != q:
             yield cap["id"], (f"uniform decode graphs are captured for decode_query_len {cap['decode_query_len']}, "
                               f"the engine decodes {q} tokens per request ({spec_note(names)})")
@@ -473,18 +473,6 @@ def decode_graph_uncovered(plan, engine):
         if odd:
             yield cap["id"], (f"{plural(len(odd), 'uniform decode size')} not a multiple of decode_query_len {q} "
                               f"({examples(odd)}): no uniform decode batch has that many tokens")
-        if cap["mode"] in FULL_DECODE_MODES:
-            full += [s for s in cap.get("uniform_decode_sizes", []) if s % q == 0]
-        mixed += cap["sizes"]
-    largest = max(full + mixed, default=0)
-    for step in decodes:
-        tokens = step["total_num_scheduled_tokens"]
-        uniform = all(r["num_scheduled_tokens"] == q for r in step["requests"])
-        fits = [s for s in (full if uniform else []) + mixed if s >= tokens]
-        if tokens <= largest and not fits:
-            what = "uniform decode batch" if uniform else "decode batch"
-            yield step["id"], (f"{what} of {plural(len(step['requests']), 'request')}, {tokens} tokens, fits no "
-                               f"captured graph (largest {largest}): it runs eagerly")
 
 
 @lint("W202", "autotune-below-batch", WARNING, needs_engine=True,
@@ -502,7 +490,8 @@ def autotune_below_batch(plan, engine):
 
 
 DUPLICABLE = ("gemm", "grouped_gemm", "attention", "autotune", "cudagraph")
-INT_LISTS = ("m_values", "sizes", "uniform_decode_sizes", "buckets")
+INT_LISTS = {"m_values": "M-values", "sizes": "sizes", "uniform_decode_sizes": "uniform decode sizes",
+             "buckets": "buckets"}
 
 
 @lint("W203", "duplicate-step", WARNING, needs_engine=False,
@@ -516,15 +505,14 @@ def duplicate_step(plan, engine):
     for step in plan["steps"]:
         if step["kind"] not in DUPLICABLE:
             continue
-        rest = {k: v for k, v in step.items() if k not in ("id", "stage", "layers") + INT_LISTS}
+        rest = {k: v for k, v in step.items() if k not in ("id", "stage", "layers", *INT_LISTS)}
         key = json.dumps(rest, sort_keys=True)
         lists = {k: set(step[k]) for k in INT_LISTS if isinstance(step.get(k), list)}
         for other_id, other in seen.get(key, []):
             common = {k: lists[k] & other[k] for k in lists if k in other}
             if not lists or any(common.values()):
-                shared = sorted(set().union(*common.values())) if common else []
-                what = (f": {plural(len(shared), 'value')} of its M-values / sizes run there too ({examples(shared)})"
-                        if shared else "")
-                yield step["id"], f"duplicates {other_id}{what}"
+                what = "; ".join(f"{len(v)} of its {INT_LISTS[k]} run there too ({examples(sorted(v))})"
+                                 for k, v in common.items() if v)
+                yield step["id"], f"duplicates {other_id}" + (f": {what}" if what else "")
                 break
         seen.setdefault(key, []).append((step["id"], lists))

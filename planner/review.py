@@ -1,5 +1,275 @@
-"""The review workflow: `warmup diff` and `warmup check` (being built)."""
+"""The review workflow: `warmup diff` (what a change does to the warmup) and `warmup check` (lints).
+
+Imported on every `warmup` start: the heavy modules load inside the commands.
+
+Exit codes, like diff(1): `diff` 0 same steps, 1 different; `check` 0 clean (warnings
+allowed unless --strict), 1 lint errors; both 2 invalid input (a stale plan included),
+3 internal error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+EXIT_SAME, EXIT_DIFFERENT, EXIT_INVALID = 0, 1, 2
+EXIT_CLEAN, EXIT_LINT_ERRORS = 0, 1
 
 
 def add_commands(sub) -> None:
     """Register the review subcommands on the `warmup` parser."""
+    p = sub.add_parser(
+        "diff", help="compare two expanded plans, or a plan for two engines (exit 1 if they differ)",
+        description=cmd_diff.__doc__,
+        epilog="exit codes: 0 same steps, 1 different, 2 invalid input, 3 internal error")
+    p.add_argument("files", nargs="*", metavar="FILE", help="OLD and NEW: two expanded plan files (`warmup plan -o`)")
+    p.add_argument("--plan", "-p", action="append", default=[],
+                   help="built-in plan name or plan YAML; give it twice to compare two plans")
+    p.add_argument("--engine", "-e", action="append", default=[],
+                   help="built-in engine name or engine YAML; give it twice to compare two engines")
+    p.add_argument("--format", "-f", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
+    p.add_argument("--no-color", action="store_true", help="no ANSI colors (also NO_COLOR, or not a terminal)")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser(
+        "check", help="lint a plan for an engine, or an expanded plan file (exit 1 on lint errors)",
+        description=cmd_check.__doc__, epilog="exit codes: 0 clean, 1 lint errors, 2 invalid input "
+                                              "(a stale plan included), 3 internal error")
+    p.add_argument("target", nargs="?", metavar="PLAN",
+                   help="built-in plan name, plan YAML, or expanded plan file")
+    p.add_argument("--engine", "-e", help="built-in engine name or engine YAML (required for a plan; for an "
+                                          "expanded plan it enables the engine lints and the stale-plan check)")
+    p.add_argument("--source-plan", metavar="PLAN_YAML",
+                   help="for an expanded plan of a custom plan: the plan file it was made from (stale check), "
+                        "as `warmup execute --source-plan`")
+    p.add_argument("--format", "-f", choices=("text", "json"), default="text")
+    p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    p.add_argument("--list", action="store_true", help="list the lints and exit")
+    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
+    p.add_argument("--no-color", action="store_true", help="no ANSI colors (also NO_COLOR, or not a terminal)")
+    p.set_defaults(func=cmd_check)
+
+
+# --- diff ------------------------------------------------------------------------------
+
+def cmd_diff(args) -> int:
+    """Compare two expanded plans step by step, like `terraform plan`.
+
+    Either two expanded plan files (OLD NEW), or plans expanded here: one --plan and
+    two --engine (what an engine change does), two --plan and one --engine (what a
+    plan change does), or two of each. Steps are matched by id; the output names
+    every added, removed and changed step with its semantic change.
+    """
+    from .diff import RENDERERS, diff_plans
+
+    old, new = _diff_inputs(args)
+    result = diff_plans(old, new)
+    text = RENDERERS[args.format](result)
+    _emit(text, args, args.format == "text")
+    return EXIT_SAME if result.equal else EXIT_DIFFERENT
+
+
+def _diff_inputs(args) -> tuple[dict, dict]:
+    from .errors import PlanError
+
+    plans, engines = args.plan, args.engine
+    if args.files:
+        if plans or engines:
+            raise PlanError("give either two expanded plan files (OLD NEW) or --plan/--engine, not both",
+                            file="warmup diff")
+        if len(args.files) != 2:
+            raise PlanError(f"expected two expanded plan files (OLD NEW), got {len(args.files)}", file="warmup diff")
+        return _load_expanded(args.files[0]), _load_expanded(args.files[1])
+    if not plans or not engines or len(plans) > 2 or len(engines) > 2 or len(plans) + len(engines) < 3:
+        raise PlanError("expected OLD NEW (two expanded plan files), or --plan with two --engine, two --plan "
+                        f"with --engine, or two of each (got {len(plans)} --plan, {len(engines)} --engine)",
+                        file="warmup diff")
+    pairs = [(plans[i if len(plans) == 2 else 0], engines[i if len(engines) == 2 else 0]) for i in (0, 1)]
+    return _expand(*pairs[0]), _expand(*pairs[1])
+
+
+def _expand(plan_ref: str, engine_ref: str) -> dict:
+    from .engine import load_engine
+    from .expand import expand
+    from .plan import load_plan
+
+    return expand(load_plan(plan_ref), load_engine(engine_ref))
+
+
+def _load_expanded(path: str) -> dict:
+    from .loading import detect, expanded_from_document
+    from .yamlio import load_file
+
+    doc = load_file(path)
+    kind = detect(doc)
+    if kind != "expanded plan":
+        from .errors import PlanError
+
+        hint = "--plan FILE --engine E" if kind == "plan" else "--engine FILE with a --plan"
+        raise PlanError(f"this is {'a plan' if kind == 'plan' else 'an engine config'}, not an expanded plan "
+                        f"(from `warmup plan -o`); to compare it, use {hint}", file=path)
+    return expanded_from_document(doc)
+
+
+# --- check -----------------------------------------------------------------------------
+
+def cmd_check(args) -> int:
+    """Lint an expanded plan: mistakes that make a warmup miss kernels or break the engine.
+
+    PLAN is a plan (built-in name or YAML, expanded here for --engine) or an expanded
+    plan file. An expanded plan checked with --engine is first compared with its
+    inputs: a plan whose engine config (or plan, or planner) changed since it was
+    made is refused as stale. Without --engine only the lints that need no engine
+    facts run. `--list` shows every lint.
+    """
+    from . import lints
+
+    if args.list:
+        _emit(_list_lints(), args, False)
+        return EXIT_CLEAN
+    if not args.target:
+        from .errors import PlanError
+
+        raise PlanError("expected a plan or an expanded plan to check (or --list)", file="warmup check")
+    expanded, engine, notes = _check_inputs(args)
+    findings, skipped = lints.run(expanded, engine.data if engine else None)
+    if skipped:
+        notes.append(f"no --engine: ran {len(lints.LINTS) - len(skipped)} of {len(lints.LINTS)} lints; "
+                     f"{', '.join(x.code for x in skipped)} need the engine config, and the plan's freshness "
+                     "was not checked")
+    errors = sum(1 for f in findings if f.lint.severity == lints.ERROR)
+    warnings = len(findings) - errors
+    render = _check_json if args.format == "json" else _check_text
+    _emit(render(expanded, findings, skipped, notes, errors, warnings), args, args.format == "text")
+    return EXIT_LINT_ERRORS if errors or (args.strict and warnings) else EXIT_CLEAN
+
+
+def _check_inputs(args):
+    """(expanded plan, Engine or None, notes) for what the user named; stale plans are refused."""
+    from .engine import load_engine
+    from .errors import PlanError
+    from .expand import expand
+    from .loading import detect, expanded_from_document
+    from .plan import load_plan
+    from .resources import resolve
+    from .stale import builtin_plan, check_fresh
+    from .yamlio import load_file
+
+    path = resolve(args.target, "plan")
+    doc = load_file(path)
+    kind = detect(doc)
+    engine = load_engine(args.engine) if args.engine else None
+    if kind == "engine":
+        raise PlanError("this is an engine config: check a plan with `warmup check PLAN --engine ENGINE`", file=path)
+    if kind == "plan":
+        if engine is None:
+            raise PlanError("a plan needs --engine to be expanded and checked (or check an expanded plan file)",
+                            file=path)
+        if args.source_plan:
+            raise PlanError("--source-plan names the source of an expanded plan; PLAN is already a plan", file=path)
+        return expand(load_plan(path), engine), engine, []
+    expanded = expanded_from_document(doc)
+    notes = []
+    if engine is not None:
+        plan = load_plan(args.source_plan) if args.source_plan else builtin_plan(expanded)
+        if plan is None:
+            notes.append(f"plan {expanded['plan']!r} is not a built-in plan: the stale-plan check compared the "
+                         "engine config and the planner version, not the plan (pass --source-plan PLAN_YAML "
+                         "to compare it too)")
+        elif plan.name != expanded["plan"]:
+            raise PlanError(f"--source-plan {args.source_plan} is plan {plan.name!r}, but this expanded plan was made "
+                            f"from {expanded['plan']!r}", file=path)
+        check_fresh(expanded, engine, plan, file=path)
+    elif args.source_plan:
+        raise PlanError("--source-plan needs --engine: the stale-plan check compares both", file=path)
+    return expanded, engine, notes
+
+
+def _check_text(expanded, findings, skipped, notes, errors, warnings) -> str:
+    import textwrap
+
+    from . import lints
+
+    ran = len(lints.LINTS) - len(skipped)
+    out = [f"warmup check: {expanded['plan']} for {expanded['engine']} ({len(expanded['steps'])} steps)"]
+    out += [f"note: {n}" for n in notes]
+    if findings:
+        out.append("")
+        out += [f.line() for f in findings]
+        fired = {f.lint.code: f.lint for f in findings}
+        for code in sorted(fired):
+            item = fired[code]
+            out += ["", f"{item.code} {item.name} ({item.severity})"]
+            out += textwrap.wrap(item.explanation, 100, initial_indent="  ", subsequent_indent="  ")
+            out += textwrap.wrap("Fix: " + item.fix, 100, initial_indent="  ", subsequent_indent="  ")
+        out += ["", f"{_count(errors, 'error')}, {_count(warnings, 'warning')} ({ran} lints run)."]
+    else:
+        out += ["", f"No problems: {ran} lints over {len(expanded['steps'])} steps."]
+    return "\n".join(out) + "\n"
+
+
+def _check_json(expanded, findings, skipped, notes, errors, warnings) -> str:
+    import json
+
+    from . import lints
+
+    fired = {f.lint.code: f.lint for f in findings}
+    data = {
+        "format": "warmup-check/v1",
+        "plan": expanded["plan"], "engine": expanded["engine"], "digest": expanded["digest"],
+        "notes": notes,
+        "lints_run": [x.code for x in lints.LINTS if x not in skipped],
+        "lints_skipped": [x.code for x in skipped],
+        "errors": errors, "warnings": warnings,
+        "findings": [f.to_json() for f in findings],
+        "lints": {c: {"name": x.name, "severity": x.severity, "explanation": x.explanation, "fix": x.fix}
+                  for c, x in sorted(fired.items())},
+    }
+    return json.dumps(data, indent=1) + "\n"
+
+
+def _list_lints() -> str:
+    import textwrap
+
+    from . import lints
+
+    out = []
+    for item in sorted(lints.LINTS, key=lambda x: x.code):
+        engine = "" if item.needs_engine else "  (no engine needed)"
+        out.append(f"{item.code} {item.name} [{item.severity}]{engine}")
+        out += textwrap.wrap(item.explanation, 100, initial_indent="  ", subsequent_indent="  ")
+        out += textwrap.wrap("Fix: " + item.fix, 100, initial_indent="  ", subsequent_indent="  ")
+        out.append("")
+    return "\n".join(out)
+
+
+# --- output ----------------------------------------------------------------------------
+
+COLORS = {"+": "32", "-": "31", "~": "33", "ERROR": "31", "WARNING": "33"}
+
+
+def _emit(text: str, args, colorable: bool) -> None:
+    if args.output:
+        from .output import write_atomic
+
+        write_atomic(args.output, text)
+        return
+    if colorable and _use_color(args):
+        text = "\n".join(_color_line(line) for line in text.split("\n"))
+    sys.stdout.write(text)
+
+
+def _use_color(args) -> bool:
+    return not args.no_color and not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
+def _color_line(line: str) -> str:
+    stripped = line.lstrip()
+    token = stripped.split(" ", 1)[0] if stripped else ""
+    code = COLORS.get(token)
+    return f"\033[{code}m{line}\033[0m" if code else line
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word if n == 1 else word + 's'}"

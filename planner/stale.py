@@ -9,6 +9,8 @@ every input that differs, the way `terraform apply` refuses a stale saved plan.
 
 from __future__ import annotations
 
+import os
+
 from . import __version__
 from .engine import Engine
 from .errors import PlanError
@@ -55,11 +57,23 @@ def check_fresh(expanded: dict, engine: Engine, plan: Plan | None, *, file: str 
         return
     names = [WHAT[key] for key, _, _ in changed]
     what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    details = "; ".join(f"{key} {'version' if key == 'planner' else 'digest'} {short(old)} -> {short(new)}"
-                        for key, old, new in changed)
-    raise PlanError(f"stale plan: {what} changed since this plan was made ({details}); re-run `warmup plan "
-                    f"{expanded['plan']} --engine {engine.file}` and review the change with `warmup diff`",
-                    file=file)
+    details = [f"{key} {'version' if key == 'planner' else 'digest'} {short(old)} -> {short(new)}"
+               for key, old, new in changed]
+    if expanded["engine"] != engine.name:
+        details.append(f"made for engine {expanded['engine']!r}, given {engine.name!r}")
+    raise PlanError(f"stale plan: {what} changed since this plan was made ({'; '.join(details)}); re-run "
+                    f"`warmup plan {expanded['plan']} --engine {engine_ref(engine)}` and review the change "
+                    "with `warmup diff`", file=file)
+
+
+def engine_ref(engine: Engine) -> str:
+    """How to name the engine on a command line: its built-in name, or its file."""
+    from .resources import engines_dir
+
+    folder = os.path.realpath(os.path.dirname(engine.file))
+    if folder == os.path.realpath(engines_dir()):
+        return os.path.splitext(os.path.basename(engine.file))[0]
+    return engine.file
 
 
 def short(value: str) -> str:

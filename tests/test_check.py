@@ -1,0 +1,414 @@
+"""`warmup check`: every lint on a plan that triggers it and one that does not, golden plans, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+
+import pytest
+import yaml
+
+from planner import cli, lints, review
+from planner.engine import engine_from_document
+from planner.expand import expand
+from planner.plan import load_plan
+from planner.resources import builtin_engines, builtin_plans
+from planner.yamlio import Document
+
+HERE = os.path.dirname(__file__)
+FIXTURES = os.path.join(HERE, "fixtures")
+GOLDEN = os.path.join(HERE, "golden")
+EAGLE = os.path.join(FIXTURES, "engines", "review-llama-eagle1.yaml")
+PRE_40746 = os.path.join(FIXTURES, "plans", "pre-40746.yaml")
+
+
+@pytest.fixture(autouse=True)
+def review_commands(monkeypatch):
+    """Make sure `warmup` has the review commands, whether or not planner.cli registers them yet."""
+    build = cli.build_parser
+
+    def with_review(*args, **kwargs):
+        parser = build(*args, **kwargs)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        if "check" not in sub.choices:
+            review.add_commands(sub)
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", with_review)
+
+
+def warmup(capsys, *argv) -> tuple[int, str, str]:
+    rc = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def merge(base: dict, changes: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def engine_data(changes: dict | None = None, base: str = EAGLE) -> dict:
+    with open(base) as f:
+        return merge(yaml.safe_load(f), changes or {})
+
+
+def engine(changes: dict | None = None, base: str = EAGLE):
+    return engine_from_document(Document(data=engine_data(changes, base), file="<test engine>"))
+
+
+def write_engine(tmp_path, changes: dict | None = None, name: str = "engine.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(engine_data(changes)))
+    return str(path)
+
+
+def write_plan(tmp_path, stages: list, name: str = "review-test", extends: str = "vllm-head") -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "extends": extends, "stages": stages}))
+    return str(path)
+
+
+def codes(plan: dict, eng=None) -> list[str]:
+    findings, _ = lints.run(plan, eng.data if eng is not None else None)
+    return [f.lint.code for f in findings]
+
+
+def planned(plan: str, eng) -> dict:
+    return expand(load_plan(plan), eng)
+
+
+@pytest.fixture(scope="module")
+def clean():
+    """vllm-head on the EAGLE engine: the baseline every mutation starts from; it has no findings."""
+    eng = engine()
+    return planned("vllm-head", eng), eng
+
+
+def mutated(clean, step_id: str, **fields) -> dict:
+    plan = copy.deepcopy(clean[0])
+    step = next(s for s in plan["steps"] if s["id"] == step_id)
+    step.update(fields)
+    return plan
+
+
+def test_baseline_is_clean(clean):
+    plan, eng = clean
+    assert codes(plan, eng) == []
+
+
+def test_every_lint_has_code_severity_explanation_and_fix():
+    seen = set()
+    for item in lints.LINTS:
+        assert item.code[0] == {"error": "E", "warning": "W"}[item.severity] and item.code not in seen
+        assert item.name and len(item.explanation) > 80 and len(item.fix) > 20
+        seen.add(item.code)
+    assert len(seen) >= 14
+
+
+# --- E101 prefill-classified-as-decode --------------------------------------------------
+
+def test_e101_pre_40746_plan_is_caught():
+    findings, _ = lints.run(planned(PRE_40746, engine()), engine().data)
+    assert [f.line() for f in findings] == [
+        "ERROR E101 warmup_kernels/prefill: per-request query length 2 <= decode query length 2 "
+        "(1 + 1 speculative token): the engine classifies the batch as uniform decode and never warms the "
+        "prefill path"]
+
+
+def test_e101_not_without_speculation_or_with_the_fix():
+    no_spec = engine({"speculative": {"method": "none", "num_speculative_tokens": 0}})
+    assert "E101" not in codes(planned(PRE_40746, no_spec), no_spec)  # 2 > decode_query_len 1
+    assert "E101" not in codes(planned("vllm", engine()), engine())  # #40746: prompt_len 2 + 1
+
+
+# --- E102 kv-blocks-short ---------------------------------------------------------------
+
+SMALL_BLOCKS = {"speculative": {"method": "eagle", "num_speculative_tokens": 2},
+                "kv_cache": {"num_blocks": 31744, "groups": [{"block_size": 4, "kind": "full_attention"}]}}
+
+
+def test_e102_seed_warmup_without_lookahead_reservation():
+    # vllm (seed): prompt 4 tokens in 1 block of 4; the scheduler holds cdiv(4 + 2 lookahead, 4) = 2.
+    eng = engine(SMALL_BLOCKS)
+    findings, _ = lints.run(planned("vllm", eng), eng.data, codes=["E102"])
+    assert findings[0].step == "warmup_kernels/prefill"
+    assert "hold 1 block in KV group 0; the scheduler would hold 2 for 4 tokens + 2 lookahead" in findings[0].message
+    assert "1024 requests" in findings[0].message
+
+
+def test_e102_not_with_lookahead_reserved():
+    eng = engine(SMALL_BLOCKS)
+    assert "E102" not in codes(planned("vllm-head", eng), eng)
+
+
+def test_e102_wrong_number_of_kv_groups(clean):
+    plan = copy.deepcopy(clean[0])
+    for r in plan["steps"][[s["id"] for s in plan["steps"]].index("warmup_kernels/prefill")]["requests"]:
+        r["block_ids"] = r["block_ids"] * 2
+    findings, _ = lints.run(plan, clean[1].data, codes=["E102"])
+    assert findings and "requests hold blocks in 2 KV cache groups, the engine has 1" in findings[0].message
+
+
+# --- block ids --------------------------------------------------------------------------
+
+def prefill_with_blocks(clean, blocks: list) -> dict:
+    plan = copy.deepcopy(clean[0])
+    prefill = next(s for s in plan["steps"] if s["id"] == "warmup_kernels/prefill")
+    for r, ids in zip(prefill["requests"], blocks):
+        r["block_ids"] = [ids]
+    return plan
+
+
+def test_e103_null_block(clean):
+    plan = prefill_with_blocks(clean, [[0]])
+    findings, _ = lints.run(plan, None, codes=["E103"])
+    assert [f.message for f in findings] == ["1 request (_warmup_0_) hold the null block 0"]
+    assert codes(clean[0]) == []  # and without an engine, the clean plan stays clean
+
+
+def test_e104_block_reused_across_requests_and_after_cleanup(clean):
+    plan = prefill_with_blocks(clean, [[5], [5]])
+    findings, _ = lints.run(plan, None, codes=["E104"])
+    assert "block 5 goes to _warmup_1_ while _warmup_0_ holds it" in findings[0].message
+    # Two warmup stages one after the other may reuse ids: the cleanup freed them.
+    twice = copy.deepcopy(clean[0])
+    twice["steps"] += [dict(s, id="again/" + s["id"].split("/")[1], stage="again")
+                       for s in clean[0]["steps"] if s["stage"] == "warmup_kernels"]
+    assert "E104" not in codes(twice)
+
+
+def test_e105_block_ids_beyond_num_blocks(clean):
+    plan, eng = clean
+    small = engine({"kv_cache": {"num_blocks": 100}})
+    findings, _ = lints.run(plan, small.data, codes=["E105"])
+    assert findings[0].step == "warmup_kernels/prefill" and "outside 1..99 (num_blocks 100)" in findings[0].message
+    assert "E105" not in codes(planned("vllm-head", small), small)  # planned for it: num_reqs fits
+
+
+# --- scheduler limits -------------------------------------------------------------------
+
+def test_e106_tokens_over_max_num_batched_tokens(tmp_path):
+    plan = write_plan(tmp_path, [{"name": "warmup_kernels", "with": {"prompt_len": 64, "num_reqs": "max_num_seqs"}}])
+    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["E106"])
+    assert [f.message for f in findings] == [
+        "schedules 65536 tokens, more than max_num_batched_tokens 8192"]
+
+
+def test_e106_request_past_max_model_len(clean):
+    short = engine({"model": {"max_model_len": 3}})
+    findings, _ = lints.run(clean[0], short.data, codes=["E106"])
+    assert any("grow past max_model_len 3" in f.message for f in findings)
+    assert "E106" not in codes(clean[0], clean[1])
+
+
+def test_e107_too_many_requests(tmp_path):
+    plan = write_plan(tmp_path, [{"name": "warmup_kernels", "with": {"num_reqs": "max_num_seqs + 1"}}])
+    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["E107"])
+    assert findings[0].message == "schedules 1025 requests, more than max_num_seqs 1024"
+    ok = write_plan(tmp_path, [{"name": "warmup_kernels", "with": {"num_reqs": "max_num_seqs"}}], name="ok")
+    assert "E107" not in codes(planned(ok, engine()), engine())
+
+
+# --- step contents ----------------------------------------------------------------------
+
+def test_e108_empty_step(clean):
+    plan = mutated(clean, "deep_gemm/gemm-n6144-k4096", m_values=[])
+    findings, _ = lints.run(plan, None, codes=["E108"])
+    assert [f.line() for f in findings] == [
+        "ERROR E108 deep_gemm/gemm-n6144-k4096: a GEMM without M-values: the step does nothing"]
+    plan = mutated(clean, "warmup_kernels/cleanup", finished_req_ids=[])
+    assert "E108" in codes(plan)
+
+
+def test_e109_inconsistent_batches(clean):
+    plan = mutated(clean, "warmup_kernels/prefill", total_num_scheduled_tokens=1)
+    assert "its requests schedule 3072" in lints.run(plan, None, codes=["E109"])[0][0].message
+    # A decode of a request no prefill added.
+    plan = copy.deepcopy(clean[0])
+    decode = next(s for s in plan["steps"] if s["id"] == "warmup_kernels/decode-1")
+    decode["requests"][0]["req_id"] = "_stray_"
+    messages = [f.message for f in lints.run(plan, None, codes=["E109"])[0]]
+    assert any("request _stray_ is decoded but not running" in m for m in messages)
+    # A grammar bitmask sized for another batch.
+    plan = copy.deepcopy(clean[0])
+    next(s for s in plan["steps"] if s["id"] == "warmup_kernels/sample")["grammar_bitmask"]["num_rows"] = 7
+    assert "grammar bitmask has 7 rows" in lints.run(plan, None, codes=["E109"])[0][0].message
+
+
+def test_e110_relax_m_values_above_a_small_token_budget():
+    # vLLM's relax warmup always adds M = 1..64: an error only where max_num_batched_tokens < 64.
+    tiny = engine({"scheduler": {"max_num_seqs": 16, "max_num_batched_tokens": 32},
+                   "speculative": {"method": "none", "num_speculative_tokens": 0}})
+    findings, _ = lints.run(planned("vllm", tiny), tiny.data, codes=["E110"])
+    assert findings and all("outside [1, 32]" in f.message for f in findings)
+    assert "40, 48, 56, 64" in findings[0].message
+    enough = engine({"scheduler": {"max_num_seqs": 16, "max_num_batched_tokens": 64},
+                     "speculative": {"method": "none", "num_speculative_tokens": 0}})
+    assert "E110" not in codes(planned("vllm", enough), enough)
+
+
+def test_e110_grouped_gemm_bound():
+    moe = engine(base=os.path.join(os.path.dirname(HERE), "plans", "engines", "qwen3-30b-a3b-fp8-h100.yaml"))
+    plan = planned("vllm", moe)
+    assert "E110" not in codes(plan, moe)
+    step = next(s for s in plan["steps"] if s["kind"] == "grouped_gemm")
+    step["m_values"].append(step["m_values"][-1] * 4)
+    assert "E110" in codes(plan, moe)
+
+
+def test_e111_unaligned_shapes(clean):
+    plan = mutated(clean, "deep_gemm/gemm-n6144-k4096", n=6100)
+    findings, _ = lints.run(plan, None, codes=["E111"])
+    assert findings[0].message == "fp8_gemm_nt cannot take this shape: n=6100 is not a multiple of 128"
+    moe = engine(base=os.path.join(os.path.dirname(HERE), "plans", "engines", "qwen3-30b-a3b-fp8-h100.yaml"))
+    plan = planned("vllm", moe)
+    grouped = next(s for s in plan["steps"] if s["kind"] == "grouped_gemm")
+    grouped["m_values"] = grouped["m_values"] + [grouped["m_values"][0] + 1]
+    assert "not a multiple of the alignment 128" in lints.run(plan, None, codes=["E111"])[0][0].message
+    assert "E111" not in codes(planned("triton", moe))  # Triton takes any N, K % 128
+
+
+# --- warnings ---------------------------------------------------------------------------
+
+def test_w201_decode_without_captured_graphs(tmp_path):
+    plan = write_plan(tmp_path, [{"name": "cudagraph", "enabled": False}])
+    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["W201"])
+    assert [f.line() for f in findings] == [
+        "WARNING W201 warmup_kernels/decode-1: 5 decode steps run and the plan captures no CUDA graphs (the engine "
+        "does: FULL_AND_PIECEWISE): they run eagerly"]
+    eager = engine({"compilation": {"enforce_eager": True}})
+    assert "W201" not in codes(planned(plan, eager), eager)
+
+
+def test_w201_decode_before_capture(tmp_path):
+    # A plan that replaces the capture stage by one appended after the synthetic batches.
+    plan = write_plan(tmp_path, [{"name": "cudagraph", "enabled": False},
+                                 {"name": "late_cudagraph", "kind": "cudagraph_capture"}])
+    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["W201"])
+    assert findings[0].message == ("5 decode steps run before the CUDA graphs are captured (late_cudagraph/capture): "
+                                   "they run eagerly")
+
+
+def test_w201_decode_sizes_for_another_decode_query_len(clean):
+    plan = mutated(clean, "cudagraph/capture", uniform_decode_sizes=[9, 7, 5, 3], decode_query_len=1)
+    messages = [f.message for f in lints.run(plan, clean[1].data, codes=["W201"])[0]]
+    assert messages == [
+        "uniform decode graphs are captured for decode_query_len 1, the engine decodes 2 tokens per request "
+        "(1 + 1 speculative token)",
+        "4 uniform decode sizes not a multiple of decode_query_len 2 (9, 7, 5, 3): no uniform decode batch has "
+        "that many tokens"]
+
+
+def test_w202_autotune_below_the_largest_batch(tmp_path):
+    plan = write_plan(tmp_path, [{"name": "flashinfer_autotune", "with": {"num_tokens": 4096}}])
+    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["W202"])
+    assert findings[0].message == "flashinfer autotunes at 4096 tokens, below the largest batch (8192 tokens)"
+    assert findings[0].lint.severity == "warning"
+
+
+def test_w203_two_stages_warming_the_same_gemms(tmp_path):
+    plan = write_plan(tmp_path, [{"name": "deep_gemm_again", "kind": "deep_gemm", "with": {"grouped": False}}])
+    findings, _ = lints.run(planned(plan, engine()), None, codes=["W203"])
+    assert findings[0].step == "deep_gemm_again/gemm-n6144-k4096"
+    assert findings[0].message.startswith("duplicates deep_gemm/gemm-n6144-k4096: 298 of its M-values run there "
+                                          "too (1, 2, 4, 8, ...)")
+    # Stateful steps (samples after each decode) repeat by design.
+    assert "W203" not in codes(planned("vllm-head", engine()))
+
+
+# --- golden plans -----------------------------------------------------------------------
+
+CASES = [(p, e) for p in builtin_plans() for e in builtin_engines()]
+
+
+@pytest.mark.parametrize("plan,engine_name", CASES, ids=[f"{p}--{e}" for p, e in CASES])
+def test_golden_plans_are_clean(plan, engine_name):
+    """Every golden plan is clean: no error, no warning (tests/test_golden.py pins each golden file to
+    exactly this expansion; loading the files again here would only cost time)."""
+    eng = engine(base=os.path.join(os.path.dirname(HERE), "plans", "engines", f"{engine_name}.yaml"))
+    findings, skipped = lints.run(planned(plan, eng), eng.data)
+    assert [f.line() for f in findings] == [] and skipped == []
+
+
+def test_check_golden_file_end_to_end(capsys):
+    """A golden file checked as a saved plan: loaded, found fresh for its engine, linted."""
+    rc, out, err = warmup(capsys, "check", os.path.join(GOLDEN, "vllm--deepseek-v3-fp8-tp8-h200.yaml"),
+                          "--engine", "deepseek-v3-fp8-tp8-h200")
+    assert (rc, err) == (0, "")
+    assert out == ("warmup check: vllm for deepseek-v3-fp8-tp8-h200 (16 steps)\n\n"
+                   "No problems: 14 lints over 16 steps.\n")
+
+
+# --- the command ------------------------------------------------------------------------
+
+def test_check_pre_40746_exit_1_with_explanation(capsys):
+    rc, out, err = warmup(capsys, "check", PRE_40746, "--engine", EAGLE)
+    assert rc == 1 and err == ""
+    assert "ERROR E101 warmup_kernels/prefill: per-request query length 2 <= decode query length 2" in out
+    assert "E101 prefill-classified-as-decode (error)" in out and "vLLM PR #40746" in out and "Fix: " in out
+    assert out.rstrip().endswith("1 error, 0 warnings (14 lints run).")
+
+
+def test_check_json(capsys):
+    rc, out, _ = warmup(capsys, "check", PRE_40746, "-e", EAGLE, "--format", "json")
+    data = json.loads(out)
+    assert rc == 1 and data["errors"] == 1 and data["warnings"] == 0 and data["lints_skipped"] == []
+    assert data["findings"] == [{"code": "E101", "name": "prefill-classified-as-decode", "severity": "error",
+                                 "step": "warmup_kernels/prefill", "message": data["findings"][0]["message"]}]
+    assert data["lints"]["E101"]["fix"].startswith("Give every prefill request")
+
+
+def test_check_warnings_exit_0_unless_strict(capsys, tmp_path):
+    plan = write_plan(tmp_path, [{"name": "flashinfer_autotune", "with": {"num_tokens": 4096}}])
+    rc, out, _ = warmup(capsys, "check", plan, "-e", EAGLE)
+    assert rc == 0 and "WARNING W202 flashinfer_autotune/autotune" in out and "0 errors, 1 warning" in out
+    assert warmup(capsys, "check", plan, "-e", EAGLE, "--strict")[0] == 1
+
+
+def test_check_expanded_file_without_engine_runs_engine_free_lints(capsys, tmp_path):
+    small = write_engine(tmp_path, {"scheduler": {"max_num_seqs": 8}})  # a small file, quick to load
+    path = tmp_path / "plan.yaml"
+    assert cli.main(["plan", PRE_40746, "-e", small, "-o", str(path)]) == 0
+    rc, out, _ = warmup(capsys, "check", path)
+    assert rc == 0  # E101 needs to know the speculation: it is skipped, and the output says so
+    assert "note: no --engine: ran 6 of 14 lints; E101, E102, E105, E106, E107, E110, W201, W202 need" in out
+    rc, out, _ = warmup(capsys, "check", path, "--engine", small)
+    assert rc == 1 and "ERROR E101" in out
+    assert "note: plan 'pre-40746' is not a built-in plan" in out
+    rc, out, _ = warmup(capsys, "check", path, "--engine", small, "--source-plan", PRE_40746)
+    assert rc == 1 and "note:" not in out
+    rc, _, err = warmup(capsys, "check", path, "--engine", small, "--source-plan", "vllm")
+    assert rc == 2 and "--source-plan vllm is plan 'vllm', but this expanded plan was made from 'pre-40746'" in err
+
+
+def test_check_list(capsys):
+    rc, out, _ = warmup(capsys, "check", "--list")
+    assert rc == 0 and all(f"{x.code} {x.name} [{x.severity}]" in out for x in lints.LINTS)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["check", "vllm"], "a plan needs --engine"),
+    (["check"], "expected a plan or an expanded plan"),
+    (["check", "no-such-plan", "-e", "deepseek-v3-fp8-tp8-h200"], "no built-in plan named 'no-such-plan'"),
+    (["check", EAGLE], "this is an engine config"),
+    (["check", "vllm", "-e", "deepseek-v3-fp8-tp8-h200", "--source-plan", "vllm"], "PLAN is already a plan"),
+])
+def test_check_invalid_input_exit_2(capsys, argv, message):
+    rc, out, err = warmup(capsys, *argv)
+    assert rc == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_check_internal_error_exit_3(capsys, monkeypatch):
+    def broken(plan, engine):
+        raise RuntimeError("boom")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(lints, "LINTS", lints.LINTS + [lints.Lint("E199", "broken", "error", False, "x", "y",
+                                                                  broken)])
+    rc, _, err = warmup(capsys, "check", "vllm", "-e", "deepseek-v3-fp8-tp8-h200")
+    assert rc == 3 and "internal error: RuntimeError: boom" in err

@@ -1,0 +1,137 @@
+"""Stale saved plans: an expanded plan is refused when its inputs changed, naming which one."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+
+import pytest
+import yaml
+
+from planner import cli, review, stale
+from planner.engine import engine_from_document, load_engine
+from planner.errors import PlanError
+from planner.expand import digest, expand
+from planner.plan import load_plan
+from planner.yamlio import Document
+
+HERE = os.path.dirname(__file__)
+EAGLE = os.path.join(HERE, "fixtures", "engines", "review-llama-eagle1.yaml")
+PRE_40746 = os.path.join(HERE, "fixtures", "plans", "pre-40746.yaml")
+SHA = r"sha256:[0-9a-f]{12}…"
+
+
+def engine(**changes):
+    with open(EAGLE) as f:
+        data = yaml.safe_load(f)
+    for section, values in changes.items():
+        data[section] = {**data[section], **values} if isinstance(values, dict) else values
+    return engine_from_document(Document(data=data, file="changed.yaml"))
+
+
+@pytest.fixture(scope="module")
+def saved():
+    """vllm planned for the EAGLE engine, as `warmup plan -o` saved it."""
+    return expand(load_plan("vllm"), load_engine(EAGLE))
+
+
+def refusal(expanded, eng, plan) -> str:
+    with pytest.raises(PlanError) as caught:
+        stale.check_fresh(expanded, eng, plan, file="saved.yaml")
+    return str(caught.value)
+
+
+def test_fresh_plan_passes(saved):
+    stale.check_fresh(saved, load_engine(EAGLE), load_plan("vllm"))
+    stale.check_fresh(saved, load_engine(EAGLE), None)
+
+
+def test_cosmetic_engine_changes_do_not_make_a_plan_stale(saved):
+    stale.check_fresh(saved, engine(name="renamed", description="same engine, new words"), load_plan("vllm"))
+
+
+def test_engine_change_is_named(saved):
+    message = refusal(saved, engine(scheduler={"max_num_seqs": 512}), load_plan("vllm"))
+    assert message.startswith("saved.yaml: stale plan: the engine config changed since this plan was made "
+                              "(engine digest sha256:")
+    assert message.endswith("); re-run `warmup plan vllm --engine changed.yaml` and review the change with "
+                            "`warmup diff`")
+    old, new = saved["inputs"]["engine"][:19], engine(scheduler={"max_num_seqs": 512}).shaping_fields()
+    assert f"{old}… -> {digest(new)[:19]}…" in message
+    assert "\n" not in message
+
+
+def test_another_engine_is_named_too(saved):
+    message = refusal(saved, load_engine("llama-3.1-8b-fp8-h100"), None)
+    assert "made for engine 'review-llama-eagle1', given 'llama-3.1-8b-fp8-h100'" in message
+    assert "--engine llama-3.1-8b-fp8-h100`" in message  # a built-in engine by its name
+
+
+def test_plan_change_is_named(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"name": "mine", "extends": "vllm"}))
+    expanded = expand(load_plan(str(path)), load_engine(EAGLE))
+    path.write_text(yaml.safe_dump({"name": "mine", "extends": "vllm",
+                                    "stages": [{"name": "warmup_kernels", "with": {"num_reqs": 8}}]}))
+    message = refusal(expanded, load_engine(EAGLE), load_plan(str(path)))
+    assert "stale plan: the plan changed since this plan was made (plan digest sha256:" in message
+    both = refusal(expanded, engine(scheduler={"max_num_seqs": 512}), load_plan(str(path)))
+    assert "the plan and the engine config changed since this plan was made (plan digest" in both
+    assert "; engine digest" in both
+    # Without the plan, only the engine and the planner are compared: the plan change goes unseen.
+    stale.check_fresh(expanded, load_engine(EAGLE), None)
+
+
+def test_planner_version_change_is_named(saved, monkeypatch):
+    monkeypatch.setattr(stale, "__version__", "9.9.9")
+    message = refusal(saved, load_engine(EAGLE), load_plan("vllm"))
+    assert "the planner version changed since this plan was made (planner version 0.1.0 -> 9.9.9)" in message
+
+
+def test_edited_header_is_refused(saved):
+    edited = copy.deepcopy(saved)
+    edited["inputs"]["engine"] = digest("something else")
+    assert "does not match its inputs: the header was edited" in refusal(edited, load_engine(EAGLE), None)
+
+
+def test_builtin_plan_is_found_by_name(saved):
+    assert stale.builtin_plan(saved).name == "vllm"
+    assert stale.builtin_plan(expand(load_plan(PRE_40746), load_engine(EAGLE))) is None
+
+
+# --- warmup check refuses a stale saved plan (exit 2) -----------------------------------
+
+@pytest.fixture(autouse=True)
+def review_commands(monkeypatch):
+    """Make sure `warmup` has the review commands, whether or not planner.cli registers them yet."""
+    build = cli.build_parser
+
+    def with_review(*args, **kwargs):
+        parser = build(*args, **kwargs)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        if "check" not in sub.choices:
+            review.add_commands(sub)
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", with_review)
+
+
+def test_check_refuses_a_stale_plan(capsys, tmp_path):
+    with open(EAGLE) as f:
+        data = yaml.safe_load(f)
+    data["scheduler"]["max_num_seqs"] = 8
+    engine_path = tmp_path / "engine.yaml"
+    engine_path.write_text(yaml.safe_dump(data))
+    saved_path = tmp_path / "saved.yaml"
+    assert cli.main(["plan", "vllm", "-e", str(engine_path), "-o", str(saved_path)]) == 0
+    assert cli.main(["check", str(saved_path), "-e", str(engine_path)]) == 0
+    data["kv_cache"]["num_blocks"] = 1000  # the engine changed after the plan was saved
+    engine_path.write_text(yaml.safe_dump(data))
+    capsys.readouterr()
+    assert cli.main(["check", str(saved_path), "-e", str(engine_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"warmup: error: {saved_path}: stale plan: the engine config changed since this plan "
+                          "was made (engine digest sha256:")
+    assert err.count("\n") == 1
