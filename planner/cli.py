@@ -61,6 +61,11 @@ def build_parser(with_plugins: bool = True) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
     p.set_defaults(func=cmd_engine)
 
+    from . import review  # diff and check: the review workflow
+
+    review.add_commands(sub)
+    if with_plugins:
+        add_plugin_commands(sub)
     return parser
 
 

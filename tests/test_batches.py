@@ -1,6 +1,5 @@
 """synthetic_batches: vLLM's warmup_kernels formulas on their edge cases."""
 
-import pytest
 from factories import make_engine, steps_of, write_plan
 
 SPEC = {"speculative": {"method": "eagle", "num_speculative_tokens": 2}}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
@@ -10,7 +9,7 @@ import os
 import pytest
 import yaml
 
-from planner import cli, lints, review
+from planner import cli, lints
 from planner.engine import engine_from_document
 from planner.expand import expand
 from planner.plan import load_plan
@@ -23,20 +22,6 @@ GOLDEN = os.path.join(HERE, "golden")
 EAGLE = os.path.join(FIXTURES, "engines", "review-llama-eagle1.yaml")
 PRE_40746 = os.path.join(FIXTURES, "plans", "pre-40746.yaml")
 
-
-@pytest.fixture(autouse=True)
-def review_commands(monkeypatch):
-    """Make sure `warmup` has the review commands, whether or not planner.cli registers them yet."""
-    build = cli.build_parser
-
-    def with_review(*args, **kwargs):
-        parser = build(*args, **kwargs)
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        if "check" not in sub.choices:
-            review.add_commands(sub)
-        return parser
-
-    monkeypatch.setattr(cli, "build_parser", with_review)
 
 
 def warmup(capsys, *argv) -> tuple[int, str, str]:

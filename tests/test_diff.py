@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -10,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from planner import cli, diff, hf, review
+from planner import cli, diff, hf
 from planner.engine import load_engine
 from planner.expand import expand
 from planner.plan import load_plan
@@ -21,20 +20,6 @@ EAGLE = os.path.join(FIXTURES, "engines", "review-llama-eagle1.yaml")
 OVERRIDE = os.path.join(FIXTURES, "plans", "review-override.yaml")
 LLAMA, DSV3 = "llama-3.1-8b-fp8-h100", "deepseek-v3-fp8-tp8-h200"
 
-
-@pytest.fixture(autouse=True)
-def review_commands(monkeypatch):
-    """Make sure `warmup` has the review commands, whether or not planner.cli registers them yet."""
-    build = cli.build_parser
-
-    def with_review(*args, **kwargs):
-        parser = build(*args, **kwargs)
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        if "diff" not in sub.choices:
-            review.add_commands(sub)
-        return parser
-
-    monkeypatch.setattr(cli, "build_parser", with_review)
 
 
 def warmup(capsys, *argv) -> tuple[int, str, str]:

@@ -8,7 +8,6 @@ KV heads are replicated when tp exceeds them, the vocabulary is padded to 64.
 from __future__ import annotations
 
 import ast
-import copy
 import importlib.util
 import json
 import math

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 
 import pytest
 import yaml
 
-from planner import cli, review, stale
+from planner import cli, stale
 from planner.engine import engine_from_document, load_engine
 from planner.errors import PlanError
 from planner.expand import digest, expand
@@ -101,20 +100,6 @@ def test_builtin_plan_is_found_by_name(saved):
 
 
 # --- warmup check refuses a stale saved plan (exit 2) -----------------------------------
-
-@pytest.fixture(autouse=True)
-def review_commands(monkeypatch):
-    """Make sure `warmup` has the review commands, whether or not planner.cli registers them yet."""
-    build = cli.build_parser
-
-    def with_review(*args, **kwargs):
-        parser = build(*args, **kwargs)
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        if "check" not in sub.choices:
-            review.add_commands(sub)
-        return parser
-
-    monkeypatch.setattr(cli, "build_parser", with_review)
 
 
 def test_check_refuses_a_stale_plan(capsys, tmp_path):
