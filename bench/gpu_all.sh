@@ -7,7 +7,8 @@
 #    a cold Triton cache and no tuned tables, then the same directories warm; --verify 2000 each
 # 2. the vllm plan on this machine (no DeepGEMM, no FlashInfer): those steps are `unavailable`
 # 3. failures: an oversized step (CUDA OOM) and an injected exception, with --on-error continue;
-#    a Ctrl-C (SIGINT) in the middle of a cold run (exit 130, report written)
+#    a Ctrl-C (SIGINT) in the middle of a cold run (exit 130, report written); a sparse plan
+#    (16 GEMM calls) checked with --verify
 # 4. pytest -m gpu tests/executor             the kernel tests and the executor's GPU tests
 #
 # Everything goes to $OUT/results.tgz (logs, JSON reports, the JIT-miss log) plus
@@ -35,7 +36,8 @@ run() {
     rc=$?
     t1=$(date +%s.%N)
     local verdict=ok
-    [ "$rc" = "$expect" ] || verdict="UNEXPECTED (wanted rc=$expect)"
+    [ "$expect" = any ] && verdict="(informational)"
+    [ "$expect" = any ] || [ "$rc" = "$expect" ] || verdict="UNEXPECTED (wanted rc=$expect)"
     say "$(printf '%-28s rc=%-3s wall=%6.1fs  %s' "$name" "$rc" "$(awk "BEGIN{print $t1 - $t0}")" "$verdict")"
     tail -n 22 "$RES/$name.log"
     echo
@@ -66,9 +68,18 @@ ERR=(bench/plans/errors.yaml --engine bench/engines/llama-3.1-8b-fp8-oom-check.y
      --inject-failure triton_gemm/gemm-n4096-k4096)
 run errors-continue 1 $EX "${ERR[@]}" --on-error continue --report "$RES/errors-continue.json"
 
-# Ctrl-C in the middle of a cold run: exit 130 and the report is still written.
+# Ctrl-C in the middle of a cold run (12 s into a ~30 s run): exit 130 and the report is still written.
+# --foreground: without it, coreutils timeout signals its whole process group and on the device
+# machine the python process died of the SIGINT before its handler ran (measured 2026-11-22).
 export TRITON_CACHE_DIR=$WORK/triton-cache-sigint WARMUP_KERNEL_CONFIG_DIR=$WORK/kernel-configs-sigint
-run sigint 130 timeout --preserve-status -s INT 20 $EX triton --engine qwen3-30b-a3b-fp8-h100 --report "$RES/sigint.json"
+run sigint 130 timeout --foreground --preserve-status -s INT 12 $EX triton --engine llama-3.1-8b-fp8-h100 --report "$RES/sigint.json"
+
+# A sparse plan (16 GEMM calls, the tables of the Llama run): does --verify find a variant it missed?
+# Informational (any exit code): 0 when those calls happened to load every variant, 1 otherwise.
+export TRITON_CACHE_DIR=$WORK/triton-cache-llama-3.1-8b-fp8-h100
+export WARMUP_KERNEL_CONFIG_DIR=$WORK/kernel-configs-llama-3.1-8b-fp8-h100
+run sparse-buckets any $EX bench/plans/sparse-buckets.yaml --engine llama-3.1-8b-fp8-h100 --verify 2000 \
+    --report "$RES/sparse-buckets.json" --jit-log "$RES/sparse-buckets.jsonl"
 
 # 4. GPU tests (kernels and executor), last: the acceptance runs above matter most in a short lease.
 unset TRITON_CACHE_DIR WARMUP_KERNEL_CONFIG_DIR
@@ -89,6 +100,8 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     if v:
         print(f"   verify: {v['calls']} calls over {len(v['keys'])} keys, {v['post_seal_compiles']} post-seal compiles, "
               f"{len(v['failures'])} failures, {v['wall_s']:.1f}s")
+        for e in v["events"][:3]:
+            print(f"     post-seal {e['step']}: {e['kernel']} {(e.get('repr') or '')[:150]}")
     if bad:
         print(f"   {bad[:600]}")
 EOF

@@ -82,3 +82,29 @@ def test_cuda_oom_of_an_oversized_step_is_a_step_failure():
     assert steps["s/huge"]["status"] == "failed" and steps["s/huge"].get("oom") is True
     assert "OutOfMemoryError" in steps["s/huge"]["error"]
     assert steps["s/small"]["status"] == "ok" and steps["s/small"]["kernel_calls"] == 4
+
+
+def test_error_mode_raises_from_the_launch_of_a_late_variant():
+    from executor.jit_monitor import JitAfterSealError, Monitor
+    from executor.kernels import configs
+    from executor.kernels import fp8_gemm as g
+
+    inputs = g.alloc_gemm_inputs(32, 256, 128, "cuda")
+    m = Monitor("error").install()
+    try:
+        m.seal()
+        with pytest.raises(JitAfterSealError, match="fp8_gemm"):
+            g.fp8_gemm(*inputs.args(), out=inputs.out, config=configs.make_config(16, 32, 2, 2, 2))
+    finally:
+        m.uninstall()
+
+
+@pytest.mark.parametrize("kernel", ["scaled_mm", "bf16_matmul"])
+def test_torch_backend_cublas_paths(kernel):
+    from executor.run import Options, execute
+
+    step = {"id": f"s/{kernel}", "stage": "s", "kind": "gemm", "kernel": kernel, "backend": "torch",
+            "n": 256, "k": 256, "m_values": [1, 16, 17, 64]}
+    rep = execute({"plan": "torch", "engine": "none", "digest": None, "steps": [step]}, None, Options()).to_dict()
+    assert rep["steps"][0]["status"] == "ok", rep["steps"][0]["error"]
+    assert rep["steps"][0]["kernel_calls"] == 4
