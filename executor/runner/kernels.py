@@ -1,0 +1,419 @@
+"""The reference runner's own Triton kernels: inputs, KV cache, attention, sampling.
+
+Each kernel has a torch reference in tests/executor/runner/ and runs under
+TRITON_INTERPRET=1 on CPU at small shapes (fp16 there: the interpreter cannot do a
+bf16 ``tl.dot``). The GEMMs come from executor.kernels.
+
+Specialization (Triton 3.6, triton-and-peers.md §3.3). Every kernel here takes its
+pointers as fresh or sliced-from-0 tensors (16-byte aligned), and its strides and
+sizes are fixed by the engine (head size, vocab, block-table width), so each kernel
+has a single compiled variant per engine, except ``prepare_inputs``. That one takes
+``num_tokens`` and ``num_tokens_padded`` as plain ints, as vLLM's
+``_compute_slot_mappings_kernel`` does, so it compiles once per pair of integer
+classes (==1, %16 == 0, other): eager batches give (c, c), a uniform decode batch
+padded to a CUDA-graph size can give (other, %16). A warmup covers it with batch
+sizes of each class, which is what the synthetic_batches stages of
+plans/reference.yaml are for.
+
+Batch rows (``idx_mapping``) index the runner's persistent per-request tables
+(block table, penalty counts), as in vLLM's model runner V2.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from executor.kernels._triton import LazyKernel, tl
+from executor.kernels.configs import cdiv, next_power_of_2
+
+PAD_SLOT = -1
+
+
+# --- inputs: positions, slot mapping, sequence lengths -----------------------------------------
+
+def _prepare_inputs_kernel(
+    idx_mapping, query_start_loc, num_computed, block_table, positions, slot_mapping, seq_lens,
+    num_tokens, num_tokens_padded, stride_bt,
+    PAGE: tl.constexpr, BLOCK: tl.constexpr,
+):
+    req = tl.program_id(0)
+    if req == tl.num_programs(0) - 1:
+        # The last program pads [num_tokens, num_tokens_padded): no KV write, position 0.
+        for start in range(num_tokens, num_tokens_padded, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < num_tokens_padded
+            tl.store(slot_mapping + offs, tl.full((BLOCK,), -1, tl.int64), mask=mask)
+            tl.store(positions + offs, tl.zeros((BLOCK,), tl.int64), mask=mask)
+        return
+    q_start = tl.load(query_start_loc + req)
+    q_end = tl.load(query_start_loc + req + 1)
+    computed = tl.load(num_computed + req)
+    row = tl.load(idx_mapping + req).to(tl.int64)
+    tl.store(seq_lens + req, computed + q_end - q_start)
+    for start in range(q_start, q_end, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < q_end
+        pos = computed + offs - q_start
+        block = tl.load(block_table + row * stride_bt + pos // PAGE, mask=mask, other=0).to(tl.int64)
+        tl.store(positions + offs, pos.to(tl.int64), mask=mask)
+        tl.store(slot_mapping + offs, block * PAGE + pos % PAGE, mask=mask)
+
+
+PREPARE_INPUTS = LazyKernel(_prepare_inputs_kernel)
+
+
+def prepare_inputs(idx_mapping, query_start_loc, num_computed, block_table, positions, slot_mapping,
+                   seq_lens, num_tokens: int, num_tokens_padded: int, page: int) -> None:
+    """positions, slot_mapping (int64, [:num_tokens_padded]) and seq_lens (int32, [:num_reqs]).
+
+    Request r's tokens are query_start_loc[r]:query_start_loc[r+1], at positions
+    num_computed[r] onwards; row idx_mapping[r] of block_table holds its block ids.
+    """
+    num_reqs = idx_mapping.shape[0]
+    PREPARE_INPUTS[(num_reqs + 1,)](
+        idx_mapping, query_start_loc, num_computed, block_table, positions, slot_mapping, seq_lens,
+        num_tokens, num_tokens_padded, block_table.stride(0), PAGE=page, BLOCK=128,
+    )
+
+
+# --- KV cache write ----------------------------------------------------------------------------
+
+def _write_kv_kernel(
+    K, V, KCache, VCache, slot_mapping, stride_kt, stride_vt,
+    ROW: tl.constexpr, BLOCK: tl.constexpr,
+):
+    token = tl.program_id(0)
+    slot = tl.load(slot_mapping + token)
+    if slot < 0:
+        return
+    offs = tl.arange(0, BLOCK)
+    mask = offs < ROW
+    k = tl.load(K + token.to(tl.int64) * stride_kt + offs, mask=mask)
+    v = tl.load(V + token.to(tl.int64) * stride_vt + offs, mask=mask)
+    tl.store(KCache + slot * ROW + offs, k, mask=mask)
+    tl.store(VCache + slot * ROW + offs, v, mask=mask)
+
+
+WRITE_KV = LazyKernel(_write_kv_kernel)
+
+
+def write_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
+    """k, v (T, KVH, D), rows may be strided; caches (num_blocks, page, KVH, D); slot -1 skips."""
+    T, kvh, d = k.shape
+    if T == 0:
+        return
+    WRITE_KV[(T,)](k, v, k_cache, v_cache, slot_mapping, k.stride(0), v.stride(0),
+                   ROW=kvh * d, BLOCK=next_power_of_2(kvh * d))
+
+
+# --- attention over the paged cache ------------------------------------------------------------
+
+def _paged_prefill_attention_kernel(
+    Q, KCache, VCache, O, query_start_loc, seq_lens, idx_mapping, block_table,
+    sm_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
+    HEAD_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, QUERIES_PER_KV: tl.constexpr, KV_ROW: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # Varlen causal attention of each request's new tokens over its whole context,
+    # read through the block table (the new tokens' K/V are already in the cache).
+    tile = tl.program_id(0)
+    head = tl.program_id(1)
+    req = tl.program_id(2)
+    q_start = tl.load(query_start_loc + req)
+    q_len = tl.load(query_start_loc + req + 1) - q_start
+    if tile * BLOCK_M >= q_len:
+        return
+    seq_len = tl.load(seq_lens + req)
+    context = seq_len - q_len
+    row = tl.load(idx_mapping + req).to(tl.int64)
+    kv_head = head // QUERIES_PER_KV
+
+    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_SIZE
+    q_mask = (offs_m < q_len)[:, None] & d_mask[None, :]
+    q_rows = (q_start + offs_m).to(tl.int64)
+    q = tl.load(Q + q_rows[:, None] * stride_qt + head * stride_qh + offs_d[None, :], mask=q_mask, other=0.0)
+
+    m_i = tl.full((BLOCK_M,), -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    hi = tl.minimum(seq_len, context + (tile + 1) * BLOCK_M)
+    for start in range(0, hi, BLOCK_N):
+        cols = start + offs_n
+        col_ok = cols < hi
+        block = tl.load(block_table + row * stride_bt + cols // PAGE, mask=col_ok, other=0).to(tl.int64)
+        slots = block * PAGE + cols % PAGE
+        kv_off = slots[:, None] * KV_ROW + kv_head * HEAD_SIZE + offs_d[None, :]
+        kv_mask = col_ok[:, None] & d_mask[None, :]
+        k = tl.load(KCache + kv_off, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * (sm_scale * 1.4426950408889634)  # log2 domain
+        allowed = col_ok[None, :] & (cols[None, :] <= context + offs_m[:, None])
+        s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(VCache + kv_off, mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    o_ptrs = O + q_rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=q_mask)
+
+
+PREFILL_ATTENTION = LazyKernel(_paged_prefill_attention_kernel,
+                               do_not_specialize_on_alignment=["query_start_loc", "seq_lens", "idx_mapping"])
+
+
+def prefill_attention(q, k_cache, v_cache, out, query_start_loc, seq_lens, idx_mapping, block_table,
+                      max_query_len: int, scale: float) -> None:
+    """out[t] = causal attention of query t over its request's cached context and new tokens."""
+    T, H, D = q.shape
+    kvh = k_cache.shape[2]
+    num_reqs = seq_lens.shape[0]
+    if T == 0 or num_reqs == 0:
+        return
+    block_m = 64 if max_query_len > 16 else 16
+    grid = (cdiv(max_query_len, block_m), H, num_reqs)
+    PREFILL_ATTENTION[grid](
+        q, k_cache, v_cache, out, query_start_loc, seq_lens, idx_mapping, block_table,
+        scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_table.stride(0),
+        HEAD_SIZE=D, BLOCK_D=next_power_of_2(D), QUERIES_PER_KV=H // kvh, KV_ROW=kvh * D,
+        PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=64, num_warps=4, num_stages=2,
+    )
+
+
+def _paged_decode_attention_kernel(
+    Q, KCache, VCache, O, seq_lens, idx_mapping, block_table,
+    sm_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
+    HEAD_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, QUERIES_PER_KV: tl.constexpr, KV_ROW: tl.constexpr,
+    PAGE: tl.constexpr, Q_LEN: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # One program per (request, KV head): its QUERIES_PER_KV heads x Q_LEN query tokens
+    # (1 + draft tokens) as the rows of one tile. Padded requests have seq_len 0.
+    req = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    seq_len = tl.load(seq_lens + req)
+    context = seq_len - Q_LEN
+    row = tl.load(idx_mapping + req).to(tl.int64)
+
+    offs_r = tl.arange(0, BLOCK_R)
+    r_ok = offs_r < QUERIES_PER_KV * Q_LEN
+    q_pos = offs_r // QUERIES_PER_KV
+    head = kv_head * QUERIES_PER_KV + offs_r % QUERIES_PER_KV
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_SIZE
+    q_rows = (req * Q_LEN + q_pos).to(tl.int64)
+    q_mask = r_ok[:, None] & d_mask[None, :]
+    q = tl.load(Q + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+                mask=q_mask, other=0.0)
+
+    m_i = tl.full((BLOCK_R,), -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_R, BLOCK_D), dtype=tl.float32)
+    for start in range(0, seq_len, BLOCK_N):
+        cols = start + offs_n
+        col_ok = cols < seq_len
+        block = tl.load(block_table + row * stride_bt + cols // PAGE, mask=col_ok, other=0).to(tl.int64)
+        slots = block * PAGE + cols % PAGE
+        kv_off = slots[:, None] * KV_ROW + kv_head * HEAD_SIZE + offs_d[None, :]
+        kv_mask = col_ok[:, None] & d_mask[None, :]
+        k = tl.load(KCache + kv_off, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * (sm_scale * 1.4426950408889634)
+        allowed = col_ok[None, :] & (cols[None, :] <= context + q_pos[:, None])
+        s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(VCache + kv_off, mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    o_ptrs = O + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=q_mask)
+
+
+DECODE_ATTENTION = LazyKernel(_paged_decode_attention_kernel, do_not_specialize_on_alignment=["seq_lens", "idx_mapping"])
+
+
+def decode_attention(q, k_cache, v_cache, out, seq_lens, idx_mapping, block_table, q_len: int,
+                     scale: float) -> None:
+    """Uniform decode: request r owns query rows r*q_len .. r*q_len + q_len - 1."""
+    T, H, D = q.shape
+    kvh = k_cache.shape[2]
+    num_reqs = seq_lens.shape[0]
+    if num_reqs == 0:
+        return
+    qpk = H // kvh
+    DECODE_ATTENTION[(num_reqs, kvh)](
+        q, k_cache, v_cache, out, seq_lens, idx_mapping, block_table,
+        scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_table.stride(0),
+        HEAD_SIZE=D, BLOCK_D=next_power_of_2(D), QUERIES_PER_KV=qpk, KV_ROW=kvh * D,
+        PAGE=k_cache.shape[1], Q_LEN=q_len, BLOCK_R=max(16, next_power_of_2(qpk * q_len)),
+        BLOCK_N=64, num_warps=4, num_stages=2,
+    )
+
+
+# --- sampling ------------------------------------------------------------------------------------
+
+def _apply_bitmask_kernel(logits, bitmask, bitmask_row, vocab_size, stride_l, stride_b,
+                          BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    src = tl.load(bitmask_row + row)
+    if src < 0:
+        return
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_vocab = offs < vocab_size
+    words = tl.load(bitmask + src.to(tl.int64) * stride_b + offs // 32, mask=in_vocab, other=-1)
+    allowed = ((words >> (offs % 32)) & 1) != 0
+    tl.store(logits + row.to(tl.int64) * stride_l + offs, float("-inf"), mask=in_vocab & ~allowed)
+
+
+APPLY_BITMASK = LazyKernel(_apply_bitmask_kernel, do_not_specialize_on_alignment=["bitmask_row"])
+
+
+def apply_bitmask(logits, bitmask, bitmask_row) -> None:
+    """Structured output: logits[r, v] = -inf where bit v of bitmask[bitmask_row[r]] is 0 (row -1: none)."""
+    R, V = logits.shape
+    if R == 0:
+        return
+    block = min(1024, next_power_of_2(V))
+    APPLY_BITMASK[(R, cdiv(V, block))](logits, bitmask, bitmask_row, V, logits.stride(0), bitmask.stride(0),
+                                       BLOCK=block)
+
+
+def _penalties_kernel(logits, slot, temperature, repetition, frequency, presence, output_counts, prompt_mask,
+                      vocab_size, stride_l, stride_c, stride_p, BLOCK: tl.constexpr):
+    # vLLM's order: repetition penalty over prompt and output tokens, frequency and
+    # presence over output tokens, then temperature (greedy rows, temperature 0, keep theirs).
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_vocab = offs < vocab_size
+    s = tl.load(slot + row).to(tl.int64)
+    rep = tl.load(repetition + row)
+    freq = tl.load(frequency + row)
+    pres = tl.load(presence + row)
+    temp = tl.load(temperature + row)
+    ptr = logits + row.to(tl.int64) * stride_l + offs
+    x = tl.load(ptr, mask=in_vocab, other=0.0)
+    counts = tl.load(output_counts + s * stride_c + offs, mask=in_vocab, other=0)
+    in_prompt = tl.load(prompt_mask + s * stride_p + offs, mask=in_vocab, other=0) != 0
+    seen = (counts > 0) | in_prompt
+    x = tl.where(seen, tl.where(x > 0, x / rep, x * rep), x)
+    x = x - freq * counts.to(tl.float32) - pres * (counts > 0).to(tl.float32)
+    x = x / tl.where(temp > 0, temp, 1.0)
+    tl.store(ptr, x, mask=in_vocab)
+
+
+PENALTIES = LazyKernel(_penalties_kernel, do_not_specialize_on_alignment=[
+    "slot", "temperature", "repetition", "frequency", "presence"])
+
+
+def apply_penalties_and_temperature(logits, slot, temperature, repetition, frequency, presence,
+                                    output_counts, prompt_mask) -> None:
+    R, V = logits.shape
+    if R == 0:
+        return
+    block = min(1024, next_power_of_2(V))
+    PENALTIES[(R, cdiv(V, block))](logits, slot, temperature, repetition, frequency, presence, output_counts,
+                                   prompt_mask, V, logits.stride(0), output_counts.stride(0),
+                                   prompt_mask.stride(0), BLOCK=block)
+
+
+def _gumbel_sample_kernel(logits, temperature, seeds, excluded, out, vocab_size, stride_l,
+                          BLOCK: tl.constexpr):
+    # argmax(logits + Gumbel noise) samples softmax(logits) (logits are already divided by
+    # the temperature); temperature 0 rows take the plain argmax. `excluded` (-1: none)
+    # removes one token: the rejection sampler's recovered token avoids the draft.
+    row = tl.program_id(0)
+    temp = tl.load(temperature + row)
+    seed = tl.load(seeds + row)
+    skip = tl.load(excluded + row)
+    base = logits + row.to(tl.int64) * stride_l
+    best_val = tl.full((BLOCK,), float("-inf"), tl.float32)
+    best_idx = tl.zeros((BLOCK,), tl.int32)
+    for start in range(0, vocab_size, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        ok = (offs < vocab_size) & (offs != skip)
+        x = tl.load(base + offs, mask=ok, other=float("-inf"))
+        if temp > 0:
+            u = tl.rand(seed, offs)
+            x = x - tl.log(-tl.log(tl.maximum(u, 1.0e-20)))
+        better = x > best_val
+        best_idx = tl.where(better, offs, best_idx)
+        best_val = tl.where(better, x, best_val)
+    top = tl.max(best_val, 0)
+    token = tl.min(tl.where(best_val == top, best_idx, vocab_size), 0)
+    tl.store(out + row, token)
+
+
+GUMBEL_SAMPLE = LazyKernel(_gumbel_sample_kernel, do_not_specialize_on_alignment=[
+    "temperature", "seeds", "excluded", "out"])
+
+
+def gumbel_sample(logits, temperature, seeds, excluded, out) -> None:
+    """out[r] ~ softmax(logits[r]) (argmax where temperature[r] == 0), never excluded[r]."""
+    R, V = logits.shape
+    if R == 0:
+        return
+    GUMBEL_SAMPLE[(R,)](logits, temperature, seeds, excluded, out, V, logits.stride(0),
+                        BLOCK=min(1024, next_power_of_2(V)))
+
+
+def _rejection_sample_kernel(draft_tokens, accept_probs, uniforms, sampled, cu_rows, out, num_out, stride_o,
+                             MAX_OUT: tl.constexpr, BLOCK: tl.constexpr):
+    # Request r has rows cu_rows[r] .. cu_rows[r+1]-1: one per draft token, then the bonus
+    # row. Draft j is accepted with probability accept_probs = min(1, p/q) (q is one-hot for
+    # an n-gram draft, so it is p(draft)); the first rejected draft is replaced by the
+    # row's recovered token (sampled without the draft); if none is rejected, the bonus
+    # token follows.
+    req = tl.program_id(0)
+    start = tl.load(cu_rows + req)
+    n = tl.load(cu_rows + req + 1) - start - 1
+    offs = tl.arange(0, BLOCK)
+    is_draft = offs < n
+    d = tl.load(draft_tokens + start + offs, mask=is_draft, other=-1)
+    p = tl.load(accept_probs + start + offs, mask=is_draft, other=0.0)
+    u = tl.load(uniforms + start + offs, mask=is_draft, other=1.0)
+    first = tl.min(tl.where(is_draft & (u >= p), offs, n), 0)
+    s = tl.load(sampled + start + offs, mask=offs <= n, other=-1)
+    token = tl.where(offs < first, d, tl.where(offs == first, s, -1))
+    tl.store(out + req.to(tl.int64) * stride_o + offs, token, mask=offs < MAX_OUT)
+    tl.store(num_out + req, first + 1)
+
+
+REJECTION_SAMPLE = LazyKernel(_rejection_sample_kernel, do_not_specialize_on_alignment=[
+    "draft_tokens", "accept_probs", "uniforms", "sampled", "cu_rows", "num_out"])
+
+
+def rejection_sample(draft_tokens, accept_probs, uniforms, sampled, cu_rows, max_spec: int):
+    """(tokens (num_reqs, max_spec + 1) padded with -1, num_tokens (num_reqs,)) per request."""
+    num_reqs = cu_rows.shape[0] - 1
+    out = torch.full((num_reqs, max_spec + 1), -1, dtype=torch.int32, device=cu_rows.device)
+    num_out = torch.zeros(num_reqs, dtype=torch.int32, device=cu_rows.device)
+    if num_reqs:
+        REJECTION_SAMPLE[(num_reqs,)](draft_tokens, accept_probs, uniforms, sampled, cu_rows, out, num_out,
+                                      out.stride(0), MAX_OUT=max_spec + 1,
+                                      BLOCK=max(2, next_power_of_2(max_spec + 1)))
+    return out, num_out
+
+
+KERNEL_FAMILIES = {
+    "_prepare_inputs_kernel": "inputs",
+    "_write_kv_kernel": "kv_write",
+    "_paged_prefill_attention_kernel": "attention",
+    "_paged_decode_attention_kernel": "attention",
+    "_prefill_attention_kernel": "attention",  # executor.kernels' context_attention_fwd
+    "_apply_bitmask_kernel": "bitmask",
+    "_penalties_kernel": "sampler",
+    "_gumbel_sample_kernel": "sampler",
+    "_rejection_sample_kernel": "rejection_sampler",
+    "_fp8_gemm_kernel": "gemm",
+    "_grouped_fp8_gemm_kernel": "gemm",
+}

@@ -1,0 +1,194 @@
+"""The serving trace: steps within the engine's limits, in the plan's step format, seeded;
+and the reference plan covers the integer specializations the trace reaches."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonschema
+import pytest
+
+from executor.kernels._triton import int_spec
+from executor.runner.reference import padded_size
+from executor.runner.trace import TraceConfig, TraceScheduler, run_trace
+from planner.engine import load_engine
+from planner.expand import expand
+from planner.plan import load_plan
+from planner.schema import load_schema
+
+TINY = "tests/fixtures/engines/runner-tiny.yaml"
+BENCH_ENGINES = ("llama-3.1-8b-fp8-h100", "qwen3-30b-a3b-fp8-h100",
+                 "tests/fixtures/engines/runner-llama-3.1-8b-fp8-ngram1.yaml",
+                 "tests/fixtures/engines/runner-qwen3-30b-a3b-fp8-ngram2.yaml")
+
+
+def engine_data(name: str, **overrides) -> dict:
+    data = copy.deepcopy(load_engine(name).data)
+    for section, values in overrides.items():
+        data[section].update(values)
+    return data
+
+
+@pytest.mark.parametrize("name", BENCH_ENGINES)
+def test_steps_stay_within_the_engine_limits(name):
+    engine = load_engine(name).data
+    sched, kv = engine["scheduler"], engine["kv_cache"]
+    page, k = kv["groups"][0]["block_size"], engine["speculative"]["num_speculative_tokens"]
+    held: dict[str, list[int]] = {}
+    computed: dict[str, int] = {}
+    finished: set[str] = set()
+    kinds = set()
+    for execute, sample in TraceScheduler(engine, TraceConfig(num_steps=300, seed=1)):
+        kinds.add(execute["kind"])
+        for req_id in execute["finished_req_ids"]:
+            finished.add(req_id)
+            del held[req_id]
+        reqs = execute["requests"]
+        assert 0 < len(reqs) <= sched["max_num_seqs"]
+        total = sum(r["num_scheduled_tokens"] for r in reqs)
+        assert total == execute["total_num_scheduled_tokens"] <= sched["max_num_batched_tokens"]
+        for r in reqs:
+            assert r["req_id"] not in finished
+            if "block_ids" in r:
+                assert r["req_id"] not in held and r["num_scheduled_tokens"] <= len(r["prompt_token_ids"])
+                held[r["req_id"]], start = list(r["block_ids"][0]), 0
+            else:
+                assert r["num_computed_tokens"] >= computed[r["req_id"]]  # accepted drafts only add
+                assert r["num_spec_tokens"] <= k and r["num_scheduled_tokens"] >= 1 + r["num_spec_tokens"] or \
+                    r["num_spec_tokens"] == 0
+                held[r["req_id"]] += (r["new_block_ids"] or [[]])[0]
+                start = r["num_computed_tokens"]
+            computed[r["req_id"]] = start
+            assert len(held[r["req_id"]]) * page >= start + r["num_scheduled_tokens"]
+        live = [b for blocks in held.values() for b in blocks]
+        assert len(live) == len(set(live)) and all(0 < b < kv["num_blocks"] for b in live)
+        if sample["grammar_bitmask"]:
+            assert sample["grammar_bitmask"]["num_rows"] == len(sample["grammar_bitmask"]["req_ids"])
+    assert kinds == {"prefill", "decode", "mixed"} and finished
+
+
+def test_plan_format_and_seed():
+    engine = load_engine("llama-3.1-8b-fp8-h100").data
+    steps = list(TraceScheduler(engine, TraceConfig(num_steps=20, seed=7)))
+    assert steps == list(TraceScheduler(engine, TraceConfig(num_steps=20, seed=7)))
+    assert steps != list(TraceScheduler(engine, TraceConfig(num_steps=20, seed=8)))
+    defs = load_schema("expanded-plan")["$defs"]
+    validator = jsonschema.Draft202012Validator({"$ref": "#/$defs/step", "$defs": defs})
+    first = steps[0][0]
+    assert first["kind"] == "prefill" and first["total_num_scheduled_tokens"] == 8192  # the burst, chunked
+    # Apart from the trace's extensions (per-request prompt and sampling params, finished ids in
+    # any step, new and cached entries in one step), steps validate as the plan's do.
+    items = {kind: jsonschema.Draft202012Validator({**defs[kind]["properties"]["requests"]["items"], "$defs": defs})
+             for kind in ("prefill", "decode")}
+    for execute, sample in steps:
+        for r in execute["requests"]:
+            r = {k: v for k, v in r.items() if k not in ("prompt_token_ids", "sampling_params")}
+            items["prefill" if "block_ids" in r else "decode"].validate(r)
+        if execute["kind"] != "mixed":
+            plain = {k: v for k, v in execute.items() if k != "finished_req_ids"}
+            plain["requests"] = [{k: v for k, v in r.items() if k not in ("prompt_token_ids", "sampling_params")}
+                                 for r in plain["requests"]]
+            validator.validate({**plain, "prompt_token_ids": [0]} if execute["kind"] == "prefill" else plain)
+        validator.validate(sample)
+
+
+def test_speculative_decodes_carry_drafts():
+    engine = load_engine("tests/fixtures/engines/runner-qwen3-30b-a3b-fp8-ngram2.yaml").data
+    spec = [r["num_spec_tokens"] for e, _ in TraceScheduler(engine, TraceConfig(num_steps=60))
+            for r in e["requests"] if "num_computed_tokens" in r and r["num_scheduled_tokens"] > 1
+            and r["num_spec_tokens"]]
+    assert spec and set(spec) == {2}
+
+
+def launch_keys(steps, q: int, graph_sizes: list[int]) -> set:
+    """What varies between the runner's compiled variants from step to step: the integer
+    classes of (num_tokens, num_tokens_padded) of the input kernel, and the query tile of the
+    prefill attention (a constexpr chosen by the longest query)."""
+    keys = set()
+    for s in steps:
+        if s["kind"] == "cudagraph":
+            keys |= {("inputs", int_spec(n), int_spec(n)) for n in s.get("uniform_decode_sizes", [])}
+        elif s.get("requests"):
+            tokens = [r["num_scheduled_tokens"] for r in s["requests"]]
+            n, uniform = sum(tokens), all(t == q for t in tokens)
+            padded = padded_size(graph_sizes, n) if uniform else None
+            keys.add(("inputs", int_spec(n), int_spec(padded or n)))
+            if not uniform:
+                keys.add(("prefill_attention", "BLOCK_M", 64 if max(tokens) > 16 else 16))
+    return keys
+
+
+@pytest.mark.parametrize("name", BENCH_ENGINES)
+def test_reference_plan_covers_the_trace_specializations(name):
+    """What the GPU run shows (bench/RESULTS-runner.md), predicted on CPU: every key the trace
+    reaches is warmed; the padded-decode stage is the one that warms (other, %16) of the input
+    kernel and the long-prompt stage the 64-row attention tile."""
+    engine = load_engine(name)
+    q = 1 + engine.data["speculative"]["num_speculative_tokens"]
+    plan = expand(load_plan("plans/reference.yaml"), engine)
+    graph_sizes = sorted(next(s for s in plan["steps"] if s["kind"] == "cudagraph")["uniform_decode_sizes"])
+    trace = [e for e, _ in TraceScheduler(engine.data, TraceConfig(num_steps=500))]
+    warmed = launch_keys(plan["steps"], q, graph_sizes)
+    assert launch_keys(trace, q, graph_sizes) <= warmed
+
+    def only_from(stage):
+        return warmed - launch_keys([s for s in plan["steps"] if s["stage"] != stage], q, graph_sizes)
+
+    assert only_from("warmup_padded_decode") == {("inputs", "i32", "i32D")}
+    assert only_from("warmup_long_prompt") == {("prefill_attention", "BLOCK_M", 64)}
+
+
+class RecordingRunner:
+    def __init__(self):
+        self.calls = []
+
+    def execute_model(self, step):
+        self.calls.append(("execute", step["kind"]))
+
+    def sample_tokens(self, step):
+        self.calls.append(("sample", step["kind"]))
+
+
+def test_run_trace_drives_any_runner():
+    engine = engine_data(TINY)
+    runner = RecordingRunner()
+    seen = []
+    out = run_trace(runner, engine, TraceConfig(num_steps=5, prompt_median=8, output_median=4),
+                    on_step=lambda i, step, lat: seen.append(i))
+    assert seen == list(range(5)) and len(out["latency_s"]) == 5
+    assert runner.calls[:2] == [("execute", "prefill"), ("sample", "sample")]
+
+
+def test_trace_on_the_reference_runner(kernel_device):
+    torch = pytest.importorskip("torch")
+    from executor.runner import ReferenceRunner
+
+    engine = engine_data(TINY, speculative={"method": "ngram", "num_speculative_tokens": 1})
+    for layer in engine["model"]["linear"]:
+        layer["quant"] = {"method": "none"}  # fp16 matmuls: keeps the interpreter quick
+    runner = ReferenceRunner(engine, device=kernel_device, num_layers=1,
+                             dtype=torch.bfloat16 if kernel_device == "cuda" else torch.float16)
+    config = TraceConfig(num_steps=12, prompt_median=10, output_median=5, arrival_rate=1.0, initial_requests=4,
+                         structured_fraction=0.5, prompt_logprobs_fraction=0.3)
+    out = run_trace(runner, engine, config)
+    assert set(out["kinds"]) >= {"prefill", "mixed"} and runner.stats["samples"] == 12
+    assert len(runner.requests) <= engine["scheduler"]["max_num_seqs"]
+
+
+def test_pre_40746_variant_leaves_the_prefill_path_cold():
+    """2-token prompts with 1 draft token: every synthetic batch is uniform decode, so no variant
+    of the prefill attention is warmed, and the trace's prefills (long prompts: the 64-row tile)
+    compile it; `warmup check` reports E101, and nothing for the built-in plan."""
+    from planner import lints
+
+    engine = load_engine("tests/fixtures/engines/runner-llama-3.1-8b-fp8-ngram1.yaml")
+    plan = expand(load_plan("tests/fixtures/plans/reference-pre-40746.yaml"), engine)
+    graph_sizes = sorted(next(s for s in plan["steps"] if s["kind"] == "cudagraph")["uniform_decode_sizes"])
+    trace = [e for e, _ in TraceScheduler(engine.data, TraceConfig(num_steps=200))]
+    missing = launch_keys(trace, 2, graph_sizes) - launch_keys(plan["steps"], 2, graph_sizes)
+    assert missing == {("prefill_attention", "BLOCK_M", 64)}
+    assert not any(k[0] == "prefill_attention" for k in launch_keys(plan["steps"], 2, graph_sizes))
+    findings, _ = lints.run(plan, engine.data)
+    assert {f.lint.code for f in findings} == {"E101"}
+    builtin = expand(load_plan("plans/reference.yaml"), engine)
+    assert not lints.run(builtin, engine.data)[0]
