@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Every GPU test and benchmark of the executor, in one device call (about 6 minutes on an H100).
+# Every GPU test and benchmark of the project, in one device call (about 8 minutes on an H200):
+# the executor's acceptance runs and GPU tests below, then bench/runner_gpu.sh (the reference
+# runner's tests and serving-trace proofs).
 #
 #   bash bench/gpu_all.sh            # from the repository root; results under $OUT (default ./out)
+#   PARTS=executor bash bench/gpu_all.sh   # or PARTS=runner: one half only
 #
 # 1. warmup execute triton, Llama-3.1-8B FP8 and Qwen3-30B-A3B FP8 (max_num_batched_tokens 8192):
 #    a cold Triton cache and no tuned tables, then the same directories warm; --verify 2000 each
@@ -22,7 +25,8 @@ RES=$WORK/results
 mkdir -p "$RES"
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
-EX=${EX:-"python3 -m executor.cli execute"}  # EX="... execute --dry-run" checks this script without a GPU
+EX=${EX:-"python3 -m executor.cli execute"}
+PARTS=${PARTS:-"executor runner"}  # EX="... execute --dry-run" checks this script without a GPU
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 pack() { tar czf "$OUT/results.tgz" -C "$WORK" results 2>/dev/null; }
@@ -48,6 +52,7 @@ say "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(nvidia-smi --query-gpu=name,driver_vers
 say "== $(python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "|", torch.cuda.get_device_name(), "sm", torch.cuda.get_device_properties(0).multi_processor_count)')"
 say "== deep_gemm: $(python3 -c 'import deep_gemm' 2>&1 | tail -n1 | cut -c1-60)  flashinfer: $(python3 -c 'import flashinfer' 2>&1 | tail -n1 | cut -c1-60)"
 
+if [[ " $PARTS " == *" executor "* ]]; then
 # 1. Acceptance: cold, then warm, per engine.
 for eng in llama-3.1-8b-fp8-h100 qwen3-30b-a3b-fp8-h100; do
     export TRITON_CACHE_DIR=$WORK/triton-cache-$eng
@@ -106,4 +111,8 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
         print(f"   {bad[:600]}")
 EOF
 pack
+fi
+
+# 5. The reference runner: its GPU tests and the serving-trace proofs (issue 5).
+[[ " $PARTS " == *" runner "* ]] && bash bench/runner_gpu.sh
 ls -la "$OUT"

@@ -211,13 +211,19 @@ def _detail(kind: str, group: list[dict]) -> str:
 RENDERERS = {"yaml": to_yaml, "json": to_json, "table": to_table}
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write all or nothing: a failure never leaves a half-written output file."""
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write all or nothing: readers see the old file or the new one, never a partial one.
+
+    The one atomic writer of the project (expanded plans, reports, tuned kernel tables).
+    """
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".warmup-", dir=folder)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

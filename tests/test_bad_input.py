@@ -149,7 +149,7 @@ def test_nothing_half_written(tmp_path, capsys):
     code, _, err = run(capsys, "plan", "vllm", "--engine", bad, "-o", str(out))
     assert code == 2
     assert out.read_text() == "previous content\n"
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".warmup-")] == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
 def test_usage_errors_exit_2(capsys):

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
+
+from planner.output import write_atomic
 
 CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 SCALE_BLOCK = 128  # the 1x128 activation groups and 128x128 weight blocks
@@ -121,19 +122,7 @@ def save_table_atomic(path: str | os.PathLike, table: Mapping[int, Mapping[str, 
     for config in table.values():
         validate_config(config)
     payload = {str(m): {k: int(table[m][k]) for k in CONFIG_KEYS} for m in sorted(table)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(payload, indent=2) + "\n")
 
 
 def select_config(table: Mapping[int, Config], M: int) -> Config:

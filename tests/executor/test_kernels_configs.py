@@ -62,7 +62,7 @@ def test_failed_save_keeps_the_old_table(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(configs.json, "dump", crash)
+    monkeypatch.setattr(os, "fsync", crash)  # the write fails after the new bytes are out
     with pytest.raises(OSError, match="disk full"):
         configs.save_table_atomic(path, {8: B})
     assert configs.load_table(path) == TABLE
