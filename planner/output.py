@@ -14,6 +14,7 @@ import math
 import os
 import re
 import tempfile
+from functools import lru_cache
 
 WRAP = 100
 MIN_RUN = 4
@@ -101,12 +102,17 @@ def _step_lines(step: dict) -> list[str]:
 
 
 def _flow(value, indent: int) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{yaml_scalar(k)}: {_flow(v, indent)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
+    kind = type(value)  # exact types first: this runs once per value of a long plan
+    if kind is int:
+        return str(value)
+    if kind is dict:
+        return "{" + ", ".join(f"{_string(k)}: {_flow(v, indent)}" for k, v in value.items()) + "}"
+    if kind is list:
         if len(value) >= MIN_RUN and all(type(v) is int for v in value):
             value = compress_runs(value)
         return _wrap([_flow(v, indent) for v in value], indent)
+    if kind is str:
+        return _string(value)
     return yaml_scalar(value)
 
 
@@ -137,7 +143,12 @@ def yaml_scalar(value) -> str:
         return str(value)
     if isinstance(value, float):
         return _float(value)
-    text = str(value)
+    return _string(str(value))
+
+
+@lru_cache(maxsize=4096)
+def _string(text: str) -> str:
+    """A string scalar, plain when YAML reads it back as the same string, else double-quoted."""
     if _PLAIN.match(text) and text.lower() not in _RESERVED:
         return text
     return json.dumps(text)
