@@ -5,13 +5,16 @@
         --steps 500 --json out/llama-warm.json
     python3 bench/trace_proof.py --engine llama-3.1-8b-fp8-h100 --no-warmup --steps 150 --json out/llama-cold.json
 
-In one process: build the ReferenceRunner, optionally execute the plan's steps on it
-(through executor.run's step handlers: GEMM and attention steps on the Triton backend,
-batch and cudagraph steps on this runner), seal the JIT monitor (executor.jit_monitor),
-then run N steps of the seeded serving trace (executor.runner.trace). Reports every
-Triton compile after the seal with its kernel family and specialization, the first-step
-and p50/p99 step latencies, and the wall time of each warmup stage. Exit status 0, or
-1 with --expect-zero when anything compiled during the trace.
+In one process: build the ReferenceRunner, then `executor.run.execute` the plan on it
+(GEMM and attention steps on the Triton backend, batch and cudagraph steps on this
+runner, each batch stage inside its warmup_scope) with `verify_trace`: the JIT monitor
+is sealed and N steps of the seeded serving trace (executor.runner.trace) run on the
+same runner, as `warmup execute --verify-trace N` does. `--no-warmup` executes an empty
+plan: the seal comes first and every compile lands in the trace. Reports every Triton
+compile after the seal with its kernel family and specialization, the first-step and
+p50/p99 step latencies, and the wall time of each warmup stage. Exit status 0, or 1
+when a warmup step or the trace failed, or with --expect-zero when anything compiled
+during the trace.
 """
 
 from __future__ import annotations
@@ -26,15 +29,14 @@ from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from executor.jit_monitor import Monitor  # noqa: E402
+from executor.run import BATCH_KINDS  # noqa: E402
 from executor.runner.kernels import KERNEL_FAMILIES  # noqa: E402
-from executor.runner.trace import TraceConfig, percentile, run_trace  # noqa: E402
+from executor.runner.trace import TraceConfig, percentile  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
 from planner.expand import expand  # noqa: E402
 from planner.plan import load_plan  # noqa: E402
 
 FAMILIES = ("attention", "gemm", "sampler", "bitmask", "kv_write", "inputs", "rejection_sampler", "other")
-BATCH_KINDS = ("prefill", "decode", "cleanup", "sample")
 
 
 def family(kernel: str) -> str:
@@ -57,15 +59,17 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the report here")
     p.add_argument("--expect-zero", action="store_true", help="exit 1 when the trace compiled anything")
     args = p.parse_args(argv)
+    if args.steps < 1:
+        p.error("--steps must be >= 1")
 
     import torch
 
+    from executor import run
     from executor.runner import ReferenceRunner
 
     engine_obj = load_engine(args.engine)
     engine = engine_obj.data
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else None
-    monitor = Monitor("warn").install()
     report = {"engine": engine["name"], "plan": args.plan, "steps": args.steps, "seed": args.seed,
               "num_layers": args.num_layers, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
               "device": torch.cuda.get_device_name() if sync else args.device,
@@ -80,102 +84,91 @@ def main(argv=None) -> int:
 
     if args.plan:
         expanded = expand(load_plan(args.plan), engine_obj)
-        report["warmup"] = warmup(runner, expanded, engine, monitor, args.device, sync)
+    else:  # no steps: sealed right away
+        expanded = {"plan": None, "engine": engine["name"], "digest": None, "steps": []}
+    options = run.Options(device=args.device, jit_monitor="warn", verify_trace=args.steps, verify_seed=args.seed,
+                          trace_config={"arrival_rate": args.arrival_rate, "prompt_median": args.prompt_median,
+                                        "output_median": args.output_median})
+    result = run.execute(expanded, engine, options, runner=runner)  # the runner stays ours
+    if result.interrupted:
+        runner.close()
+        print("interrupted", file=sys.stderr)
+        return 130
+    if args.plan:
+        report["warmup"] = warmup_summary(result, expanded)
         report["plan_digest"] = expanded["digest"]
-    monitor.seal()
     report["graph_sizes"] = list(runner.graphs.sizes) if runner.graphs else []
-    before = dict(runner.stats, graph_replays=runner.graphs.replays if runner.graphs else 0)
-
-    per_step: list[dict] = []
-
-    def on_step(i, execute, latency):
-        counts = monitor.end_step()
-        if counts is not None and counts.jit_misses:
-            per_step.append({"step": i, "kind": execute["kind"], "tokens": execute["total_num_scheduled_tokens"],
-                             "requests": len(execute["requests"]), "latency_s": round(latency, 4),
-                             "kernels": dict(counts.kernels)})
-        monitor.begin_step(f"trace/step-{i + 1}")
-
-    monitor.begin_step("trace/step-0")
-    trace = run_trace(runner, engine, TraceConfig(num_steps=args.steps, seed=args.seed, arrival_rate=args.arrival_rate,
-                                                     prompt_median=args.prompt_median, output_median=args.output_median), on_step, sync)
-    monitor.end_step()
-    report["trace"] = summarize_trace(trace, per_step, monitor, runner, before)
-    graphs_before = len(report["graph_sizes"])
-    report["trace"]["graph_captures_after_seal"] = (len(runner.graphs.sizes) if runner.graphs else 0) - graphs_before
+    report["trace"] = summarize_trace(result.verify_trace)
     runner.close()
-    monitor.uninstall()
 
     print_summary(report)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1, default=str)
+    failed = [r for r in result.steps if r["status"] == "failed"]
+    for r in failed:
+        print(f"warmup step {r['id']} failed: {r['error']}", file=sys.stderr)
+    if report["trace"]["error"]:
+        print(f"trace failed: {report['trace']['error']}", file=sys.stderr)
+    if failed or report["trace"]["error"]:
+        return 1
     return 1 if args.expect_zero and report["trace"]["compiles"]["total"] else 0
 
 
-def warmup(runner, expanded: dict, engine: dict, monitor, device: str, sync) -> dict:
-    """Every step of the plan through executor.run's handlers, with this runner; per-stage wall time."""
-    from executor import run
-
-    ctx = run.Context(run.Options(device=device, jit_monitor="warn"), engine, run.Progress(enabled=False), monitor)
-    ctx._runner = runner  # the handlers drive this runner, which outlives the warmup
-    stages, total_start = [], time.perf_counter()
-    for stage, steps in run.stages_of(expanded["steps"]):
-        start, kernels, records = time.perf_counter(), Counter(), []
-        scope = runner.warmup_scope() if all(s["kind"] in BATCH_KINDS for s in steps) else _null_scope()
-        with scope:
-            for step in steps:
-                record = run.run_step(step, ctx)
-                run._release(ctx, step)
-                if record["status"] == "failed":
-                    raise RuntimeError(f"warmup step {step['id']} failed: {record['error']}")
-                kernels.update((record.get("jit") or {}).get("kernels", {}))
-                records.append(record)
-        if sync:
-            sync()
-        stages.append({"stage": stage, "kinds": sorted({s["kind"] for s in steps}), "steps": len(steps),
+def warmup_summary(result, expanded: dict) -> dict:
+    """Per stage of the executed plan: kinds, statuses, wall time, JIT misses and compiles, kernels."""
+    kinds: dict = {}
+    for step in expanded["steps"]:
+        kinds.setdefault(step["stage"], set()).add(step["kind"])
+    stages = []
+    for stage in result.stage_order:
+        records = [r for r in result.steps if r["stage"] == stage]
+        jits = [r.get("jit") or {} for r in records]
+        kernels = Counter()
+        for j in jits:
+            kernels.update(j.get("kernels", {}))
+        stages.append({"stage": stage, "kinds": sorted(kinds[stage]), "steps": len(records),
                        "status": dict(Counter(r["status"] for r in records)),
-                       "wall_s": round(time.perf_counter() - start, 3),
-                       "jit_misses": sum((r.get("jit") or {}).get("jit_misses", 0) for r in records),
-                       "compiled": sum((r.get("jit") or {}).get("compiled", 0) for r in records),
+                       "wall_s": round(result.stage_wall.get(stage, 0.0), 3),
+                       "jit_misses": sum(j.get("jit_misses", 0) for j in jits),
+                       "compiled": sum(j.get("compiled", 0) for j in jits),
                        "kernels": dict(kernels)})
     batch = [s for s in stages if set(s["kinds"]) <= set(BATCH_KINDS)]
-    return {"stages": stages, "total_s": round(time.perf_counter() - total_start, 3),
+    return {"stages": stages, "total_s": round(sum(result.stage_wall.values()), 3),
             "batch_stages_s": round(sum(s["wall_s"] for s in batch), 3)}
 
 
-class _null_scope:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def summarize_trace(trace: dict, per_step: list, monitor, runner, before: dict) -> dict:
-    lat = trace["latency_s"]
-    events = [e for e in monitor.post_seal_events if e.get("event") == "kernel JIT compilation"]
+def summarize_trace(t: dict) -> dict:
+    """The report's trace section from executor.verify.trace_check's result (`verify_trace`)."""
+    lat = t["latency_ms"]
+    events = [e for e in t["post_seal_events"] if e.get("event") == "kernel JIT compilation"]
     by_family = Counter(family(e.get("kernel", "?")) for e in events)
+    per_step = [{"step": s["step"], "kind": s["kind"], "tokens": s["tokens"], "requests": s["requests"],
+                 "latency_s": round(s["latency_ms"] / 1e3, 4), "kernels": s["kernels"]}
+                for s in t["steps_with_compiles"] if s["kernels"]]  # steps with Triton JIT misses
     compile_steps = {s["step"] for s in per_step}
     quiet = [x for i, x in enumerate(lat) if i not in compile_steps]
+    stats = t["runner_stats"] or {}
     return {
         "num_steps": len(lat),
-        "kinds": dict(Counter(trace["kinds"])),
-        "first_step_ms": round(lat[0] * 1e3, 2),
-        "first_10_steps_ms": [round(x * 1e3, 2) for x in lat[:10]],
-        "p50_ms": round(percentile(lat, 50) * 1e3, 3),
-        "p99_ms": round(percentile(lat, 99) * 1e3, 3),
-        "max_ms": round(max(lat) * 1e3, 2),
-        "p50_ms_steps_without_compiles": round(percentile(quiet, 50) * 1e3, 3),
-        "p50_ms_after_step_50": round(percentile(lat[50:], 50) * 1e3, 3),
+        "kinds": t["kinds"],
+        "first_step_ms": round(lat[0], 2) if lat else None,
+        "first_10_steps_ms": [round(x, 2) for x in lat[:10]],
+        "p50_ms": round(percentile(lat, 50), 3),
+        "p99_ms": round(percentile(lat, 99), 3),
+        "max_ms": round(max(lat), 2) if lat else None,
+        "p50_ms_steps_without_compiles": round(percentile(quiet, 50), 3),
+        "p50_ms_after_step_50": round(percentile(lat[50:], 50), 3),
         "compiles": {"total": len(events), **{f: by_family.get(f, 0) for f in FAMILIES}},
         "steps_with_compiles": per_step,
         "compile_events": [{"step": e.get("step"), "kernel": e.get("kernel"), "family": family(e.get("kernel", "?")),
                             "key": e.get("key")} for e in events],
-        "other_post_seal_events": [e for e in monitor.post_seal_events if e.get("event") != "kernel JIT compilation"],
-        "runner_stats": {k: v - before.get(k, 0) for k, v in runner.stats.items()},  # the trace's own
-        "graph_replays": (runner.graphs.replays if runner.graphs else 0) - before["graph_replays"],
+        "other_post_seal_events": [e for e in t["post_seal_events"] if e.get("event") != "kernel JIT compilation"],
+        "runner_stats": stats,  # the trace's own
+        "graph_replays": stats.get("decode_graph", 0),  # every graph replay is a decode_graph step
+        "graph_captures_after_seal": stats.get("graph_captures", 0),
+        "error": t["error"],
     }
 
 

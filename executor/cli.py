@@ -8,9 +8,9 @@
 Registered as a `warmup.commands` plugin (pyproject), so the planner never imports
 the executor. Importing this module imports neither torch nor triton: the run does,
 lazily. Exit codes: 0 every step ok or skipped; 1 a step failed, a step was
-unavailable (unless --allow-missing), or the hot-path check saw a compile; 2 invalid
-input; 3 internal error; 130 interrupted. The report (--report) is written in every
-one of these cases.
+unavailable (unless --allow-missing), or the hot-path check or the serving trace
+(--verify-trace) saw a compile; 2 invalid input; 3 internal error; 130 interrupted.
+The report (--report) is written in every one of these cases.
 """
 
 from __future__ import annotations
@@ -55,7 +55,12 @@ def add_commands(sub) -> None:
     p.add_argument("--jit-log", metavar="FILE", help="append every post-seal compile here as a JSON line")
     p.add_argument("--verify", type=int, default=0, metavar="N",
                    help="after sealing, run N random calls inside the plan's ranges and report every compile")
-    p.add_argument("--verify-seed", type=int, default=0, metavar="SEED")
+    p.add_argument("--verify-seed", type=int, default=0, metavar="SEED",
+                   help="seed of --verify's calls and of --verify-trace's trace (default: 0)")
+    p.add_argument("--verify-trace", type=int, default=0, metavar="N",
+                   help="after sealing (and --verify), run N steps of the seeded serving trace "
+                        "(executor.runner.trace) on the runner the batch steps warmed; report every compile "
+                        "by kernel family and the first-step and p50/p99 step latencies (needs the runner)")
     p.add_argument("--runner", choices=("reference", "none"), default="reference",
                    help="model runner for batch and CUDA-graph steps: reference (executor.runner.reference) "
                         "or none (skip them) (default: reference)")
@@ -226,9 +231,10 @@ def _execute(args, report) -> int:
 
     backends = parse_backends(args.backend, args.dry_run)
     inject = parse_inject(args.inject_failure)
-    if args.verify < 0:
-        from planner.errors import PlanError
-        raise PlanError(f"--verify must be >= 0, got {args.verify}")
+    for flag, value in (("--verify", args.verify), ("--verify-trace", args.verify_trace)):
+        if value < 0:
+            from planner.errors import PlanError
+            raise PlanError(f"{flag} must be >= 0, got {value}")
     device = args.device or ("cpu" if args.dry_run else "cuda")
     _set_kernel_config_dir(args.kernel_config_dir)
     if not str(device).startswith("cuda") and not args.dry_run and "triton" not in sys.modules:
@@ -240,6 +246,7 @@ def _execute(args, report) -> int:
         raise PlanError(f"--inject-failure: no step {unknown[0]!r} in the plan")
     options = Options(backends=backends, on_error=args.on_error, jit_monitor=args.jit_monitor,
                       jit_log=args.jit_log, verify=args.verify, verify_seed=args.verify_seed,
+                      verify_trace=args.verify_trace,
                       allow_missing=args.allow_missing, runner="none" if args.dry_run else args.runner,
                       device=device, retune=args.retune, flashinfer_cache=args.flashinfer_cache, inject=inject)
     report.__init__(expanded, {**options.public(), "argv": sys.argv[1:]})

@@ -1,6 +1,7 @@
 """The execution report: every step's status with its id, per-stage totals, the JIT monitor's
-counts, the hot-path check, and the environment. Written as JSON, atomically, always:
-also when a step fails, when the run crashes, and on Ctrl-C (exit 130).
+counts, the hot-path check, the serving trace (--verify-trace), and the environment. Written
+as JSON, atomically, always: also when a step fails, when the run crashes, and on Ctrl-C
+(exit 130).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Report:
         self.stage_wall: dict[str, float] = {}
         self.monitor: dict | None = None
         self.verify: dict | None = None
+        self.verify_trace: dict | None = None  # executor.verify.trace_check
         self.environment: dict = {}
         self.interrupted = False
         self.error: str | None = None        # invalid input or internal error, one line
@@ -79,6 +81,8 @@ class Report:
             return EXIT_FAILED
         if self.verify and (self.verify.get("post_seal_compiles") or self.verify.get("failures")):
             return EXIT_FAILED
+        if self.verify_trace and (self.verify_trace.get("compiles") or self.verify_trace.get("error")):
+            return EXIT_FAILED
         return EXIT_OK
 
     def status(self) -> str:
@@ -104,6 +108,7 @@ class Report:
             "steps": self.steps,
             "jit_monitor": self.monitor,
             "verify": self.verify,
+            "verify_trace": self.verify_trace,
         }
 
     # --- output ----------------------------------------------------------------------------------
@@ -149,10 +154,26 @@ class Report:
                     f"{v['wall_s']:.2f} s\n")
             for e in v.get("events", [])[:20]:
                 out += f"  post-seal: {e.get('step')}: {e.get('kernel')} {e.get('repr') or ''}\n"
-        if self.monitor and self.monitor.get("sealed") and not self.verify:
+        if self.verify_trace:
+            out += render_trace(self.verify_trace)
+        if self.monitor and self.monitor.get("sealed") and not (self.verify or self.verify_trace):
             out += f"jit monitor: sealed, {self.post_seal_compiles()} post-seal compiles\n"
         out += f"status: {self.status()} (exit {self.exit_code()})\n"
         return out
+
+
+def render_trace(t: dict) -> str:
+    families = ", ".join(f"{f} {n}" for f, n in t.get("compiles_by_family", {}).items())
+    out = (f"verify-trace: {t['steps']} serving-trace steps (seed {t['seed']}): {t['compiles']} post-seal compiles"
+           + (f" ({families})" if families else ""))
+    if t.get("first_step_ms") is not None:
+        out += f"; first step {t['first_step_ms']:.1f} ms, p50 {t['p50_ms']:.2f} ms, p99 {t['p99_ms']:.2f} ms"
+    out += "\n"
+    if t.get("error"):
+        out += f"  error: {t['error']}\n"
+    for e in t.get("post_seal_events", [])[:20]:
+        out += f"  post-seal: {e.get('step')}: {e.get('kernel')} {e.get('repr') or ''}\n"
+    return out
 
 
 def _dash(v):

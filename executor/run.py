@@ -5,12 +5,18 @@ Each step ends `ok`, `failed` (any exception, with its text and the step id),
 (`--runner none`, or not reached after a failure with ``on_error="stop"``). A CUDA
 OOM is a failure like any other: the step's scratch memory is freed and, with
 ``on_error="continue"``, the next step runs. After the last step the JIT monitor is
-sealed and the optional hot-path check (executor.verify) runs. The report object is
-filled as the run goes, so the caller can write it whatever happens.
+sealed and the optional hot-path check (executor.verify) runs, then the optional
+serving trace on the same runner (``verify_trace``), and only then is the runner
+closed. The steps of a stage of batch steps run inside the runner's
+``warmup_scope()`` when it has one (KV connector off; on exit, also after a failure
+or Ctrl-C, the connector is restored and the stage's unfinished requests are freed).
+The report object is filled as the run goes, so the caller can write it whatever
+happens.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
 import traceback
@@ -24,6 +30,7 @@ from .report import Report, environment
 
 INJECT_KINDS = ("error", "oom", "interrupt")
 VERIFIED_KINDS = ("gemm", "grouped_gemm", "attention")
+BATCH_KINDS = ("prefill", "sample", "decode", "cleanup")  # a stage of these runs in runner.warmup_scope()
 
 
 @dataclass
@@ -33,7 +40,9 @@ class Options:
     jit_monitor: str = "warn"                      # off | warn | error
     jit_log: str | None = None                     # JSONL of post-seal compiles
     verify: int = 0                                # random hot-path calls after sealing
-    verify_seed: int = 0
+    verify_seed: int = 0                           # also the serving trace's seed
+    verify_trace: int = 0                          # serving-trace steps on the runner after sealing
+    trace_config: dict = field(default_factory=dict)  # other TraceConfig fields for verify_trace (bench)
     allow_missing: bool = False
     runner: str = "reference"                      # reference | none
     device: str = "cuda"
@@ -49,7 +58,8 @@ class Options:
 class Context:
     """What handlers see: backends, the runner, progress ticks, the capture flag."""
 
-    def __init__(self, options: Options, engine: dict | None, progress: Progress, monitor: Monitor):
+    def __init__(self, options: Options, engine: dict | None, progress: Progress, monitor: Monitor,
+                 runner=None):
         self.options = options
         self.engine = engine
         self.progress = progress
@@ -59,8 +69,12 @@ class Context:
         self.step_ticks = 0
         self._backends: dict = {}
         self._availability: dict = {}
-        self._runner = None
+        self._runner = runner              # a caller's runner is used, and closed by the caller
+        self._owns_runner = runner is None
         self._runner_error: str | None = None
+        # During a stage of batch steps: where runner.warmup_scope() is entered, at the stage's
+        # first use of the runner (so the runner still starts inside a step), and exited with it.
+        self.stage_scope: contextlib.ExitStack | None = None
 
     def tick(self, n: int) -> None:
         self.step_ticks += n
@@ -103,6 +117,15 @@ class Context:
     # --- the model runner ---------------------------------------------------------------------------
 
     def get_runner(self, required: bool = True):
+        runner = self._get_runner(required)
+        if runner is not None and self.stage_scope is not None:
+            stack, self.stage_scope = self.stage_scope, None  # once per stage
+            scope = getattr(runner, "warmup_scope", None)     # optional in the runner protocol
+            if scope is not None:
+                stack.enter_context(scope())
+        return runner
+
+    def _get_runner(self, required: bool):
         if self.options.runner == "none":
             if required:
                 raise Skipped("--runner none: batch and CUDA-graph steps are not run")
@@ -131,11 +154,9 @@ class Context:
         return None
 
     def close(self) -> None:
-        if self._runner is not None:
-            try:
-                self._runner.close()
-            finally:
-                self._runner = None
+        runner, self._runner = self._runner, None
+        if runner is not None and self._owns_runner:
+            runner.close()
         for backend in self._backends.values():
             try:
                 backend.close()
@@ -250,17 +271,25 @@ def stages_of(steps: list[dict]) -> list[tuple[str, list[dict]]]:
 
 
 def execute(expanded: dict, engine: dict | None = None, options: Options | None = None,
-            progress: Progress | None = None, report: Report | None = None) -> Report:
-    """Run every step of `expanded`; returns the report (also filled in place when given)."""
+            progress: Progress | None = None, report: Report | None = None, runner=None) -> Report:
+    """Run every step of `expanded`; returns the report (also filled in place when given).
+
+    `runner`: a model runner to use instead of starting one; it stays the caller's (not closed)."""
     options = options or Options()
+    if options.verify_trace and options.runner == "none":
+        from planner.errors import PlanError
+
+        raise PlanError("--verify-trace runs a serving trace on the model runner: it cannot be used with "
+                        "--runner none (or --dry-run)")
     progress = progress or Progress(enabled=False)
     report = report or Report(expanded, options.public())
     mode = options.jit_monitor
-    if options.verify and mode == "off":
-        mode = "warn"  # the hot-path check counts compiles: it needs the monitor
-        report.options["jit_monitor_note"] = "--verify turned the JIT monitor on (warn)"
+    if (options.verify or options.verify_trace) and mode == "off":
+        mode = "warn"  # the hot-path check and the trace count compiles: they need the monitor
+        flag = "--verify" if options.verify else "--verify-trace"
+        report.options["jit_monitor_note"] = f"{flag} turned the JIT monitor on (warn)"
     monitor = Monitor(mode, options.jit_log).install()
-    ctx = Context(options, engine, progress, monitor)
+    ctx = Context(options, engine, progress, monitor, runner)
     kept: list[dict] = []
     stopped_by: str | None = None
     try:
@@ -268,22 +297,26 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
             progress.stage_start(stage, len(steps), sum(planned_calls(s) for s in steps))
             stage_start = time.perf_counter()
             try:
-                for step in steps:
-                    if stopped_by is not None:
-                        report.add_step(_not_run(step, f"not run: step {stopped_by} failed (--on-error stop)"))
-                        continue
-                    record = run_step(step, ctx)
-                    report.add_step(record)
-                    progress.step_end(record)
-                    if record.get("interrupted"):
-                        raise KeyboardInterrupt
-                    if record["status"] == "failed" and options.on_error == "stop":
-                        stopped_by = step["id"]
-                    if options.verify and record["status"] == "ok" and step["kind"] in VERIFIED_KINDS:
-                        kept.append(step)  # its scratch tensors stay for the hot-path check
-                    else:
-                        _release(ctx, step)
+                with contextlib.ExitStack() as scope:  # exited at the stage's end, also on failure or Ctrl-C
+                    if all(s["kind"] in BATCH_KINDS for s in steps):
+                        ctx.stage_scope = scope
+                    for step in steps:
+                        if stopped_by is not None:
+                            report.add_step(_not_run(step, f"not run: step {stopped_by} failed (--on-error stop)"))
+                            continue
+                        record = run_step(step, ctx)
+                        report.add_step(record)
+                        progress.step_end(record)
+                        if record.get("interrupted"):
+                            raise KeyboardInterrupt
+                        if record["status"] == "failed" and options.on_error == "stop":
+                            stopped_by = step["id"]
+                        if options.verify and record["status"] == "ok" and step["kind"] in VERIFIED_KINDS:
+                            kept.append(step)  # its scratch tensors stay for the hot-path check
+                        else:
+                            _release(ctx, step)
             finally:
+                ctx.stage_scope = None
                 report.stage_wall[stage] = report.stage_wall.get(stage, 0.0) + time.perf_counter() - stage_start
                 progress.stage_end(report.stage_summary(stage))
         monitor.seal()
@@ -291,6 +324,10 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
             from .verify import hot_path_check
 
             report.verify = hot_path_check(kept, report, ctx, options.verify, options.verify_seed)
+        if options.verify_trace:
+            from .verify import trace_check
+
+            trace_check(report, ctx, options.verify_trace, options.verify_seed, options.trace_config)
     except KeyboardInterrupt:
         report.interrupted = True
         done = {r["id"] for r in report.steps}

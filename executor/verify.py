@@ -107,3 +107,93 @@ def _describe(key: dict, value) -> str:
     if key["kind"] == "attention":
         return f"t{sum(value)}x{len(value)}"
     return f"m{value}"
+
+
+def trace_check(report, ctx, n: int, seed: int = 0, overrides: dict | None = None) -> dict:
+    """`--verify-trace N`: N steps of the seeded serving trace (executor.runner.trace) on the runner
+    the batch steps warmed, after the seal. Every post-seal event of the monitor during the trace
+    is a warmup miss, counted per kernel family; first-step and p50/p99 step latencies (each step
+    synchronized on CUDA). Filled into ``report.verify_trace`` as it goes (kept on Ctrl-C)."""
+    from collections import Counter
+    from dataclasses import asdict
+
+    from .runner.trace import TraceConfig, percentile, run_trace
+
+    config = TraceConfig(**{**(overrides or {}), "num_steps": n, "seed": seed})
+    result = {"steps": 0, "seed": seed, "config": asdict(config), "compiles": 0, "compiles_by_family": {},
+              "first_step_ms": None, "p50_ms": None, "p99_ms": None, "max_ms": None, "wall_s": 0.0,
+              "kinds": {}, "latency_ms": [], "steps_with_compiles": [], "post_seal_events": [],
+              "runner_stats": None, "error": None}
+    report.verify_trace = result
+    try:
+        runner = ctx.get_runner()
+        if ctx.engine is None:
+            raise Unavailable("the serving trace needs the engine config")
+    except Exception as e:  # noqa: BLE001 - unavailable or failed to start: the trace cannot run
+        result["error"] = str(e) if isinstance(e, Unavailable) else \
+            f"the model runner failed to start ({type(e).__name__}: {e})"
+        return result
+    sync = _cuda_sync(ctx.device)
+    if sync is not None:
+        sync()  # the warmup's queued work is not the first step's
+    monitor = ctx.monitor
+    events_before = seen = len(monitor.post_seal_events)
+    stats_before = getattr(runner, "stats", None)
+    stats_before = dict(stats_before) if isinstance(stats_before, dict) else {}
+    kinds: list[str] = []
+    latencies: list[float] = []  # seconds
+
+    def on_step(i, execute, latency):
+        nonlocal seen
+        counts = monitor.end_step()
+        new_events, seen = len(monitor.post_seal_events) - seen, len(monitor.post_seal_events)
+        latencies.append(latency)
+        result["latency_ms"].append(round(latency * 1e3, 3))
+        kinds.append(execute["kind"])
+        if new_events or (counts is not None and counts.jit_misses):
+            result["steps_with_compiles"].append({
+                "step": i, "kind": execute["kind"], "tokens": execute["total_num_scheduled_tokens"],
+                "requests": len(execute["requests"]), "latency_ms": round(latency * 1e3, 3),
+                "events": new_events, "kernels": dict(counts.kernels) if counts is not None else {}})
+        monitor.begin_step(f"trace/step-{i + 1}")
+
+    start = time.perf_counter()
+    monitor.begin_step("trace/step-0")
+    try:
+        run_trace(runner, ctx.engine, config, on_step, sync)
+    except Exception as e:  # noqa: BLE001 - a failing step (in `error` mode: a post-seal compile) ends the trace
+        result["error"] = f"trace step {len(kinds)}: {type(e).__name__}: {e}"
+    finally:
+        monitor.end_step()
+        events = monitor.post_seal_events[events_before:]
+        families = _kernel_families()
+        by_family = Counter(families.get(e.get("kernel"), "other") for e in events)
+        result.update(steps=len(latencies), wall_s=round(time.perf_counter() - start, 3),
+                      kinds=dict(Counter(kinds)), compiles=len(events),
+                      compiles_by_family=dict(sorted(by_family.items())), post_seal_events=events)
+        if latencies:
+            ms = [x * 1e3 for x in latencies]
+            result.update(first_step_ms=round(ms[0], 3), p50_ms=round(percentile(ms, 50), 3),
+                          p99_ms=round(percentile(ms, 99), 3), max_ms=round(max(ms), 3))
+        stats = getattr(runner, "stats", None)
+        if isinstance(stats, dict):  # the trace's own counters (the reference runner's paths, graph replays)
+            result["runner_stats"] = {k: v - stats_before.get(k, 0) for k, v in stats.items()
+                                      if isinstance(v, (int, float))}
+    return result
+
+
+def _kernel_families() -> dict:
+    """Kernel name -> family (the reference runner's kernels; anything else is "other")."""
+    try:
+        from .runner.kernels import KERNEL_FAMILIES
+    except ImportError:  # no torch or triton here: a runner of another engine
+        return {}
+    return KERNEL_FAMILIES
+
+
+def _cuda_sync(device):
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+
+    return torch.cuda.synchronize if torch.cuda.is_available() else None

@@ -116,7 +116,7 @@ class ReferenceRunner:
         self.kv_connector = KVConnector()
         self.requests: dict[str, Request] = {}
         self.free_slots = list(range(self.max_num_seqs - 1, -1, -1))
-        self.stats = {"prefill_steps": 0, "decode_eager": 0, "decode_graph": 0, "samples": 0}
+        self.stats = {"prefill_steps": 0, "decode_eager": 0, "decode_graph": 0, "samples": 0, "graph_captures": 0}
         self._pending: tuple | None = None
         self._params_cache: dict = {}
 
@@ -452,6 +452,7 @@ class DecodeGraphs:
             if self.pool is None:
                 self.pool = graph.pool()
             self.graphs[size] = graph
+            r.stats["graph_captures"] += 1
         self.sizes = sorted(self.graphs)
 
     def replay(self, size: int) -> torch.Tensor:
