@@ -120,7 +120,7 @@ def launch_keys(steps, q: int, graph_sizes: list[int]) -> set:
 
 @pytest.mark.parametrize("name", BENCH_ENGINES)
 def test_reference_plan_covers_the_trace_specializations(name):
-    """What the GPU run shows (bench/RESULTS-runner.md), predicted on CPU: every key the trace
+    """What the GPU run shows (bench/RESULTS.md, part C), predicted on CPU: every key the trace
     reaches is warmed; the padded-decode stage is the one that warms (other, %16) of the input
     kernel and the long-prompt stage the 64-row attention tile."""
     engine = load_engine(name)
