@@ -10,8 +10,9 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
+
+from planner.output import write_atomic
 
 FORMAT = "warmup-execute-report/v1"
 STATUSES = ("ok", "failed", "unavailable", "skipped")
@@ -182,22 +183,6 @@ def _dash(v):
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
-
-
-def write_atomic(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def environment(device: str | None = None) -> dict:
