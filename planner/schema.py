@@ -8,7 +8,8 @@ NOTE: two validators read the same schemas.
 - ``validate`` (every command) interprets the subset of JSON Schema our schemas
   use, and refuses to load a schema with any other keyword, so it can never skip
   a rule silently. It exists for start-up time: importing the jsonschema library
-  alone costs about 3x a bare interpreter, more than `warmup plan`'s whole budget.
+  (with PyYAML: 2.4x-4.3x a bare interpreter here, bench/RESULTS.md) would take most or
+  all of `warmup plan`'s 3x budget.
 - ``validate_strict`` (`warmup validate`, and the tests, as the oracle that the
   subset agrees with) runs the jsonschema library's full Draft 2020-12 validator.
 """
