@@ -181,10 +181,15 @@ def to_table(plan: dict) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
     s = plan["summary"]
-    lines += ["", f"Totals: {s['steps']} steps; {s['requests']} requests, {s['scheduled_tokens']} scheduled tokens; "
-              f"{s['gemm_calls']} GEMM calls over {s['gemm_shapes']} shapes; {s['attention_calls']} attention calls; "
-              f"{s['autotune_runs']} autotune runs; {s['cudagraph_captures']} CUDA graphs"]
+    lines += ["", f"Totals: {_n(s['steps'], 'step')}; {_n(s['requests'], 'request')}, "
+              f"{_n(s['scheduled_tokens'], 'scheduled token')}; {_n(s['gemm_calls'], 'GEMM call')} over "
+              f"{_n(s['gemm_shapes'], 'shape')}; {_n(s['attention_calls'], 'attention call')}; "
+              f"{_n(s['autotune_runs'], 'autotune run')}; {_n(s['cudagraph_captures'], 'CUDA graph')}"]
     return "\n".join(lines) + "\n"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _groups(steps: list[dict]) -> dict:
