@@ -4,7 +4,6 @@ compiles nothing, the hot-path check finds no compile, and a CUDA OOM is a step 
 
 from __future__ import annotations
 
-import os
 
 import pytest
 from execlib import TINY, by_id, load_report, run_subprocess
@@ -12,11 +11,7 @@ from execlib import TINY, by_id, load_report, run_subprocess
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="GPU tests never run interpreted"),
-]
+pytestmark = pytest.mark.gpu  # skipped without CUDA by tests/conftest.py
 
 
 def test_monitor_counts_real_compiles_and_catches_a_late_variant():

@@ -9,18 +9,13 @@ Never run under TRITON_INTERPRET.
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="GPU tests never run interpreted"),
-]
+pytestmark = pytest.mark.gpu  # skipped without CUDA by tests/conftest.py
 
 from executor.kernels import configs  # noqa: E402
 from executor.kernels import fp8_gemm as gemm  # noqa: E402

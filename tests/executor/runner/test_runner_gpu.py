@@ -13,8 +13,7 @@ from planner.engine import load_engine  # noqa: E402
 from runner_refs import forward, rel_err  # noqa: E402
 from test_reference_runner import SAMPLE, cached, new, step, tiny_engine, tol  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = pytest.mark.gpu  # skipped without CUDA by tests/conftest.py
 
 
 @pytest.mark.parametrize("spec", [0, 2])
