@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import schema
+from .errors import PlanError, format_path
 from .resources import resolve
 from .yamlio import Document, load_file
 
@@ -36,6 +37,43 @@ class Engine:
 
     def expression_names(self) -> dict:
         return expression_names(self.data)
+
+    def blame(self, names, message: str) -> PlanError:
+        """An error caused by the engine fields behind expression `names`, in one line.
+
+        Located at the first field the file sets; every field is named with its value,
+        so the user sees which of their numbers to change.
+        """
+        paths = sorted({path for name in names for path in EXPRESSION_FIELDS[name]},
+                       key=lambda path: (not self._written(path), self.doc.lines.get(path, 0), path))
+        fields = [self._describe(path, first=i == 0) for i, path in enumerate(paths)]
+        return PlanError(message, file=self.file, line=self.doc.line(paths[0]), path=", ".join(fields))
+
+    def _written(self, path: tuple) -> bool:
+        """Whether the file sets `path` (otherwise its value is the schema default)."""
+        value = self.doc.data
+        for key in path:
+            if not isinstance(value, dict) or key not in value:
+                return False
+            value = value[key]
+        return True
+
+    def _describe(self, path: tuple, first: bool) -> str:
+        """'scheduler.max_num_seqs = 1024 (line 25)': the field, its value, and where it is."""
+        value = self.data
+        for key in path:
+            value = value[key]
+        text = format_path(path)
+        if isinstance(value, list):  # kv_cache.groups, behind num_kv_cache_groups
+            text += f" ({len(value)} {'entry' if len(value) == 1 else 'entries'})"
+        else:
+            text += f" = {value!r}"
+        if not self._written(path):
+            return text + " (default)"
+        line = self.doc.lines.get(path)
+        if first or line is None:  # the first field's line leads the message already
+            return text
+        return f"{text} (line {line})"
 
 
 def load_engine(name_or_path: str) -> Engine:
@@ -95,6 +133,35 @@ def expression_names(data: dict) -> dict:
         "device_capability": major * 10 + minor,
         "device_name": dev["name"],
     }
+
+
+# The engine fields behind each name of `expression_names`, so an error caused by a
+# name's value can point at the line that set it. Keep the two in step (a test checks).
+EXPRESSION_FIELDS = {
+    "vocab_size": (("model", "vocab_size"),),
+    "max_model_len": (("model", "max_model_len"),),
+    "max_encoder_len": (("model", "max_encoder_len"),),
+    "runner": (("model", "runner"),),
+    "dtype": (("model", "dtype"),),
+    "is_pooling_model": (("model", "runner"),),
+    "max_num_seqs": (("scheduler", "max_num_seqs"),),
+    "max_num_batched_tokens": (("scheduler", "max_num_batched_tokens"),),
+    "speculative_method": (("speculative", "method"),),
+    "num_speculative_tokens": (("speculative", "num_speculative_tokens"),),
+    "num_speculative_steps": (("speculative", "num_speculative_tokens"),),
+    "decode_query_len": (("speculative", "num_speculative_tokens"),),
+    "num_lookahead_tokens": (("speculative", "method"), ("speculative", "num_speculative_tokens")),
+    "num_blocks": (("kv_cache", "num_blocks"),),
+    "num_kv_cache_groups": (("kv_cache", "groups"),),
+    "tensor_parallel_size": (("parallel", "tensor_parallel_size"),),
+    "data_parallel_size": (("parallel", "data_parallel_size"),),
+    "pipeline_parallel_size": (("parallel", "pipeline_parallel_size"),),
+    "pipeline_rank": (("parallel", "pipeline_rank"),),
+    "is_last_pp_rank": (("parallel", "pipeline_rank"), ("parallel", "pipeline_parallel_size")),
+    "num_sms": (("device", "num_sms"),),
+    "device_capability": (("device", "capability"),),
+    "device_name": (("device", "name"),),
+}
 
 
 def check_consistency(engine: Engine) -> None:

@@ -15,12 +15,16 @@ class PlanError(Exception):
         self.path = path
 
     def __str__(self) -> str:
-        where = self.file or "<input>"
-        if self.line is not None:
-            where += f":{self.line}"
+        where = location(self.file, self.line)
         if self.path:
             return f"{where}: {self.path}: {self.message}"
         return f"{where}: {self.message}"
+
+
+def location(file: str | None, line: int | None) -> str:
+    """'FILE:LINE', or 'FILE' when the line is unknown."""
+    where = file or "<input>"
+    return where if line is None else f"{where}:{line}"
 
 
 def format_path(path: tuple) -> str:

@@ -74,8 +74,19 @@ _SYMBOL = {ast.Div: "/", ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.Bit
 
 def evaluate(text: str | int | bool, names: dict):
     """Value of a parameter: an int/bool literal as is, a string as an expression."""
+    return trace(text, names)[0]
+
+
+def trace(text: str | int | bool, names: dict) -> tuple[object, set[str]]:
+    """Value of a parameter and the names it came from, so an error can blame the inputs.
+
+    Every operand counts, as do the condition and the taken branch of ``a if c else b``,
+    but of ``min`` and ``max`` only the arguments equal to the result: in
+    ``min(max_num_seqs, max_num_batched_tokens // 2)`` = 0 the culprit is
+    max_num_batched_tokens, not max_num_seqs.
+    """
     if isinstance(text, bool) or isinstance(text, int):
-        return text
+        return text, set()
     if not isinstance(text, str):
         raise ExprError(f"expected an integer or an expression, got {type(text).__name__} {text!r}")
     if len(text) > MAX_EXPR_CHARS:
@@ -86,8 +97,9 @@ def evaluate(text: str | int | bool, names: dict):
         raise ExprError(f"invalid expression {text!r}: {e.msg}") from None
     except (RecursionError, MemoryError, ValueError):
         raise ExprError(f"expression too deeply nested: {text[:40]!r}...") from None
+    evaluator = _Evaluator(names)
     try:
-        return _Evaluator(names).visit(tree.body)
+        return evaluator.visit(tree.body), evaluator.read
     except RecursionError:
         raise ExprError(f"expression too deeply nested: {text[:40]!r}...") from None
 
@@ -106,6 +118,7 @@ def names_in(text: str | int | bool) -> set[str]:
 class _Evaluator:
     def __init__(self, names: dict):
         self.names = names
+        self.read: set[str] = set()  # names the value so far came from (see `trace`)
 
     def visit(self, node):
         method = getattr(self, "visit_" + type(node).__name__, None)
@@ -125,6 +138,7 @@ class _Evaluator:
             return False
         if node.id not in self.names:
             raise ExprError(f"unknown name {node.id!r}; known: {', '.join(sorted(self.names))}")
+        self.read.add(node.id)
         return self.names[node.id]
 
     def visit_UnaryOp(self, node):
@@ -182,13 +196,29 @@ class _Evaluator:
         if node.keywords:
             raise ExprError(f"{node.func.id}() takes no keyword arguments")
         fn, lo, hi = FUNCTIONS[node.func.id]
-        args = [_int(self.visit(a), node.func.id + "()") for a in node.args]
+        args, reads = [], []
+        for arg in node.args:
+            value, read = self._apart(arg)
+            args.append(_int(value, node.func.id + "()"))
+            reads.append(read)
         if len(args) < lo or (hi is not None and len(args) > hi):
             want = str(lo) if lo == hi else f"at least {lo}"
             raise ExprError(f"{node.func.id}() takes {want} argument(s), got {len(args)}")
         if fn in (cdiv, round_up, round_down):
             _check_divisor(args[1])
-        return _bounded(fn(*args))
+        result = _bounded(fn(*args))
+        for value, read in zip(args, reads):
+            if fn not in (min, max) or value == result:
+                self.read |= read
+        return result
+
+    def _apart(self, node) -> tuple[object, set[str]]:
+        """Value of `node` and the names it read, kept out of `self.read` for the caller to choose."""
+        outer, self.read = self.read, set()
+        try:
+            return self.visit(node), self.read
+        finally:
+            self.read = outer
 
 
 def _int(value, where: str) -> int:

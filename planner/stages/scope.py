@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..engine import Engine
-from ..expr import ExprError, evaluate
+from ..errors import PlanError, location
+from ..expr import ExprError, trace
 from ..limits import MAX_VALUES_PER_LIST
 from ..plan import Stage
 
@@ -15,6 +16,9 @@ class Scope:
     stage: Stage
     engine: Engine
     names: dict  # engine expression names (engine.expression_names())
+    # param -> the engine names its value came from, so a refused value blames the engine
+    # file when an engine field made it absurd, and the plan when only the plan did.
+    sources: dict = field(default_factory=dict)
 
     @property
     def params(self) -> dict:
@@ -22,19 +26,15 @@ class Scope:
 
     def value(self, param: str, raw=None, **local):
         """Evaluate parameter `param` (or `raw`, an item of it) with extra stage-local names."""
-        raw = self.stage.params[param] if raw is None else raw
-        try:
-            return evaluate(raw, {**self.names, **local})
-        except ExprError as e:
-            raise self.stage.where(param).error(str(e)) from None
+        return self._traced(param, raw, local)[0]
 
     def integer(self, param: str, minimum: int = 1, raw=None, **local) -> int:
-        value = self.value(param, raw, **local)
+        value, engine_names = self._traced(param, raw, local)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.stage.where(param).error(f"expected an integer, got {value!r}")
         if value < minimum:
-            raise self.stage.where(param).error(f"must be >= {minimum}, got {value}"
-                                                + _explain(raw if raw is not None else self.params[param]))
+            message = f"must be >= {minimum}, got {value}" + _explain(raw if raw is not None else self.params[param])
+            raise self._refuse(param, message, f"{param} {message}", engine_names)
         return value
 
     def flag(self, param: str, **local) -> bool:
@@ -46,9 +46,35 @@ class Scope:
     def count_limit(self, param: str, what: str, count: int, limit: int = MAX_VALUES_PER_LIST) -> None:
         """Refuse a list before it is built when it would be absurdly long."""
         if count > limit:
-            raise self.stage.where(param).error(
+            raise self._refuse(
+                param,
                 f"{what} would have {count} entries, more than the limit of {limit}; "
-                "this is almost certainly a mistake in the plan or the engine config")
+                "this is almost certainly a mistake in the plan or the engine config",
+                f"{param} gives {what} {count:,} entries, more than the limit of {limit:,}",
+                self.sources.get(param, set()))
+
+    def _traced(self, param: str, raw, local: dict) -> tuple[object, set[str]]:
+        """Value of `param` (or of `raw`) and the engine names it came from, remembered per param."""
+        raw = self.stage.params[param] if raw is None else raw
+        try:
+            value, read = trace(raw, {**self.names, **local})
+        except ExprError as e:
+            raise self.stage.where(param).error(str(e)) from None
+        engine_names = set()
+        for name in read:
+            # A stage-local name is an earlier parameter's value (prompt_len in decode_len):
+            # it brings that parameter's engine names. Other locals come from no parameter.
+            engine_names |= self.sources.get(name, set()) if name in local else {name}
+        self.sources.setdefault(param, set()).update(engine_names)
+        return value, engine_names
+
+    def _refuse(self, param: str, plan_message: str, engine_message: str, engine_names: set) -> PlanError:
+        """The error for a refused value: at the engine fields it came from, else at the plan."""
+        where = self.stage.where(param)
+        if not engine_names:
+            return where.error(plan_message)
+        return self.engine.blame(engine_names, f"in the {self.stage.name} stage "
+                                               f"({location(where.file, where.line)}), {engine_message}")
 
 
 def _explain(raw) -> str:
