@@ -1,9 +1,11 @@
 """The hot-path check (`--verify N`): after the seal, N random calls inside the plan's ranges.
 
-Keys are what the warmup ran: each GEMM shape (M drawn in [1, max M of its step]),
-each grouped GEMM weight (M_sum drawn among the multiples of its alignment up to its
-largest M_sum), each attention layer key (a token count drawn in [1, the largest it
-warmed], split into 1 to 8 sequences of random lengths). Calls go round-robin over the
+Keys are what the warmup ran: each GEMM shape (M drawn in [1, the step's declared
+range]: `max_m` of an exact step, else its largest M), each grouped GEMM weight (M_sum
+drawn among the multiples of its alignment up to its range), each attention layer key
+(a token count drawn in [1, `max_tokens` of an exact step, else the largest it warmed],
+split into 1 to 8 sequences of random lengths). An exact step warms one M per compile
+key, so the check draws from the whole range its keys claim to cover. Calls go round-robin over the
 keys, so each gets N / keys of them, through the same backend and scratch tensors as
 the warmup. Every compile the sealed monitor sees is a warmup miss and is reported
 with the call that caused it.
@@ -28,16 +30,16 @@ def verify_keys(steps: list[dict], backend_name) -> list[dict]:
         backend = backend_name(family, step)
         if kind == "gemm":
             ident = (kind, backend, step.get("kernel"), step["n"], step["k"], tuple(step.get("block_size") or ()))
-            hi = max(step["m_values"])
+            hi = step.get("max_m") or max(step["m_values"])
             name = f"{kind}-n{step['n']}-k{step['k']}"
         elif kind == "grouped_gemm":
             ident = (kind, backend, step.get("kernel"), step.get("weight"), step["num_groups"], step["n"], step["k"],
                      step.get("alignment"))
-            hi = max(step["m_values"])
+            hi = step.get("max_m") or max(step["m_values"])
             name = f"{kind}-{step.get('weight')}-e{step['num_groups']}-n{step['n']}-k{step['k']}"
         elif kind == "attention":
             ident = (kind, backend) + tuple(step.get(f) for f in ATTN_FIELDS) + (tuple(step["sliding_window"]),)
-            hi = int(step["num_tokens"])
+            hi = int(step.get("max_tokens") or step["num_tokens"])
             name = f"attention-h{step['num_heads']}-kv{step['num_kv_heads']}-d{step['head_size']}"
         else:
             continue

@@ -16,6 +16,7 @@ from .expand import summarize
 
 SHORT_LIST = 6        # lists of at most this many values are shown whole
 EXAMPLES = 4          # otherwise: a count and this many examples
+KEY_EXAMPLES = 3      # compile keys are long: at most this many are shown
 ACTIONS = {"+": "add", "-": "remove", "~": "change", "-/+": "replace"}
 VERBS = {"+": "will be added", "-": "will be removed", "~": "will change", "-/+": "will be replaced"}
 LEGEND = "Steps are matched by id. Symbols:  + add   - remove   ~ change   -/+ replace (same layers, new shape)"
@@ -201,7 +202,7 @@ def facts(step: dict) -> dict:
                 continue
             if key in INT_SETS and isinstance(value, list):
                 out[key] = IntSet(sorted(set(value)))
-            elif key == "layers" and isinstance(value, list):
+            elif key in ("layers", "compile_keys") and isinstance(value, list):
                 out[key] = frozenset(value)
             elif key == "shapes" and isinstance(value, list):
                 out[key] = frozenset(f"{s.get('kernel', '?')} n={s.get('n')} k={s.get('k')}" for s in value)
@@ -295,7 +296,11 @@ def _lines(kind: str, step: dict, before: dict, after: dict, changed: list[str])
         rest.remove("m_values")
         change = _set_change(before.get("m_values"), after.get("m_values"), "M-values", always_both=True)
         lines.append(f"{_gemm_name(step)}: {change}")
-    elif kind == "cudagraph":
+    if kind in ("gemm", "grouped_gemm", "attention") and "compile_keys" in rest:
+        rest.remove("compile_keys")
+        name = _gemm_name(step) if kind != "attention" else f"attention h={step['num_heads']} d={step['head_size']}"
+        lines.append(f"{name}: {_key_change(before.get('compile_keys'), after.get('compile_keys'))}")
+    if kind == "cudagraph":
         for key, label in (("sizes", "cudagraph sizes"), ("uniform_decode_sizes", "uniform decode sizes")):
             if key in rest:
                 rest.remove(key)
@@ -321,6 +326,19 @@ def _set_change(old, new, noun: str = "", always_both: bool = False) -> str:
     plus = f"+{len(added)}" + (f" {noun}" if noun else "") + (f" ({_examples(added)})" if added else "")
     minus = f"-{len(removed)}" + (f" ({_examples(removed)})" if removed else "")
     return f"{plus}, {minus}"
+
+
+def _key_change(old, new) -> str:
+    """'+1 compile key (fp8_gemm[...]), -0': compile keys are what a warmup compiles."""
+    old, new = set(old or ()), set(new or ())
+    added, removed = sorted(new - old), sorted(old - new)
+
+    def part(sign, keys):
+        noun = "compile key" if len(keys) == 1 else "compile keys"
+        shown = "; ".join(keys[:KEY_EXAMPLES]) + ("; ..." if len(keys) > KEY_EXAMPLES else "")
+        return f"{sign}{len(keys)} {noun}" + (f" ({shown})" if keys else "")
+
+    return f"{part('+', added)}, {part('-', removed)}"
 
 
 def _order(value):

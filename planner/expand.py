@@ -14,6 +14,7 @@ import json
 from . import __version__
 from .engine import Engine
 from .expr import ExprError, evaluate
+from .dispatch.gemm_tables import TableReader
 from .limits import MAX_STEPS, MAX_TOTAL_VALUES
 from .plan import Plan
 from .stages import HANDLERS
@@ -27,22 +28,28 @@ def digest(value) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def input_digests(plan: Plan, engine: Engine) -> dict:
-    return {"plan": digest(plan.shaping_fields()), "engine": digest(engine.shaping_fields()),
-            "planner": __version__}
+def input_digests(plan: Plan, engine: Engine, tables: TableReader | None = None) -> dict:
+    inputs = {"plan": digest(plan.shaping_fields()), "engine": digest(engine.shaping_fields()),
+              "planner": __version__}
+    if tables is not None and tables.consulted():
+        # Only plans whose dispatch read tables carry this input (and the names, to re-read them).
+        inputs["kernel_configs"] = digest(tables.consulted())
+        inputs["kernel_config_tables"] = sorted(tables.consulted())
+    return inputs
 
 
 def expand(plan: Plan, engine: Engine) -> dict:
     names = engine.expression_names()
+    tables = TableReader(engine.data["device"]["name"])
     steps: list[dict] = []
     for stage in plan.stages:
         if not _enabled(stage, names):
             continue
-        for step in HANDLERS[stage.kind](Scope(stage, engine, names)):
+        for step in HANDLERS[stage.kind](Scope(stage, engine, names, tables=tables)):
             step["id"] = f"{stage.name}/{step['id']}"
             steps.append({"id": step.pop("id"), "stage": stage.name, **step})
         _check_size(stage, steps)
-    inputs = input_digests(plan, engine)
+    inputs = input_digests(plan, engine, tables)
     return {
         "format": FORMAT,
         "plan": plan.name,

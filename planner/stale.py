@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 
 from . import __version__
+from .dispatch.gemm_tables import TableReader
 from .engine import Engine
 from .errors import PlanError
 from .expand import digest
 from .plan import Plan
 
-WHAT = {"plan": "the plan", "engine": "the engine config", "planner": "the planner version"}
+WHAT = {"plan": "the plan", "engine": "the engine config", "planner": "the planner version",
+        "kernel_configs": "the tuned kernel config tables"}
 
 
 def builtin_plan(expanded: dict) -> Plan | None:
@@ -39,7 +41,9 @@ def changed_inputs(expanded: dict, engine: Engine, plan: Plan | None) -> list[tu
     now = {"engine": digest(engine.shaping_fields()), "planner": __version__}
     if plan is not None:
         now["plan"] = digest(plan.shaping_fields())
-    return [(key, recorded[key], now[key]) for key in ("plan", "engine", "planner")
+    if "kernel_configs" in recorded:
+        now["kernel_configs"] = digest(TableReader.reread(recorded.get("kernel_config_tables", [])))
+    return [(key, recorded[key], now[key]) for key in ("plan", "engine", "planner", "kernel_configs")
             if key in now and recorded[key] != now[key]]
 
 

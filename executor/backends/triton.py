@@ -19,6 +19,20 @@ SYNC_EVERY = 256  # launches between synchronizations: keeps the queue short and
 LAUNCH_CYCLES = 120_000  # GPU clock cycles (about 60 us) to cover the host-side cost of one launch
 
 
+def check_planned_keys(step: dict, values: list[int], launched_key) -> None:
+    """An exact step pairs each M with the compile key it was planned for: refuse to launch
+    a different one (the tables changed since planning, or the kernel's dispatch did), so
+    that planned and launched variants cannot drift apart silently."""
+    planned = step.get("compile_keys")
+    if not planned or len(planned) != len(step["m_values"]) or values != list(step["m_values"]):
+        return  # not an exact step, or a hot-path check at other M: nothing was planned per value
+    for m, key in zip(values, planned):
+        now = launched_key(m)
+        if now != key:
+            raise RuntimeError(f"step {step['id']}: M={m} was planned as {key} but would launch {now}; "
+                               "the tuned tables or the kernels changed since planning: re-run `warmup plan`")
+
+
 class TritonBackend(BaseBackend):
     name = "triton"
     families = ("gemm", "grouped_gemm", "attention", "autotune")
@@ -94,6 +108,9 @@ class TritonBackend(BaseBackend):
         inputs = self._buffer(("gemm", n, k), max(m_values),
                               lambda m: g.alloc_gemm_inputs(m, n, k, device=self.device))
 
+        check_planned_keys(step, m_values, lambda m: g.specialization_key(
+            m, n, k, table=g.lookup_table(g.KERNEL_NAME, n, k, self.device)))
+
         def launch(m):
             rows = inputs.rows(m)
             g.fp8_gemm(*rows.args(), out=rows.out)
@@ -101,6 +118,7 @@ class TritonBackend(BaseBackend):
         return self._launch_loop(m_values, launch, tick)
 
     def grouped_gemm(self, step, m_values, tick):
+        from ..kernels import fp8_gemm as g
         from ..kernels import grouped_gemm as gg
 
         self._check_kernel("grouped_gemm", step)
@@ -111,6 +129,9 @@ class TritonBackend(BaseBackend):
             raise ValueError(f"grouped GEMM M_sum values must be multiples of the alignment {block_m}: {bad[:5]}")
         inputs = self._buffer(("grouped", n, k, e, block_m), max(m_values),
                               lambda m: gg.alloc_grouped_inputs(m, n, k, e, device=self.device, block_m=block_m))
+
+        check_planned_keys(step, m_values, lambda m: gg.specialization_key(
+            m, n, k, block_m, table=g.lookup_table(gg.KERNEL_NAME, n, k, self.device)))
 
         def launch(m):
             rows = inputs.rows(m)

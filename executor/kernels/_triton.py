@@ -9,6 +9,8 @@ library (``tl.max``, ``tl.sum``, ``tl.cdiv``...) to the mode at import time.
 
 from __future__ import annotations
 
+from planner.dispatch.specialization import INT32_MAX, INT32_MIN, int_spec  # noqa: F401 - one rule, shared
+
 try:  # pragma: no cover - exercised by the import-without-triton test in a subprocess
     import triton
     import triton.language as tl
@@ -18,8 +20,6 @@ except ImportError:  # pragma: no cover
 
 HAS_TRITON = triton is not None
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
 
 def require_triton() -> None:
     if not HAS_TRITON:
@@ -28,22 +28,6 @@ def require_triton() -> None:
 
 def interpreting() -> bool:
     return HAS_TRITON and bool(triton.knobs.runtime.interpret)
-
-
-def int_spec(value: int, specialize: bool = True) -> str:
-    """The signature entry Triton 3.6 derives from an int argument (triton-and-peers.md §3.3).
-
-    ``'constexpr=1'`` when the value is 1, else the type (i32/i64/u64) plus ``'D'``
-    when the value is a multiple of 16. With ``specialize=False`` (the argument is in
-    ``do_not_specialize``) only the type remains: crossing 2**31 still recompiles.
-    """
-    if specialize and value == 1:
-        return "constexpr=1"
-    if INT32_MIN <= value <= INT32_MAX:
-        kind = "i32"
-    else:
-        kind = "i64" if value < 2**63 else "u64"
-    return kind + ("D" if specialize and value % 16 == 0 else "")
 
 
 class LazyKernel:

@@ -33,11 +33,14 @@ from pathlib import Path
 
 import torch
 
+from planner.dispatch import gemm_tables
+from planner.dispatch import triton_kernels as dispatch
+
 from . import configs
-from ._triton import LazyKernel, int_spec, tl
+from ._triton import LazyKernel, tl
 from .configs import SCALE_BLOCK, cdiv
 
-KERNEL_NAME = "fp8_gemm"
+KERNEL_NAME = dispatch.FP8_GEMM
 
 
 def _fp8_gemm_kernel(
@@ -153,9 +156,23 @@ def _launch(a, a_scales, b, b_scales, out, config, compile_only=False):
     KERNEL[grid](*args, **options)
 
 
-# --- config lookup ---------------------------------------------------------------------------
+# --- config lookup: planner.dispatch, shared with the planner ---------------------------------------
+
+_table_device: str | None = None
+
+
+def set_table_device(name: str | None) -> None:
+    """Read the tuned tables of this device (the engine config's device name) instead of
+    the GPU's own name: the executor sets it so that the kernels launch the configs
+    of the tables its plan was made with, also on a GPU of another name."""
+    global _table_device
+    _table_device = name
+    clear_table_cache()
+
 
 def device_name(device=None) -> str:
+    if _table_device is not None:
+        return _table_device
     device = torch.device(device if device is not None else "cuda")
     if device.type != "cuda":
         return device.type
@@ -169,7 +186,7 @@ def _cuda_device_name(index: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _cached_table(path: str):
-    return configs.load_table(path) if Path(path).is_file() else None
+    return gemm_tables.load_table(path) if Path(path).is_file() else None
 
 
 def lookup_table(kernel: str, N: int, K: int, device=None):
@@ -177,7 +194,7 @@ def lookup_table(kernel: str, N: int, K: int, device=None):
 
     Tables are read once per process (``clear_table_cache()`` forgets them).
     """
-    return _cached_table(str(configs.table_path(kernel, N, K, device_name(device), configs.config_root())))
+    return _cached_table(str(gemm_tables.table_path(kernel, N, K, device_name(device))))
 
 
 def clear_table_cache() -> None:
@@ -185,21 +202,19 @@ def clear_table_cache() -> None:
 
 
 def resolve_config(M: int, N: int, K: int, device=None) -> configs.Config:
-    table = lookup_table(KERNEL_NAME, N, K, device)
-    return configs.select_config(table, M) if table else configs.default_config(M, N, K)
+    return dispatch.fp8_gemm_config(M, N, K, lookup_table(KERNEL_NAME, N, K, device))
 
 
 # --- specialization facts for the planner -------------------------------------------------------
 
-def specialization_key(M: int, N: int, K: int, table=None, config=None) -> tuple:
-    """What distinguishes the compiled variant a call with M rows uses (contiguous inputs)."""
-    config = config or (configs.select_config(table, M) if table else configs.default_config(M, N, K))
-    return (KERNEL_NAME, configs.config_key(config), int_spec(N), int_spec(K), int_spec(K // SCALE_BLOCK))
+def specialization_key(M: int, N: int, K: int, table=None, config=None) -> str:
+    """The compile key of the variant a call with M rows uses (contiguous inputs)."""
+    return dispatch.fp8_gemm_key(M, N, K, table, config)
 
 
-def specialization_classes(Ms, N: int, K: int, table=None) -> dict[tuple, list[int]]:
+def specialization_classes(Ms, N: int, K: int, table=None) -> dict[str, list[int]]:
     """Group M values by compiled variant; one M per group warms the group."""
-    classes: dict[tuple, list[int]] = {}
+    classes: dict[str, list[int]] = {}
     for m in sorted(set(Ms)):
         classes.setdefault(specialization_key(m, N, K, table), []).append(m)
     return classes

@@ -27,12 +27,14 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from planner.dispatch import triton_kernels as dispatch
+
 from . import configs
-from ._triton import LazyKernel, int_spec, tl
+from ._triton import LazyKernel, tl
 from .configs import SCALE_BLOCK, cdiv
 from .fp8_gemm import check_fp8_operands, check_out, lookup_table
 
-KERNEL_NAME = "grouped_fp8_gemm"
+KERNEL_NAME = dispatch.GROUPED_FP8_GEMM
 
 
 def _grouped_fp8_gemm_kernel(
@@ -109,9 +111,7 @@ def check_grouped_args(a, a_scales, b, b_scales, expert_ids, block_m) -> tuple[i
 def grouped_config(M: int, N: int, K: int, block_m: int, device=None) -> configs.Config:
     """Tuned (table) or default config, with BLOCK_SIZE_M capped to divide block_m."""
     table = lookup_table(KERNEL_NAME, N, K, device) if device is not None else None
-    config = configs.select_config(table, M) if table else configs.default_config(M, N, K)
-    config["BLOCK_SIZE_M"] = min(config["BLOCK_SIZE_M"], block_m)
-    return config
+    return dispatch.grouped_gemm_config(M, N, K, block_m, table)
 
 
 def candidate_configs(block_m: int = 128) -> list[configs.Config]:
@@ -152,13 +152,9 @@ def _launch(a, a_scales, b, b_scales, expert_ids, block_m, out, config, compile_
 
 # --- specialization facts for the planner -------------------------------------------------------
 
-def specialization_key(M: int, N: int, K: int, block_m: int = 128, table=None, config=None) -> tuple:
-    """What distinguishes the compiled variant a call with M_sum = M rows uses (contiguous inputs)."""
-    if config is None:
-        config = configs.select_config(table, M) if table else configs.default_config(M, N, K)
-        config["BLOCK_SIZE_M"] = min(config["BLOCK_SIZE_M"], block_m)
-    return (KERNEL_NAME, block_m, configs.config_key(config), int_spec(N), int_spec(K),
-            int_spec(K // SCALE_BLOCK), int_spec(N * K))
+def specialization_key(M: int, N: int, K: int, block_m: int = 128, table=None, config=None) -> str:
+    """The compile key of the variant a call with M_sum rows uses (contiguous inputs)."""
+    return dispatch.grouped_gemm_key(M, N, K, block_m, table, config)
 
 
 def specialization_classes(Ms, N: int, K: int, block_m: int = 128, table=None) -> dict[tuple, list[int]]:

@@ -48,10 +48,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ._triton import LazyKernel, int_spec, tl
+from planner.dispatch import triton_kernels as dispatch
+
+from ._triton import LazyKernel, tl
 from .configs import cdiv, next_power_of_2
 
-KERNEL_NAME = "prefill_attention"
+KERNEL_NAME = dispatch.PREFILL_ATTENTION
 
 
 def _prefill_attention_kernel(
@@ -131,16 +133,7 @@ KERNEL = LazyKernel(
 )
 
 
-def launch_params(head_size: int) -> dict:
-    """BLOCK_M, BLOCK_N, num_warps, num_stages by padded head size (head size only)."""
-    block_d = next_power_of_2(head_size)
-    if block_d <= 64:
-        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2)
-    if block_d <= 128:
-        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
-    if block_d <= 256:
-        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2)
-    return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)  # MLA-sized heads (576 -> 1024)
+launch_params = dispatch.attention_launch_params  # by padded head size (head size only)
 
 
 def _window(value) -> int:
@@ -207,14 +200,10 @@ def _launch(q, k, v, o, b_start_loc, b_seq_len, max_input_len, is_causal, softma
 
 def specialization_key(num_tokens: int, num_heads: int, num_kv_heads: int, head_size: int,
                        dtype: str = "bfloat16", is_causal: bool = True, sliding_window=(-1, -1),
-                       softcap: float = 0.0) -> tuple:
+                       softcap: float = 0.0) -> str:
     """The compiled variant a call uses (contiguous q/k/v/o). ``num_tokens`` is not in it."""
-    del num_tokens  # sizes only the grid
-    left, right = (_window(w) for w in sliding_window)
-    strides = (num_heads * head_size, head_size, num_kv_heads * head_size, head_size)
-    return (KERNEL_NAME, str(dtype).removeprefix("torch."), head_size, num_heads // num_kv_heads,
-            bool(is_causal), left >= 0, right >= 0, softcap > 0,
-            tuple(int_spec(s) for s in strides), tuple(sorted(launch_params(head_size).items())))
+    return dispatch.attention_key(num_tokens, num_heads, num_kv_heads, head_size, dtype, is_causal,
+                                  sliding_window, softcap)
 
 
 def specialization_classes(token_counts, num_heads: int, num_kv_heads: int, head_size: int,

@@ -8,6 +8,7 @@ sliding_window, dtype) needs its own call; a token count <= 0 skips the stage.
 
 from __future__ import annotations
 
+from ..dispatch import triton_kernels as dispatch
 from .scope import Scope, step
 
 KEY_FIELDS = ("num_heads", "num_kv_heads", "head_size", "scale", "logits_soft_cap", "sliding_window")
@@ -41,7 +42,18 @@ def expand(scope: Scope) -> list[dict]:
         fields = dict(zip(KEY_FIELDS, key[:6]))
         fields["sliding_window"] = list(key[5])
         base = "attention-h{}-kv{}-d{}".format(*key[:3]) + ("" if key[5] == (-1, -1) else f"-sw{key[5][0]}")
-        for n in token_counts:
+
+        def key_of(n, fields=fields, dtype=key[6]):
+            return dispatch.attention_key(n, fields["num_heads"], fields["num_kv_heads"], fields["head_size"],
+                                          dtype, True, fields["sliding_window"], fields["logits_soft_cap"])
+
+        counts, extra = token_counts, {}
+        if p["mode"] == "exact" and token_counts:
+            # One call per compile key over 1..the largest count; `max_tokens` keeps the range.
+            scope.count_limit("num_tokens", "token counts", max(token_counts))
+            counts = dispatch.first_value_per_key(range(1, max(token_counts) + 1), key_of)[0]
+            extra = {"max_tokens": max(token_counts)}
+        for n in counts:
             steps.append(step(f"{base}-t{n}", "attention", kernel=p["kernel"], **fields, dtype=key[6],
-                              num_tokens=n, is_causal=True, layers=layers))
+                              num_tokens=n, is_causal=True, layers=layers, compile_keys=[key_of(n)], **extra))
     return steps

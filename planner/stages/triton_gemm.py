@@ -1,15 +1,25 @@
 """triton_gemm: the executor's own Triton block-FP8 GEMMs (dense and grouped MoE).
 
-A Triton kernel compiles once per specialization key: its launch config (chosen
-by M from a table keyed by M buckets, nearest key wins, as vLLM's block-FP8
-configs) and the class of every integer argument (==1, %16==0, other). `full`
-runs every M and so covers the hot path by construction; `buckets` runs, in
-every M interval that maps to one table key, its first and last M plus one M of
-each integer class.
+A Triton kernel compiles once per compile key (planner.dispatch.triton_kernels): the
+launch config its table picks by M, plus the class of every integer argument (==1,
+%16==0, other). The modes:
+
+- `exact`: every M in 1..max_tokens (every producible M_sum for the grouped GEMM) is
+  mapped to its key with the kernels' own dispatch and the tuned tables, and the
+  smallest M of each key is planned: one call per compiled variant, by construction;
+- `full`: every M (the brute force vLLM's DeepGEMM warmup does; the baseline);
+- `buckets`: in every M interval that maps to one table key of `buckets`, its first
+  and last M plus one M of each integer class (cheap, not exact: the tables the kernels
+  really read may have other keys).
+
+Every step lists `compile_keys`, the distinct keys its M-values reach in order of
+first M; in `exact` mode `compile_keys[i]` is the key of `m_values[i]`, and `max_m` is
+the end of the range the keys cover.
 """
 
 from __future__ import annotations
 
+from ..dispatch import triton_kernels as dispatch
 from ..expr import round_up
 from .deep_gemm import is_block_fp8
 from .scope import Scope, step
@@ -51,51 +61,69 @@ def bucket_m_values(buckets: list[int], max_tokens: int) -> list[int]:
 
 
 def expand(scope: Scope) -> list[dict]:
-    p, engine = scope.params, scope.engine.data
+    p = scope.params
     max_tokens = scope.integer("max_tokens")
-    block_m = scope.integer("block_m")
+    scope.count_limit("max_tokens", "M-values", max_tokens)
     steps = []
     if p["dense"]:
-        dense = full_or_buckets(scope, max_tokens)
-        shapes: dict = {}
-        for layer in engine["model"]["linear"]:
-            if is_block_fp8(layer, BLOCK_K) and layer["k"] % BLOCK_K == 0:
-                shapes.setdefault((layer["n"], layer["k"]), []).append(layer["name"])
-        for (n, k), layers in shapes.items():
-            steps.append(step(f"gemm-n{n}-k{k}", "gemm", kernel="fp8_gemm", backend="triton", n=n, k=k,
-                              block_size=[BLOCK_K, BLOCK_K], layers=layers, m_values=dense))
+        steps += dense_steps(scope, max_tokens)
     if p["grouped"]:
-        steps += grouped_steps(scope, engine, max_tokens, block_m)
+        steps += grouped_steps(scope, max_tokens, scope.integer("block_m"))
     return steps
 
 
-def full_or_buckets(scope: Scope, max_tokens: int) -> list[int]:
-    scope.count_limit("max_tokens", "M-values", max_tokens)
-    if scope.params["mode"] == "full":
-        return list(range(1, max_tokens + 1))
-    return bucket_m_values(scope.params["buckets"], max_tokens)
+def dense_steps(scope: Scope, max_tokens: int) -> list[dict]:
+    shapes: dict = {}
+    for layer in scope.engine.data["model"]["linear"]:
+        if is_block_fp8(layer, BLOCK_K) and layer["k"] % BLOCK_K == 0:
+            shapes.setdefault((layer["n"], layer["k"]), []).append(layer["name"])
+    steps = []
+    for (n, k), layers in shapes.items():
+        table = scope.tables.get(dispatch.FP8_GEMM, n, k)
+        m_values, keys = planned_m_values(scope, range(1, max_tokens + 1),
+                                          lambda m: dispatch.fp8_gemm_key(m, n, k, table))
+        steps.append(step(f"gemm-n{n}-k{k}", "gemm", kernel="fp8_gemm", backend="triton", n=n, k=k,
+                          block_size=[BLOCK_K, BLOCK_K], layers=layers, m_values=m_values,
+                          max_m=max_tokens, compile_keys=keys))
+    return steps
 
 
-def grouped_steps(scope: Scope, engine: dict, max_tokens: int, block_m: int) -> list[dict]:
+def grouped_steps(scope: Scope, max_tokens: int, block_m: int) -> list[dict]:
     """Grouped GEMM M is the padded sum over experts: always a multiple of block_m."""
     steps, seen = [], set()
-    for moe in engine["model"]["moe"]:
+    for moe in scope.engine.data["model"]["moe"]:
         if not is_block_fp8(moe, BLOCK_K):
             continue
         e, h, i, top_k = moe["num_experts"], moe["hidden_size"], moe["intermediate_size"], moe["top_k"]
         routed = max_tokens * top_k
         max_m = round_up(routed + min(routed, e) * (block_m - 1), block_m)
         scope.count_limit("max_tokens", "grouped GEMM M-values", max_m // block_m)
-        m_values = list(range(block_m, max_m + 1, block_m))
-        if scope.params["mode"] == "buckets":
-            m_values = sorted({m for m in bucket_m_values(scope.params["buckets"], max_m)
-                               if m % block_m == 0} | {block_m, max_m})
+        producible = range(block_m, max_m + 1, block_m)
         for weight, n, k in (("w13", 2 * i, h), ("w2", h, i)):
             if (weight, e, n, k) in seen or k % BLOCK_K:
                 continue
             seen.add((weight, e, n, k))
+            table = scope.tables.get(dispatch.GROUPED_FP8_GEMM, n, k)
+            m_values, keys = planned_m_values(
+                scope, producible, lambda m: dispatch.grouped_gemm_key(m, n, k, block_m, table),
+                buckets_of=lambda: sorted({m for m in bucket_m_values(scope.params["buckets"], max_m)
+                                           if m % block_m == 0} | {block_m, max_m}))
             steps.append(step(f"grouped_gemm-{weight}-e{e}-n{n}-k{k}", "grouped_gemm",
                               kernel="grouped_fp8_gemm", backend="triton", weight=weight, num_groups=e,
                               n=n, k=k, top_k=top_k, alignment=block_m, layers=[moe["name"]],
-                              m_values=m_values))
+                              m_values=m_values, max_m=max_m, compile_keys=keys))
     return steps
+
+
+def planned_m_values(scope: Scope, producible: range, key_of, buckets_of=None) -> tuple[list[int], list[str]]:
+    """(M-values, their compile keys) of the stage's mode over the producible M range."""
+    mode = scope.params["mode"]
+    if mode == "exact":
+        return dispatch.first_value_per_key(producible, key_of)
+    if mode == "full":
+        values = list(producible)
+    elif buckets_of is not None:
+        values = buckets_of()
+    else:
+        values = bucket_m_values(scope.params["buckets"], producible[-1])
+    return values, dispatch.distinct_keys(values, key_of)

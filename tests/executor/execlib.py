@@ -11,6 +11,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TINY = os.path.join(HERE, "data", "tiny-moe.yaml")
 TINY_PLAN = os.path.join(HERE, "data", "tiny-triton.yaml")
+# The triton plan before exact mode (autotune, every M, listed token counts): more steps per kind.
+TUNED_PLAN = os.path.join(HERE, "data", "triton-tuned.yaml")
 
 
 def run_cli(args: list[str], capsys=None) -> tuple[int, str, str]:

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from execlib import ROOT, TINY, TINY_PLAN, by_id, load_report, run_cli
+from execlib import ROOT, TINY, TINY_PLAN, TUNED_PLAN, by_id, load_report, run_cli
 
 GEMM = "triton_gemm/gemm-n256-k128"
 LAST = "prefill_attention/attention-h2-kv1-d64-t64"
@@ -18,7 +18,7 @@ LAST = "prefill_attention/attention-h2-kv1-d64-t64"
 
 def dry(tmp_path, *extra, capsys=None):
     out = tmp_path / "r.json"
-    code, stdout, err = run_cli(["triton", "--engine", TINY, "--dry-run", "--report", str(out), *extra], capsys)
+    code, stdout, err = run_cli([TUNED_PLAN, "--engine", TINY, "--dry-run", "--report", str(out), *extra], capsys)
     return code, load_report(out), stdout, err
 
 

@@ -140,7 +140,7 @@ def test_tune_step_writes_then_loads(tmp_path):
     kw = dict(device_name="NVIDIA H100", root=tmp_path, candidates=lambda k: cands, bench_for=bench_for,
               configs_module=cfg)
     out = at.tune_step(step, retune=False, **kw)
-    path = tmp_path / "fp8_gemm,N=256,K=128,device=NVIDIA_H100.json"
+    path = tmp_path / "fp8_gemm,N=256,K=128,device=H100.json"
     assert out["tuned"] == 1 and path.is_file() and len(calls) == 6
     assert cfg.load_table(path) == {1: cands[1], 16: cands[1]}
     again = at.tune_step(step, retune=False, **kw)

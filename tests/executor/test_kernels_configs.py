@@ -42,7 +42,7 @@ def test_select_config_returns_a_copy():
 
 def test_table_path_names_kernel_shape_and_device(tmp_path):
     path = configs.table_path("fp8_gemm", 4096, 7168, "NVIDIA H100 80GB HBM3", tmp_path)
-    assert path == tmp_path / "fp8_gemm,N=4096,K=7168,device=NVIDIA_H100_80GB_HBM3.json"
+    assert path == tmp_path / "fp8_gemm,N=4096,K=7168,device=H100.json"  # the short name: engine and GPU agree
 
 
 def test_save_table_atomic_round_trips_and_leaves_no_temp_files(tmp_path):

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from execlib import TINY, by_id, load_report, run_cli
+from execlib import TINY, TUNED_PLAN, by_id, load_report, run_cli
 
 from executor import report as report_mod
 from executor.report import Report
@@ -72,11 +72,11 @@ def test_write_is_atomic(tmp_path, monkeypatch):
 
 def test_report_written_for_a_dry_run(tmp_path, capsys):
     out = tmp_path / "r.json"
-    code, stdout, _ = run_cli(["triton", "--engine", TINY, "--dry-run", "--report", str(out)], capsys)
+    code, stdout, _ = run_cli([TUNED_PLAN, "--engine", TINY, "--dry-run", "--report", str(out)], capsys)
     assert code == 0
     rep = load_report(out)
     assert rep["format"] == "warmup-execute-report/v1" and rep["status"] == "ok" and rep["exit_code"] == 0
-    assert rep["plan"] == "triton" and rep["engine"] == "tiny-moe"
+    assert rep["plan"] == "triton-tuned" and rep["engine"] == "tiny-moe"
     assert [s["stage"] for s in rep["stages"]] == ["autotune", "triton_gemm", "prefill_attention"]
     assert all(s["status"] == "ok" and s["backend"] == "null" for s in rep["steps"])
     assert by_id(rep)["triton_gemm/gemm-n256-k128"]["kernel_calls"] == 4
