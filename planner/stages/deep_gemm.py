@@ -8,10 +8,25 @@ NOTE: formulas from seeds/vllm-deep-gemm-warmup.txt and vllm-warmup.md §3.2:
 - the grouped contiguous MoE GEMM runs for w13 (N = 2*I, K = H) and w2 (N = H,
   K = I) of every distinct expert shape, with M-values either in block_m steps up
   to MAX_M (v0.11) or vLLM@HEAD's aligned M_sum of the relaxed request sizes.
+
+`exact` plans one call per distinct DeepGEMM kernel, from the SM90 model of
+planner/dispatch/deep_gemm.py: dense, the smallest M of each kernel over 1..max_tokens;
+grouped, the smallest M_sum of each kernel among the M_sums the engine produces, which are
+the grouped_m_values formula's M_sum of every request size 1..T (block_m_steps: v0.11's
+round_up(T*top_k + E*(block_m-1)), T up to min(dp*max_tokens, moe_chunk_size); aligned_sum:
+HEAD's, with at most min(T*top_k, E) active experts, T up to dp*max_tokens). Paths that sum
+per-expert padded counts instead (DeepEP high-throughput: expert_tokens_meta) can produce
+other multiples of block_m, which only block_m_steps warms.
+
+Every gemm and grouped_gemm step lists `compile_keys`: the distinct kernels its M-values
+reach, in order of their first M (in `exact` mode, compile_keys[i] is m_values[i]'s).
+They are omitted where the model does not apply (a device other than SM90, an odd SM
+count, a block_m that is no multiple of 16), and `exact` is refused there.
 """
 
 from __future__ import annotations
 
+from ..dispatch import deep_gemm as model
 from ..expr import cdiv, round_up
 from .scope import Scope, step
 
@@ -72,41 +87,97 @@ def expand(scope: Scope) -> list[dict]:
     num_sms = scope.integer("num_sms")
     # relax adds every multiple of 64 up to dp * max_tokens: refuse absurd sizes before building.
     scope.count_limit("max_tokens", "relaxed M-values", max_tokens * scope.names["data_parallel_size"] // 64)
+    keyed = modelled(scope, num_sms, block_m)
     steps = []
     if p["dense"]:
         for (n, k), layers in dense_shapes(scope.engine.data, block_m).items():
-            m_values = dense_m_values(scope, p["mode"], max_tokens, n, num_sms)
+            m_values, keys = dense_m_values(scope, p["mode"], max_tokens, n, k, num_sms, keyed)
             steps.append(step(f"gemm-n{n}-k{k}", "gemm", kernel="fp8_gemm_nt", backend="deep_gemm",
-                              n=n, k=k, block_size=[block_m, block_m], layers=layers, m_values=m_values))
+                              n=n, k=k, block_size=[block_m, block_m], layers=layers, m_values=m_values,
+                              **keys))
     if p["grouped"]:
         for (weight, e, n, k, top_k), (relax_n, layers) in moe_weights(scope.engine.data, block_m).items():
             m_values = grouped_m_values(scope, max_tokens, block_m, e, top_k, relax_n, num_sms)
+            keys = {}
+            if keyed:
+                found = model.grouped_contiguous_keys(m_values, n, k, e, num_sms, mk_alignment=block_m)
+                if p["mode"] == "exact":
+                    m_values = list(found.values())
+                keys = {"compile_keys": list(found)}
             steps.append(step(f"grouped_gemm-{weight}-e{e}-n{n}-k{k}", "grouped_gemm",
                               kernel="m_grouped_fp8_gemm_nt_contiguous", backend="deep_gemm",
                               weight=weight, num_groups=e, n=n, k=k, top_k=top_k,
-                              alignment=block_m, layers=layers, m_values=m_values))
+                              alignment=block_m, layers=layers, m_values=m_values, **keys))
     return steps
 
 
-def dense_m_values(scope: Scope, mode: str, max_tokens: int, n: int, num_sms: int) -> list[int]:
-    if mode == "full":
+def modelled(scope: Scope, num_sms: int, block_m: int) -> bool:
+    """Whether the DeepGEMM model applies to this engine; `exact` needs it."""
+    capability = scope.names["device_capability"]
+    why = ("" if capability // 10 == 9 else f"the device is SM{capability}, not SM90") or \
+          ("" if num_sms >= 2 and num_sms % 2 == 0 else f"num_sms {num_sms} is odd (DeepGEMM needs it even)") or \
+          ("" if block_m % 16 == 0 else f"block_m {block_m} is no multiple of 16 (DeepGEMM's block sizes)")
+    if why and scope.params["mode"] == "exact":
+        raise scope.stage.where("mode").error(
+            f"exact models DeepGEMM {model.VERSION}'s SM90 kernel selection only, and {why}")
+    return not why
+
+
+def dense_m_values(scope: Scope, mode: str, max_tokens: int, n: int, k: int, num_sms: int,
+                   keyed: bool) -> tuple[list[int], dict]:
+    """The M-values of one dense shape and, where modelled, {"compile_keys": [...]}."""
+    if mode in ("full", "exact"):
         scope.count_limit("max_tokens", "full M-values (1..max_tokens)", max_tokens)
-        return list(range(1, max_tokens + 1))
-    return relax_m_values(max_tokens, n, num_sms)
+        m_values = range(1, max_tokens + 1)
+    else:
+        m_values = relax_m_values(max_tokens, n, num_sms)
+    if not keyed:
+        return list(m_values), {}
+    found = model.dense_keys(m_values, n, k, num_sms)
+    return list(found.values()) if mode == "exact" else list(m_values), {"compile_keys": list(found)}
 
 
 def grouped_m_values(scope: Scope, max_tokens: int, block_m: int, num_experts: int, top_k: int,
                      relax_n: int, num_sms: int) -> list[int]:
     # Assumes every DP rank has the same max_num_batched_tokens, as vLLM does.
     tokens = scope.names["data_parallel_size"] * max_tokens
+    exact = scope.params["mode"] == "exact"
+    if exact and top_k > block_m:  # produced_m_sums then walks every request size
+        scope.count_limit("max_tokens", "grouped GEMM request sizes", tokens)
     if scope.params["grouped_m_values"] == "block_m_steps":
         chunk = scope.integer("moe_chunk_size", minimum=0)
         if chunk:
             tokens = min(tokens, chunk)
         max_m = round_up(tokens * top_k + num_experts * (block_m - 1), block_m)
         scope.count_limit("max_tokens", "grouped GEMM M-values", max_m // block_m)
+        if exact:
+            return produced_m_sums(tokens, top_k, num_experts, block_m, cap_active=False)
         return list(range(block_m, max_m + 1, block_m))
+    if exact:
+        scope.count_limit("max_tokens", "grouped GEMM M-values", round_up(tokens * top_k, block_m) // block_m + 1)
+        return produced_m_sums(tokens, top_k, num_experts, block_m, cap_active=True)
     return aligned_sum_m_values(tokens, top_k, num_experts, block_m, relax_n, num_sms)
+
+
+def produced_m_sums(tokens: int, top_k: int, num_experts: int, alignment: int, cap_active: bool) -> list[int]:
+    """Every M_sum the engine computes for a request of 1..tokens tokens, ascending.
+
+    M_sum(T) = round_up(T*top_k + A*(alignment-1), alignment) with A = E (v0.11) or
+    min(T*top_k, E) (HEAD). Past T*top_k >= E both grow by top_k per token, so with
+    top_k <= alignment they take every multiple of the alignment up to M_sum(tokens).
+    """
+    def m_sum(t):
+        routed = t * top_k
+        active = min(routed, num_experts) if cap_active else num_experts
+        return round_up(routed + active * (alignment - 1), alignment)
+
+    if top_k > alignment:
+        return sorted({m_sum(t) for t in range(1, tokens + 1)})
+    first_full = min(cdiv(num_experts, top_k), tokens + 1) if cap_active else 1  # A = E from here on
+    out = {m_sum(t) for t in range(1, first_full)}
+    if first_full <= tokens:
+        out.update(range(m_sum(first_full), m_sum(tokens) + 1, alignment))
+    return sorted(out)
 
 
 def aligned_sum_m_values(tokens: int, top_k: int, num_experts: int, alignment: int, relax_n: int,
