@@ -43,7 +43,8 @@ def tables(tmp_path, monkeypatch):
     root.mkdir()
     monkeypatch.setenv("WARMUP_KERNEL_CONFIG_DIR", str(root))
     yield root
-    fp8_gemm.clear_table_cache()
+    fp8_gemm.set_table_device(None)  # process-wide: later tests read the GPU's (or "cpu") tables
+
 
 
 def plan_steps(plan: str, engine_name: str) -> list[dict]:
