@@ -7,28 +7,28 @@ Usable on its own by a serving process::
     ... warm up ...
     jit_monitor.seal()          # from now on every compile is a warmup miss
 
-What it watches (each only where the library is present; nothing is imported that
-the process has not imported already, except Triton when it is installed):
+What it watches, one watcher class per library (each only where the library is present;
+nothing is imported that the process has not imported already, except Triton when it is
+installed):
 
-* Triton ``@triton.jit`` in-memory misses: ``knobs.runtime.jit_cache_hook`` (fires
-  before the compile or disk load, names the kernel and its specialization) and
-  ``jit_post_compile_hook``;
-* every ``triton.compile()``: ``knobs.compilation.listener`` with ``cache_hit``, so a
-  miss is split into *compiled* and *loaded from the disk cache*; it also sees
-  torch-Inductor's kernels, which bypass the JIT hooks;
-* first-use module loads: ``knobs.runtime.kernel_load_start_hook`` (a HookChain);
-* torch.compile: Dynamo's compile-start callback and ``counters["stats"]["unique_graphs"]``
-  (only when ``torch._dynamo`` is already imported);
-* DeepGEMM: new kernels in its JIT cache directory (``DG_JIT_CACHE_DIR``, default
-  ``~/.deep_gemm``), counted at step boundaries; DeepGEMM has no compile hook;
-* FlashInfer: ``flashinfer.jit`` module builds (``JitSpec.build`` wrapped) and new
-  entries in its JIT directory.
+* ``TritonWatcher``: ``@triton.jit`` in-memory misses through
+  ``knobs.runtime.jit_cache_hook`` (fires before the compile or disk load, names the kernel
+  and its specialization) and ``jit_post_compile_hook``; every ``triton.compile()`` through
+  ``knobs.compilation.listener`` with ``cache_hit``, so a miss is split into *compiled* and
+  *loaded from the disk cache* (it also sees torch-Inductor's kernels, which bypass the JIT
+  hooks); first-use module loads through ``knobs.runtime.kernel_load_start_hook``;
+* ``DynamoWatcher``: torch.compile, through Dynamo's compile-start callback (only when
+  ``torch._dynamo`` is already imported);
+* ``DeepGemmWatcher``: DeepGEMM has no compile hook, so it counts the kernels that appear
+  in its JIT cache (``$DG_JIT_CACHE_DIR/cache/kernel.<name>.<hash>/``) at step boundaries;
+* ``FlashInferWatcher``: ``flashinfer.jit`` module builds (``JitSpec.build`` wrapped).
 
-After ``seal()`` each new compile is logged with the kernel name and its
-specialization (mode ``warn``) or raises ``JitAfterSealError`` from inside the
-launch (mode ``error``; Triton then skips the launch), and is appended as one JSON
-line to ``jsonl_path`` so that a later plan can cover it. Without Triton (or torch)
-the monitor is a harmless no-op for those parts.
+``Monitor`` owns the watchers and the counts: per step, before and after the seal. After
+``seal()`` each new compile is logged with the kernel name and its specialization (mode
+``warn``) or raises ``JitAfterSealError`` (mode ``error``: from inside the launch for
+hooked libraries, Triton then skips the launch; at the step boundary for DeepGEMM), and is
+appended as one JSON line to ``jsonl_path`` so that a later plan can cover it. Without
+Triton (or torch) the monitor is a harmless no-op for those parts.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -80,15 +81,269 @@ class StepCounts:
         return out
 
 
-def _dir_entries(path: str | None) -> int:
-    """Files below path (a JIT cache), or 0 when it does not exist."""
-    if not path or not os.path.isdir(path):
-        return 0
-    n = 0
-    for _root, _dirs, files in os.walk(path):
-        n += len(files)
-    return n
+# --- watchers: one per library ------------------------------------------------------------------
 
+class Watcher:
+    """One library's hooks into a Monitor.
+
+    ``attach()`` runs once per install, as soon as ``ready()``: libraries imported after the
+    install are picked up at the next step boundary. Every hook it sets pushes its undo onto
+    ``restore``; ``detach()`` runs them newest first, so chained hooks unwind in order.
+    ``poll()`` runs at step boundaries, for libraries that have no hook to call us."""
+
+    library: str | None = None  # attach once this module is imported; None: at install
+
+    def __init__(self, monitor: "Monitor"):
+        self.monitor = monitor
+        self.attached = False
+        self.restore: list = []
+
+    def ready(self) -> bool:
+        return self.library is None or self.library in sys.modules
+
+    def attach(self) -> None:
+        # Marked first: a library that fails to hook is not retried at every step boundary.
+        self.attached = True
+        self._attach()
+
+    def _attach(self) -> None:
+        raise NotImplementedError
+
+    def poll(self) -> None:
+        pass
+
+    def detach(self) -> None:
+        for undo in reversed(self.restore):
+            try:
+                undo()
+            except Exception:  # noqa: BLE001 - restoring must not fail the caller
+                pass
+        self.restore.clear()
+        self.attached = False
+
+    def _set(self, owner, attr: str, value, label: str | None = None) -> None:
+        """Replace owner.attr (keeping the old value to restore) and report what is watched."""
+        previous = getattr(owner, attr)
+        setattr(owner, attr, value)
+        self.restore.append(lambda: setattr(owner, attr, previous))
+        if label:
+            self.monitor._watch(label)
+
+
+class TritonWatcher(Watcher):
+    """Triton's knobs: JIT-cache misses, every triton.compile() and first-use module loads."""
+
+    def __init__(self, monitor: "Monitor"):
+        super().__init__(monitor)
+        self._in_jit = threading.local()  # inside a @jit miss: its triton.compile is not a separate event
+        self._pending_loads = 0           # post-seal misses whose module load is the same event
+
+    def _attach(self) -> None:
+        try:
+            from triton import knobs
+        except Exception:  # noqa: BLE001 - no Triton (or one without knobs, < 3.4): nothing to hook
+            return
+        if not hasattr(knobs.runtime, "jit_cache_hook"):
+            return
+        self._hook_jit(knobs.runtime)
+        if hasattr(knobs.compilation, "listener"):
+            self._hook_listener(knobs.compilation)
+        chain = getattr(knobs.runtime, "kernel_load_start_hook", None)
+        if chain is not None and hasattr(chain, "add"):  # a HookChain: add, not replace
+            chain.add(self.on_module_load)
+            self.restore.append(lambda: chain.remove(self.on_module_load))
+            self.monitor._watch("triton.kernel_load")
+
+    def _hook_jit(self, runtime) -> None:
+        prev_cache, prev_post = runtime.jit_cache_hook, runtime.jit_post_compile_hook
+
+        def cache_hook(**kw):
+            skip = prev_cache(**kw) if prev_cache else None
+            self.on_jit_miss(kw)
+            return skip
+
+        def post_hook(**kw):
+            self._in_jit.value = False
+            return prev_post(**kw) if prev_post else None
+
+        self._set(runtime, "jit_cache_hook", cache_hook)
+        self._set(runtime, "jit_post_compile_hook", post_hook, "triton.jit")
+
+    def _hook_listener(self, compilation) -> None:
+        prev_listener = compilation.listener
+
+        def listener(**kw):
+            if prev_listener:
+                prev_listener(**kw)
+            self.on_compile(kw)
+
+        self._set(compilation, "listener", listener, "triton.compile")
+
+    def on_jit_miss(self, kw: dict) -> None:
+        m = self.monitor
+        fn = kw.get("fn")
+        name = getattr(fn, "name", None) or "?"
+        self._in_jit.value = True
+        m._count("jit_misses", kernel=name)
+        if not m.sealed:
+            return
+        if not kw.get("is_manual_warmup"):
+            with m._lock:
+                self._pending_loads += 1  # its module load at the launch is the same event
+        info = kw.get("compile") or {}
+        m._post_seal({
+            "backend": "triton", "event": "kernel JIT compilation", "kernel": name,
+            "module": getattr(fn, "module", None), "repr": kw.get("repr"),
+            "key": str(kw.get("key")), "signature": _plain(info.get("signature")),
+            "constants": _plain(info.get("constants")), "num_warps": info.get("num_warps"),
+            "num_stages": info.get("num_stages"), "is_warmup": kw.get("is_manual_warmup"),
+            "specialization_data": info.get("specialization_data"),
+        })
+
+    def on_compile(self, kw: dict) -> None:
+        m = self.monitor
+        hit = bool(kw.get("cache_hit"))
+        total_us = getattr(kw.get("times"), "total", 0) or 0
+        m._count("disk_loads" if hit else "compiled", compile_ms=total_us / 1000.0)
+        if m.sealed and not getattr(self._in_jit, "value", False):
+            # Not behind a @triton.jit miss: torch-Inductor, preload(), or a direct triton.compile.
+            meta = kw.get("metadata") or {}
+            m._post_seal({"backend": "triton", "event": "triton.compile (not via @triton.jit)",
+                          "kernel": meta.get("name", "?"), "cache_hit": hit})
+
+    def on_module_load(self, module, function, name, metadata_group, hash_) -> None:
+        m = self.monitor
+        m._count("module_loads")
+        if not m.sealed:
+            return
+        with m._lock:
+            if self._pending_loads:
+                self._pending_loads -= 1
+                return
+        # Compiled (or preloaded) before the seal but never launched: the first launch
+        # still builds the launcher and loads the module in the hot path.
+        m._post_seal({"backend": "triton", "event": "first launch (module load)", "kernel": name})
+
+
+class DynamoWatcher(Watcher):
+    """torch.compile: Dynamo calls us at the start of every frame compile (and recompile)."""
+
+    library = "torch._dynamo"
+
+    def _attach(self) -> None:
+        try:
+            from torch._dynamo.callback import callback_handler
+        except Exception:  # noqa: BLE001 - older torch: no callback to register
+            self.monitor._watch("torch.compile(counters)")
+            return
+
+        def on_start(*_args, **_kw):
+            self.monitor._count("dynamo_compiles")
+            self.monitor._post_seal({"backend": "torch.compile", "event": "dynamo compile",
+                                     "kernel": "torch.compile frame"})
+
+        callback_handler.register_start_callback(on_start)
+        self.restore.append(lambda: callback_handler.remove_start_callback(on_start))
+        self.monitor._watch("torch.compile")
+
+
+def deep_gemm_cache_dir() -> str:
+    """Where DeepGEMM keeps its JIT cache (csrc/jit/compiler.hpp: $DG_JIT_CACHE_DIR or ~/.deep_gemm)."""
+    return os.environ.get("DG_JIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".deep_gemm")
+
+
+def deep_gemm_kernel_name(entry: str) -> str:
+    """'kernel.sm90_fp8_gemm_1d2d.5b0c...' -> 'sm90_fp8_gemm_1d2d' (the hash is the last part)."""
+    rest = entry[len("kernel."):]
+    name, dot, _hash = rest.rpartition(".")
+    return name if dot else rest
+
+
+_VERIFY_STEP = re.compile(r"verify/(?P<shape>[^/]+)/m(?P<m>\d+)")
+
+
+class DeepGemmWatcher(Watcher):
+    """DeepGEMM kernels: counted as complete entries appearing in its JIT cache directory.
+
+    DeepGEMM (2.x) compiles each kernel in ``tmp/<uuid>/`` and renames the directory to
+    ``cache/kernel.<name>.<hash>/`` holding ``kernel.cu`` and ``kernel.cubin``. So one kernel
+    is one directory (counting files would count it twice, or more while nvcc writes its
+    temporaries), and a directory without its cubin is a compile not finished yet: it is
+    counted at the first boundary that sees it complete. The cache directory may not exist
+    until the first compile creates it, and an entry that cannot be read is skipped (and
+    looked at again next time), so neither breaks a step."""
+
+    library = "deep_gemm"
+
+    def __init__(self, monitor: "Monitor"):
+        super().__init__(monitor)
+        self.root: str | None = None
+        self.seen: set[str] = set()  # complete entries already counted (or there at attach)
+
+    def _attach(self) -> None:
+        self.root = deep_gemm_cache_dir()
+        self.seen = self.complete_entries()
+        self.monitor._watch("deep_gemm.cache_dir")
+
+    def complete_entries(self) -> set[str]:
+        """Names of the cache/kernel.* directories that hold a kernel.cubin, not yet in seen."""
+        cache = os.path.join(self.root, "cache")
+        try:
+            names = os.listdir(cache)
+        except OSError:  # not created yet, or unreadable: nothing new this time
+            return set()
+        return {name for name in names if name.startswith("kernel.") and name not in self.seen
+                and os.path.isfile(os.path.join(cache, name, "kernel.cubin"))}  # isfile: False on OSError
+
+    def poll(self) -> None:
+        m = self.monitor
+        with m._lock:  # steps may end on several threads: each entry is counted once
+            new = sorted(self.complete_entries())
+            self.seen.update(new)
+        if not new:
+            return
+        m._count("deep_gemm_jit", len(new))
+        m._post_seal(*(self.event(entry) for entry in new))
+
+    def event(self, entry: str) -> dict:
+        out = {"backend": "deep_gemm", "event": "JIT compilation", "kernel": deep_gemm_kernel_name(entry),
+               "cache_entry": entry, "cache_dir": self.root}
+        # The hot-path check names its calls verify/<shape key>/m<M>: the GEMM that compiled it.
+        match = _VERIFY_STEP.fullmatch(self.monitor.step_id or "")
+        if match:
+            out.update(shape=match["shape"], m=int(match["m"]))
+        return out
+
+
+class FlashInferWatcher(Watcher):
+    """FlashInfer JIT: every module build goes through JitSpec.build, which we wrap."""
+
+    library = "flashinfer"
+
+    def _attach(self) -> None:
+        try:
+            from flashinfer.jit import core
+        except Exception:  # noqa: BLE001 - a FlashInfer without the JIT package
+            return
+        spec = getattr(core, "JitSpec", None)
+        build = getattr(spec, "build", None)
+        if build is None:
+            return
+        monitor = self.monitor
+
+        def monitored_build(self_spec, *a, **kw):
+            monitor._count("flashinfer_jit", kernel=getattr(self_spec, "name", "flashinfer"))
+            monitor._post_seal({"backend": "flashinfer", "event": "JIT module build",
+                                "kernel": getattr(self_spec, "name", "?")})
+            return build(self_spec, *a, **kw)
+
+        self._set(spec, "build", monitored_build, "flashinfer.jit")
+
+
+WATCHERS = (TritonWatcher, DynamoWatcher, DeepGemmWatcher, FlashInferWatcher)
+
+
+# --- the monitor: counts per step, the seal, post-seal events -----------------------------------
 
 class Monitor:
     """JIT compile counters with a seal; install() hooks in, uninstall() restores."""
@@ -107,200 +362,57 @@ class Monitor:
         self.after_seal = StepCounts()       # after the seal
         self.post_seal_events: list[dict] = []
         self.step_id: str | None = None
+        self.watchers = [cls(self) for cls in WATCHERS]
         self._step = StepCounts()
         self._lock = threading.RLock()
-        self._in_jit = threading.local()
-        self._restore: list = []
-        self._triton_ok = False
-        self._dynamo_attached = False
-        self._flashinfer_attached = False
-        self._dynamo_graphs = 0
-        self._dg_dir: str | None = None
-        self._dg_files = 0
-        self._fi_dir: str | None = None
-        self._fi_files = 0
-        self._pending_loads = 0
 
     # --- install / uninstall -------------------------------------------------------------
 
     def install(self) -> "Monitor":
         if self.installed or self.mode == "off":
             return self
-        self._install_triton()
-        self._attach_libraries()
         self.installed = True
+        self._attach_ready()
         return self
 
     def uninstall(self) -> None:
-        for undo in reversed(self._restore):
-            try:
-                undo()
-            except Exception:  # noqa: BLE001 - restoring must not fail the caller
-                pass
-        self._restore.clear()
+        for watcher in reversed(self.watchers):
+            watcher.detach()
         self.installed = False
-        self._dynamo_attached = self._flashinfer_attached = False
 
-    def _install_triton(self) -> None:
-        try:
-            from triton import knobs
-        except Exception:  # noqa: BLE001 - no Triton (or one without knobs, < 3.4): nothing to hook
-            return
-        runtime, compilation = knobs.runtime, knobs.compilation
-        if not hasattr(runtime, "jit_cache_hook"):
-            return
-        self._triton_ok = True
-        prev_cache, prev_post = runtime.jit_cache_hook, runtime.jit_post_compile_hook
-
-        def cache_hook(**kw):
-            skip = prev_cache(**kw) if prev_cache else None
-            self._on_jit_miss(kw)
-            return skip
-
-        def post_hook(**kw):
-            self._in_jit.value = False
-            return prev_post(**kw) if prev_post else None
-
-        runtime.jit_cache_hook = cache_hook
-        runtime.jit_post_compile_hook = post_hook
-        self._restore.append(lambda: setattr(runtime, "jit_cache_hook", prev_cache))
-        self._restore.append(lambda: setattr(runtime, "jit_post_compile_hook", prev_post))
-        self.watching.append("triton.jit")
-
-        if hasattr(compilation, "listener"):
-            prev_listener = compilation.listener
-
-            def listener(**kw):
-                if prev_listener:
-                    prev_listener(**kw)
-                self._on_triton_compile(kw)
-
-            compilation.listener = listener
-            self._restore.append(lambda: setattr(compilation, "listener", prev_listener))
-            self.watching.append("triton.compile")
-
-        chain = getattr(runtime, "kernel_load_start_hook", None)
-        if chain is not None and hasattr(chain, "add"):
-            chain.add(self._on_module_load)
-            self._restore.append(lambda: chain.remove(self._on_module_load))
-            self.watching.append("triton.kernel_load")
-
-    def _attach_libraries(self) -> None:
+    def _attach_ready(self) -> None:
         """Hook libraries the process has imported since install (cheap when nothing changed)."""
-        if self.mode == "off":
-            return
-        if not self._dynamo_attached and "torch._dynamo" in sys.modules:
-            self._attach_dynamo()
-        if self._dg_dir is None and "deep_gemm" in sys.modules:
-            self._dg_dir = os.environ.get("DG_JIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".deep_gemm")
-            self._dg_files = _dir_entries(self._dg_dir)
-            self.watching.append("deep_gemm.cache_dir")
-        if not self._flashinfer_attached and "flashinfer" in sys.modules:
-            self._attach_flashinfer()
+        for watcher in self.watchers:
+            if not watcher.attached and watcher.ready():
+                watcher.attach()
 
-    def _attach_dynamo(self) -> None:
-        self._dynamo_attached = True
-        try:
-            from torch._dynamo.utils import counters
-            self._dynamo_graphs = counters["stats"]["unique_graphs"]
-        except Exception:  # noqa: BLE001
-            pass
-        try:
-            from torch._dynamo.callback import callback_handler
-        except Exception:  # noqa: BLE001 - older torch: counters only
-            self.watching.append("torch.compile(counters)")
-            return
+    def _watch(self, label: str) -> None:
+        if label not in self.watching:
+            self.watching.append(label)
 
-        def on_start(*_args, **_kw):
-            self._on_dynamo_compile()
+    # --- events from the watchers ----------------------------------------------------------
 
-        callback_handler.register_start_callback(on_start)
-        self._restore.append(lambda: callback_handler.remove_start_callback(on_start))
-        self.watching.append("torch.compile")
-
-    def _attach_flashinfer(self) -> None:
-        self._flashinfer_attached = True
-        try:
-            from flashinfer.jit import core, env
-        except Exception:  # noqa: BLE001
-            return
-        self._fi_dir = str(getattr(env, "FLASHINFER_JIT_DIR", "") or "") or None
-        self._fi_files = _dir_entries(self._fi_dir)
-        spec = getattr(core, "JitSpec", None)
-        build = getattr(spec, "build", None)
-        if build is None:
-            return
-        monitor = self
-
-        def monitored_build(self_spec, *a, **kw):
-            monitor._count("flashinfer_jit", kernel=getattr(self_spec, "name", "flashinfer"))
-            monitor._post_seal({"backend": "flashinfer", "event": "JIT module build",
-                                "kernel": getattr(self_spec, "name", "?")})
-            return build(self_spec, *a, **kw)
-
-        spec.build = monitored_build
-        self._restore.append(lambda: setattr(spec, "build", build))
-        self.watching.append("flashinfer.jit")
-
-    # --- events ----------------------------------------------------------------------------
-
-    def _count(self, name: str, n: int = 1, kernel: str | None = None) -> None:
+    def _count(self, name: str, n: int = 1, kernel: str | None = None, compile_ms: float = 0.0) -> None:
+        """Add to the running step and to the before- or after-seal totals."""
         with self._lock:
             for target in (self._step, self.after_seal if self.sealed else self.totals):
                 setattr(target, name, getattr(target, name) + n)
+                target.compile_ms += compile_ms
                 if kernel is not None and name == "jit_misses":
                     target.kernels[kernel] = target.kernels.get(kernel, 0) + n
 
-    def _on_jit_miss(self, kw: dict) -> None:
-        fn = kw.get("fn")
-        name = getattr(fn, "name", None) or "?"
-        self._in_jit.value = True
-        self._count("jit_misses", kernel=name)
-        if self.sealed:
-            if not kw.get("is_manual_warmup"):
-                self._pending_loads += 1  # its module load at the launch is the same event
-            info = kw.get("compile") or {}
-            self._post_seal({
-                "backend": "triton", "event": "kernel JIT compilation", "kernel": name,
-                "module": getattr(fn, "module", None), "repr": kw.get("repr"),
-                "key": str(kw.get("key")), "signature": _plain(info.get("signature")),
-                "constants": _plain(info.get("constants")), "num_warps": info.get("num_warps"),
-                "num_stages": info.get("num_stages"), "is_warmup": kw.get("is_manual_warmup"),
-                "specialization_data": info.get("specialization_data"),
-            })
-
-    def _on_triton_compile(self, kw: dict) -> None:
-        hit = bool(kw.get("cache_hit"))
-        times = kw.get("times")
-        total_us = getattr(times, "total", 0) or 0
-        with self._lock:
-            self._count("disk_loads" if hit else "compiled")
-            for target in (self._step, self.after_seal if self.sealed else self.totals):
-                target.compile_ms += total_us / 1000.0
-        if self.sealed and not getattr(self._in_jit, "value", False):
-            # Not behind a @triton.jit miss: torch-Inductor, preload(), or a direct triton.compile.
-            meta = kw.get("metadata") or {}
-            self._post_seal({"backend": "triton", "event": "triton.compile (not via @triton.jit)",
-                             "kernel": meta.get("name", "?"), "cache_hit": hit})
-
-    def _on_module_load(self, module, function, name, metadata_group, hash_) -> None:
-        self._count("module_loads")
-        if self.sealed:
-            with self._lock:
-                if self._pending_loads:
-                    self._pending_loads -= 1
-                    return
-            # Compiled (or preloaded) before the seal but never launched: the first launch
-            # still builds the launcher and loads the module in the hot path.
-            self._post_seal({"backend": "triton", "event": "first launch (module load)", "kernel": name})
-
-    def _on_dynamo_compile(self) -> None:
-        self._count("dynamo_compiles")
-        self._post_seal({"backend": "torch.compile", "event": "dynamo compile", "kernel": "torch.compile frame"})
-
-    def _post_seal(self, event: dict) -> None:
-        if not self.sealed:
+    def _post_seal(self, *events: dict) -> None:
+        """Record, append to the JSONL log and warn about each event; in mode error, raise once
+        for all of them (after recording them all, so none is lost to the raise)."""
+        if not self.sealed or not events:
             return
+        messages = [self._record(event) for event in events]
+        if self.mode == "error":
+            raise JitAfterSealError("\n".join(messages))
+        for message in messages:
+            log.warning(message)
+
+    def _record(self, event: dict) -> str:
         event = {"time": time.time(), "step": self.step_id, **event}
         with self._lock:
             self.post_seal_events.append(event)
@@ -310,25 +422,18 @@ class Monitor:
                     f.write(json.dumps(event, default=str, sort_keys=True) + "\n")
             except OSError as e:
                 log.warning("cannot append to %s: %s", self.jsonl_path, e)
-        message = (f"{event['backend']} {event['event']} after warmup was sealed: {event.get('kernel')}"
-                   + (f" {event['repr']}" if event.get("repr") else "")
-                   + ". This is a latency spike in serving; extend the warmup plan to cover it.")
-        if self.mode == "error":
-            raise JitAfterSealError(message)
-        log.warning(message)
+        return (f"{event['backend']} {event['event']} after warmup was sealed: {event.get('kernel')}"
+                + (f" {event['repr']}" if event.get("repr") else "")
+                + ". This is a latency spike in serving; extend the warmup plan to cover it.")
 
     def _poll(self) -> None:
-        """Counters that have no hook: Dynamo graphs, DeepGEMM and FlashInfer cache files."""
-        self._attach_libraries()
-        if self._dg_dir is not None:
-            now = _dir_entries(self._dg_dir)
-            if now > self._dg_files:
-                self._count("deep_gemm_jit", now - self._dg_files)
-                self._post_seal({"backend": "deep_gemm", "event": "JIT compilation",
-                                 "kernel": f"{now - self._dg_files} new file(s) in {self._dg_dir}"})
-            self._dg_files = now
-        if self._fi_dir is not None:
-            self._fi_files = max(self._fi_files, _dir_entries(self._fi_dir))
+        """Step boundary: attach libraries imported since, and poll those without hooks."""
+        if not self.installed:
+            return
+        self._attach_ready()
+        for watcher in self.watchers:
+            if watcher.attached:
+                watcher.poll()
 
     # --- steps and seal ----------------------------------------------------------------------
 
@@ -344,10 +449,12 @@ class Monitor:
         """Counts since begin_step (None when the monitor is off)."""
         if self.mode == "off":
             return None
-        self._poll()
-        with self._lock:
-            counts, self._step = self._step, StepCounts()
-            self.step_id = None
+        try:
+            self._poll()  # DeepGEMM's kernels of this step, named with its step id
+        finally:  # also when a post-seal DeepGEMM compile raises (mode error): the step is over
+            with self._lock:
+                counts, self._step = self._step, StepCounts()
+                self.step_id = None
         return counts
 
     def seal(self) -> None:

@@ -1,13 +1,16 @@
 """The JIT monitor: per-step counts, the seal, warn/error after it, the JSONL log, and that it
 restores the hooks it chained. The Triton hooks are driven the way Triton 3.6 calls them
-(triton/runtime/jit.py `_call_hook`, compiler.py listener, CompiledKernel._init_handles)."""
+(triton/runtime/jit.py `_call_hook`, compiler.py listener, CompiledKernel._init_handles). DeepGEMM
+is faked: a module in sys.modules and a temporary DG_JIT_CACHE_DIR laid out as DeepGEMM 2.x lays
+it out (cache/kernel.<name>.<hash>/ with kernel.cu and kernel.cubin)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
 from execlib import ROOT
@@ -96,13 +99,15 @@ def test_uninstall_restores_and_chains_previous_hooks():
     seen = []
     prev = lambda **kw: seen.append(kw["key"])  # noqa: E731
     knobs.runtime.jit_cache_hook = prev
+    load_hooks = list(knobs.runtime.kernel_load_start_hook.calls)
     try:
         m = Monitor("warn").install()
+        assert len(knobs.runtime.kernel_load_start_hook.calls) == len(load_hooks) + 1
         fire_jit_miss(key="k1")
         assert seen == ["k1"] and m.totals.jit_misses == 1
         m.uninstall()
-        assert knobs.runtime.jit_cache_hook is prev
-        assert m._on_module_load not in knobs.runtime.kernel_load_start_hook.calls
+        assert knobs.runtime.jit_cache_hook is prev and not m.installed
+        assert knobs.runtime.kernel_load_start_hook.calls == load_hooks
     finally:
         knobs.runtime.jit_cache_hook = None
     assert knobs.compilation.listener is None
@@ -148,22 +153,174 @@ def test_torch_compile_after_seal_is_reported():
         torch._dynamo.reset()
 
 
-def test_deep_gemm_cache_directory_is_watched(tmp_path, monkeypatch):
-    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "dg"))
-    monkeypatch.setitem(sys.modules, "deep_gemm", SimpleNamespace())
+# --- DeepGEMM: kernels in its JIT cache (DeepGEMM 2.x layout, csrc/jit/compiler.hpp) -------------
+
+GEMM = "kernel.sm90_fp8_gemm_1d2d.5b0c29cdac95fd74b26b4316a7f7e6a6"
+TRANSPOSE = "kernel.transpose_fp32.021add834ef71b5bca08b3e1d31c2d75"
+
+
+def dg_kernel(root, entry, cubin=True):
+    """What one DeepGEMM compile leaves: cache/<entry>/kernel.cu and, once complete, kernel.cubin."""
+    path = root / "cache" / entry
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "kernel.cu").write_text("// code")
+    if cubin:
+        (path / "kernel.cubin").write_bytes(b"\x7fELF")
+    return path
+
+
+@pytest.fixture
+def dg(tmp_path, monkeypatch):
+    """A fake deep_gemm module and an empty DG_JIT_CACHE_DIR (not created yet: the first compile does)."""
+    root = tmp_path / "dg"
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(root))
+    monkeypatch.setitem(sys.modules, "deep_gemm", ModuleType("deep_gemm"))
+    return root
+
+
+def test_deep_gemm_counts_kernels_not_files(dg, monitor):
+    assert "deep_gemm.cache_dir" in monitor.watching and not dg.exists()
+    monitor.begin_step("warm/gemm")
+    dg_kernel(dg, GEMM)
+    dg_kernel(dg, TRANSPOSE)  # the scale-factor layout transform is a kernel of its own
+    (dg / "tmp" / "3f2a").mkdir(parents=True)
+    (dg / "tmp" / "3f2a" / "kernel.cubin").write_text("nvcc is writing")  # not in cache/: not a kernel
+    counts = monitor.end_step()
+    assert counts.deep_gemm_jit == 2 and monitor.totals.deep_gemm_jit == 2
+    monitor.begin_step("warm/again")
+    (dg / "cache" / GEMM / "kernel.sass").write_text("dump")  # more files, same kernel
+    assert monitor.end_step().deep_gemm_jit == 0
+    assert monitor.post_seal_events == []
+
+
+def test_deep_gemm_half_written_entry_counts_once_complete(dg, monitor):
+    monitor.begin_step("a")
+    entry = dg_kernel(dg, GEMM, cubin=False)
+    assert monitor.end_step().deep_gemm_jit == 0
+    monitor.begin_step("b")
+    (entry / "kernel.cubin").write_bytes(b"\x7fELF")
+    assert monitor.end_step().deep_gemm_jit == 1
+    monitor.begin_step("c")
+    assert monitor.end_step().deep_gemm_jit == 0
+    assert monitor.totals.deep_gemm_jit == 1
+
+
+def test_deep_gemm_kernels_there_before_install_are_not_counted(dg):
+    dg_kernel(dg, GEMM)
     m = Monitor("warn").install()
     try:
-        (tmp_path / "dg" / "cache" / "kernel.abc").mkdir(parents=True)
-        m.begin_step("warm")
-        (tmp_path / "dg" / "cache" / "kernel.abc" / "kernel.cubin").write_text("x")
+        m.begin_step("a")
+        dg_kernel(dg, TRANSPOSE)
         assert m.end_step().deep_gemm_jit == 1
-        m.seal()
-        m.begin_step("serve")
-        (tmp_path / "dg" / "cache" / "kernel.abc" / "kernel2.cubin").write_text("x")
-        m.end_step()
-        assert [e["backend"] for e in m.post_seal_events] == ["deep_gemm"]
     finally:
         m.uninstall()
+
+
+def test_deep_gemm_after_seal_names_kernel_step_shape_and_m(dg, monitor, tmp_path):
+    monitor.begin_step("warm")
+    dg_kernel(dg, TRANSPOSE)
+    monitor.end_step()
+    monitor.seal()
+    monitor.begin_step("verify/gemm-n7168-k2048/m17")
+    dg_kernel(dg, GEMM, cubin=False)
+    assert monitor.end_step().deep_gemm_jit == 0 and monitor.post_seal_events == []
+    monitor.begin_step("verify/gemm-n7168-k2048/m33")
+    (dg / "cache" / GEMM / "kernel.cubin").write_bytes(b"\x7fELF")
+    assert monitor.end_step().deep_gemm_jit == 1
+    [event] = monitor.post_seal_events
+    assert {k: event[k] for k in ("backend", "event", "kernel", "cache_entry", "step", "shape", "m")} == {
+        "backend": "deep_gemm", "event": "JIT compilation", "kernel": "sm90_fp8_gemm_1d2d",
+        "cache_entry": GEMM, "step": "verify/gemm-n7168-k2048/m33", "shape": "gemm-n7168-k2048", "m": 33}
+    assert [json.loads(line)["cache_entry"] for line in (tmp_path / "misses.jsonl").read_text().splitlines()] == [GEMM]
+    assert (monitor.totals.deep_gemm_jit, monitor.after_seal.deep_gemm_jit) == (1, 1)
+    monitor.begin_step("trace/step-3")  # not a hot-path check call: no shape or m
+    dg_kernel(dg, "kernel.sm90_fp8_gemm_1d1d.aa")
+    monitor.end_step()
+    last = monitor.post_seal_events[-1]
+    assert last["kernel"] == "sm90_fp8_gemm_1d1d" and "shape" not in last and "m" not in last
+
+
+def test_deep_gemm_after_seal_error_records_every_kernel_then_raises(dg):
+    m = Monitor("error").install()
+    try:
+        m.seal()
+        m.begin_step("verify/gemm-n7168-k2048/m1")
+        dg_kernel(dg, GEMM)
+        dg_kernel(dg, TRANSPOSE)
+        with pytest.raises(JitAfterSealError, match="sm90_fp8_gemm_1d2d(.|\n)*transpose_fp32"):
+            m.end_step()
+        assert [e["kernel"] for e in m.post_seal_events] == ["sm90_fp8_gemm_1d2d", "transpose_fp32"]
+        assert m.step_id is None and m.after_seal.deep_gemm_jit == 2
+        m.begin_step("next")
+        assert m.end_step().deep_gemm_jit == 0  # counted once, not again at the next boundary
+    finally:
+        m.uninstall()
+
+
+def test_deep_gemm_unreadable_entries_are_skipped_then_counted(dg, monitor, monkeypatch):
+    (dg / "cache").mkdir(parents=True)
+    (dg / "cache" / "kernel.not_a_dir.00").write_text("x")  # a stray file, not a kernel
+    (dg / "cache" / "README").write_text("x")
+    real_listdir = os.listdir
+
+    def unreadable(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monitor.begin_step("a")
+    dg_kernel(dg, GEMM)
+    monkeypatch.setattr(os, "listdir", unreadable)
+    assert monitor.end_step().deep_gemm_jit == 0  # no crash; looked at again next time
+    monkeypatch.setattr(os, "listdir", real_listdir)
+    monitor.begin_step("b")
+    assert monitor.end_step().deep_gemm_jit == 0  # counted at b's start: between the steps
+    assert monitor.totals.deep_gemm_jit == 1
+
+
+def test_deep_gemm_imported_after_install_is_attached_at_the_next_step(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "deep_gemm", raising=False)
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "late"))
+    m = Monitor("warn").install()
+    try:
+        assert "deep_gemm.cache_dir" not in m.watching
+        monkeypatch.setitem(sys.modules, "deep_gemm", ModuleType("deep_gemm"))
+        m.begin_step("a")
+        assert "deep_gemm.cache_dir" in m.watching
+        dg_kernel(tmp_path / "late", GEMM)
+        assert m.end_step().deep_gemm_jit == 1
+    finally:
+        m.uninstall()
+
+
+def test_deep_gemm_kernel_names():
+    assert jit_monitor.deep_gemm_kernel_name(GEMM) == "sm90_fp8_gemm_1d2d"
+    assert jit_monitor.deep_gemm_kernel_name(TRANSPOSE) == "transpose_fp32"
+    assert jit_monitor.deep_gemm_kernel_name("kernel.nohash") == "nohash"
+
+
+def test_flashinfer_builds_are_counted_and_the_wrapper_removed(monkeypatch):
+    class JitSpec:
+        name = "batch_prefill_with_kv_cache"
+
+        def build(self):
+            return "built"
+
+    original = JitSpec.build
+    core = ModuleType("flashinfer.jit.core")
+    core.JitSpec = JitSpec
+    jit = ModuleType("flashinfer.jit")
+    jit.core = core
+    for name, mod in (("flashinfer", ModuleType("flashinfer")), ("flashinfer.jit", jit), ("flashinfer.jit.core", core)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    m = Monitor("warn").install()
+    try:
+        m.begin_step("a")
+        assert JitSpec().build() == "built" and m.end_step().flashinfer_jit == 1
+        m.seal()
+        JitSpec().build()
+        assert [(e["backend"], e["kernel"]) for e in m.post_seal_events] == [("flashinfer", JitSpec.name)]
+    finally:
+        m.uninstall()
+    assert JitSpec.build is original and "flashinfer.jit" in m.watching
 
 
 def test_works_without_triton():
