@@ -316,7 +316,13 @@ class DeepGemmWatcher(Watcher):
 
 
 class FlashInferWatcher(Watcher):
-    """FlashInfer JIT: every module build goes through JitSpec.build, which we wrap."""
+    """FlashInfer JIT: module builds, seen by wrapping ``build`` of the JitSpec classes.
+
+    FlashInfer 0.6 declares ``JitSpec.build`` abstract and ``JitSpecNvcc`` implements it, so
+    every class in the hierarchy that defines ``build`` is wrapped. Every process calls
+    ``build()`` when it loads a module and ninja finds nothing to do when the ``.so`` is up to
+    date (measured on an H100, 2026-11-23): a build counts as a compile only when the module's
+    library file is new or newer afterwards."""
 
     library = "flashinfer"
 
@@ -325,19 +331,44 @@ class FlashInferWatcher(Watcher):
             from flashinfer.jit import core
         except Exception:  # noqa: BLE001 - a FlashInfer without the JIT package
             return
-        spec = getattr(core, "JitSpec", None)
-        build = getattr(spec, "build", None)
-        if build is None:
+        base = getattr(core, "JitSpec", None)
+        if base is None:
             return
+        for cls in (base, *_subclasses(base)):
+            if "build" in vars(cls):
+                self._set(cls, "build", self._monitored(vars(cls)["build"]), "flashinfer.jit")
+
+    def _monitored(self, build):
         monitor = self.monitor
 
-        def monitored_build(self_spec, *a, **kw):
-            monitor._count("flashinfer_jit", kernel=getattr(self_spec, "name", "flashinfer"))
-            monitor._post_seal({"backend": "flashinfer", "event": "JIT module build",
-                                "kernel": getattr(self_spec, "name", "?")})
-            return build(self_spec, *a, **kw)
+        def monitored_build(spec, *a, **kw):
+            before = _library_mtime(spec)
+            try:
+                return build(spec, *a, **kw)
+            finally:
+                after = _library_mtime(spec)
+                if after is not None and after != before:
+                    name = getattr(spec, "name", "flashinfer")
+                    monitor._count("flashinfer_jit", kernel=name)
+                    monitor._post_seal({"backend": "flashinfer", "event": "JIT module build", "kernel": name})
 
-        self._set(spec, "build", monitored_build, "flashinfer.jit")
+        return monitored_build
+
+
+def _subclasses(cls) -> list:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_subclasses(sub)]
+    return out
+
+
+def _library_mtime(spec) -> int | None:
+    """mtime of the module's .so (FlashInfer's ``get_library_path``), or None when absent."""
+    try:
+        path = spec.get_library_path()
+        return os.stat(path).st_mtime_ns
+    except Exception:  # noqa: BLE001 - no library yet, or an older JitSpec without the method
+        return None
 
 
 WATCHERS = (TritonWatcher, DynamoWatcher, DeepGemmWatcher, FlashInferWatcher)

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -297,14 +298,28 @@ def test_deep_gemm_kernel_names():
     assert jit_monitor.deep_gemm_kernel_name("kernel.nohash") == "nohash"
 
 
-def test_flashinfer_builds_are_counted_and_the_wrapper_removed(monkeypatch):
+def test_flashinfer_builds_are_counted_and_the_wrapper_removed(monkeypatch, tmp_path):
+    """FlashInfer 0.6: JitSpec.build is abstract and JitSpecNvcc builds; a build counts only when
+    the module's .so is new or newer (every process calls build(); ninja then does nothing)."""
+    so = tmp_path / "batch_prefill.so"
+
     class JitSpec:
         name = "batch_prefill_with_kv_cache"
 
         def build(self):
+            raise NotImplementedError
+
+        def get_library_path(self):
+            return str(so)
+
+    class JitSpecNvcc(JitSpec):
+        def build(self, fresh=True):
+            if fresh:
+                so.write_bytes(b"x" * (so.stat().st_size + 1 if so.exists() else 1))
+                os.utime(so, ns=(time.time_ns(), time.time_ns() + 10**9 * (so.stat().st_size)))
             return "built"
 
-    original = JitSpec.build
+    originals = (JitSpec.build, JitSpecNvcc.build)
     core = ModuleType("flashinfer.jit.core")
     core.JitSpec = JitSpec
     jit = ModuleType("flashinfer.jit")
@@ -314,13 +329,15 @@ def test_flashinfer_builds_are_counted_and_the_wrapper_removed(monkeypatch):
     m = Monitor("warn").install()
     try:
         m.begin_step("a")
-        assert JitSpec().build() == "built" and m.end_step().flashinfer_jit == 1
+        assert JitSpecNvcc().build() == "built" and m.end_step().flashinfer_jit == 1
+        m.begin_step("b")
+        assert JitSpecNvcc().build(fresh=False) == "built" and m.end_step().flashinfer_jit == 0  # up to date
         m.seal()
-        JitSpec().build()
+        JitSpecNvcc().build()
         assert [(e["backend"], e["kernel"]) for e in m.post_seal_events] == [("flashinfer", JitSpec.name)]
     finally:
         m.uninstall()
-    assert JitSpec.build is original and "flashinfer.jit" in m.watching
+    assert (JitSpec.build, JitSpecNvcc.build) == originals and "flashinfer.jit" in m.watching
 
 
 def test_works_without_triton():
