@@ -70,6 +70,11 @@ def add_commands(sub) -> None:
                         "(default: $WARMUP_KERNEL_CONFIG_DIR, else ~/.cache/warmup-planner/kernel-configs)")
     p.add_argument("--retune", action="store_true", help="tune again even where a table covers every bucket")
     p.add_argument("--flashinfer-cache", metavar="FILE", help="FlashInfer autotune cache file (cache: persistent)")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="compile the plan's distinct kernel variants in N worker processes first (sharing the "
+                        "on-disk caches), then run every step, which only loads them; 0 or 1: compile in this "
+                        "process. Skipped when a manifest in the Triton cache lists every key "
+                        "(default: the CPU cores, at most 32)")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     p.add_argument("--inject-failure", action="append", default=[], metavar="STEP_ID[=error|oom|interrupt]",
                    help="testing: make a step fail with an exception, a CUDA OOM or a Ctrl-C")
@@ -80,7 +85,9 @@ def cmd_execute(args) -> int:
     """Execute a warmup plan: every step through its handler and backend, with progress per stage,
     a summary table (steps run, kernel calls, variants compiled, variants loaded from the disk
     cache, wall time per stage) and a JSON report. Steps end ok, failed, unavailable (backend or
-    runner missing here) or skipped."""
+    runner missing here) or skipped. With --jobs N (default: the CPU cores, at most 32) the
+    plan's distinct variants are first compiled in N worker processes sharing the disk caches;
+    the summary then shows what the workers compiled ("pool") and the speed-up."""
     from .report import Report
 
     report = Report(options={"argv": sys.argv[1:]})
@@ -231,6 +238,7 @@ def _execute(args, report) -> int:
 
     backends = parse_backends(args.backend, args.dry_run)
     inject = parse_inject(args.inject_failure)
+    jobs = _jobs(args)
     for flag, value in (("--verify", args.verify), ("--verify-trace", args.verify_trace)):
         if value < 0:
             from planner.errors import PlanError
@@ -248,7 +256,8 @@ def _execute(args, report) -> int:
                       jit_log=args.jit_log, verify=args.verify, verify_seed=args.verify_seed,
                       verify_trace=args.verify_trace,
                       allow_missing=args.allow_missing, runner="none" if args.dry_run else args.runner,
-                      device=device, retune=args.retune, flashinfer_cache=args.flashinfer_cache, inject=inject)
+                      device=device, retune=args.retune, flashinfer_cache=args.flashinfer_cache, inject=inject,
+                      jobs=jobs)
     report.__init__(expanded, {**options.public(), "argv": sys.argv[1:]})
     report.source = source
     progress = Progress(enabled=not args.no_progress)
@@ -256,6 +265,18 @@ def _execute(args, report) -> int:
     sys.stdout.write(report.render_summary())
     sys.stdout.flush()
     return report.exit_code()
+
+
+def _jobs(args) -> int:
+    from .precompile import default_jobs
+
+    jobs = getattr(args, "jobs", None)
+    if jobs is None:
+        return default_jobs()
+    if jobs < 0:
+        from planner.errors import PlanError
+        raise PlanError(f"--jobs must be >= 0, got {jobs}")
+    return jobs
 
 
 def _set_kernel_config_dir(path: str | None) -> None:

@@ -1,5 +1,6 @@
 """Progress: per stage, with counts and an ETA, redrawn in place on a terminal; one line per
-stage otherwise (logs, CI). A failed or unavailable step is always reported on its own line.
+stage otherwise (logs, CI). A failed or unavailable step is always reported on its own line,
+and the precompile phase (--jobs) by one line when its workers are done or it was skipped.
 
 Plain text on stderr: no dependency (tqdm and rich are not needed for one line).
 """
@@ -57,12 +58,22 @@ class Progress:
             return
         self._clear()
         counts = ", ".join(f"{summary[s]} {s}" for s in ("ok", "failed", "unavailable", "skipped") if summary[s])
-        compiled = "-" if summary["compiled"] is None else summary["compiled"]
+        compiled = f"{'-' if summary['compiled'] is None else summary['compiled']} compiled"
+        if summary.get("compiled_pool"):
+            compiled += f" ({summary['compiled_pool']} by workers)"
         disk = "-" if summary["disk_loads"] is None else summary["disk_loads"]
         self._write(f"stage {summary['stage']}: {summary['steps']} steps ({counts or 'none run'}), "
-                    f"{summary['kernel_calls']} kernel calls, {compiled} compiled, {disk} from disk cache, "
+                    f"{summary['kernel_calls']} kernel calls, {compiled}, {disk} from disk cache, "
                     f"{summary['wall_s']:.1f} s\n")
         self._stage = None
+
+    def precompile(self, summary: dict) -> None:
+        """The precompile phase in one line (executor.report.render_precompile, first line)."""
+        from .report import render_precompile
+
+        line = render_precompile(summary).split("\n")[0]
+        if line:
+            self.message(line)
 
     def message(self, text: str) -> None:
         if not self.enabled:

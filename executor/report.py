@@ -1,5 +1,6 @@
 """The execution report: every step's status with its id, per-stage totals, the JIT monitor's
-counts, the hot-path check, the serving trace (--verify-trace), and the environment. Written
+counts, the precompile phase (--jobs: worker processes, per-job records, the speed-up),
+the hot-path check, the serving trace (--verify-trace), and the environment. Written
 as JSON, atomically, always: also when a step fails, when the run crashes, and on Ctrl-C
 (exit 130).
 """
@@ -33,6 +34,8 @@ class Report:
         self.monitor: dict | None = None
         self.verify: dict | None = None
         self.verify_trace: dict | None = None  # executor.verify.trace_check
+        self.precompile: dict | None = None    # executor.precompile.Precompiler.summary()
+        self.startup: dict | None = None       # executor.run.start_up: imports and CUDA context
         self.environment: dict = {}
         self.interrupted = False
         self.error: str | None = None        # invalid input or internal error, one line
@@ -56,7 +59,15 @@ class Report:
         out["kernel_calls"] = sum(r.get("kernel_calls") or 0 for r in recs)
         jits = [r["jit"] for r in recs if r.get("jit") is not None]
         # None (shown as "-") when the JIT monitor was off: nothing was counted.
-        out["compiled"] = sum(j["compiled"] for j in jits) if jits else None
+        main = sum(j["compiled"] for j in jits) if jits else None
+        pres = [r["precompile"]["compiled"] for r in recs
+                if r.get("precompile") and r["precompile"].get("compiled") is not None]
+        pool = sum(pres) if pres else None
+        # compiled: the main process's compiles plus the workers' for the keys this stage reaches
+        # first (--jobs); disk_loads: the main process's loads from the disk cache.
+        out["compiled"] = None if main is None and pool is None else (main or 0) + (pool or 0)
+        out["compiled_main"] = main
+        out["compiled_pool"] = pool
         out["disk_loads"] = sum(j["disk_loads"] for j in jits) if jits else None
         out["wall_s"] = round(self.stage_wall.get(stage, sum(r.get("wall_s") or 0 for r in recs)), 3)
         return out
@@ -110,6 +121,8 @@ class Report:
             "jit_monitor": self.monitor,
             "verify": self.verify,
             "verify_trace": self.verify_trace,
+            "startup": self.startup,
+            "precompile": self.precompile,
         }
 
     # --- output ----------------------------------------------------------------------------------
@@ -120,23 +133,28 @@ class Report:
         write_atomic(path, text)
 
     def render_summary(self) -> str:
-        rows = [("stage", "steps", "run", "ok", "failed", "unavail", "skipped", "calls", "compiled",
-                 "disk", "wall_s")]
+        pool = bool(self.precompile and self.precompile.get("jobs"))  # a "pool" column: compiled by workers
+        rows = [("stage", "steps", "run", "ok", "failed", "unavail", "skipped", "calls", "compiled")
+                + (("pool",) if pool else ()) + ("disk", "wall_s")]
         total = {k: 0 for k in ("steps", "run", "ok", "failed", "unavailable", "skipped", "kernel_calls")}
-        comp_total = disk_total = 0
+        comp_total = disk_total = pool_total = 0
         monitored = False
         for s in self.stages():
             rows.append((s["stage"], s["steps"], s["run"], s["ok"], s["failed"], s["unavailable"], s["skipped"],
-                         s["kernel_calls"], _dash(s["compiled"]), _dash(s["disk_loads"]), f"{s['wall_s']:.2f}"))
+                         s["kernel_calls"], _dash(s["compiled"]))
+                        + ((_dash(s.get("compiled_pool")),) if pool else ())
+                        + (_dash(s["disk_loads"]), f"{s['wall_s']:.2f}"))
             for k in total:
                 total[k] += s[k]
             if s["compiled"] is not None:
                 monitored = True
                 comp_total += s["compiled"]
-                disk_total += s["disk_loads"]
+                disk_total += s["disk_loads"] or 0
+                pool_total += s.get("compiled_pool") or 0
         rows.append(("total", total["steps"], total["run"], total["ok"], total["failed"], total["unavailable"],
-                     total["skipped"], total["kernel_calls"], comp_total if monitored else "-",
-                     disk_total if monitored else "-", f"{sum(self.stage_wall.values()):.2f}"))
+                     total["skipped"], total["kernel_calls"], comp_total if monitored else "-")
+                    + ((pool_total if monitored else "-",) if pool else ())
+                    + (disk_total if monitored else "-", f"{sum(self.stage_wall.values()):.2f}"))
         widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
         lines = []
         for i, r in enumerate(rows):
@@ -148,6 +166,14 @@ class Report:
         problems = [r for r in self.steps if r["status"] in ("failed", "unavailable")]
         for r in problems:
             out += f"{r['status']}: {r['id']}: {r.get('error') or ''}\n"
+        if self.startup and self.startup.get("wall_s", 0) >= 0.05:
+            out += (f"startup: {self.startup['wall_s']:.2f} s before the first stage (backends "
+                    f"{', '.join(self.startup.get('backends') or {}) or 'none'}"
+                    + (f"; CUDA context {self.startup['cuda_init_s']:.2f} s" if "cuda_init_s" in self.startup else "")
+                    + ")\n")
+        line = render_precompile(self.precompile)
+        if line:
+            out += line + "\n"
         if self.verify:
             v = self.verify
             out += (f"verify: {v['calls']} random calls over {len(v['keys'])} keys (seed {v['seed']}): "
@@ -161,6 +187,35 @@ class Report:
             out += f"jit monitor: sealed, {self.post_seal_compiles()} post-seal compiles\n"
         out += f"status: {self.status()} (exit {self.exit_code()})\n"
         return out
+
+
+def render_precompile(p: dict | None) -> str:
+    """One line for the precompile phase (empty when it was off with nothing to say)."""
+    if not p:
+        return ""
+    if p["status"] == "skipped":
+        return f"precompile: skipped: {p['reason']}"
+    if not p.get("jobs"):
+        return f"precompile: off: {p['reason']}" if p.get("keys_planned") and p.get("jobs_option", 0) > 1 else ""
+    n = p["jobs"]
+    line = (f"precompile: {n} variant{'s' if n != 1 else ''} in {p['workers']} worker"
+            f"{'s' if p['workers'] != 1 else ''}: {_dash(p.get('compiled'))} compiled, "
+            f"{_dash(p.get('disk_loads'))} loaded")
+    bad = [f"{p[k]} {k}" for k in ("failed", "unavailable", "cancelled") if p.get(k)]
+    if bad:
+        line += ", " + ", ".join(bad)
+    if p.get("speedup") is not None:
+        line += (f"; {p['busy_s']:.2f} s of jobs in {p['wall_s']:.2f} s wall (speed-up {p['speedup']:.1f}x)")
+    if p.get("keys_in_manifest"):
+        line += f"; {p['keys_in_manifest']} of {p['keys_planned']} keys already cached"
+    if p["status"] == "cancelled":
+        line += f"; cancelled: {p['reason']}"
+    failed = [r for r in p.get("records") or [] if r.get("status") in ("failed", "unavailable")]
+    for r in failed[:10]:
+        line += f"\n  precompile {r['status']}: {r['step']} {r['key']}: {r.get('error') or ''}"
+    if len(failed) > 10:
+        line += f"\n  ... and {len(failed) - 10} more (see the report)"
+    return line
 
 
 def render_trace(t: dict) -> str:

@@ -12,12 +12,19 @@ closed. The steps of a stage of batch steps run inside the runner's
 or Ctrl-C, the connector is restored and the stage's unfinished requests are freed).
 The report object is filled as the run goes, so the caller can write it whatever
 happens.
+
+With ``jobs > 1`` the distinct compile keys of the plan are first compiled in worker
+processes (executor.precompile): the pool starts before anything here imports torch,
+each step waits for the jobs of its own keys only, and the main process's launches are
+then disk loads. Each record says what the workers compiled for the keys it reaches
+first (``precompile``); the report's ``precompile`` section has the pool's totals.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -25,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from . import registry
 from .backends.base import Skipped, Unavailable, is_oom
 from .jit_monitor import Monitor
+from .precompile import PRECOMPILE_BACKENDS, Precompiler
 from .progress import Progress
 from .report import Report, environment
 
@@ -50,6 +58,8 @@ class Options:
     flashinfer_cache: str | None = None
     inject: dict = field(default_factory=dict)     # step id -> error | oom | interrupt (tests)
     keep_monitor: bool = False                     # leave the sealed monitor installed afterwards
+    jobs: int = 0                                  # worker processes that precompile (0 or 1: none)
+    precompile_backends: tuple = PRECOMPILE_BACKENDS  # backends whose variants workers compile
 
     def public(self) -> dict:
         return asdict(self)
@@ -288,11 +298,15 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
         mode = "warn"  # the hot-path check and the trace count compiles: they need the monitor
         flag = "--verify" if options.verify else "--verify-trace"
         report.options["jit_monitor_note"] = f"{flag} turned the JIT monitor on (warn)"
-    monitor = Monitor(mode, options.jit_log).install()
+    monitor = Monitor(mode, options.jit_log)
     ctx = Context(options, engine, progress, monitor, runner)
+    pre = _start_precompile(expanded["steps"], options, ctx, progress)  # first: before torch and triton
+    monitor.install()
+    index_of = {id(step): i for i, step in enumerate(expanded["steps"])}
     kept: list[dict] = []
     stopped_by: str | None = None
     try:
+        report.startup = start_up(ctx, expanded["steps"])  # while the workers start up too
         for stage, steps in stages_of(expanded["steps"]):
             progress.stage_start(stage, len(steps), sum(planned_calls(s) for s in steps))
             stage_start = time.perf_counter()
@@ -304,13 +318,17 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
                         if stopped_by is not None:
                             report.add_step(_not_run(step, f"not run: step {stopped_by} failed (--on-error stop)"))
                             continue
+                        waited = pre.wait_for(step)  # the workers' jobs of this step's keys
                         record = run_step(step, ctx)
+                        pre.annotate(record, waited)
                         report.add_step(record)
                         progress.step_end(record)
+                        pre.after_step(step, index_of[id(step)])
                         if record.get("interrupted"):
                             raise KeyboardInterrupt
                         if record["status"] == "failed" and options.on_error == "stop":
                             stopped_by = step["id"]
+                            pre.cancel(f"not needed: step {stopped_by} failed (--on-error stop)")
                         if options.verify and record["status"] == "ok" and step["kind"] in VERIFIED_KINDS:
                             kept.append(step)  # its scratch tensors stay for the hot-path check
                         else:
@@ -319,6 +337,7 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
                 ctx.stage_scope = None
                 report.stage_wall[stage] = report.stage_wall.get(stage, 0.0) + time.perf_counter() - stage_start
                 progress.stage_end(report.stage_summary(stage))
+        pre.close()  # the workers are gone (and their GPU memory) before the seal and the checks
         monitor.seal()
         if options.verify:
             from .verify import hot_path_check
@@ -335,6 +354,7 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
             if step["id"] not in done:
                 report.add_step(_not_run(step, "not run: interrupted (Ctrl-C)"))
     finally:
+        _finish_precompile(pre, report)
         report.monitor = monitor.summary() if monitor.mode != "off" else {"mode": "off"}
         report.environment = environment(options.device)
         try:
@@ -344,6 +364,71 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
                 monitor.uninstall()
         report.finished = time.time()
     return report
+
+
+def start_up(ctx: Context, steps: list[dict]) -> dict:
+    """The main process's own start-up, before the first stage: load every backend the plan uses
+    (imports torch, triton, the kernels; availability is checked once and cached, so a missing
+    backend still makes its steps `unavailable`), create the CUDA context and pay Triton's fixed
+    per-process costs (executor.precompile.prime_triton).
+    Stage walls then measure warmup work, and with --jobs this overlaps the workers' start-up
+    instead of following their compiles."""
+    start = time.perf_counter()
+    names: list[str] = []
+    for step in steps:
+        family = registry.FAMILY_OF_KIND.get(step["kind"])
+        if family is None:
+            continue
+        try:
+            name = ctx.backend_name(family, step)
+        except KeyError:
+            continue
+        if name not in names:
+            names.append(name)
+    out: dict = {"backends": {}}
+    for name in names:
+        try:
+            ctx.backend(name)
+            out["backends"][name] = "ok"
+        except Unavailable as e:
+            out["backends"][name] = _first_line(e, 200)
+    torch = sys.modules.get("torch")
+    if torch is not None and str(ctx.device).startswith("cuda"):
+        cuda_start = time.perf_counter()
+        try:
+            if torch.cuda.is_available():
+                torch.empty(1, device=ctx.device)  # the CUDA context
+                if "triton" in sys.modules:
+                    from .precompile import prime_triton
+
+                    prime_triton()  # Triton's driver, the hash of its sources, the backend's hash
+                out["cuda_init_s"] = round(time.perf_counter() - cuda_start, 3)
+        except Exception as e:  # noqa: BLE001 - the steps will report it
+            out["cuda_error"] = _first_line(f"{type(e).__name__}: {e}", 200)
+    out["wall_s"] = round(time.perf_counter() - start, 3)
+    return out
+
+
+def _start_precompile(steps: list[dict], options: Options, ctx: Context, progress: Progress) -> Precompiler:
+    pre = Precompiler(steps, options, ctx.backend_name, progress)
+    try:
+        pre.start()
+    except Exception as e:  # noqa: BLE001 - precompiling is an optimisation: never the run's failure
+        try:
+            pre.cancel("failed to start")
+        except Exception:  # noqa: BLE001
+            pass
+        pre.status, pre.reason = "off", f"precompile failed to start ({type(e).__name__}: {e})"
+    return pre
+
+
+def _finish_precompile(pre: Precompiler, report: Report) -> None:
+    try:
+        pre.close(interrupted=report.interrupted)
+        pre.write_manifest(report.steps)
+    except Exception as e:  # noqa: BLE001
+        pre.reason = (pre.reason or "") + f" (closing failed: {type(e).__name__}: {e})"
+    report.precompile = pre.summary()
 
 
 def _release(ctx: Context, step: dict) -> None:

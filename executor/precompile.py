@@ -1,0 +1,833 @@
+"""`warmup execute --jobs N`: compile the plan's distinct variants in N worker processes first.
+
+Threads do not help (the GIL serializes Triton's compiles); processes do. Each distinct
+compile key of the plan (``compile_keys`` of its gemm, grouped_gemm and attention steps)
+becomes one *job*: the first step and value that reach the key, run in a worker through
+the backend's own family method (``TritonBackend().gemm(step, [m], tick)``...), so the
+worker compiles exactly the variant the main process will launch (same allocation path,
+strides and alignment; an exact step keeps its per-value key check). Workers share the
+on-disk caches with the main process (Triton's ``TRITON_CACHE_DIR``, DeepGEMM's
+``DG_JIT_CACHE_DIR``); Triton writes every entry to a temporary directory and renames it
+into place, so concurrent workers leave complete entries. The main process then runs
+every planned step as before, and its launches are disk loads.
+
+Orchestration (``Precompiler``), in the main process:
+
+* the pool (``ProcessPoolExecutor``, ``spawn``: never fork a CUDA process) is started
+  before the main process imports torch or touches CUDA, so that worker start-up
+  (imports, CUDA context) overlaps the main process's own;
+* a job is submitted once every ``autotune`` step before its step has run (a tuning
+  step rewrites the tables that pick the GEMM variants, and its timings must not share
+  the GPU with the workers); DeepGEMM jobs go first;
+* before each step the main process waits for the jobs of that step's keys only, so
+  compiling and loading overlap (the first step that has a job also waits for every
+  DeepGEMM job: DeepGEMM is counted by files appearing in its cache directory, which
+  would otherwise be charged to whatever step runs);
+* a job that fails is reported with its error and the main process compiles that
+  variant itself (the JIT monitor shows it); a crashed worker fails its jobs, not the run.
+
+Steps without ``compile_keys`` (older plans), and steps whose keys do not pair one to one
+with their values (``full`` and ``buckets`` modes list the distinct keys only), become one
+job for the whole step, keyed by the step's content: still parallel across steps.
+
+After a run a manifest (``warmup-precompiled.json`` in the Triton cache directory) lists
+the keys known to be in the disk caches, with a fingerprint (triton, torch and DeepGEMM
+versions, a hash of the kernel and dispatch sources, the GPU models, the TRITON_*/DG_*
+settings). A later run whose keys are all listed starts no pool: a warm start costs only
+the main process's disk loads. Wiping the cache removes the manifest with it; a manifest
+that lies only makes the main process compile (correct, slower, and the monitor shows it).
+
+Nothing here imports torch or triton in the main process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import registry
+
+PRECOMPILE_BACKENDS = ("triton", "deep_gemm")  # backends whose variants are compiled in workers by default
+GPU_BACKENDS = ("triton", "deep_gemm")         # these compile only on a CUDA device
+KEYED_KINDS = ("gemm", "grouped_gemm", "attention")
+MAX_DEFAULT_JOBS = 32
+MANIFEST_NAME = "warmup-precompiled.json"
+MANIFEST_FORMAT = "warmup-precompiled/v1"
+EMPTY_CACHE_BYTES = 1 << 30  # a worker frees its cached GPU memory above this much
+# Sources that decide which variant a call compiles: the kernels, the backends' allocation
+# paths and the dispatch models. A change to any invalidates the manifest.
+SOURCE_GLOBS = (("executor", "kernels"), ("planner", "dispatch"))
+SOURCE_FILES = (("executor", "backends", "triton.py"), ("executor", "backends", "deep_gemm.py"))
+
+
+def default_jobs() -> int:
+    """The CPU cores this process may use, at most MAX_DEFAULT_JOBS."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_JOBS))
+
+
+# --- jobs ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Job:
+    """One worker task: warm `keys` by running `values` of `step` through `backend`."""
+
+    key: str                  # the job's own key (the first of `keys`)
+    keys: list[str]           # the compile keys it warms (several for a whole-step job)
+    backend: str
+    kind: str
+    step_id: str
+    index: int                # the step's position in the plan
+    step: dict                # the step as the worker runs it (an exact value: only that value)
+    values: list              # M-values, or attention batches
+    whole_step: bool = False  # every value of a step without a one-to-one key list
+    release: int = -1         # index of the last autotune step before it (-1: none)
+
+    def payload(self) -> dict:
+        return {"key": self.key, "keys": list(self.keys), "backend": self.backend, "kind": self.kind,
+                "step_id": self.step_id, "step": self.step, "values": self.values,
+                "whole_step": self.whole_step}
+
+
+def step_content_key(step: dict) -> str:
+    """The key of a whole-step job: its content (not its id or stage), so stable across plans."""
+    body = {k: v for k, v in step.items() if k not in ("id", "stage")}
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return f"step:{step['kind']}:{digest}"
+
+
+def step_keys(step: dict) -> list[str]:
+    """The compile keys a keyed step warms (its content key when it lists none)."""
+    keys = step.get("compile_keys")
+    if keys:
+        return [str(k) for k in keys]
+    return [step_content_key(step)]
+
+
+def _values(step: dict) -> list:
+    if step["kind"] == "attention":
+        return [[int(step["num_tokens"])]]  # as executor/handlers/attention.py: one sequence
+    return [int(m) for m in step["m_values"]]
+
+
+def _single(step: dict, value, key: str) -> dict:
+    """The step reduced to one value and its key (the backend still checks the pairing)."""
+    if step["kind"] == "attention":
+        return {**step, "num_tokens": value[0], "compile_keys": [key]}
+    return {**step, "m_values": [value], "compile_keys": [key]}
+
+
+def planned_backend(step: dict) -> str | None:
+    family = registry.FAMILY_OF_KIND.get(step["kind"])
+    if family is None:
+        return None
+    try:
+        return registry.planned_backend(family, step)
+    except KeyError:
+        return None
+
+
+def eligible(step: dict, backend_of, backends) -> str | None:
+    """The backend whose variants a step's keys name, when its jobs can run in workers."""
+    if step["kind"] not in KEYED_KINDS:
+        return None
+    planned = planned_backend(step)
+    if planned is None or planned not in backends:
+        return None
+    if backend_of(registry.FAMILY_OF_KIND[step["kind"]], step) != planned:
+        return None  # --backend chose another implementation: the keys describe the planned one
+    return planned
+
+
+def compile_jobs(steps: list[dict], backend_of=None, backends=PRECOMPILE_BACKENDS,
+                 have: frozenset | set = frozenset()) -> list[Job]:
+    """One job per distinct (backend, key) not in `have`, at the first step and value that reach it.
+
+    `backend_of(family, step)` resolves --backend (default: what the step names); only steps
+    run by their planned backend, one of `backends`, get jobs. Plan order."""
+    backend_of = backend_of or (lambda family, step: registry.planned_backend(family, step))
+    seen = set(have)
+    jobs: list[Job] = []
+    last_tune = -1
+    for index, step in enumerate(steps):
+        if step["kind"] == "autotune":
+            last_tune = index
+            continue
+        backend = eligible(step, backend_of, backends)
+        if backend is None:
+            continue
+        values = _values(step)
+        keys = step_keys(step)
+        common = dict(backend=backend, kind=step["kind"], step_id=step["id"], index=index, release=last_tune)
+        if step.get("compile_keys") and len(keys) == len(values):
+            for value, key in zip(values, keys):  # exact: one key per value
+                if (backend, key) in seen:
+                    continue
+                seen.add((backend, key))
+                jobs.append(Job(key=key, keys=[key], step=_single(step, value, key), values=[value], **common))
+        else:
+            fresh = [k for k in keys if (backend, k) not in seen]
+            if not fresh:
+                continue
+            seen.update((backend, k) for k in keys)
+            jobs.append(Job(key=fresh[0], keys=keys, step=step, values=values, whole_step=True, **common))
+    return jobs
+
+
+# --- the manifest -------------------------------------------------------------------------------------
+
+def triton_cache_dir() -> str:
+    """Triton's file cache: $TRITON_CACHE_DIR, else $TRITON_HOME/.triton/cache (as triton.knobs)."""
+    path = os.environ.get("TRITON_CACHE_DIR")
+    if path:
+        return path
+    return os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~/"), ".triton", "cache")
+
+
+def deep_gemm_cache_dir() -> str:
+    return os.environ.get("DG_JIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".deep_gemm")
+
+
+def manifest_path() -> str | None:
+    """Where the manifest lives; None when Triton uses another cache manager (no known directory)."""
+    if os.environ.get("TRITON_CACHE_MANAGER") or os.environ.get("TRITON_REMOTE_CACHE_BACKEND"):
+        return None
+    return os.path.join(triton_cache_dir(), MANIFEST_NAME)
+
+
+def _dist_version(name: str) -> str | None:
+    if importlib.util.find_spec(name) is None:
+        return None
+    try:
+        from importlib.metadata import version
+        return version(name)
+    except Exception:  # noqa: BLE001 - a source build without metadata
+        spec = importlib.util.find_spec(name)
+        origin = getattr(spec, "origin", None)
+        try:
+            return f"mtime:{int(os.stat(origin).st_mtime)}" if origin else "?"
+        except OSError:
+            return "?"
+
+
+def _repo_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sources_digest(root: str | None = None) -> str:
+    root = root or _repo_root()
+    paths = []
+    for parts in SOURCE_GLOBS:
+        folder = os.path.join(root, *parts)
+        if os.path.isdir(folder):
+            paths += [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".py")]
+    paths += [os.path.join(root, *parts) for parts in SOURCE_FILES]
+    h = hashlib.sha256()
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        h.update(os.path.relpath(path, root).encode() + b"\0" + data + b"\0")
+    return "sha256:" + h.hexdigest()
+
+
+def gpu_models() -> list[str]:
+    """GPU models from the driver's /proc entries (cheap: no CUDA initialisation)."""
+    base = "/proc/driver/nvidia/gpus"
+    out = set()
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(os.path.join(base, entry, "information"), encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith("Model:"):
+                        out.add(line.split(":", 1)[1].strip())
+        except OSError:
+            pass
+    return sorted(out)
+
+
+def fingerprint() -> dict:
+    """What must match for a manifest's keys to still be in the disk cache."""
+    skip = ("TRITON_CACHE_DIR", "TRITON_HOME", "DG_JIT_CACHE_DIR")
+    return {"triton": _dist_version("triton"), "torch": _dist_version("torch"),
+            "deep_gemm": _dist_version("deep_gemm"), "sources": sources_digest(), "gpus": gpu_models(),
+            "env": {k: v for k, v in sorted(os.environ.items())
+                    if k.startswith(("TRITON_", "DG_")) and k not in skip}}
+
+
+def _deep_gemm_cache_id() -> list | None:
+    path = deep_gemm_cache_dir()
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino]
+
+
+def read_manifest(path: str | None, fp: dict | None = None) -> dict:
+    """{backend: set of keys} of a manifest that matches this fingerprint ({} otherwise)."""
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+        return {}
+    if doc.get("fingerprint") != (fp if fp is not None else fingerprint()):
+        return {}
+    keys = doc.get("keys")
+    if not isinstance(keys, dict):
+        return {}
+    out = {b: set(map(str, v)) for b, v in keys.items() if isinstance(v, list)}
+    if "deep_gemm" in out and doc.get("deep_gemm_cache") != _deep_gemm_cache_id():
+        out.pop("deep_gemm")  # DeepGEMM's cache lives elsewhere: wiped or replaced since
+    return out
+
+
+def update_manifest(path: str | None, add: dict, fp: dict | None = None) -> int:
+    """Add {backend: keys} to the manifest (merging a matching one), atomically. Returns the keys written."""
+    if not path or not any(add.values()):
+        return 0
+    from planner.output import write_atomic
+
+    fp = fp if fp is not None else fingerprint()
+    merged = read_manifest(path, fp)
+    for backend, keys in add.items():
+        if keys:
+            merged.setdefault(backend, set()).update(keys)
+    doc = {"format": MANIFEST_FORMAT, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "fingerprint": fp, "deep_gemm_cache": _deep_gemm_cache_id(),
+           "keys": {b: sorted(k) for b, k in sorted(merged.items())}}
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    return sum(len(k) for k in merged.values())
+
+
+# --- the worker side ------------------------------------------------------------------------------------
+
+def prime_triton() -> None:
+    """Pay Triton's fixed per-process costs now rather than at the first kernel: the driver and
+    its utils module, the hash of Triton's own sources and libtriton (hundreds of MB, part of
+    every cache key) and the backend's hash (it runs ptxas --version). Best effort."""
+    from triton.runtime.driver import driver
+
+    active = driver.active
+    active.get_current_device()
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except Exception:  # noqa: BLE001 - another Triton: the first kernel pays it
+        pass
+    try:
+        from triton.compiler.compiler import make_backend
+
+        make_backend(active.get_current_target()).hash()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+_WORKER: dict | None = None
+
+
+def _init_worker(specs: dict, device: str, monitor_mode: str, options) -> None:
+    """Pool initializer: imports, backends, CUDA context and the JIT monitor, once per worker.
+
+    Never raises (a failing initializer would break the whole pool): errors are kept and
+    each job of the backend reports them."""
+    global _WORKER
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    except (ValueError, OSError):
+        pass
+    start = time.perf_counter()
+    state = {"backends": {}, "errors": {}, "monitor": None, "device": device, "pid": os.getpid()}
+    _WORKER = state
+    try:
+        from .jit_monitor import Monitor
+
+        state["monitor"] = Monitor("warn" if monitor_mode != "off" else "off").install()
+    except Exception as e:  # noqa: BLE001
+        state["errors"]["monitor"] = f"{type(e).__name__}: {e}"
+    for name, (module, cls) in specs.items():
+        try:
+            instance = getattr(importlib.import_module(module), cls)(device, options)
+            ok, why = instance.available()
+        except Exception as e:  # noqa: BLE001
+            ok, why = False, f"{type(e).__name__}: {e}"
+        if ok:
+            state["backends"][name] = instance
+        else:
+            state["errors"][name] = why or "unavailable"
+    if str(device).startswith("cuda") and any(n in GPU_BACKENDS for n in state["backends"]):
+        try:
+            import torch
+            torch.empty(1, device=device)  # the CUDA context, while the main process starts up too
+            if "triton" in sys.modules:
+                prime_triton()
+        except Exception as e:  # noqa: BLE001 - the jobs will say it
+            state["errors"]["cuda"] = f"{type(e).__name__}: {e}"
+    state["init_s"] = round(time.perf_counter() - start, 3)
+
+
+def _ready() -> dict:
+    """A no-op task: submitting one per worker starts them all at once."""
+    state = _WORKER or {}
+    return {"pid": os.getpid(), "init_s": state.get("init_s"), "errors": dict(state.get("errors") or {}),
+            "time": time.time()}
+
+
+def _first_line(text, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_job(job: dict) -> dict:
+    """Run one job in this worker; returns its record (never raises: errors are data)."""
+    state = _WORKER
+    out = {"key": job["key"], "keys": job["keys"], "step": job["step_id"], "backend": job["backend"],
+           "kind": job["kind"], "whole_step": job.get("whole_step", False), "values": len(job["values"]),
+           "status": "ok", "error": None, "pid": os.getpid(), "compiled": None, "disk_loads": None,
+           "compile_ms": None, "deep_gemm_jit": None, "start": time.time()}
+    if state is None:
+        out.update(status="failed", error="worker not initialised", end=time.time(), wall_s=0.0)
+        return out
+    backend = state["backends"].get(job["backend"])
+    monitor = state["monitor"]
+    t0 = time.perf_counter()
+    if backend is None:
+        why = state["errors"].get(job["backend"]) or "backend not loaded in the worker"
+        out.update(status="unavailable", error=_first_line(why), end=time.time(), wall_s=0.0)
+        return out
+    if monitor is not None:
+        monitor.begin_step(job["key"])
+    step, values = job["step"], job["values"]
+    try:
+        method = getattr(backend, job["kind"])
+        method(step, values, lambda n: None)
+        backend.synchronize()
+    except Exception as e:  # noqa: BLE001 - every failure is the job's, the main process compiles it
+        from .backends.base import Unavailable, is_oom
+
+        out["status"] = "unavailable" if isinstance(e, Unavailable) else "failed"
+        out["error"] = _first_line(f"{type(e).__name__}: {e}")
+        if is_oom(e):
+            out["oom"] = True
+    finally:
+        out["wall_s"] = round(time.perf_counter() - t0, 4)
+        out["end"] = time.time()
+        counts = monitor.end_step() if monitor is not None else None
+        if counts is not None:
+            out.update(compiled=counts.compiled, disk_loads=counts.disk_loads,
+                       compile_ms=round(counts.compile_ms, 3), deep_gemm_jit=counts.deep_gemm_jit)
+        _free(backend, step, state["device"])
+    return out
+
+
+def _free(backend, step: dict, device: str) -> None:
+    try:
+        backend.release(step)
+    except Exception:  # noqa: BLE001
+        pass
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and str(device).startswith("cuda") and torch.cuda.is_initialized():
+            if torch.cuda.memory_reserved() > EMPTY_CACHE_BYTES:
+                torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+# --- the main process ------------------------------------------------------------------------------------
+
+@dataclass
+class _Slot:
+    job: Job
+    future: object = None
+    result: dict | None = None
+    submitted: float | None = None
+
+
+@dataclass
+class _StepInfo:
+    keys: list = field(default_factory=list)   # (backend, key) of the step
+    jobs: list = field(default_factory=list)   # slots whose first step is this one
+
+
+class Precompiler:
+    """The precompile phase of one run (see the module docstring)."""
+
+    def __init__(self, steps: list[dict], options, backend_of, progress=None):
+        self.steps = steps
+        self.options = options
+        self.backend_of = backend_of
+        self.progress = progress
+        self.requested = int(getattr(options, "jobs", 0) or 0)
+        self.backends = tuple(getattr(options, "precompile_backends", None) or PRECOMPILE_BACKENDS)
+        self.device = str(getattr(options, "device", "cuda"))
+        self.status = "off"            # off | skipped | ran | cancelled
+        self.reason: str | None = None
+        self.manifest = manifest_path()
+        self._fp: dict | None = None
+        self.keys_planned = 0
+        self.keys_in_manifest = 0
+        self.slots: list[_Slot] = []
+        self.by_key: dict = {}         # (backend, key) -> slot
+        self.info: dict = {}           # step id -> _StepInfo
+        self.workers = 0
+        self.pool = None
+        self.ready: list[dict] = []
+        self.created: float | None = None   # time.time() of the pool's start
+        self.ready_at: float | None = None
+        self.finished_at: float | None = None
+        self.manifest_written: int | None = None
+        self._lock = threading.Lock()
+        self._announced = False
+        self._dg_barrier_done = False
+        self._released = -2
+
+    # --- start -----------------------------------------------------------------------------
+
+    def start(self) -> "Precompiler":
+        """Decide, then start the pool and submit the jobs that need no earlier step."""
+        why_not = self._effective_backends()
+        for step in self.steps:
+            backend = eligible(step, self.backend_of, self.backends)
+            if backend is not None:
+                self.info[step["id"]] = _StepInfo(keys=[(backend, k) for k in step_keys(step)])
+        planned = {key for info in self.info.values() for key in info.keys}
+        self.keys_planned = len(planned)
+        if self.requested <= 1:
+            return self._skip("off", f"--jobs {self.requested}: variants compile in the main process")
+        if not planned:
+            return self._skip("off", "; ".join(why_not) or "nothing to precompile (no gemm, grouped_gemm or "
+                                                         f"attention step of {', '.join(self.backends)})")
+        have_sets = read_manifest(self.manifest, self.fingerprint())
+        have = {(b, k) for b, keys in have_sets.items() for k in keys}
+        self.keys_in_manifest = len(planned & have)
+        jobs = compile_jobs(self.steps, self.backend_of, self.backends, have)
+        if not jobs:
+            return self._skip("skipped", f"all {self.keys_planned} compile keys are in the disk cache "
+                                         f"(manifest {self.manifest})")
+        self.slots = [_Slot(job) for job in jobs]
+        for slot in self.slots:
+            for key in slot.job.keys:
+                self.by_key.setdefault((slot.job.backend, key), slot)
+            self.info[slot.job.step_id].jobs.append(slot)
+        self.workers = min(self.requested, len(jobs))
+        self._start_pool()
+        self.status = "ran"
+        self.release(-1)
+        return self
+
+    def _effective_backends(self) -> list[str]:
+        """Drop the backends that cannot compile here (no CUDA device, library missing); say why."""
+        why = []
+        if not self.device.startswith("cuda"):
+            gpu = [b for b in self.backends if b in GPU_BACKENDS]
+            if gpu:
+                why.append(f"device {self.device}: {', '.join(gpu)} compile nothing off a CUDA device")
+            self.backends = tuple(b for b in self.backends if b not in GPU_BACKENDS)
+        need = {"triton": ("torch", "triton"), "deep_gemm": ("torch", "deep_gemm")}
+        for backend in list(self.backends):
+            missing = [m for m in need.get(backend, ()) if importlib.util.find_spec(m) is None]
+            if missing:
+                why.append(f"{backend}: {missing[0]} is not installed")
+                self.backends = tuple(b for b in self.backends if b != backend)
+        return why
+
+    def _skip(self, status: str, reason: str) -> "Precompiler":
+        self.status, self.reason = status, reason
+        if status == "skipped":
+            self._announce()
+        return self
+
+    def fingerprint(self) -> dict:
+        if self._fp is None:
+            self._fp = fingerprint()
+        return self._fp
+
+    def _specs(self) -> dict:
+        names = sorted({s.job.backend for s in self.slots})
+        return {name: registry.BACKENDS[name] for name in names if name in registry.BACKENDS}
+
+    def _start_pool(self) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.created = time.time()
+        mode = getattr(self.options, "jit_monitor", "warn")
+        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_init_worker,
+                                        initargs=(self._specs(), self.device, mode, self.options))
+        for _ in range(self.workers):  # one no-op each: every worker starts now, not at its first job
+            fut = self.pool.submit(_ready)
+            fut.add_done_callback(self._on_ready)
+
+    def _on_ready(self, fut) -> None:
+        try:
+            info = fut.result()
+        except BaseException as e:  # noqa: BLE001
+            info = {"error": f"{type(e).__name__}: {e}", "time": time.time()}
+        with self._lock:
+            self.ready.append(info)
+            if self.ready_at is None:
+                self.ready_at = info.get("time") or time.time()
+
+    # --- during the run --------------------------------------------------------------------------
+
+    def release(self, index: int) -> None:
+        """Submit the jobs whose last autotune step is at or before `index` (DeepGEMM first)."""
+        if self.pool is None or index <= self._released:
+            return
+        self._released = index
+        todo = [s for s in self.slots if s.future is None and s.job.release <= index]
+        todo.sort(key=lambda s: (s.job.backend != "deep_gemm", s.job.index))
+        for slot in todo:
+            try:
+                slot.future = self.pool.submit(run_job, slot.job.payload())
+            except Exception as e:  # noqa: BLE001 - a broken pool: the main process compiles
+                slot.result = self._failed(slot, f"not submitted ({type(e).__name__}: {e})")
+                continue
+            slot.submitted = time.time()
+            slot.future.add_done_callback(lambda fut, slot=slot: self._on_done(slot, fut))
+
+    def after_step(self, step: dict, index: int) -> None:
+        if step["kind"] == "autotune":
+            self.release(index)
+        self._maybe_finish()
+
+    def _on_done(self, slot: _Slot, fut) -> None:
+        if fut.cancelled():
+            result = self._failed(slot, "cancelled", status="cancelled")
+        else:
+            try:
+                result = fut.result()
+            except BaseException as e:  # noqa: BLE001 - a crashed worker (BrokenProcessPool)
+                result = self._failed(slot, f"{type(e).__name__}: {e}")
+        with self._lock:
+            if slot.result is None:  # the first word stays (cancel() may have spoken already)
+                slot.result = result
+
+    def _failed(self, slot: _Slot, why: str, status: str = "failed") -> dict:
+        job = slot.job
+        now = time.time()
+        return {"key": job.key, "keys": job.keys, "step": job.step_id, "backend": job.backend, "kind": job.kind,
+                "whole_step": job.whole_step, "values": len(job.values), "status": status, "error": why,
+                "pid": None, "compiled": None, "disk_loads": None, "compile_ms": None, "deep_gemm_jit": None,
+                "start": now, "end": now, "wall_s": 0.0}
+
+    def wait_for(self, step: dict) -> float:
+        """Block until the jobs of this step's keys are done; returns the seconds waited."""
+        info = self.info.get(step["id"])
+        if self.pool is None or info is None:
+            return 0.0
+        futures = {self.by_key[k].future for k in info.keys if k in self.by_key}
+        if not self._dg_barrier_done and futures:
+            self._dg_barrier_done = True
+            futures |= {s.future for s in self.slots if s.job.backend == "deep_gemm"}
+        futures = {f for f in futures if f is not None and not f.done()}
+        start = time.perf_counter()
+        if futures:
+            from concurrent.futures import wait
+
+            wait(futures)
+        for slot in [self.by_key[k] for k in info.keys if k in self.by_key]:
+            self._settle(slot)
+        waited = time.perf_counter() - start
+        self._maybe_finish()
+        return waited
+
+    def _settle(self, slot: _Slot) -> None:
+        """Done callbacks run on the pool's thread: make sure the result is here."""
+        if slot.result is None and slot.future is not None and slot.future.done():
+            self._on_done(slot, slot.future)
+
+    def _maybe_finish(self) -> None:
+        if self.pool is None or any(s.future is None and s.result is None for s in self.slots):
+            return
+        if all(s.future is None or s.future.done() for s in self.slots):
+            for slot in self.slots:
+                self._settle(slot)
+            self._shutdown(wait=False)  # idle workers exit on their own; nobody waits for them
+            self._announce()
+
+    def annotate(self, record: dict, waited: float) -> None:
+        """Attribute the step's own jobs (those of keys it reaches first) to its record."""
+        info = self.info.get(record["id"])
+        if info is None or self.status != "ran":
+            return
+        results = [s.result for s in info.jobs if s.result is not None]
+        record["precompile"] = {
+            "keys": len(info.keys), "jobs": len(info.jobs),
+            "compiled": _sum(r.get("compiled") for r in results),
+            "disk_loads": _sum(r.get("disk_loads") for r in results),
+            "compile_s": round(sum(r.get("wall_s") or 0.0 for r in results), 4),
+            "failed": sum(r["status"] != "ok" for r in results),
+            "wait_s": round(waited, 4),
+        }
+
+    def cancel(self, why: str) -> None:
+        """Stop: drop queued jobs, end the workers (a job cut short leaves no partial entry)."""
+        if self.pool is None:
+            return
+        for slot in self.slots:
+            if slot.future is None and slot.result is None:
+                slot.result = self._failed(slot, why, status="cancelled")
+            elif slot.future is not None and not slot.future.done():
+                slot.future.cancel()
+        self._shutdown(wait=False, kill=True)
+        for slot in self.slots:
+            self._settle(slot)
+            if slot.result is None:
+                slot.result = self._failed(slot, why, status="cancelled")
+        if self.status == "ran":
+            self.status = "cancelled"
+            self.reason = why
+
+    def _shutdown(self, wait: bool, kill: bool = False) -> None:
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        if self.finished_at is None:
+            self.finished_at = time.time()
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        try:
+            pool.shutdown(wait=wait and not kill, cancel_futures=True)
+        except Exception:  # noqa: BLE001
+            pass
+        if kill:
+            for proc in processes:  # only this pool's own workers, by their handles
+                try:
+                    if proc.is_alive():
+                        proc.terminate()
+                except Exception:  # noqa: BLE001
+                    pass
+            for proc in processes:
+                try:
+                    proc.join(5)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def close(self, interrupted: bool = False) -> None:
+        if self.pool is None:
+            return
+        if interrupted:
+            self.cancel("interrupted (Ctrl-C)")
+            return
+        for slot in self.slots:
+            if slot.future is None and slot.result is None:  # never released (the run stopped early)
+                slot.result = self._failed(slot, "not run: the run ended first", status="cancelled")
+        from concurrent.futures import wait
+
+        wait([s.future for s in self.slots if s.future is not None])
+        for slot in self.slots:
+            self._settle(slot)
+        self._shutdown(wait=False)
+        self._announce()
+
+    # --- results --------------------------------------------------------------------------------------
+
+    def results(self) -> list[dict]:
+        return [s.result for s in self.slots if s.result is not None]
+
+    def summary(self) -> dict:
+        out = {"status": self.status, "reason": self.reason, "jobs_option": self.requested,
+               "workers": self.workers, "jobs": len(self.slots), "keys_planned": self.keys_planned,
+               "keys_in_manifest": self.keys_in_manifest, "manifest": self.manifest,
+               "manifest_keys_written": self.manifest_written}
+        results = self.results()
+        if not self.slots:
+            return out
+        ran = [r for r in results if r.get("pid") is not None]
+        busy = sum(r.get("wall_s") or 0.0 for r in ran)
+        if ran:
+            first = min(r["start"] for r in ran)
+            last = max(r["end"] for r in ran)
+            wall = max(last - first, 1e-9)
+        else:
+            first = last = None
+            wall = 0.0
+        out.update({
+            "wall_s": round(wall, 3),
+            "busy_s": round(busy, 3),                       # the jobs' own seconds, summed over workers
+            "compile_s": round(_sum((r.get("compile_ms") for r in ran), 0.0) / 1000.0, 3),  # Triton's own
+            "speedup": round(busy / wall, 2) if ran and wall > 0 else None,
+            "first_worker_ready_s": (round(self.ready_at - self.created, 3)
+                                     if self.ready_at and self.created else None),
+            "first_job_s": round(first - self.created, 3) if first is not None and self.created else None,
+            "compiled": _sum(r.get("compiled") for r in results),
+            "disk_loads": _sum(r.get("disk_loads") for r in results),
+            "deep_gemm_jit": _sum(r.get("deep_gemm_jit") for r in results),
+            "ok": sum(r["status"] == "ok" for r in results),
+            "failed": sum(r["status"] == "failed" for r in results),
+            "unavailable": sum(r["status"] == "unavailable" for r in results),
+            "cancelled": sum(r["status"] == "cancelled" for r in results),
+            "worker_init_s": sorted(i["init_s"] for i in self.ready if i.get("init_s") is not None),
+            "records": [_public(r, self.created) for r in results],
+        })
+        return out
+
+    def _announce(self) -> None:
+        if self._announced or self.progress is None:
+            return
+        self._announced = True
+        self.progress.precompile(self.summary())
+
+    # --- the manifest --------------------------------------------------------------------------------
+
+    def write_manifest(self, records: list[dict]) -> None:
+        """Record the keys now in the disk cache: ok jobs, and ok steps run by their planned backend."""
+        add: dict = {}
+        for result in self.results():
+            if result["status"] == "ok":
+                add.setdefault(result["backend"], set()).update(result["keys"])
+        steps = {s["id"]: s for s in self.steps}
+        for record in records:
+            info = self.info.get(record["id"])
+            step = steps.get(record["id"])
+            if info is None or step is None or record["status"] != "ok":
+                continue
+            if record.get("backend") != planned_backend(step) or record["backend"] not in self.backends:
+                continue
+            for backend, key in info.keys:
+                add.setdefault(backend, set()).add(key)
+        if not any(add.values()):
+            return
+        try:
+            self.manifest_written = update_manifest(self.manifest, add, self.fingerprint())
+        except OSError:
+            self.manifest_written = None
+
+
+def _sum(values, empty=None):
+    values = [v for v in values if v is not None]
+    return sum(values) if values else empty
+
+
+def _public(result: dict, created: float | None) -> dict:
+    """A job's record for the report: times relative to the pool's start."""
+    out = {k: v for k, v in result.items() if k not in ("start", "end", "keys")}
+    out["keys"] = len(result.get("keys") or [])
+    if created is not None and result.get("pid") is not None:
+        out["start_s"] = round(result["start"] - created, 3)
+        out["end_s"] = round(result["end"] - created, 3)
+    return out

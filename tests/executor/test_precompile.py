@@ -1,0 +1,518 @@
+"""`warmup execute --jobs N` on CPU: jobs per distinct compile key, the manifest that lets a warm
+run skip the pool, worker failures reported per job, the report and summary fields, and two
+processes writing one cache directory through the same atomic writes.
+
+The pool tests run real `spawn` workers with a fake backend defined here (workers import this
+module by name), so no GPU is needed; tests/executor/test_precompile_gpu.py runs the real
+kernels on a GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from execlib import HERE, ROOT, run_cli
+
+from executor import precompile as pc
+from executor import registry
+from executor.backends.base import BaseBackend
+from executor.progress import Progress
+from executor.report import Report, render_precompile
+
+FAKE = ("test_precompile", "FakeBackend")
+
+
+# --- a backend that "compiles" by writing files, in the main process or a worker ---------------------
+
+def _in_worker() -> bool:
+    return multiprocessing.parent_process() is not None
+
+
+class FakeBackend(BaseBackend):
+    """Records each value it runs as a file in $FAKE_LOG_DIR: worker-<pid>-<step>-<value> or main-...
+
+    A step may ask for a failure in workers only (`fail_in_worker`: values), or for the worker
+    to die (`crash_in_worker`)."""
+
+    name = "fake"
+    families = ("gemm", "grouped_gemm", "attention")
+
+    def _run(self, step, values, tick):
+        log = os.environ.get("FAKE_LOG_DIR")
+        worker = _in_worker()
+        for value in values:
+            flat = value[0] if isinstance(value, list) else value
+            if worker and step.get("sleep_in_worker"):
+                open(os.path.join(log, f"started-{os.getpid()}"), "w").close()
+                time.sleep(step["sleep_in_worker"])
+            if worker and flat in (step.get("crash_in_worker") or []):
+                os._exit(3)
+            if worker and flat in (step.get("fail_in_worker") or []):
+                raise RuntimeError(f"fake compile error at {flat}")
+            if log:
+                who = f"worker-{os.getpid()}" if worker else "main"
+                name = f"{who}-{step['id'].replace('/', '_')}-{flat}"
+                with open(os.path.join(log, name), "w") as f:
+                    f.write(json.dumps(step.get("compile_keys")))
+        tick(len(values))
+        return len(values)
+
+    gemm = grouped_gemm = _run
+
+    def attention(self, step, batches, tick):
+        return self._run(step, batches, tick)
+
+
+def gemm(name, m_values, keys=None, backend="fake", stage="s", **extra):
+    step = {"id": f"{stage}/{name}", "stage": stage, "kind": "gemm", "kernel": "fp8_gemm", "backend": backend,
+            "n": 256, "k": 128, "block_size": [128, 128], "m_values": list(m_values), **extra}
+    if keys is not None:
+        step["compile_keys"] = list(keys)
+    return step
+
+
+def plan(*steps):
+    return {"plan": "p", "engine": "e", "digest": None, "steps": list(steps)}
+
+
+@pytest.fixture
+def fake_env(tmp_path, monkeypatch):
+    """The fake backend registered, a private Triton cache directory and a log directory."""
+    monkeypatch.setitem(registry.BACKENDS, "fake", FAKE)
+    cache, log = tmp_path / "triton-cache", tmp_path / "log"
+    cache.mkdir()
+    log.mkdir()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.setenv("FAKE_LOG_DIR", str(log))
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    return {"cache": cache, "log": log, "manifest": cache / pc.MANIFEST_NAME}
+
+
+def options(**kw):
+    from executor.run import Options
+
+    base = dict(jobs=2, precompile_backends=("fake",), device="cpu", runner="none", jit_monitor="off")
+    return Options(**{**base, **kw})
+
+
+def run_report(expanded, **kw) -> Report:
+    from executor.run import execute
+
+    return execute(expanded, None, options(**kw))
+
+
+def run(expanded, **kw) -> dict:
+    return run_report(expanded, **kw).to_dict()
+
+
+def logged(log) -> tuple[list[str], list[str]]:
+    names = sorted(os.listdir(log))
+    return [n for n in names if n.startswith("worker-")], [n for n in names if n.startswith("main-")]
+
+
+# --- jobs ----------------------------------------------------------------------------------------------
+
+def test_one_job_per_distinct_key_across_steps_at_its_first_value():
+    steps = [gemm("a", [1, 16, 17], ["k1", "k2", "k3"]),
+             gemm("b", [2, 32, 64], ["k1", "k2", "k4"]),   # k1, k2 already warmed by a
+             gemm("c", [5, 6], ["k4", "k5"], backend="torch")]  # not a precompile backend
+    jobs = pc.compile_jobs(steps, backends=("fake",))
+    assert [(j.key, j.step_id, j.values) for j in jobs] == [
+        ("k1", "s/a", [1]), ("k2", "s/a", [16]), ("k3", "s/a", [17]), ("k4", "s/b", [64])]
+    # The worker runs the step reduced to its one value and key (the backend checks the pair).
+    assert jobs[3].step["m_values"] == [64] and jobs[3].step["compile_keys"] == ["k4"]
+    assert jobs[3].step["n"] == 256 and not jobs[3].whole_step
+    # Keys already in the disk cache (the manifest) get no job.
+    assert [j.key for j in pc.compile_jobs(steps, backends=("fake",), have={("fake", "k2"), ("fake", "k4")})] == [
+        "k1", "k3"]
+
+
+def test_keys_are_per_backend_and_follow_the_chosen_backend():
+    steps = [gemm("a", [1], ["k"]), gemm("b", [1], ["k"], backend="other")]
+    jobs = pc.compile_jobs(steps, backends=("fake", "other"))
+    assert [(j.backend, j.key) for j in jobs] == [("fake", "k"), ("other", "k")]
+    # --backend gemm=torch: the keys describe the planned backend's variants, so no job.
+    assert pc.compile_jobs(steps, backend_of=lambda family, step: "torch", backends=("fake", "other")) == []
+
+
+def test_steps_without_a_one_to_one_key_list_are_whole_step_jobs():
+    legacy = gemm("legacy", [1, 2, 3])                          # an older plan: no compile_keys
+    full = gemm("full", [1, 2, 3, 4], ["k1", "k2"])             # full mode: distinct keys only
+    again = gemm("again", [7, 8, 9], ["k1", "k2"])              # nothing new: no job
+    partly = gemm("partly", [7, 8, 9], ["k2", "k3"])            # one new key: the whole step
+    jobs = pc.compile_jobs([legacy, full, again, partly], backends=("fake",))
+    assert [(j.step_id, j.whole_step, j.values) for j in jobs] == [
+        ("s/legacy", True, [1, 2, 3]), ("s/full", True, [1, 2, 3, 4]), ("s/partly", True, [7, 8, 9])]
+    assert jobs[0].key == pc.step_content_key(legacy) and jobs[0].key.startswith("step:gemm:")
+    assert jobs[1].keys == ["k1", "k2"] and jobs[2].key == "k3"
+    # The content key ignores the id and stage (stable across plans), not the values.
+    assert pc.step_content_key({**legacy, "id": "x/y", "stage": "x"}) == pc.step_content_key(legacy)
+    assert pc.step_content_key({**legacy, "m_values": [1, 2]}) != pc.step_content_key(legacy)
+
+
+def test_attention_jobs_and_the_release_after_autotune():
+    att = {"id": "a/att", "stage": "a", "kind": "attention", "kernel": "context_attention_fwd", "num_heads": 2,
+           "num_kv_heads": 1, "head_size": 64, "num_tokens": 7, "compile_keys": ["att-key"]}
+    tune = {"id": "t/tune", "stage": "t", "kind": "autotune", "library": "triton", "shapes": [], "buckets": [1]}
+    steps = [gemm("a", [1], ["k1"], backend="triton"), tune, gemm("b", [1, 2], ["k2", "k3"], backend="triton"),
+             att, {"id": "d/decode", "stage": "d", "kind": "decode"}]
+    jobs = pc.compile_jobs(steps)
+    assert [(j.key, j.release) for j in jobs] == [("k1", -1), ("k2", 1), ("k3", 1), ("att-key", 1)]
+    assert jobs[3].values == [[7]] and jobs[3].kind == "attention" and jobs[3].step["num_tokens"] == 7
+
+
+def test_default_jobs_is_the_cpu_cores_capped():
+    assert 1 <= pc.default_jobs() <= pc.MAX_DEFAULT_JOBS
+
+
+# --- the manifest --------------------------------------------------------------------------------------
+
+def test_manifest_is_merged_written_whole_and_honoured_only_when_it_matches(tmp_path):
+    path = str(tmp_path / "cache" / pc.MANIFEST_NAME)
+    fp = {"triton": "3.6.0", "sources": "sha256:a"}
+    assert pc.read_manifest(path, fp) == {}
+    assert pc.update_manifest(path, {"triton": {"k1", "k2"}}, fp) == 2
+    assert pc.update_manifest(path, {"triton": {"k3"}, "deep_gemm": set()}, fp) == 3
+    assert pc.read_manifest(path, fp) == {"triton": {"k1", "k2", "k3"}}
+    assert [f for f in os.listdir(tmp_path / "cache") if f != pc.MANIFEST_NAME] == []  # no temp file left
+    # Another triton, or changed kernel sources: the keys say nothing about this cache.
+    assert pc.read_manifest(path, {**fp, "sources": "sha256:b"}) == {}
+    assert pc.update_manifest(path, {"triton": {"k9"}}, {**fp, "sources": "sha256:b"}) == 1
+    assert pc.read_manifest(path, {**fp, "sources": "sha256:b"}) == {"triton": {"k9"}}
+    # Unreadable or foreign: ignored, never an error.
+    with open(path, "w") as f:
+        f.write('{"format": "warmup-precompiled/v1", "keys": ')
+    assert pc.read_manifest(path, fp) == {}
+
+
+def test_manifest_lives_in_the_triton_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    monkeypatch.delenv("TRITON_REMOTE_CACHE_BACKEND", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    assert pc.manifest_path() == str(tmp_path / pc.MANIFEST_NAME)
+    monkeypatch.delenv("TRITON_CACHE_DIR")
+    monkeypatch.setenv("TRITON_HOME", str(tmp_path / "home"))
+    assert pc.manifest_path() == str(tmp_path / "home" / ".triton" / "cache" / pc.MANIFEST_NAME)
+    monkeypatch.setenv("TRITON_CACHE_MANAGER", "my.module:Manager")  # no known directory: no manifest
+    assert pc.manifest_path() is None
+
+
+def test_fingerprint_names_versions_sources_and_settings(monkeypatch):
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    fp = pc.fingerprint()
+    assert set(fp) == {"triton", "torch", "deep_gemm", "sources", "gpus", "env"}
+    assert fp["sources"].startswith("sha256:") and fp["env"]["TRITON_DEFAULT_FP_FUSION"] == "0"
+    assert "TRITON_CACHE_DIR" not in fp["env"]
+
+
+# --- the pool, end to end (spawn workers, fake backend) ------------------------------------------------
+
+def test_workers_compile_every_key_once_then_a_warm_run_skips_the_pool(fake_env):
+    expanded = plan(gemm("a", [1, 16, 17], ["k1", "k2", "k3"]), gemm("b", [2, 32], ["k1", "k4"]),
+                    gemm("c", [5], ["k5"], stage="t"))
+    rep = run(expanded)
+    assert rep["status"] == "ok", rep
+    pre = rep["precompile"]
+    assert pre["status"] == "ran" and pre["jobs"] == 5 and pre["workers"] == 2 and pre["ok"] == 5
+    assert pre["keys_planned"] == 5 and pre["keys_in_manifest"] == 0 and pre["manifest_keys_written"] == 5
+    assert sorted(r["key"] for r in pre["records"]) == ["k1", "k2", "k3", "k4", "k5"]
+    assert pre["speedup"] is not None and pre["busy_s"] >= 0 and pre["wall_s"] > 0
+    workers, main = logged(fake_env["log"])
+    # Each key once in a worker, at the first value that reaches it; then every planned call in main.
+    assert sorted(w.split("-", 2)[2] for w in workers) == ["s_a-1", "s_a-16", "s_a-17", "s_b-32", "t_c-5"]
+    assert len({w.split("-")[1] for w in workers}) <= 2
+    assert sorted(main) == ["main-s_a-1", "main-s_a-16", "main-s_a-17", "main-s_b-2", "main-s_b-32", "main-t_c-5"]
+    steps = {s["id"]: s for s in rep["steps"]}
+    assert steps["s/a"]["precompile"]["jobs"] == 3 and steps["s/b"]["precompile"]["jobs"] == 1
+    assert steps["s/a"]["precompile"]["keys"] == 3 and steps["s/a"]["precompile"]["failed"] == 0
+    manifest = json.loads(fake_env["manifest"].read_text())
+    assert manifest["keys"] == {"fake": ["k1", "k2", "k3", "k4", "k5"]}
+
+    for name in os.listdir(fake_env["log"]):
+        os.unlink(fake_env["log"] / name)
+    rep = run(expanded)
+    pre = rep["precompile"]
+    assert pre["status"] == "skipped" and pre["jobs"] == 0 and "all 5 compile keys" in pre["reason"]
+    workers, main = logged(fake_env["log"])
+    assert workers == [] and len(main) == 6  # no pool: only the main process's calls
+
+
+def test_a_new_key_runs_only_its_job(fake_env):
+    run(plan(gemm("a", [1, 2], ["k1", "k2"])))
+    rep = run(plan(gemm("a", [1, 2, 3], ["k1", "k2", "k3"])))
+    pre = rep["precompile"]
+    assert pre["status"] == "ran" and pre["jobs"] == 1 and pre["keys_in_manifest"] == 2 and pre["workers"] == 1
+    assert [r["key"] for r in pre["records"]] == ["k3"]
+
+
+def test_worker_failures_are_reported_per_job_and_the_main_process_runs_the_step(fake_env):
+    expanded = plan(gemm("a", [1, 2, 3], ["k1", "k2", "k3"], fail_in_worker=[2]))
+    report = run_report(expanded)
+    rep = report.to_dict()
+    assert rep["status"] == "ok" and rep["steps"][0]["status"] == "ok" and rep["steps"][0]["kernel_calls"] == 3
+    pre = rep["precompile"]
+    assert (pre["ok"], pre["failed"]) == (2, 1)
+    bad = [r for r in pre["records"] if r["status"] == "failed"]
+    assert bad[0]["key"] == "k2" and "fake compile error at 2" in bad[0]["error"] and bad[0]["step"] == "s/a"
+    assert rep["steps"][0]["precompile"]["failed"] == 1
+    assert "precompile failed: s/a k2: RuntimeError: fake compile error at 2" in report.render_summary()
+    # The main process ran the step: its keys are in the disk cache now, k2 included.
+    assert json.loads(fake_env["manifest"].read_text())["keys"]["fake"] == ["k1", "k2", "k3"]
+
+
+def test_a_crashed_worker_fails_its_jobs_not_the_run(fake_env):
+    rep = run(plan(gemm("a", [1, 2, 3, 4], ["k1", "k2", "k3", "k4"], crash_in_worker=[2])))
+    assert rep["status"] == "ok" and rep["steps"][0]["kernel_calls"] == 4
+    pre = rep["precompile"]
+    assert pre["failed"] >= 1 and pre["ok"] + pre["failed"] + pre["cancelled"] == 4
+    assert any("BrokenProcessPool" in (r["error"] or "") for r in pre["records"])
+
+
+def test_on_error_stop_cancels_the_jobs_still_queued(fake_env):
+    from executor.run import execute
+
+    expanded = plan(gemm("a", [1], ["k1"]),  # b's jobs are still running or queued when a fails
+                    gemm("b", list(range(1, 41)), [f"b{i}" for i in range(1, 41)], sleep_in_worker=30))
+    rep = execute(expanded, None, options(inject={"s/a": "error"})).to_dict()
+    assert rep["status"] == "failed" and rep["steps"][1]["status"] == "skipped"
+    pre = rep["precompile"]
+    assert pre["status"] == "cancelled" and "s/a failed" in pre["reason"]
+    assert pre["ok"] + pre["failed"] + pre["cancelled"] == 41 and pre["cancelled"] >= 1
+
+
+INTERRUPTED_RUN = """
+import json, sys
+from executor import registry
+registry.BACKENDS["fake"] = ("test_precompile", "FakeBackend")
+import test_precompile as t
+from executor.report import Report
+from executor.run import execute
+expanded = t.plan(t.gemm("a", [1, 2, 3], ["k1", "k2", "k3"], sleep_in_worker=120))
+report = Report(expanded)
+execute(expanded, None, t.options(), report=report)
+json.dump(report.to_dict(), open(sys.argv[1], "w"))
+"""
+
+
+def test_ctrl_c_while_waiting_for_the_workers_ends_them_and_reports(fake_env, tmp_path):
+    out = tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, ROOT, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN, str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(n.startswith("started-") for n in os.listdir(fake_env["log"])):
+        time.sleep(0.05)
+    workers = [int(n.split("-")[1]) for n in os.listdir(fake_env["log"]) if n.startswith("started-")]
+    assert workers, proc.communicate(timeout=30)[0]
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output
+    rep = json.loads(out.read_text())
+    assert rep["interrupted"] is True and rep["precompile"]["status"] == "cancelled"
+    assert rep["precompile"]["cancelled"] + rep["precompile"]["failed"] == 3
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers), "a worker outlived the interrupted run"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_jobs_1_compiles_in_the_main_process_and_still_writes_the_manifest(fake_env):
+    rep = run(plan(gemm("a", [1, 2], ["k1", "k2"])), jobs=1)
+    assert rep["precompile"]["status"] == "off" and "--jobs 1" in rep["precompile"]["reason"]
+    assert logged(fake_env["log"])[0] == []
+    assert json.loads(fake_env["manifest"].read_text())["keys"] == {"fake": ["k1", "k2"]}
+    rep = run(plan(gemm("a", [1, 2], ["k1", "k2"])))
+    assert rep["precompile"]["status"] == "skipped"
+
+
+def test_monitor_counts_come_back_from_the_workers(fake_env):
+    rep = run(plan(gemm("a", [1, 2], ["k1", "k2"])), jit_monitor="warn")
+    pre = rep["precompile"]
+    assert pre["status"] == "ran" and pre["compiled"] == 0 and pre["disk_loads"] == 0  # counted (nothing to count)
+    assert all(r["compiled"] == 0 for r in pre["records"])
+    stage = rep["stages"][0]
+    assert (stage["compiled"], stage["compiled_main"], stage["compiled_pool"]) == (0, 0, 0)
+
+
+def test_no_pool_on_cpu_for_gpu_backends_and_with_nothing_keyed(fake_env):
+    from executor.run import Options, execute
+
+    steps = plan(gemm("a", [1, 2], ["k1", "k2"], backend="triton"))
+    rep = execute(steps, None, Options(jobs=4, device="cpu", runner="none", backends={"all": "null"})).to_dict()
+    assert rep["precompile"]["status"] == "off" and "device cpu" in rep["precompile"]["reason"]
+    rep = execute(plan({"id": "d/x", "stage": "d", "kind": "decode"}), None,
+                  Options(jobs=4, device="cpu", runner="none")).to_dict()
+    assert rep["precompile"]["status"] == "off" and rep["precompile"]["jobs"] == 0
+
+
+# --- report, summary table, progress, CLI ------------------------------------------------------------------
+
+def test_stage_summary_adds_the_workers_compiles_and_the_table_shows_them():
+    r = Report({"plan": "p"})
+    r.add_step({"id": "s/a", "stage": "s", "kind": "gemm", "status": "ok", "kernel_calls": 3, "wall_s": 0.1,
+                "jit": {"compiled": 1, "disk_loads": 4},
+                "precompile": {"keys": 4, "jobs": 3, "compiled": 3, "disk_loads": 0, "failed": 0}})
+    r.add_step({"id": "s/b", "stage": "s", "kind": "gemm", "status": "ok", "kernel_calls": 2, "wall_s": 0.1,
+                "jit": {"compiled": 0, "disk_loads": 2}})
+    s = r.stage_summary("s")
+    assert (s["compiled"], s["compiled_main"], s["compiled_pool"], s["disk_loads"]) == (4, 1, 3, 6)
+    r.precompile = {"status": "ran", "reason": None, "jobs": 3, "workers": 2, "compiled": 3, "disk_loads": 0,
+                    "failed": 0, "unavailable": 0, "cancelled": 0, "busy_s": 3.0, "wall_s": 1.6, "speedup": 1.88,
+                    "keys_planned": 4, "keys_in_manifest": 1, "records": []}
+    table = r.render_summary()
+    header = table.splitlines()[0].split()
+    assert header[header.index("compiled") + 1] == "pool"
+    total = [line for line in table.splitlines() if line.startswith("total")][0].split()
+    assert total[header.index("compiled")] == "4" and total[header.index("pool")] == "3"
+    assert ("precompile: 3 variants in 2 workers: 3 compiled, 0 loaded; 3.00 s of jobs in 1.60 s wall "
+            "(speed-up 1.9x); 1 of 4 keys already cached") in table
+    assert "precompile" in r.to_dict()
+
+
+def test_render_precompile_lines():
+    assert render_precompile(None) == ""
+    assert render_precompile({"status": "off", "reason": "--jobs 1", "jobs": 0, "keys_planned": 3,
+                              "jobs_option": 1}) == ""
+    assert render_precompile({"status": "skipped", "reason": "all 3 compile keys are in the disk cache"}) == (
+        "precompile: skipped: all 3 compile keys are in the disk cache")
+    assert render_precompile({"status": "off", "reason": "device cpu", "jobs": 0, "keys_planned": 3,
+                              "jobs_option": 8}) == "precompile: off: device cpu"
+
+
+def test_progress_prints_one_line_for_the_phase():
+    stream = io.StringIO()
+    p = Progress(stream, tty=False)
+    p.precompile({"status": "ran", "reason": None, "jobs": 1, "workers": 1, "compiled": 1, "disk_loads": 0,
+                  "failed": 1, "busy_s": 0.5, "wall_s": 0.5, "speedup": 1.0, "keys_planned": 2,
+                  "records": [{"status": "failed", "step": "s/a", "key": "k", "error": "boom"}]})
+    assert stream.getvalue().splitlines() == [
+        "precompile: 1 variant in 1 worker: 1 compiled, 0 loaded, 1 failed; 0.50 s of jobs in 0.50 s wall "
+        "(speed-up 1.0x)"]
+    p.stage_end({"stage": "s", "steps": 1, "ok": 1, "failed": 0, "unavailable": 0, "skipped": 0,
+                 "kernel_calls": 4, "compiled": 3, "compiled_pool": 3, "disk_loads": 3, "wall_s": 0.2})
+    assert stream.getvalue().splitlines()[-1] == (
+        "stage s: 1 steps (1 ok), 4 kernel calls, 3 compiled (3 by workers), 3 from disk cache, 0.2 s")
+
+
+def test_cli_jobs_option(capsys, monkeypatch, tmp_path):
+    from execlib import TINY
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    code, _, err = run_cli(["triton", "--engine", TINY, "--dry-run", "--jobs", "-1"], capsys)
+    assert code == 2 and "--jobs must be >= 0" in err
+    report = tmp_path / "r.json"
+    code, out, _ = run_cli(["triton", "--engine", TINY, "--dry-run", "--no-progress", "-j", "3",
+                            "--report", str(report)], capsys)
+    assert code == 0
+    rep = json.loads(report.read_text())
+    assert rep["options"]["jobs"] == 3 and rep["precompile"]["status"] == "off"
+    code, out, _ = run_cli(["triton", "--engine", TINY, "--dry-run", "--no-progress", "--report", str(report)],
+                           capsys)
+    assert json.loads(report.read_text())["options"]["jobs"] == pc.default_jobs()
+
+
+# --- two processes warming one directory --------------------------------------------------------------------
+
+ENTRIES = 12
+ROUNDS = 60
+
+
+def _entry_text(name: str, writer: int, round_: int) -> str:
+    body = f"{name}:{writer}:{round_}:" + "x" * (200_000 + 997 * writer + round_)
+    return json.dumps({"name": name, "body": body, "sha": hashlib.sha256(body.encode()).hexdigest()})
+
+
+def _warm_dir(folder: str, manifest: str, writer: int, start_at: float) -> None:
+    """One of two processes: the same entries, rewritten over and over through write_atomic, and
+    its keys merged into one manifest through update_manifest (the executor's own paths)."""
+    from planner.output import write_atomic
+
+    while time.time() < start_at:  # both start together
+        time.sleep(0.001)
+    fp = {"test": 1}
+    for r in range(ROUNDS):
+        name = f"entry-{r % ENTRIES}.json"
+        write_atomic(os.path.join(folder, name), _entry_text(name, writer, r))
+        pc.update_manifest(manifest, {"fake": {f"w{writer}-k{r}"}}, fp)
+
+
+def _check_entry(path: str) -> None:
+    with open(path) as f:
+        doc = json.load(f)  # a partial file would not parse
+    assert hashlib.sha256(doc["body"].encode()).hexdigest() == doc["sha"]
+    assert doc["name"] == os.path.basename(path)
+
+
+def test_two_processes_warming_one_directory_leave_every_entry_complete(tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    manifest = str(folder / pc.MANIFEST_NAME)
+    ctx = multiprocessing.get_context("spawn")
+    start_at = time.time() + 1.5
+    procs = [ctx.Process(target=_warm_dir, args=(str(folder), manifest, w, start_at)) for w in (1, 2)]
+    for p in procs:
+        p.start()
+    seen, errors, stop = [0], [], threading.Event()
+
+    def reader():  # reads while both write: never a partial entry
+        while not stop.is_set():
+            for name in os.listdir(folder):
+                path = os.path.join(folder, name)
+                if name.startswith("entry-"):
+                    try:
+                        _check_entry(path)
+                        seen[0] += 1
+                    except FileNotFoundError:
+                        pass
+                    except Exception as e:  # noqa: BLE001
+                        errors.append(f"{name}: {type(e).__name__}: {e}")
+                elif name == pc.MANIFEST_NAME:
+                    try:
+                        with open(path) as f:
+                            json.load(f)
+                    except FileNotFoundError:
+                        pass
+                    except Exception as e:  # noqa: BLE001
+                        errors.append(f"manifest: {type(e).__name__}: {e}")
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for p in procs:
+            p.join(120)
+    finally:
+        stop.set()
+        thread.join()
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert errors == [] and seen[0] > 0
+    names = sorted(os.listdir(folder))
+    assert names == sorted([f"entry-{i}.json" for i in range(ENTRIES)] + [pc.MANIFEST_NAME])  # no temp files
+    for name in names:
+        if name.startswith("entry-"):
+            _check_entry(str(folder / name))
+    keys = pc.read_manifest(manifest, {"test": 1})["fake"]
+    # Concurrent merges may lose a key (only a slower next run), never corrupt the file.
+    assert keys <= {f"w{w}-k{r}" for w in (1, 2) for r in range(ROUNDS)}
+    assert {f"w1-k{ROUNDS - 1}", f"w2-k{ROUNDS - 1}"} & keys
