@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# Every GPU test and benchmark of the project, in one device call (about 8 minutes on an H200):
-# the executor's acceptance runs and GPU tests below, then bench/runner_gpu.sh (the reference
-# runner's tests and serving-trace proofs).
+# Every GPU test and benchmark of the project, one script; parts run in one device call each
+# (a call has 10 minutes):
 #
-#   bash bench/gpu_all.sh            # from the repository root; results under $OUT (default ./out)
-#   PARTS=executor bash bench/gpu_all.sh   # or PARTS=runner: one half only
+#   PARTS="tables executor deepgemm" bash bench/gpu_all.sh    # call 1 (about 8 minutes on an H100)
+#   PARTS="flashinfer runner pytest" bash bench/gpu_all.sh    # call 2
+#   bash bench/gpu_all.sh                                      # everything, where time allows
 #
-# 1. warmup execute triton, Llama-3.1-8B FP8 and Qwen3-30B-A3B FP8 (max_num_batched_tokens 8192):
-#    a cold Triton cache and no tuned tables, then the same directories warm; --verify 2000 each
-# 2. the vllm plan on this machine (no DeepGEMM, no FlashInfer): those steps are `unavailable`
-# 3. failures: an oversized step (CUDA OOM) and an injected exception, with --on-error continue;
-#    a Ctrl-C (SIGINT) in the middle of a cold run (exit 130, report written); a sparse plan
-#    (16 GEMM calls) checked with --verify
-# 4. pytest -m gpu tests/executor             the kernel tests and the executor's GPU tests
+# tables     `warmup execute triton-tune` for Llama-3.1-8B and Qwen3-30B-A3B FP8: tunes the
+#            block-FP8 GEMM tables into plans/kernel-configs (loads them when they are there);
+#            $OUT/kernel-configs.tgz brings them back to be committed
+# executor   issue 9's before/after from one run: the `triton` plan as it was (every M, the GEMM
+#            calls compile in the main process: bench/plans/triton-full.yaml --jobs 1) and exact
+#            (`triton`, --jobs 16), each with an empty Triton cache then warm, --verify 2000; the
+#            vllm plan where DeepGEMM/FlashInfer are missing; failures (OOM, injected error,
+#            Ctrl-C); the sparse-buckets plan that left M=1209 cold
+# deepgemm   where `import deep_gemm` works (DEEP_GEMM_SETUP names a script to source first):
+#            bench/deep_gemm_gpu.py (numerics, which M compiles a kernel), then the vllm plan's
+#            DeepGEMM stage through the executor for DeepSeek-V3 TP8 and Qwen3-30B-A3B in relax
+#            (a fresh DG_JIT_CACHE_DIR), full and exact, --verify 2000; the cache prepared by one
+#            process and used by a fresh one; two processes warming one fresh directory at once
+# flashinfer where FlashInfer's wheels are carried (.whl-fi, bench/flashinfer_setup.sh):
+#            bench/flashinfer_gpu.py (tune, then load in a fresh process)
+# runner     bench/runner_gpu.sh: the reference runner's tests and serving-trace proofs
+# pytest     pytest -m gpu tests/executor
 #
-# Everything goes to $OUT/results.tgz (logs, JSON reports, the JIT-miss log) plus
+# Logs, JSON reports and the JIT-miss logs go to $OUT/results.tgz, one line per run to
 # $OUT/summary.txt, re-packed after each run so that a timeout still returns what ran.
 set -u
 OUT=${OUT:-$PWD/out}
@@ -26,7 +36,9 @@ mkdir -p "$RES"
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 EX=${EX:-"python3 -m executor.cli execute"}
-PARTS=${PARTS:-"executor runner"}  # EX="... execute --dry-run" checks this script without a GPU
+PARTS=${PARTS:-"tables executor deepgemm flashinfer runner pytest"}  # EX="... --dry-run": check without a GPU
+JOBS=${JOBS:-16}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 pack() { tar czf "$OUT/results.tgz" -C "$WORK" results 2>/dev/null; }
@@ -48,47 +60,112 @@ run() {
     pack
 }
 
+[ -n "${DEEP_GEMM_SETUP:-}" ] && [ -f "$DEEP_GEMM_SETUP" ] && source "$DEEP_GEMM_SETUP"
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 say "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
 say "== $(python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "|", torch.cuda.get_device_name(), "sm", torch.cuda.get_device_properties(0).multi_processor_count)')"
 say "== deep_gemm: $(python3 -c 'import deep_gemm' 2>&1 | tail -n1 | cut -c1-60)  flashinfer: $(python3 -c 'import flashinfer' 2>&1 | tail -n1 | cut -c1-60)"
 
-if [[ " $PARTS " == *" executor "* ]]; then
-# 1. Acceptance: cold, then warm, per engine.
+if part tables; then
+# 0. The tuned tables of the two engines (into the packaged plans/kernel-configs of this copy).
 for eng in llama-3.1-8b-fp8-h100 qwen3-30b-a3b-fp8-h100; do
-    export TRITON_CACHE_DIR=$WORK/triton-cache-$eng
-    export WARMUP_KERNEL_CONFIG_DIR=$WORK/kernel-configs-$eng
-    run "$eng-cold" 0 $EX triton --engine "$eng" --verify 2000 --report "$RES/$eng-cold.json" \
-        --jit-log "$RES/post-seal-compiles.jsonl"
-    run "$eng-warm" 0 $EX triton --engine "$eng" --verify 2000 --report "$RES/$eng-warm.json" \
-        --jit-log "$RES/post-seal-compiles.jsonl"
+    TRITON_CACHE_DIR=$WORK/triton-cache-tune run "tune-$eng" 0 $EX triton-tune --engine "$eng" --runner none \
+        --report "$RES/tune-$eng.json"
+done
+tar czf "$OUT/kernel-configs.tgz" plans/kernel-configs
+fi
+
+if part executor; then
+# 1. Before and after, per engine: each mode with an empty Triton cache, then warm.
+for eng in llama-3.1-8b-fp8-h100 qwen3-30b-a3b-fp8-h100; do
+    for mode in before after; do
+        if [ $mode = before ]; then plan=bench/plans/triton-full.yaml; jobs=1; else plan=triton; jobs=$JOBS; fi
+        export TRITON_CACHE_DIR=$WORK/triton-cache-$mode-$eng
+        for temp in cold warm; do
+            run "$eng-$mode-$temp" 0 $EX "$plan" --engine "$eng" --jobs "$jobs" --verify 2000 \
+                --report "$RES/$eng-$mode-$temp.json" --jit-log "$RES/post-seal-compiles.jsonl"
+        done
+    done
 done
 
-# 2. The vllm plan without DeepGEMM / FlashInfer: unavailable, reported, exit 1; nothing crashes.
-export TRITON_CACHE_DIR=$WORK/triton-cache-llama-3.1-8b-fp8-h100
-run vllm-plan 1 $EX vllm --engine qwen3-30b-a3b-fp8-h100 --runner none --report "$RES/vllm-plan.json"
+# 2. The vllm plan where DeepGEMM or FlashInfer is missing: unavailable, reported, exit 1; no crash.
+if ! python3 -c "import deep_gemm, flashinfer" 2>/dev/null; then
+    export TRITON_CACHE_DIR=$WORK/triton-cache-after-llama-3.1-8b-fp8-h100
+    run vllm-plan 1 $EX vllm --engine qwen3-30b-a3b-fp8-h100 --runner none --report "$RES/vllm-plan.json"
+fi
 
 # 3. Failures: an oversized step (CUDA OOM) and an injected exception; continue, then stop.
 export WARMUP_KERNEL_CONFIG_DIR=$WORK/kernel-configs-errors
 ERR=(bench/plans/errors.yaml --engine bench/engines/llama-3.1-8b-fp8-oom-check.yaml
      --inject-failure triton_gemm/gemm-n4096-k4096)
 run errors-continue 1 $EX "${ERR[@]}" --on-error continue --report "$RES/errors-continue.json"
+unset WARMUP_KERNEL_CONFIG_DIR
 
-# Ctrl-C in the middle of a cold run (12 s into a ~30 s run): exit 130 and the report is still written.
+# Ctrl-C in the middle of a cold brute-force run: exit 130 and the report is still written.
 # --foreground: without it, coreutils timeout signals its whole process group and on the device
 # machine the python process died of the SIGINT before its handler ran (measured 2026-11-22).
-export TRITON_CACHE_DIR=$WORK/triton-cache-sigint WARMUP_KERNEL_CONFIG_DIR=$WORK/kernel-configs-sigint
-run sigint 130 timeout --foreground --preserve-status -s INT 12 $EX triton --engine llama-3.1-8b-fp8-h100 --report "$RES/sigint.json"
+export TRITON_CACHE_DIR=$WORK/triton-cache-sigint
+run sigint 130 timeout --foreground --preserve-status -s INT 12 $EX bench/plans/triton-full.yaml \
+    --engine llama-3.1-8b-fp8-h100 --jobs 1 --report "$RES/sigint.json"
 
-# A sparse plan (16 GEMM calls, the tables of the Llama run): does --verify find a variant it missed?
-# Informational (any exit code): 0 when those calls happened to load every variant, 1 otherwise.
-export TRITON_CACHE_DIR=$WORK/triton-cache-llama-3.1-8b-fp8-h100
-export WARMUP_KERNEL_CONFIG_DIR=$WORK/kernel-configs-llama-3.1-8b-fp8-h100
-run sparse-buckets any $EX bench/plans/sparse-buckets.yaml --engine llama-3.1-8b-fp8-h100 --verify 2000 \
+# The sparse plan (16 GEMM calls) with the tuned tables: --verify names the variants it left cold
+# (M=1209 on 2026-11-22; tests/executor/test_exact_keys.py explains it).
+export TRITON_CACHE_DIR=$WORK/triton-cache-sparse
+run sparse-buckets any $EX bench/plans/sparse-buckets.yaml --engine llama-3.1-8b-fp8-h100 --jobs 1 --verify 2000 \
     --report "$RES/sparse-buckets.json" --jit-log "$RES/sparse-buckets.jsonl"
+unset TRITON_CACHE_DIR
+fi
 
-# 4. GPU tests (kernels and executor), last: the acceptance runs above matter most in a short lease.
-unset TRITON_CACHE_DIR WARMUP_KERNEL_CONFIG_DIR
+if part deepgemm && python3 -c "import deep_gemm" 2>/dev/null; then
+# 4. DeepGEMM: numerics and the per-M ground truth, then the executor on the vllm plan's stage.
+run deep-gemm-ground-truth 0 python3 bench/deep_gemm_gpu.py --out "$RES" ${DG_QUICK:+--quick}
+for eng in deepseek-v3-fp8-tp8-h200 qwen3-30b-a3b-fp8-h100; do
+    export DG_JIT_CACHE_DIR=$WORK/dg-cache-$eng TRITON_CACHE_DIR=$WORK/triton-cache-dg
+    for mode in relax full exact; do
+        run "dg-$eng-$mode" 0 $EX bench/plans/deep-gemm-$mode.yaml --engine "$eng" --runner none --jobs "$JOBS" \
+            --report "$RES/dg-$eng-$mode.json" --jit-log "$RES/dg-post-seal.jsonl"
+    done
+    # The serving process stand-in: a fresh process on the prepared cache, then the hot-path check.
+    run "dg-$eng-exact-again" 0 $EX bench/plans/deep-gemm-exact.yaml --engine "$eng" --runner none --jobs "$JOBS" \
+        --verify 2000 --report "$RES/dg-$eng-exact-again.json" --jit-log "$RES/dg-post-seal.jsonl"
+done
+# Two processes warm one fresh directory at the same time; then every entry must be complete
+# and a third process must compile nothing.
+export DG_JIT_CACHE_DIR=$WORK/dg-cache-shared
+for i in 1 2; do
+    $EX bench/plans/deep-gemm-exact.yaml --engine qwen3-30b-a3b-fp8-h100 --runner none --jobs 4 \
+        --report "$RES/dg-shared-$i.json" > "$RES/dg-shared-$i.log" 2>&1 &
+done
+wait
+run dg-shared-entries 0 python3 - "$DG_JIT_CACHE_DIR" <<'PY'
+import os, sys
+cache = os.path.join(sys.argv[1], "cache")
+entries = sorted(os.listdir(cache))
+bad = [e for e in entries if not os.path.isfile(os.path.join(cache, e, "kernel.cubin"))
+       or os.path.getsize(os.path.join(cache, e, "kernel.cubin")) == 0]
+tmp = os.path.join(sys.argv[1], "tmp")
+left = os.listdir(tmp) if os.path.isdir(tmp) else []
+print(f"{len(entries)} entries, {len(bad)} incomplete: {bad[:5]}; tmp leftovers: {left[:5]}")
+sys.exit(1 if bad or not entries else 0)
+PY
+run dg-shared-third 0 $EX bench/plans/deep-gemm-exact.yaml --engine qwen3-30b-a3b-fp8-h100 --runner none --jobs 1 \
+    --report "$RES/dg-shared-third.json"
+unset DG_JIT_CACHE_DIR TRITON_CACHE_DIR
+fi
+
+if part flashinfer && [ -d .whl-fi ]; then
+# 5. FlashInfer's autotuner: tune into an empty cache, then load it in a fresh process.
+source bench/flashinfer_setup.sh
+run flashinfer 0 python3 bench/flashinfer_gpu.py --out "$RES"
+fi
+
+if part pytest; then
+# 6. GPU tests (kernels and executor).
 [ -n "${SKIP_PYTEST:-}" ] || run pytest-gpu 0 timeout 240 python3 -m pytest -q -m gpu tests/executor -p no:cacheprovider
+fi
+
+# 7. The reference runner: its GPU tests and the serving-trace proofs (issue 5).
+part runner && bash bench/runner_gpu.sh
 
 # One line per report: what the acceptance reads.
 python3 - "$RES" <<'EOF' | tee -a "$SUMMARY"
@@ -111,8 +188,4 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
         print(f"   {bad[:600]}")
 EOF
 pack
-fi
-
-# 5. The reference runner: its GPU tests and the serving-trace proofs (issue 5).
-[[ " $PARTS " == *" runner "* ]] && bash bench/runner_gpu.sh
 ls -la "$OUT"

@@ -13,15 +13,17 @@ every planned step as before, and its launches are disk loads.
 
 Orchestration (``Precompiler``), in the main process:
 
-* the pool (``ProcessPoolExecutor``, ``spawn``: never fork a CUDA process) is started
-  before the main process imports torch or touches CUDA, so that worker start-up
-  (imports, CUDA context) overlaps the main process's own;
+* the pool (``ProcessPoolExecutor``) is started before the main process imports torch or
+  touches CUDA, so that worker start-up overlaps the main process's own; workers are
+  forked from a fork server that imported torch, Triton and the kernels once
+  (executor/worker_preload.py; it never creates a CUDA context, so forking it is safe):
+  each worker then only creates its CUDA context;
 * a job is submitted once every ``autotune`` step before its step has run (a tuning
   step rewrites the tables that pick the GEMM variants, and its timings must not share
   the GPU with the workers); DeepGEMM jobs go first;
 * before each step the main process waits for the jobs of that step's keys only, so
   compiling and loading overlap (the first step that has a job also waits for every
-  DeepGEMM job: DeepGEMM is counted by files appearing in its cache directory, which
+  DeepGEMM job: DeepGEMM is counted by kernels appearing in its cache directory, which
   would otherwise be charged to whatever step runs);
 * a job that fails is reported with its error and the main process compiles that
   variant itself (the JIT monitor shows it); a crashed worker fails its jobs, not the run.
@@ -395,6 +397,19 @@ def _ready() -> dict:
             "time": time.time()}
 
 
+def worker_context():
+    """How workers start: forked from a fork server that imported torch, Triton and the
+    kernels once (executor/worker_preload.py), else spawned (each imports them itself)."""
+    import multiprocessing
+
+    try:
+        ctx = multiprocessing.get_context("forkserver")
+    except ValueError:  # a platform without fork
+        return multiprocessing.get_context("spawn")
+    ctx.set_forkserver_preload(["executor.worker_preload"])
+    return ctx
+
+
 def _first_line(text, limit: int = 400) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -570,12 +585,11 @@ class Precompiler:
         return {name: registry.BACKENDS[name] for name in names if name in registry.BACKENDS}
 
     def _start_pool(self) -> None:
-        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         self.created = time.time()
         mode = getattr(self.options, "jit_monitor", "warn")
-        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=worker_context(),
                                         initializer=_init_worker,
                                         initargs=(self._specs(), self.device, mode, self.options))
         for _ in range(self.workers):  # one no-op each: every worker starts now, not at its first job

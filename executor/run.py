@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
 import time
 import traceback
@@ -32,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from . import registry
 from .backends.base import Skipped, Unavailable, is_oom
 from .jit_monitor import Monitor
+from planner.dispatch.gemm_tables import TABLE_DEVICE_ENV
+
 from .precompile import PRECOMPILE_BACKENDS, Precompiler
 from .progress import Progress
 from .report import Report, environment
@@ -300,6 +303,7 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
         report.options["jit_monitor_note"] = f"{flag} turned the JIT monitor on (warn)"
     monitor = Monitor(mode, options.jit_log)
     ctx = Context(options, engine, progress, monitor, runner)
+    tables_before = use_engine_tables(engine)  # before any kernel (or worker) reads a tuned table
     pre = _start_precompile(expanded["steps"], options, ctx, progress)  # first: before torch and triton
     monitor.install()
     index_of = {id(step): i for i, step in enumerate(expanded["steps"])}
@@ -362,8 +366,27 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
         finally:
             if not options.keep_monitor:
                 monitor.uninstall()
+            restore_tables(tables_before)
         report.finished = time.time()
     return report
+
+
+def use_engine_tables(engine: dict | None) -> str | None:
+    """Make the kernels, here and in the precompile workers, read the tuned tables of the
+    engine config's device: the tables the plan was made with (planner.dispatch.gemm_tables),
+    also on a GPU of another name (an engine for H100 run on an H200). Returns the previous
+    setting, for ``restore_tables`` when the run ends."""
+    previous = os.environ.get(TABLE_DEVICE_ENV)
+    if engine is not None:
+        os.environ[TABLE_DEVICE_ENV] = engine["device"]["name"]
+    return previous
+
+
+def restore_tables(previous: str | None) -> None:
+    if previous is None:
+        os.environ.pop(TABLE_DEVICE_ENV, None)
+    else:
+        os.environ[TABLE_DEVICE_ENV] = previous
 
 
 def start_up(ctx: Context, steps: list[dict]) -> dict:

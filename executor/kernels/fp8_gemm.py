@@ -28,6 +28,7 @@ own binder, without a GPU, by tests/executor/test_kernels_compile.py).
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -158,21 +159,14 @@ def _launch(a, a_scales, b, b_scales, out, config, compile_only=False):
 
 # --- config lookup: planner.dispatch, shared with the planner ---------------------------------------
 
-_table_device: str | None = None
-
-
-def set_table_device(name: str | None) -> None:
-    """Read the tuned tables of this device (the engine config's device name) instead of
-    the GPU's own name: the executor sets it so that the kernels launch the configs
-    of the tables its plan was made with, also on a GPU of another name."""
-    global _table_device
-    _table_device = name
-    clear_table_cache()
-
-
 def device_name(device=None) -> str:
-    if _table_device is not None:
-        return _table_device
+    """The device whose tuned tables the kernels read: $WARMUP_TABLE_DEVICE when set (the
+    executor sets it to the engine config's device, so that the kernels launch the configs
+    of the tables its plan was made with, in every process and also on a GPU of another
+    name), else the GPU's own name."""
+    override = os.environ.get(gemm_tables.TABLE_DEVICE_ENV)
+    if override:
+        return override
     device = torch.device(device if device is not None else "cuda")
     if device.type != "cuda":
         return device.type

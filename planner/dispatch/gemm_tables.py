@@ -27,6 +27,7 @@ from typing import Mapping
 CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 SCALE_BLOCK = 128  # the 1x128 activation groups and 128x128 weight blocks
 CONFIG_DIR_ENV = "WARMUP_KERNEL_CONFIG_DIR"
+TABLE_DEVICE_ENV = "WARMUP_TABLE_DEVICE"  # the device whose tables the kernels read (executor/kernels/fp8_gemm.py)
 
 Config = dict  # {key: int for key in CONFIG_KEYS}
 

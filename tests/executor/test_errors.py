@@ -141,13 +141,15 @@ def test_sigint_during_a_real_run_writes_the_report(tmp_path):
     out = tmp_path / "r.json"
     env = {**os.environ, "PYTHONPATH": ROOT, "TRITON_INTERPRET": "1",
            "WARMUP_KERNEL_CONFIG_DIR": str(tmp_path / "kc")}
-    proc = subprocess.Popen([sys.executable, "-m", "executor.cli", "execute", TINY_PLAN, "--engine", TINY,
+    # The tuned plan (11 buckets x 8 candidates in the interpreter) runs for seconds: the
+    # signal lands inside it (the one-bucket tiny plan could finish first).
+    proc = subprocess.Popen([sys.executable, "-m", "executor.cli", "execute", TUNED_PLAN, "--engine", TINY,
                              "--device", "cpu", "--report", str(out), "--retune"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while time.time() < deadline and not (tmp_path / "kc").exists() and proc.poll() is None:
         time.sleep(0.05)  # the autotune stage has started once it created the table directory
-    time.sleep(0.5)
+    time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr

@@ -42,14 +42,15 @@ def tables(tmp_path, monkeypatch):
     root = tmp_path / "kernel-configs"
     root.mkdir()
     monkeypatch.setenv("WARMUP_KERNEL_CONFIG_DIR", str(root))
+    monkeypatch.setenv("WARMUP_TABLE_DEVICE", "")  # restored afterwards; plan_steps sets the engine's
     yield root
-    fp8_gemm.set_table_device(None)  # process-wide: later tests read the GPU's (or "cpu") tables
+    fp8_gemm.clear_table_cache()
 
 
 
 def plan_steps(plan: str, engine_name: str) -> list[dict]:
     engine = load_engine(engine_name)
-    fp8_gemm.set_table_device(engine.data["device"]["name"])  # as `warmup execute` does
+    os.environ["WARMUP_TABLE_DEVICE"] = engine.data["device"]["name"]  # as `warmup execute` does
     return expand(load_plan(plan), engine)["steps"]
 
 

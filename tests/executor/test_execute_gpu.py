@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 import pytest
-from execlib import TINY, by_id, load_report, run_subprocess
+from execlib import TINY, TUNED_PLAN, by_id, load_report, run_subprocess
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -46,14 +46,14 @@ def test_cold_then_warm_run_and_hot_path_check(tmp_path):
     env = {"TRITON_CACHE_DIR": str(tmp_path / "triton"), "WARMUP_KERNEL_CONFIG_DIR": str(tmp_path / "tables")}
     env.pop("TRITON_INTERPRET", None)
     cold, warm = tmp_path / "cold.json", tmp_path / "warm.json"
-    proc = run_subprocess(["triton", "--engine", TINY, "--verify", "300", "--report", str(cold)],
+    proc = run_subprocess([TUNED_PLAN, "--engine", TINY, "--verify", "300", "--report", str(cold)],
                           {**env, "TRITON_INTERPRET": "0"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = load_report(cold)
     stages = {s["stage"]: s for s in rep["stages"]}
     assert stages["autotune"]["compiled"] > 0 and stages["triton_gemm"]["compiled"] > 0
     assert rep["verify"]["post_seal_compiles"] == 0 and rep["verify"]["calls"] == 300
-    proc = run_subprocess(["triton", "--engine", TINY, "--verify", "300", "--report", str(warm)],
+    proc = run_subprocess([TUNED_PLAN, "--engine", TINY, "--verify", "300", "--report", str(warm)],
                           {**env, "TRITON_INTERPRET": "0"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = load_report(warm)
