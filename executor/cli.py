@@ -67,7 +67,7 @@ def add_commands(sub) -> None:
     p.add_argument("--device", default=None, help="torch device (default: cuda; cpu runs the Triton interpreter)")
     p.add_argument("--kernel-config-dir", metavar="DIR",
                    help="where tuned kernel tables are read and written "
-                        "(default: $WARMUP_KERNEL_CONFIG_DIR, else ~/.cache/warmup-planner/kernel-configs)")
+                        "(default: $WARMUP_KERNEL_CONFIG_DIR, else the packaged plans/kernel-configs)")
     p.add_argument("--retune", action="store_true", help="tune again even where a table covers every bucket")
     p.add_argument("--flashinfer-cache", metavar="FILE", help="FlashInfer autotune cache file (cache: persistent)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
@@ -280,12 +280,11 @@ def _jobs(args) -> int:
 
 
 def _set_kernel_config_dir(path: str | None) -> None:
-    """The kernels read their tuned tables from $WARMUP_KERNEL_CONFIG_DIR; autotune writes there."""
+    """Where the planner and the kernels read tuned tables and autotune writes them:
+    --kernel-config-dir, else $WARMUP_KERNEL_CONFIG_DIR, else the packaged plans/kernel-configs
+    (planner.dispatch.gemm_tables.config_root: one default for planning and launching)."""
     if path:
         os.environ["WARMUP_KERNEL_CONFIG_DIR"] = os.path.abspath(path)
-    elif not os.environ.get("WARMUP_KERNEL_CONFIG_DIR"):
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        os.environ["WARMUP_KERNEL_CONFIG_DIR"] = os.path.join(cache, "warmup-planner", "kernel-configs")
 
 
 def main(argv: list[str] | None = None) -> int:

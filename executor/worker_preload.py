@@ -3,7 +3,7 @@
 Importing torch, Triton and the kernels takes seconds per process, and sixteen workers
 doing it at once took 6.2 s on an H100 (16 cores, 2026-11-23). The fork server imports
 them once and forks each worker from itself: a worker starts with everything imported
-and only creates its own CUDA context. Forking is safe here because the server never
+(and Triton's driver module built) and only creates its own CUDA context. Forking is safe here because the server never
 touches the GPU (nothing below creates a CUDA context; CUDA forbids only forking a
 process that has one). Triton's hash of its own sources and libtriton (part of every
 cache key) is computed once here too.
@@ -20,4 +20,16 @@ try:
 
     triton_key()
 except Exception:  # noqa: BLE001 - another Triton: each worker pays it at its first compile
+    pass
+
+try:
+    # Triton's CUDA utils module is C compiled with gcc into the (maybe empty) cache, and
+    # the backend's hash runs `ptxas --version`: neither calls CUDA, so both are done once
+    # here; the workers inherit the built module on disk and the cached version.
+    from triton.backends.nvidia.compiler import get_ptxas_version
+    from triton.backends.nvidia.driver import CudaUtils
+
+    CudaUtils()
+    get_ptxas_version(90)
+except Exception:  # noqa: BLE001 - not the NVIDIA backend: each worker pays it
     pass
