@@ -120,14 +120,21 @@ if part deepgemm && python3 -c "import deep_gemm" 2>/dev/null; then
 # 4. DeepGEMM: numerics and the per-M ground truth, then the executor on the vllm plan's stage.
 run deep-gemm-ground-truth 0 python3 bench/deep_gemm_gpu.py --out "$RES" ${DG_QUICK:+--quick}
 for eng in deepseek-v3-fp8-tp8-h200 qwen3-30b-a3b-fp8-h100; do
-    export DG_JIT_CACHE_DIR=$WORK/dg-cache-$eng TRITON_CACHE_DIR=$WORK/triton-cache-dg
-    for mode in relax full exact; do
+    export TRITON_CACHE_DIR=$WORK/triton-cache-dg-$eng
+    # exact into a fresh DG_JIT_CACHE_DIR; then a fresh process (the serving process's stand-in)
+    # on the prepared cache must compile nothing, and --verify draws M over the whole range.
+    export DG_JIT_CACHE_DIR=$WORK/dg-cache-exact-$eng
+    run "dg-$eng-exact" 0 $EX bench/plans/deep-gemm-exact.yaml --engine "$eng" --runner none --jobs "$JOBS" \
+        --report "$RES/dg-$eng-exact.json" --jit-log "$RES/dg-post-seal.jsonl"
+    run "dg-$eng-exact-again" 0 $EX bench/plans/deep-gemm-exact.yaml --engine "$eng" --runner none --jobs "$JOBS" \
+        --verify 2000 --report "$RES/dg-$eng-exact-again.json" --jit-log "$RES/dg-post-seal.jsonl"
+    # vLLM's relax into another fresh cache (its compiles in workers, one job per kernel), then full.
+    export DG_JIT_CACHE_DIR=$WORK/dg-cache-relax-$eng TRITON_CACHE_DIR=$WORK/triton-cache-dg-relax-$eng
+    for mode in relax full; do
         run "dg-$eng-$mode" 0 $EX bench/plans/deep-gemm-$mode.yaml --engine "$eng" --runner none --jobs "$JOBS" \
             --report "$RES/dg-$eng-$mode.json" --jit-log "$RES/dg-post-seal.jsonl"
     done
-    # The serving process stand-in: a fresh process on the prepared cache, then the hot-path check.
-    run "dg-$eng-exact-again" 0 $EX bench/plans/deep-gemm-exact.yaml --engine "$eng" --runner none --jobs "$JOBS" \
-        --verify 2000 --report "$RES/dg-$eng-exact-again.json" --jit-log "$RES/dg-post-seal.jsonl"
+    ls "$DG_JIT_CACHE_DIR/cache" | sed 's/\.[0-9a-f]*$//' | sort | uniq -c | tee -a "$SUMMARY"
 done
 # Two processes warm one fresh directory at the same time; then every entry must be complete
 # and a third process must compile nothing.
@@ -172,13 +179,20 @@ python3 - "$RES" <<'EOF' | tee -a "$SUMMARY"
 import glob, json, os, sys
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     r = json.load(open(path))
+    if "stages" not in r:
+        continue  # not a warmup report (bench/deep_gemm_gpu.py, flashinfer)
     v = r.get("verify") or {}
+    pre = r.get("precompile") or {}
     stages = " | ".join(f"{s['stage']}: {s['run']} run, {s['kernel_calls']} calls, {s['compiled']} compiled, "
                         f"{s['disk_loads']} disk, {s['wall_s']:.1f}s" for s in r["stages"])
     bad = "; ".join(f"{s['status']} {s['id']}: {(s['error'] or '')[:90]}" for s in r["steps"]
                     if s["status"] in ("failed", "unavailable"))
     print(f"{os.path.basename(path)}: {r['status']} exit={r['exit_code']} wall={r['wall_s']:.1f}s counts={r['counts']}")
     print(f"   {stages}")
+    if pre.get("status") == "ran":
+        print(f"   precompile: {pre['jobs']} jobs in {pre['workers']} workers, {pre['busy_s']}s of jobs in "
+              f"{pre['wall_s']}s (x{pre['speedup']}), first worker ready at {pre['first_worker_ready_s']}s; "
+              f"startup {(r.get('startup') or {}).get('wall_s')}s")
     if v:
         print(f"   verify: {v['calls']} calls over {len(v['keys'])} keys, {v['post_seal_compiles']} post-seal compiles, "
               f"{len(v['failures'])} failures, {v['wall_s']:.1f}s")

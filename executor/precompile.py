@@ -123,6 +123,19 @@ def _values(step: dict) -> list:
     return [int(m) for m in step["m_values"]]
 
 
+def _first_values(step: dict, values: list, keys: list[str]) -> list | None:
+    """The value each compile key is reached at: the values themselves in exact mode (one key
+    each), else the plan's `key_m_values` (the first M of each key); None when unknown."""
+    if not step.get("compile_keys"):
+        return None
+    if len(keys) == len(values):
+        return values
+    firsts = step.get("key_m_values")
+    if firsts and len(firsts) == len(keys):
+        return [int(m) for m in firsts]
+    return None
+
+
 def _single(step: dict, value, key: str) -> dict:
     """The step reduced to one value and its key (the backend still checks the pairing)."""
     if step["kind"] == "attention":
@@ -172,8 +185,9 @@ def compile_jobs(steps: list[dict], backend_of=None, backends=PRECOMPILE_BACKEND
         values = _values(step)
         keys = step_keys(step)
         common = dict(backend=backend, kind=step["kind"], step_id=step["id"], index=index, release=last_tune)
-        if step.get("compile_keys") and len(keys) == len(values):
-            for value, key in zip(values, keys):  # exact: one key per value
+        firsts = _first_values(step, values, keys)
+        if firsts is not None:
+            for value, key in zip(firsts, keys):  # one job per key, at a value that reaches it
                 if (backend, key) in seen:
                     continue
                 seen.add((backend, key))

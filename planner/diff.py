@@ -24,7 +24,7 @@ TOTALS = (("gemm_calls", "GEMM calls"), ("requests", "requests"), ("scheduled_to
           ("gemm_shapes", "GEMM shapes"), ("attention_calls", "attention calls"),
           ("autotune_runs", "autotune runs"), ("cudagraph_captures", "CUDA graphs"))
 INT_SETS = ("m_values", "sizes", "uniform_decode_sizes", "buckets")  # compared as sets; order changes still show
-IGNORED = ("id", "stage")
+IGNORED = ("id", "stage", "key_m_values")  # key_m_values follow from compile_keys and m_values
 
 
 class IntSet(tuple):

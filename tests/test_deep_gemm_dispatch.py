@@ -55,40 +55,25 @@ def test_every_dense_m_compiles_a_planned_kernel(exact_plans, engine):
         assert list(first) == keys and list(first.values()) == m_values, (s["n"], s["k"])
 
 
-def produced_m_sums(tokens, top_k, experts, align, cap):
-    """vLLM's M_sum for each request size, walked one size at a time (the reference)."""
-    out = set()
-    for t in range(1, tokens + 1):
-        active = min(t * top_k, experts) if cap else experts
-        out.add(round_up(t * top_k + active * (align - 1), align))
-    return sorted(out)
-
-
 @pytest.mark.parametrize("base", ["vllm", "vllm-head"])
 @pytest.mark.parametrize("engine", ENGINES)
-def test_every_produced_m_sum_compiles_a_planned_kernel(exact_plans, base, engine):
+def test_every_aligned_m_sum_compiles_a_planned_kernel(exact_plans, base, engine):
+    """Exact grouped steps cover every multiple of the alignment up to MAX_M: the M_sum of any
+    batch, whether the engine pads the worst case (vLLM's formula) or sums padded per-expert
+    counts (DeepEP), lands on a planned kernel; `max_m` is that range, for --verify."""
     data = load_engine(engine).data
-    tokens = data["scheduler"]["max_num_batched_tokens"] * data["parallel"]["data_parallel_size"]
-    if base == "vllm":  # block_m_steps: v0.11's formula, the 32768 chunk cap
-        domain_of = lambda s: produced_m_sums(min(tokens, 32768), s["top_k"], s["num_groups"], 128, False)  # noqa: E731
-    else:               # aligned_sum: at most min(T*top_k, E) active experts
-        domain_of = lambda s: produced_m_sums(tokens, s["top_k"], s["num_groups"], 128, True)  # noqa: E731
+    tokens = min(data["scheduler"]["max_num_batched_tokens"] * data["parallel"]["data_parallel_size"], 32768)
     grouped = [s for s in exact_plans[(base, engine)] if s["kind"] == "grouped_gemm"]
     assert [s["weight"] for s in grouped] == ["w13", "w2"]
     sms = num_sms(engine)
     for s in grouped:
+        max_m = round_up(tokens * s["top_k"] + s["num_groups"] * 127, 128)
+        assert s["max_m"] == max_m
         first = {}
-        for m_sum in domain_of(s):
+        for m_sum in range(128, max_m + 1, 128):
             key = dg.grouped_contiguous_kernel_key(m_sum, s["n"], s["k"], s["num_groups"], sms)
             first.setdefault(key, m_sum)
         assert list(first) == s["compile_keys"] and list(first.values()) == s["m_values"]
-
-
-def test_stage_domain_matches_the_reference_walk():
-    from planner.stages.deep_gemm import produced_m_sums as fast
-    for tokens, top_k, experts in ((8192, 8, 256), (100, 8, 128), (3, 8, 256), (5000, 6, 64), (40, 200, 16)):
-        for cap in (False, True):
-            assert fast(tokens, top_k, experts, 128, cap) == produced_m_sums(tokens, top_k, experts, 128, cap)
 
 
 @pytest.mark.parametrize("base", ["vllm", "vllm-head"])
@@ -108,14 +93,13 @@ def test_compile_keys_of_relax_and_full_plans(base, engine, tmp_path):
 
 
 def test_exact_plans_cover_what_full_and_block_m_steps_compile(exact_plans, tmp_path):
-    """Dense: exact and full reach the same kernels. Grouped: exact's are a subset of what
-    block_m_steps warms from M_sum = 128 (which the engine's formula never produces)."""
+    """Dense: exact and full reach the same kernels; grouped: exact and block_m_steps too."""
     full = write_plan(tmp_path, "name: f\nextends: vllm\nstages: [{name: deep_gemm, with: {mode: full}}]\n")
     for engine in ENGINES:
         by_id = {s["id"]: s for s in steps_of(full, load_engine(engine), stage="deep_gemm")}
         for s in exact_plans[("vllm", engine)]:
             other = by_id[s["id"]]["compile_keys"]
-            assert (s["compile_keys"] == other) if s["kind"] == "gemm" else set(s["compile_keys"]) <= set(other)
+            assert s["compile_keys"] == other
 
 
 # --- the pruned search is the heuristic ---------------------------------------------
@@ -248,19 +232,17 @@ def test_exact_is_refused_where_the_model_does_not_apply(tmp_path):
 
 
 def test_pinned_distinct_kernel_counts(exact_plans):
-    """Distinct kernels per shape over 1..8192 (dense) and over the produced M_sums (grouped);
-    the GPU ground truth of bench/deep_gemm_gpu.py compares with these."""
+    """Distinct kernels per shape over 1..8192 (dense) and over every multiple of 128 up to
+    MAX_M (grouped); the GPU ground truth of bench/deep_gemm_gpu.py compares with these."""
     def counts(base, engine):
         return {s["id"].split("/")[1]: len(s["compile_keys"]) for s in exact_plans[(base, engine)]}
 
     dense = {"gemm-n3072-k1536": 23, "gemm-n4096-k512": 20, "gemm-n7168-k2048": 13, "gemm-n4608-k7168": 17,
              "gemm-n7168-k2304": 13, "gemm-n512-k7168": 21, "gemm-n7168-k256": 13}
-    assert counts("vllm", "deepseek-v3-fp8-tp8-h200") == {
-        **dense, "grouped_gemm-w13-e256-n512-k7168": 1, "grouped_gemm-w2-e256-n7168-k256": 1}
-    assert counts("vllm-head", "deepseek-v3-fp8-tp8-h200") == {
-        **dense, "grouped_gemm-w13-e256-n512-k7168": 8, "grouped_gemm-w2-e256-n7168-k256": 2}
+    grouped = {"grouped_gemm-w13-e256-n512-k7168": 13, "grouped_gemm-w2-e256-n7168-k256": 8}
+    assert counts("vllm", "deepseek-v3-fp8-tp8-h200") == {**dense, **grouped}
+    assert counts("vllm-head", "deepseek-v3-fp8-tp8-h200") == {**dense, **grouped}
     dense = {"gemm-n5120-k2048": 16, "gemm-n2048-k4096": 23}
-    assert counts("vllm", "qwen3-30b-a3b-fp8-h100") == {
-        **dense, "grouped_gemm-w13-e128-n1536-k2048": 1, "grouped_gemm-w2-e128-n2048-k768": 1}
-    assert counts("vllm-head", "qwen3-30b-a3b-fp8-h100") == {
-        **dense, "grouped_gemm-w13-e128-n1536-k2048": 4, "grouped_gemm-w2-e128-n2048-k768": 4}
+    grouped = {"grouped_gemm-w13-e128-n1536-k2048": 16, "grouped_gemm-w2-e128-n2048-k768": 14}
+    assert counts("vllm", "qwen3-30b-a3b-fp8-h100") == {**dense, **grouped}
+    assert counts("vllm-head", "qwen3-30b-a3b-fp8-h100") == {**dense, **grouped}

@@ -92,6 +92,8 @@ def expand(scope: Scope) -> list[dict]:
     if p["dense"]:
         for (n, k), layers in dense_shapes(scope.engine.data, block_m).items():
             m_values, keys = dense_m_values(scope, p["mode"], max_tokens, n, k, num_sms, keyed)
+            if p["mode"] == "exact":
+                keys["max_m"] = max_tokens  # the range the keys cover: --verify draws from it
             steps.append(step(f"gemm-n{n}-k{k}", "gemm", kernel="fp8_gemm_nt", backend="deep_gemm",
                               n=n, k=k, block_size=[block_m, block_m], layers=layers, m_values=m_values,
                               **keys))
@@ -101,9 +103,12 @@ def expand(scope: Scope) -> list[dict]:
             keys = {}
             if keyed:
                 found = model.grouped_contiguous_keys(m_values, n, k, e, num_sms, mk_alignment=block_m)
-                if p["mode"] == "exact":
-                    m_values = list(found.values())
                 keys = {"compile_keys": list(found)}
+                if p["mode"] == "exact":
+                    keys["max_m"] = m_values[-1]
+                    m_values = list(found.values())
+                else:
+                    keys["key_m_values"] = list(found.values())
             steps.append(step(f"grouped_gemm-{weight}-e{e}-n{n}-k{k}", "grouped_gemm",
                               kernel="m_grouped_fp8_gemm_nt_contiguous", backend="deep_gemm",
                               weight=weight, num_groups=e, n=n, k=k, top_k=top_k,
@@ -134,7 +139,10 @@ def dense_m_values(scope: Scope, mode: str, max_tokens: int, n: int, k: int, num
     if not keyed:
         return list(m_values), {}
     found = model.dense_keys(m_values, n, k, num_sms)
-    return list(found.values()) if mode == "exact" else list(m_values), {"compile_keys": list(found)}
+    if mode == "exact":
+        return list(found.values()), {"compile_keys": list(found)}
+    # The first M of each key: where `warmup execute --jobs` compiles it.
+    return list(m_values), {"compile_keys": list(found), "key_m_values": list(found.values())}
 
 
 def grouped_m_values(scope: Scope, max_tokens: int, block_m: int, num_experts: int, top_k: int,
@@ -142,42 +150,16 @@ def grouped_m_values(scope: Scope, max_tokens: int, block_m: int, num_experts: i
     # Assumes every DP rank has the same max_num_batched_tokens, as vLLM does.
     tokens = scope.names["data_parallel_size"] * max_tokens
     exact = scope.params["mode"] == "exact"
-    if exact and top_k > block_m:  # produced_m_sums then walks every request size
-        scope.count_limit("max_tokens", "grouped GEMM request sizes", tokens)
-    if scope.params["grouped_m_values"] == "block_m_steps":
+    if scope.params["grouped_m_values"] == "block_m_steps" or exact:
+        # Every multiple of block_m up to MAX_M: exact mode takes its kernels' first M_sums from
+        # all of them, since paths that sum padded per-expert counts (DeepEP) reach any of them.
         chunk = scope.integer("moe_chunk_size", minimum=0)
         if chunk:
             tokens = min(tokens, chunk)
         max_m = round_up(tokens * top_k + num_experts * (block_m - 1), block_m)
         scope.count_limit("max_tokens", "grouped GEMM M-values", max_m // block_m)
-        if exact:
-            return produced_m_sums(tokens, top_k, num_experts, block_m, cap_active=False)
-        return list(range(block_m, max_m + 1, block_m))
-    if exact:
-        scope.count_limit("max_tokens", "grouped GEMM M-values", round_up(tokens * top_k, block_m) // block_m + 1)
-        return produced_m_sums(tokens, top_k, num_experts, block_m, cap_active=True)
+        return range(block_m, max_m + 1, block_m) if exact else list(range(block_m, max_m + 1, block_m))
     return aligned_sum_m_values(tokens, top_k, num_experts, block_m, relax_n, num_sms)
-
-
-def produced_m_sums(tokens: int, top_k: int, num_experts: int, alignment: int, cap_active: bool) -> list[int]:
-    """Every M_sum the engine computes for a request of 1..tokens tokens, ascending.
-
-    M_sum(T) = round_up(T*top_k + A*(alignment-1), alignment) with A = E (v0.11) or
-    min(T*top_k, E) (HEAD). Past T*top_k >= E both grow by top_k per token, so with
-    top_k <= alignment they take every multiple of the alignment up to M_sum(tokens).
-    """
-    def m_sum(t):
-        routed = t * top_k
-        active = min(routed, num_experts) if cap_active else num_experts
-        return round_up(routed + active * (alignment - 1), alignment)
-
-    if top_k > alignment:
-        return sorted({m_sum(t) for t in range(1, tokens + 1)})
-    first_full = min(cdiv(num_experts, top_k), tokens + 1) if cap_active else 1  # A = E from here on
-    out = {m_sum(t) for t in range(1, first_full)}
-    if first_full <= tokens:
-        out.update(range(m_sum(first_full), m_sum(tokens) + 1, alignment))
-    return sorted(out)
 
 
 def aligned_sum_m_values(tokens: int, top_k: int, num_experts: int, alignment: int, relax_n: int,

@@ -13,8 +13,8 @@ launch config its table picks by M, plus the class of every integer argument (==
   really read may have other keys).
 
 Every step lists `compile_keys`, the distinct keys its M-values reach in order of
-first M; in `exact` mode `compile_keys[i]` is the key of `m_values[i]`, and `max_m` is
-the end of the range the keys cover.
+first M; in `exact` mode `compile_keys[i]` is the key of `m_values[i]`, otherwise
+`key_m_values[i]` is its first M; `max_m` is the end of the range.
 """
 
 from __future__ import annotations
@@ -80,11 +80,9 @@ def dense_steps(scope: Scope, max_tokens: int) -> list[dict]:
     steps = []
     for (n, k), layers in shapes.items():
         table = scope.tables.get(dispatch.FP8_GEMM, n, k)
-        m_values, keys = planned_m_values(scope, range(1, max_tokens + 1),
-                                          lambda m: dispatch.fp8_gemm_key(m, n, k, table))
+        planned = planned_m_values(scope, range(1, max_tokens + 1), lambda m: dispatch.fp8_gemm_key(m, n, k, table))
         steps.append(step(f"gemm-n{n}-k{k}", "gemm", kernel="fp8_gemm", backend="triton", n=n, k=k,
-                          block_size=[BLOCK_K, BLOCK_K], layers=layers, m_values=m_values,
-                          max_m=max_tokens, compile_keys=keys))
+                          block_size=[BLOCK_K, BLOCK_K], layers=layers, max_m=max_tokens, **planned))
     return steps
 
 
@@ -104,26 +102,30 @@ def grouped_steps(scope: Scope, max_tokens: int, block_m: int) -> list[dict]:
                 continue
             seen.add((weight, e, n, k))
             table = scope.tables.get(dispatch.GROUPED_FP8_GEMM, n, k)
-            m_values, keys = planned_m_values(
+            planned = planned_m_values(
                 scope, producible, lambda m: dispatch.grouped_gemm_key(m, n, k, block_m, table),
                 buckets_of=lambda: sorted({m for m in bucket_m_values(scope.params["buckets"], max_m)
                                            if m % block_m == 0} | {block_m, max_m}))
             steps.append(step(f"grouped_gemm-{weight}-e{e}-n{n}-k{k}", "grouped_gemm",
                               kernel="grouped_fp8_gemm", backend="triton", weight=weight, num_groups=e,
                               n=n, k=k, top_k=top_k, alignment=block_m, layers=[moe["name"]],
-                              m_values=m_values, max_m=max_m, compile_keys=keys))
+                              max_m=max_m, **planned))
     return steps
 
 
-def planned_m_values(scope: Scope, producible: range, key_of, buckets_of=None) -> tuple[list[int], list[str]]:
-    """(M-values, their compile keys) of the stage's mode over the producible M range."""
+def planned_m_values(scope: Scope, producible: range, key_of, buckets_of=None) -> dict:
+    """The step fields of the stage's mode over the producible M range: `m_values`,
+    `compile_keys` and, outside exact mode, `key_m_values` (the first M of each key: where
+    `warmup execute --jobs` compiles it)."""
     mode = scope.params["mode"]
     if mode == "exact":
-        return dispatch.first_value_per_key(producible, key_of)
+        m_values, keys = dispatch.first_value_per_key(producible, key_of)
+        return {"m_values": m_values, "compile_keys": keys}
     if mode == "full":
         values = list(producible)
     elif buckets_of is not None:
         values = buckets_of()
     else:
         values = bucket_m_values(scope.params["buckets"], producible[-1])
-    return values, dispatch.distinct_keys(values, key_of)
+    firsts, keys = dispatch.first_value_per_key(values, key_of)
+    return {"m_values": values, "compile_keys": keys, "key_m_values": firsts}
