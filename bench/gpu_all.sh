@@ -118,7 +118,7 @@ fi
 
 if part deepgemm && python3 -c "import deep_gemm" 2>/dev/null; then
 # 4. DeepGEMM: numerics and the per-M ground truth, then the executor on the vllm plan's stage.
-run deep-gemm-ground-truth 0 python3 bench/deep_gemm_gpu.py --out "$RES" ${DG_QUICK:+--quick}
+[ -n "${DG_SKIP_GROUND_TRUTH:-}" ] || run deep-gemm-ground-truth 0 python3 bench/deep_gemm_gpu.py --out "$RES" ${DG_QUICK:+--quick}
 for eng in deepseek-v3-fp8-tp8-h200 qwen3-30b-a3b-fp8-h100; do
     export TRITON_CACHE_DIR=$WORK/triton-cache-dg-$eng
     # exact into a fresh DG_JIT_CACHE_DIR; then a fresh process (the serving process's stand-in)

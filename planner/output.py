@@ -227,6 +227,12 @@ def _detail(kind: str, group: list[dict]) -> str:
 RENDERERS = {"yaml": to_yaml, "json": to_json, "table": to_table}
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | os.PathLike, text: str) -> None:
     """Write all or nothing: readers see the old file or the new one, never a partial one.
 
@@ -236,6 +242,9 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
+        # mkstemp makes the file 0600: give it the mode a plain open() would (tables, plans and
+        # manifests are read by other users and processes, e.g. a serving process of another uid).
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

@@ -1,5 +1,6 @@
 """Expanded-plan output: lossless YAML compression, JSON, table, determinism, digests."""
 
+import os
 import json
 import random
 
@@ -101,3 +102,18 @@ def test_expanded_plan_validates_against_its_schema():
 
     for plan in ("vllm", "vllm-head"):
         jsonschema.validate(json.loads(to_json(expanded(plan))), load_schema("expanded-plan"))
+
+
+def test_write_atomic_gives_the_mode_a_plain_open_would(tmp_path):
+    """mkstemp makes 0600 files: tables and plans are read by other users' processes."""
+    import stat
+
+    from planner.output import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "table.json", "{}\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "table.json").st_mode) == 0o644
+    assert (tmp_path / "table.json").read_text() == "{}\n"
