@@ -7,8 +7,9 @@ per M_sum. DeepGEMM 1.x names them ``gemm_fp8_fp8_bf16_nt`` and
 allocated once at the largest M and sliced per M-value. The activations are empty
 and the scales zeros (vLLM HEAD); the weights zeros with unit scales.
 
-DeepGEMM is not on PyPI: when ``import deep_gemm`` fails the backend is unavailable and
-its steps are reported so; nothing here imports it before ``available()`` is asked.
+DeepGEMM comes from PyPI as ``sgl-deep-gemm`` (a wheel built against one torch) or from
+deepseek-ai/DeepGEMM built into the environment: when ``import deep_gemm`` fails the backend
+is unavailable and its steps say why; nothing here imports it before ``available()``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class DeepGemmBackend(BaseBackend):
 
     def available(self) -> tuple[bool, str]:
         if importlib.util.find_spec("deep_gemm") is None:
-            return False, ("deep_gemm is not installed (it is not on PyPI: build it from "
-                           "github.com/deepseek-ai/DeepGEMM into this environment)")
+            return False, ("deep_gemm is not installed (pip install sgl-deep-gemm with a wheel built for "
+                           "this torch, or build deepseek-ai/DeepGEMM into this environment)")
         ok, why = torch_cuda_available(self.device)
         if not ok:
             return ok, why
