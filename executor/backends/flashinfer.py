@@ -16,7 +16,7 @@ What runs inside the context:
   (N, K) of the engine's FP8 linear layers. That is the FlashInfer-tuned op of a dense FP8
   model whose JIT build is small (three source files); the op vLLM tunes on Hopper, the
   CUTLASS fused MoE, needs a module of 794 CUTLASS kernel instantiations
-  (bench/flashinfer_RESULTS.md). Run on an H100 with FlashInfer 0.6.16.post3 by
+  (bench/RESULTS.md, part F). Run on an H100 with FlashInfer 0.6.16.post3 by
   bench/flashinfer_gpu.py.
 
 ``cache: persistent`` (the file is ``--flashinfer-cache`` or, by default,
