@@ -211,25 +211,13 @@ def _sources_of(expanded: dict, args, path: str):
 
 
 def check_fresh(expanded: dict, engine, plan, path: str) -> str:
-    """Refuse a stale expanded plan. planner.stale.check_fresh when it exists; until then,
-    the same test on the digests the planner writes (plan, engine, planner version)."""
-    from planner.errors import PlanError
+    """Refuse a stale expanded plan: planner.review.stale.check_fresh, the same check as
+    `warmup check` (plan, engine, planner version and tuned-table digests). Imported
+    without a fallback: it ships with the executor, so a failed import is a bug to see."""
+    from planner.review.stale import check_fresh as planner_check
 
-    try:
-        from planner.stale import check_fresh as planner_check
-    except ImportError:
-        planner_check = None
-    if planner_check is not None:
-        planner_check(expanded, engine, plan, file=path)
-        return "planner.stale.check_fresh"
-    from planner.expand import input_digests
-
-    now = input_digests(plan, engine)
-    changed = [k for k in ("plan", "engine", "planner") if expanded["inputs"].get(k) != now[k]]
-    if changed:
-        raise PlanError(f"stale expanded plan: its {', '.join(changed)} input changed since it was planned "
-                        f"(plan {plan.name!r}, engine {engine.name!r}); plan it again with `warmup plan`", file=path)
-    return "input digests (planner.stale not present)"
+    planner_check(expanded, engine, plan, file=path)
+    return "planner.review.stale.check_fresh"
 
 
 def _execute(args, report) -> int:

@@ -9,11 +9,12 @@ import os
 import pytest
 import yaml
 
-from planner import cli, lints
+from planner import cli
 from planner.engine import engine_from_document
 from planner.expand import expand
 from planner.plan import load_plan
 from planner.resources import builtin_engines, builtin_plans
+from planner.review import lints
 from planner.yamlio import Document
 
 HERE = os.path.dirname(__file__)

@@ -9,10 +9,11 @@ import re
 import pytest
 import yaml
 
-from planner import cli, diff, hf
+from planner import cli, hf
 from planner.engine import load_engine
 from planner.expand import expand
 from planner.plan import load_plan
+from planner.review import diff
 
 HERE = os.path.dirname(__file__)
 FIXTURES = os.path.join(HERE, "fixtures")

@@ -8,11 +8,12 @@ import os
 import pytest
 import yaml
 
-from planner import cli, stale
+from planner import cli
 from planner.engine import engine_from_document, load_engine
 from planner.errors import PlanError
 from planner.expand import digest, expand
 from planner.plan import load_plan
+from planner.review import stale
 from planner.yamlio import Document
 
 HERE = os.path.dirname(__file__)

@@ -1,6 +1,7 @@
 """The review workflow: `warmup diff` (what a change does to the warmup) and `warmup check` (lints).
 
-Imported on every `warmup` start: the heavy modules load inside the commands.
+Imported on every `warmup` start (through planner/review/__init__.py): the heavy modules
+(.diff, .lints, .stale) load inside the commands.
 
 Exit codes, like diff(1): `diff` 0 same steps, 1 different; `check` 0 clean (warnings
 allowed unless --strict), 1 lint errors; both 2 invalid input (a stale plan included),
@@ -71,7 +72,7 @@ def cmd_diff(args) -> int:
 
 
 def _diff_inputs(args) -> tuple[dict, dict]:
-    from .errors import PlanError
+    from ..errors import PlanError
 
     plans, engines = args.plan, args.engine
     if args.files:
@@ -90,21 +91,21 @@ def _diff_inputs(args) -> tuple[dict, dict]:
 
 
 def _expand(plan_ref: str, engine_ref: str) -> dict:
-    from .engine import load_engine
-    from .expand import expand
-    from .plan import load_plan
+    from ..engine import load_engine
+    from ..expand import expand
+    from ..plan import load_plan
 
     return expand(load_plan(plan_ref), load_engine(engine_ref))
 
 
 def _load_expanded(path: str) -> dict:
-    from .loading import detect, expanded_from_document
-    from .yamlio import load_file
+    from ..loading import detect, expanded_from_document
+    from ..yamlio import load_file
 
     doc = load_file(path)
     kind = detect(doc)
     if kind != "expanded plan":
-        from .errors import PlanError
+        from ..errors import PlanError
 
         hint = "--plan FILE --engine E" if kind == "plan" else "--engine FILE with a --plan"
         raise PlanError(f"this is {'a plan' if kind == 'plan' else 'an engine config'}, not an expanded plan "
@@ -129,7 +130,7 @@ def cmd_check(args) -> int:
         _emit(_list_lints(), args, False)
         return EXIT_CLEAN
     if not args.target:
-        from .errors import PlanError
+        from ..errors import PlanError
 
         raise PlanError("expected a plan or an expanded plan to check (or --list)", file="warmup check")
     expanded, engine, notes = _check_inputs(args)
@@ -147,14 +148,14 @@ def cmd_check(args) -> int:
 
 def _check_inputs(args):
     """(expanded plan, Engine or None, notes) for what the user named; stale plans are refused."""
-    from .engine import load_engine
-    from .errors import PlanError
-    from .expand import expand
-    from .loading import detect, expanded_from_document
-    from .plan import load_plan
-    from .resources import resolve
+    from ..engine import load_engine
+    from ..errors import PlanError
+    from ..expand import expand
+    from ..loading import detect, expanded_from_document
+    from ..plan import load_plan
+    from ..resources import resolve
     from .stale import builtin_plan, check_fresh
-    from .yamlio import load_file
+    from ..yamlio import load_file
 
     path = resolve(args.target, "plan")
     doc = load_file(path)
@@ -251,7 +252,7 @@ COLORS = {"+": "32", "-": "31", "~": "33", "ERROR": "31", "WARNING": "33"}
 
 def _emit(text: str, args, colorable: bool) -> None:
     if args.output:
-        from .output import write_atomic
+        from ..output import write_atomic
 
         write_atomic(args.output, text)
         return

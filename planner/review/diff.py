@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .expand import summarize
+from ..expand import summarize
 
 SHORT_LIST = 6        # lists of at most this many values are shown whole
 EXAMPLES = 4          # otherwise: a count and this many examples

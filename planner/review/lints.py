@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from .engine import expression_names
-from .expr import round_up
-from .stages.batches import BlockCounter
+from ..engine import expression_names
+from ..expr import round_up
+from ..stages.batches import BlockCounter
 
 ERROR, WARNING = "error", "warning"
 EXAMPLES = 4

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 
-from . import __version__
-from .dispatch.gemm_tables import TableReader
-from .engine import Engine
-from .errors import PlanError
-from .expand import digest
-from .plan import Plan
+from .. import __version__
+from ..dispatch.gemm_tables import TableReader
+from ..engine import Engine
+from ..errors import PlanError
+from ..expand import digest
+from ..plan import Plan
 
 WHAT = {"plan": "the plan", "engine": "the engine config", "planner": "the planner version",
         "kernel_configs": "the tuned kernel config tables"}
@@ -28,8 +28,8 @@ def builtin_plan(expanded: dict) -> Plan | None:
     A plan loaded from a file keeps only its name in the header, so a custom plan
     cannot be found again: its digest is then not compared (see `check_fresh`).
     """
-    from .plan import load_plan
-    from .resources import builtin_plans
+    from ..plan import load_plan
+    from ..resources import builtin_plans
 
     name = expanded.get("plan")
     return load_plan(name) if name in builtin_plans() else None
@@ -72,7 +72,7 @@ def check_fresh(expanded: dict, engine: Engine, plan: Plan | None, *, file: str 
 
 def engine_ref(engine: Engine) -> str:
     """How to name the engine on a command line: its built-in name, or its file."""
-    from .resources import engines_dir
+    from ..resources import engines_dir
 
     folder = os.path.realpath(os.path.dirname(engine.file))
     if folder == os.path.realpath(engines_dir()):

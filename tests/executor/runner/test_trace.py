@@ -179,7 +179,7 @@ def test_pre_40746_variant_leaves_the_prefill_path_cold():
     """2-token prompts with 1 draft token: every synthetic batch is uniform decode, so no variant
     of the prefill attention is warmed, and the trace's prefills (long prompts: the 64-row tile)
     compile it; `warmup check` reports E101, and nothing for the built-in plan."""
-    from planner import lints
+    from planner.review import lints
 
     engine = load_engine("tests/fixtures/engines/runner-llama-3.1-8b-fp8-ngram1.yaml")
     plan = expand(load_plan("tests/fixtures/plans/reference-pre-40746.yaml"), engine)
