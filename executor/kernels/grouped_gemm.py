@@ -157,7 +157,7 @@ def specialization_key(M: int, N: int, K: int, block_m: int = 128, table=None, c
     return dispatch.grouped_gemm_key(M, N, K, block_m, table, config)
 
 
-def specialization_classes(Ms, N: int, K: int, block_m: int = 128, table=None) -> dict[tuple, list[int]]:
+def specialization_classes(Ms, N: int, K: int, block_m: int = 128, table=None) -> dict[str, list[int]]:
     classes: dict[tuple, list[int]] = {}
     for m in sorted(set(Ms)):
         classes.setdefault(specialization_key(m, N, K, block_m, table), []).append(m)

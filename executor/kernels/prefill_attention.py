@@ -207,7 +207,7 @@ def specialization_key(num_tokens: int, num_heads: int, num_kv_heads: int, head_
 
 
 def specialization_classes(token_counts, num_heads: int, num_kv_heads: int, head_size: int,
-                           **layer) -> dict[tuple, list[int]]:
+                           **layer) -> dict[str, list[int]]:
     """Group token counts by compiled variant: always a single group, since no kernel
     argument depends on the token count (one warmup call covers them all)."""
     classes: dict[tuple, list[int]] = {}
