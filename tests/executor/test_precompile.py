@@ -160,6 +160,17 @@ def test_steps_without_a_one_to_one_key_list_are_whole_step_jobs():
     assert pc.step_content_key({**legacy, "m_values": [1, 2]}) != pc.step_content_key(legacy)
 
 
+def test_full_and_relax_steps_get_one_job_per_key_at_its_first_m():
+    """Outside exact mode the plan gives the first M of each key (key_m_values): one job per
+    key there, not the whole step in one worker (DeepSeek-V3's relax stage: 9 jobs -> 141)."""
+    full = {**gemm("full", [1, 2, 3, 4, 5], ["k1", "k2"]), "key_m_values": [1, 4]}
+    bad = {**gemm("bad", [1, 2, 3], ["k3", "k4"]), "key_m_values": [1]}  # not one per key: whole step
+    jobs = pc.compile_jobs([full, bad], backends=("fake",))
+    assert [(j.key, j.step_id, j.values, j.whole_step) for j in jobs] == [
+        ("k1", "s/full", [1], False), ("k2", "s/full", [4], False), ("k3", "s/bad", [1, 2, 3], True)]
+    assert jobs[1].step["m_values"] == [4] and jobs[1].step["compile_keys"] == ["k2"]
+
+
 def test_attention_jobs_and_the_release_after_autotune():
     att = {"id": "a/att", "stage": "a", "kind": "attention", "kernel": "context_attention_fwd", "num_heads": 2,
            "num_kv_heads": 1, "head_size": 64, "num_tokens": 7, "compile_keys": ["att-key"]}
