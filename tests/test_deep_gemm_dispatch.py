@@ -90,6 +90,10 @@ def test_compile_keys_of_relax_and_full_plans(base, engine, tmp_path):
                 keys = [dg.grouped_contiguous_kernel_key(m, s["n"], s["k"], s["num_groups"], sms)
                         for m in s["m_values"]]
             assert s["compile_keys"] == list(dict.fromkeys(keys))
+            first = {}
+            for m, key in zip(s["m_values"], keys):
+                first.setdefault(key, m)
+            assert s["key_m_values"] == [first[key] for key in s["compile_keys"]]  # where --jobs compiles each
 
 
 def test_exact_plans_cover_what_full_and_block_m_steps_compile(exact_plans, tmp_path):
