@@ -56,6 +56,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import registry
+from .jit_monitor import deep_gemm_cache_dir
 
 PRECOMPILE_BACKENDS = ("triton", "deep_gemm")  # backends whose variants are compiled in workers by default
 GPU_BACKENDS = ("triton", "deep_gemm")         # these compile only on a CUDA device
@@ -209,10 +210,6 @@ def triton_cache_dir() -> str:
     if path:
         return path
     return os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~/"), ".triton", "cache")
-
-
-def deep_gemm_cache_dir() -> str:
-    return os.environ.get("DG_JIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".deep_gemm")
 
 
 def manifest_path() -> str | None:

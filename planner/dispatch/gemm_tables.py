@@ -167,11 +167,6 @@ def table_path(kernel: str, N: int, K: int, device_name: str, root=None) -> Path
     return Path(root if root is not None else config_root()) / table_name(kernel, N, K, device_name)
 
 
-def find_table(kernel: str, N: int, K: int, device_name: str, root=None) -> Table | None:
-    path = table_path(kernel, N, K, device_name, root)
-    return load_table(path) if path.is_file() else None
-
-
 class TableReader:
     """The tables one plan expansion consults, each read once and remembered, so that the
     plan's digest covers exactly the tables that shaped it (a missing table counts too:
