@@ -60,7 +60,7 @@ from .jit_monitor import deep_gemm_cache_dir
 
 PRECOMPILE_BACKENDS = ("triton", "deep_gemm")  # backends whose variants are compiled in workers by default
 GPU_BACKENDS = ("triton", "deep_gemm")         # these compile only on a CUDA device
-KEYED_KINDS = ("gemm", "grouped_gemm", "attention")
+KEYED_KINDS = ("gemm", "grouped_gemm", "attention", "kernel")
 MAX_DEFAULT_JOBS = 32
 MANIFEST_NAME = "warmup-precompiled.json"
 MANIFEST_FORMAT = "warmup-precompiled/v1"
@@ -68,7 +68,8 @@ EMPTY_CACHE_BYTES = 1 << 30  # a worker frees its cached GPU memory above this m
 # Sources that decide which variant a call compiles: the kernels, the backends' allocation
 # paths and the dispatch models. A change to any invalidates the manifest.
 SOURCE_GLOBS = (("executor", "kernels"), ("planner", "dispatch"))
-SOURCE_FILES = (("executor", "backends", "triton.py"), ("executor", "backends", "deep_gemm.py"))
+SOURCE_FILES = (("executor", "backends", "triton.py"), ("executor", "backends", "deep_gemm.py"),
+                ("executor", "runner", "kernels.py"))
 
 
 def default_jobs() -> int:
@@ -121,6 +122,8 @@ def step_keys(step: dict) -> list[str]:
 def _values(step: dict) -> list:
     if step["kind"] == "attention":
         return [[int(step["num_tokens"])]]  # as executor/handlers/attention.py: one sequence
+    if step["kind"] == "kernel":
+        return list(step["variants"])  # one launch per compile key
     return [int(m) for m in step["m_values"]]
 
 
@@ -141,6 +144,8 @@ def _single(step: dict, value, key: str) -> dict:
     """The step reduced to one value and its key (the backend still checks the pairing)."""
     if step["kind"] == "attention":
         return {**step, "num_tokens": value[0], "compile_keys": [key]}
+    if step["kind"] == "kernel":
+        return {**step, "variants": [value], "compile_keys": [key]}
     return {**step, "m_values": [value], "compile_keys": [key]}
 
 
@@ -544,7 +549,7 @@ class Precompiler:
         if self.requested <= 1:
             return self._skip("off", f"--jobs {self.requested}: variants compile in the main process")
         if not planned:
-            return self._skip("off", "; ".join(why_not) or "nothing to precompile (no gemm, grouped_gemm or "
+            return self._skip("off", "; ".join(why_not) or "nothing to precompile (no gemm, grouped_gemm, kernel or "
                                                          f"attention step of {', '.join(self.backends)})")
         have_sets = read_manifest(self.manifest, self.fingerprint())
         have = {(b, k) for b, keys in have_sets.items() for k in keys}

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import importlib
 
-from .handlers import attention, autotune, batch, cudagraph, gemm, grouped_gemm
+from .handlers import attention, autotune, batch, cudagraph, gemm, grouped_gemm, kernel
 
 HANDLERS = {
     "gemm": gemm.handle,
     "grouped_gemm": grouped_gemm.handle,
     "attention": attention.handle,
+    "kernel": kernel.handle,
     "autotune": autotune.handle,
     "cudagraph": cudagraph.handle,
     "prefill": batch.handle_execute,
@@ -22,7 +23,7 @@ HANDLERS = {
 
 # Kernel families a backend can implement, and the step kinds of each.
 FAMILY_OF_KIND = {"gemm": "gemm", "grouped_gemm": "grouped_gemm", "attention": "attention",
-                  "autotune": "autotune"}
+                  "autotune": "autotune", "kernel": "kernel"}
 
 BACKENDS = {
     "triton": ("executor.backends.triton", "TritonBackend"),
@@ -34,11 +35,11 @@ BACKENDS = {
 
 # Which backend families each one implements (checked at option parsing, without imports).
 BACKEND_FAMILIES = {
-    "triton": ("gemm", "grouped_gemm", "attention", "autotune"),
+    "triton": ("gemm", "grouped_gemm", "attention", "autotune", "kernel"),
     "deep_gemm": ("gemm", "grouped_gemm"),
     "flashinfer": ("autotune",),
     "torch": ("gemm",),
-    "null": ("gemm", "grouped_gemm", "attention", "autotune"),
+    "null": ("gemm", "grouped_gemm", "attention", "autotune", "kernel"),
 }
 
 # Attention steps name a kernel, not a backend: the backend that owns each kernel.

@@ -185,6 +185,8 @@ def planned_calls(step: dict) -> int:
         return max(1, len(step.get("buckets") or [1]) * max(1, len(step.get("shapes") or [])))
     if kind == "cudagraph":
         return len(step.get("sizes") or []) + len(step.get("uniform_decode_sizes") or [])
+    if kind == "kernel":
+        return len(step.get("variants") or [])
     return 1
 
 

@@ -14,6 +14,7 @@ import triton  # noqa: F401
 
 from executor.backends import triton as _triton_backend  # noqa: F401
 from executor.kernels import fp8_gemm, grouped_gemm, prefill_attention  # noqa: F401
+from executor.runner import kernels as _runner_kernels  # noqa: F401
 
 try:
     from triton.runtime.cache import triton_key

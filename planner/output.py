@@ -204,6 +204,8 @@ def _calls(step: dict) -> int:
         return len(step["m_values"])
     if step["kind"] == "cudagraph":
         return len(step["sizes"]) + len(step["uniform_decode_sizes"])
+    if step["kind"] == "kernel":
+        return len(step["variants"])
     return 1
 
 
@@ -221,6 +223,8 @@ def _detail(kind: str, group: list[dict]) -> str:
         return f"{s['kernel']}, {len({(g['num_heads'], g['num_kv_heads'], g['head_size']) for g in group})} layer keys"
     if kind == "sample":
         return "grammar bitmask" if any(g["grammar_bitmask"] for g in group) else ""
+    if kind == "kernel":
+        return f"{len(group)} kernels ({s['backend']})"
     return ""
 
 

@@ -11,7 +11,7 @@ from .base import BaseBackend
 
 class NullBackend(BaseBackend):
     name = "null"
-    families = ("gemm", "grouped_gemm", "attention", "autotune")
+    families = ("gemm", "grouped_gemm", "attention", "autotune", "kernel")
 
     def gemm(self, step, m_values, tick):
         tick(len(m_values))
@@ -28,6 +28,10 @@ class NullBackend(BaseBackend):
     def attention(self, step, batches, tick):
         tick(len(batches))
         return len(batches)
+
+    def kernel(self, step, variants, tick):
+        tick(len(variants))
+        return len(variants)
 
     def autotune(self, step, tick, ctx):
         shapes = step.get("shapes") or []

@@ -35,7 +35,7 @@ def check_planned_keys(step: dict, values: list[int], launched_key) -> None:
 
 class TritonBackend(BaseBackend):
     name = "triton"
-    families = ("gemm", "grouped_gemm", "attention", "autotune")
+    families = ("gemm", "grouped_gemm", "attention", "autotune", "kernel")
     KERNELS = {"gemm": ("fp8_gemm", "fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "w8a8_block_fp8_matmul"),
                "grouped_gemm": ("grouped_fp8_gemm", "m_grouped_fp8_gemm_nt_contiguous",
                                 "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"),
@@ -160,6 +160,28 @@ class TritonBackend(BaseBackend):
                       softcap=float(step.get("logits_soft_cap") or 0.0), sliding_window=window)
 
         return self._launch_loop(batches, launch, tick)
+
+    def kernel(self, step, variants, tick):
+        """Compile (or load) each planned variant of one of the runner's kernels, launching nothing."""
+        from planner.dispatch.runner_kernels import Launch
+
+        from ..runner import kernels as rk
+
+        if step["kernel"] not in rk.LAUNCHABLE:
+            raise Unavailable(f"triton backend has no runner kernel {step['kernel']!r}")
+        if not str(self.device).startswith("cuda"):
+            raise Unavailable("runner kernels compile only on a CUDA device (the interpreter compiles nothing)")
+        launches = [Launch.from_spec(step["kernel"], v) for v in variants]
+        planned = step.get("compile_keys")
+        if planned and len(planned) == len(step["variants"]) and variants == step["variants"]:
+            for launch, key in zip(launches, planned):
+                if launch.key() != key:
+                    raise RuntimeError(f"step {step['id']}: a variant was planned as {key} but its arguments "
+                                       f"give {launch.key()}; re-run `warmup plan`")
+        for launch in launches:
+            rk.compile_launch(launch)
+            tick(1)
+        return len(launches)
 
     def autotune(self, step, tick, ctx):
         import torch

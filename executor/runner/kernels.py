@@ -4,16 +4,17 @@ Each kernel has a torch reference in tests/executor/runner/ and runs under
 TRITON_INTERPRET=1 on CPU at small shapes (fp16 there: the interpreter cannot do a
 bf16 ``tl.dot``). The GEMMs come from executor.kernels.
 
-Specialization (Triton 3.6, triton-and-peers.md §3.3). Every kernel here takes its
-pointers as fresh or sliced-from-0 tensors (16-byte aligned), and its strides and
-sizes are fixed by the engine (head size, vocab, block-table width), so each kernel
-has a single compiled variant per engine, except ``prepare_inputs``. That one takes
-``num_tokens`` and ``num_tokens_padded`` as plain ints, as vLLM's
-``_compute_slot_mappings_kernel`` does, so it compiles once per pair of integer
-classes (==1, %16 == 0, other): eager batches give (c, c), a uniform decode batch
-padded to a CUDA-graph size can give (other, %16). A warmup covers it with batch
-sizes of each class, which is what the synthetic_batches stages of
-plans/reference.yaml are for.
+Which variant a launch compiles (its constexprs, launch options, and which pointers
+are exempt from alignment specialization) is planner.dispatch.runner_kernels: every
+launch below goes through ``_launch`` with the ``Meta`` that module computes, and the
+planner enumerates from the engine config every key these launches can reach (the
+``runner_kernels`` stage of plans/reference.yaml), so precompile workers build them
+before the runner runs. Pointers are fresh or sliced-from-0 tensors (16-byte aligned),
+except the V view of the QKV output, and the strides and sizes are fixed by the
+engine, so each kernel has one variant per engine except ``prepare_inputs`` (its token
+counts are plain ints, as in vLLM's ``_compute_slot_mappings_kernel``: one variant
+per pair of int classes) and the prefill attention (two query tiles).
+``record_launches`` collects the keys of real launches: tests check each is planned.
 
 Batch rows (``idx_mapping``) index the runner's persistent per-request tables
 (block table, penalty counts), as in vLLM's model runner V2.
@@ -21,12 +22,21 @@ Batch rows (``idx_mapping``) index the runner's persistent per-request tables
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from executor.kernels._triton import LazyKernel, tl
-from executor.kernels.configs import cdiv, next_power_of_2
+from executor.kernels.configs import cdiv
+from planner.dispatch import runner_kernels as dispatch
 
-PAD_SLOT = -1
+PAD_SLOT = dispatch.PAD_SLOT
+
+
+def _runner_kernel(fn) -> LazyKernel:
+    """The kernel, exempt from alignment specialization where its dispatch model says so."""
+    no_align = dispatch.KERNELS[fn.__name__].no_align
+    return LazyKernel(fn, do_not_specialize_on_alignment=list(no_align)) if no_align else LazyKernel(fn)
 
 
 # --- inputs: positions, slot mapping, sequence lengths -----------------------------------------
@@ -59,7 +69,7 @@ def _prepare_inputs_kernel(
         tl.store(slot_mapping + offs, block * PAGE + pos % PAGE, mask=mask)
 
 
-PREPARE_INPUTS = LazyKernel(_prepare_inputs_kernel)
+PREPARE_INPUTS = _runner_kernel(_prepare_inputs_kernel)
 
 
 def prepare_inputs(idx_mapping, query_start_loc, num_computed, block_table, positions, slot_mapping,
@@ -70,10 +80,9 @@ def prepare_inputs(idx_mapping, query_start_loc, num_computed, block_table, posi
     num_computed[r] onwards; row idx_mapping[r] of block_table holds its block ids.
     """
     num_reqs = idx_mapping.shape[0]
-    PREPARE_INPUTS[(num_reqs + 1,)](
-        idx_mapping, query_start_loc, num_computed, block_table, positions, slot_mapping, seq_lens,
-        num_tokens, num_tokens_padded, block_table.stride(0), PAGE=page, BLOCK=128,
-    )
+    _launch(PREPARE_INPUTS, (num_reqs + 1,),
+            (idx_mapping, query_start_loc, num_computed, block_table, positions, slot_mapping, seq_lens,
+             num_tokens, num_tokens_padded, block_table.stride(0)), dispatch.prepare_inputs_meta(page))
 
 
 # --- KV cache write ----------------------------------------------------------------------------
@@ -94,7 +103,7 @@ def _write_kv_kernel(
     tl.store(VCache + slot * ROW + offs, v, mask=mask)
 
 
-WRITE_KV = LazyKernel(_write_kv_kernel)
+WRITE_KV = _runner_kernel(_write_kv_kernel)
 
 
 def write_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
@@ -102,8 +111,8 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
     T, kvh, d = k.shape
     if T == 0:
         return
-    WRITE_KV[(T,)](k, v, k_cache, v_cache, slot_mapping, k.stride(0), v.stride(0),
-                   ROW=kvh * d, BLOCK=next_power_of_2(kvh * d))
+    _launch(WRITE_KV, (T,), (k, v, k_cache, v_cache, slot_mapping, k.stride(0), v.stride(0)),
+            dispatch.write_kv_meta(kvh, d))
 
 
 # --- attention over the paged cache ------------------------------------------------------------
@@ -164,8 +173,7 @@ def _paged_prefill_attention_kernel(
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=q_mask)
 
 
-PREFILL_ATTENTION = LazyKernel(_paged_prefill_attention_kernel,
-                               do_not_specialize_on_alignment=["query_start_loc", "seq_lens", "idx_mapping"])
+PREFILL_ATTENTION = _runner_kernel(_paged_prefill_attention_kernel)
 
 
 def prefill_attention(q, k_cache, v_cache, out, query_start_loc, seq_lens, idx_mapping, block_table,
@@ -176,14 +184,11 @@ def prefill_attention(q, k_cache, v_cache, out, query_start_loc, seq_lens, idx_m
     num_reqs = seq_lens.shape[0]
     if T == 0 or num_reqs == 0:
         return
-    block_m = 64 if max_query_len > 16 else 16
-    grid = (cdiv(max_query_len, block_m), H, num_reqs)
-    PREFILL_ATTENTION[grid](
-        q, k_cache, v_cache, out, query_start_loc, seq_lens, idx_mapping, block_table,
-        scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_table.stride(0),
-        HEAD_SIZE=D, BLOCK_D=next_power_of_2(D), QUERIES_PER_KV=H // kvh, KV_ROW=kvh * D,
-        PAGE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=64, num_warps=4, num_stages=2,
-    )
+    meta = dispatch.prefill_attention_meta(H, kvh, D, k_cache.shape[1], max_query_len)
+    grid = (cdiv(max_query_len, meta.constexprs["BLOCK_M"]), H, num_reqs)
+    _launch(PREFILL_ATTENTION, grid,
+            (q, k_cache, v_cache, out, query_start_loc, seq_lens, idx_mapping, block_table,
+             scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_table.stride(0)), meta)
 
 
 def _paged_decode_attention_kernel(
@@ -239,7 +244,7 @@ def _paged_decode_attention_kernel(
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=q_mask)
 
 
-DECODE_ATTENTION = LazyKernel(_paged_decode_attention_kernel, do_not_specialize_on_alignment=["seq_lens", "idx_mapping"])
+DECODE_ATTENTION = _runner_kernel(_paged_decode_attention_kernel)
 
 
 def decode_attention(q, k_cache, v_cache, out, seq_lens, idx_mapping, block_table, q_len: int,
@@ -250,14 +255,10 @@ def decode_attention(q, k_cache, v_cache, out, seq_lens, idx_mapping, block_tabl
     num_reqs = seq_lens.shape[0]
     if num_reqs == 0:
         return
-    qpk = H // kvh
-    DECODE_ATTENTION[(num_reqs, kvh)](
-        q, k_cache, v_cache, out, seq_lens, idx_mapping, block_table,
-        scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_table.stride(0),
-        HEAD_SIZE=D, BLOCK_D=next_power_of_2(D), QUERIES_PER_KV=qpk, KV_ROW=kvh * D,
-        PAGE=k_cache.shape[1], Q_LEN=q_len, BLOCK_R=max(16, next_power_of_2(qpk * q_len)),
-        BLOCK_N=64, num_warps=4, num_stages=2,
-    )
+    _launch(DECODE_ATTENTION, (num_reqs, kvh),
+            (q, k_cache, v_cache, out, seq_lens, idx_mapping, block_table,
+             scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_table.stride(0)),
+            dispatch.decode_attention_meta(H, kvh, D, k_cache.shape[1], q_len))
 
 
 # --- sampling ------------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ def _apply_bitmask_kernel(logits, bitmask, bitmask_row, vocab_size, stride_l, st
     tl.store(logits + row.to(tl.int64) * stride_l + offs, float("-inf"), mask=in_vocab & ~allowed)
 
 
-APPLY_BITMASK = LazyKernel(_apply_bitmask_kernel, do_not_specialize_on_alignment=["bitmask_row"])
+APPLY_BITMASK = _runner_kernel(_apply_bitmask_kernel)
 
 
 def apply_bitmask(logits, bitmask, bitmask_row) -> None:
@@ -283,9 +284,9 @@ def apply_bitmask(logits, bitmask, bitmask_row) -> None:
     R, V = logits.shape
     if R == 0:
         return
-    block = min(1024, next_power_of_2(V))
-    APPLY_BITMASK[(R, cdiv(V, block))](logits, bitmask, bitmask_row, V, logits.stride(0), bitmask.stride(0),
-                                       BLOCK=block)
+    meta = dispatch.vocab_meta(V)
+    _launch(APPLY_BITMASK, (R, cdiv(V, meta.constexprs["BLOCK"])),
+            (logits, bitmask, bitmask_row, V, logits.stride(0), bitmask.stride(0)), meta)
 
 
 def _penalties_kernel(logits, slot, temperature, repetition, frequency, presence, output_counts, prompt_mask,
@@ -311,8 +312,7 @@ def _penalties_kernel(logits, slot, temperature, repetition, frequency, presence
     tl.store(ptr, x, mask=in_vocab)
 
 
-PENALTIES = LazyKernel(_penalties_kernel, do_not_specialize_on_alignment=[
-    "slot", "temperature", "repetition", "frequency", "presence"])
+PENALTIES = _runner_kernel(_penalties_kernel)
 
 
 def apply_penalties_and_temperature(logits, slot, temperature, repetition, frequency, presence,
@@ -320,10 +320,10 @@ def apply_penalties_and_temperature(logits, slot, temperature, repetition, frequ
     R, V = logits.shape
     if R == 0:
         return
-    block = min(1024, next_power_of_2(V))
-    PENALTIES[(R, cdiv(V, block))](logits, slot, temperature, repetition, frequency, presence, output_counts,
-                                   prompt_mask, V, logits.stride(0), output_counts.stride(0),
-                                   prompt_mask.stride(0), BLOCK=block)
+    meta = dispatch.vocab_meta(V)
+    _launch(PENALTIES, (R, cdiv(V, meta.constexprs["BLOCK"])),
+            (logits, slot, temperature, repetition, frequency, presence, output_counts, prompt_mask,
+             V, logits.stride(0), output_counts.stride(0), prompt_mask.stride(0)), meta)
 
 
 def _gumbel_sample_kernel(logits, temperature, seeds, excluded, out, vocab_size, stride_l,
@@ -353,8 +353,7 @@ def _gumbel_sample_kernel(logits, temperature, seeds, excluded, out, vocab_size,
     tl.store(out + row, token)
 
 
-GUMBEL_SAMPLE = LazyKernel(_gumbel_sample_kernel, do_not_specialize_on_alignment=[
-    "temperature", "seeds", "excluded", "out"])
+GUMBEL_SAMPLE = _runner_kernel(_gumbel_sample_kernel)
 
 
 def gumbel_sample(logits, temperature, seeds, excluded, out) -> None:
@@ -362,8 +361,8 @@ def gumbel_sample(logits, temperature, seeds, excluded, out) -> None:
     R, V = logits.shape
     if R == 0:
         return
-    GUMBEL_SAMPLE[(R,)](logits, temperature, seeds, excluded, out, V, logits.stride(0),
-                        BLOCK=min(1024, next_power_of_2(V)))
+    _launch(GUMBEL_SAMPLE, (R,), (logits, temperature, seeds, excluded, out, V, logits.stride(0)),
+            dispatch.vocab_meta(V))
 
 
 def _rejection_sample_kernel(draft_tokens, accept_probs, uniforms, sampled, cu_rows, out, num_out, stride_o,
@@ -388,8 +387,7 @@ def _rejection_sample_kernel(draft_tokens, accept_probs, uniforms, sampled, cu_r
     tl.store(num_out + req, first + 1)
 
 
-REJECTION_SAMPLE = LazyKernel(_rejection_sample_kernel, do_not_specialize_on_alignment=[
-    "draft_tokens", "accept_probs", "uniforms", "sampled", "cu_rows", "num_out"])
+REJECTION_SAMPLE = _runner_kernel(_rejection_sample_kernel)
 
 
 def rejection_sample(draft_tokens, accept_probs, uniforms, sampled, cu_rows, max_spec: int):
@@ -398,22 +396,75 @@ def rejection_sample(draft_tokens, accept_probs, uniforms, sampled, cu_rows, max
     out = torch.full((num_reqs, max_spec + 1), -1, dtype=torch.int32, device=cu_rows.device)
     num_out = torch.zeros(num_reqs, dtype=torch.int32, device=cu_rows.device)
     if num_reqs:
-        REJECTION_SAMPLE[(num_reqs,)](draft_tokens, accept_probs, uniforms, sampled, cu_rows, out, num_out,
-                                      out.stride(0), MAX_OUT=max_spec + 1,
-                                      BLOCK=max(2, next_power_of_2(max_spec + 1)))
+        _launch(REJECTION_SAMPLE, (num_reqs,),
+                (draft_tokens, accept_probs, uniforms, sampled, cu_rows, out, num_out, out.stride(0)),
+                dispatch.rejection_meta(max_spec))
     return out, num_out
 
 
+# --- launching, recording, compiling ahead --------------------------------------------------------
+
+_RECORDED: list | None = None  # keys of the launches made under record_launches()
+
+
+def _launch(kernel: LazyKernel, grid, args: tuple, meta: dispatch.Meta) -> None:
+    if _RECORDED is not None:
+        _RECORDED.append(dispatch.observed_key(kernel.fn.__name__, args, meta))
+    kernel[grid](*args, **meta.constexprs, **meta.options())
+
+
+@contextlib.contextmanager
+def record_launches():
+    """Collect the compile key of every runner-kernel launch in the block (tests: each must
+    be one that planner.dispatch.runner_kernels plans)."""
+    global _RECORDED
+    previous, _RECORDED = _RECORDED, []
+    try:
+        yield _RECORDED
+    finally:
+        _RECORDED = previous
+
+
+class _UnalignedMock:
+    """A pointer argument that is not 16-byte aligned, for Triton's compile-only warmup."""
+
+    def __init__(self, dtype):
+        self.dtype, self.shape = dtype, [1]
+
+    @staticmethod
+    def data_ptr():
+        return 8
+
+
+def _mock_args(kernel: str, args) -> list:
+    from triton.runtime.jit import MockTensor
+
+    out = []
+    for (_, role), arg in zip(dispatch.KERNELS[kernel].params, args):
+        if role == "ptr":
+            dtype, aligned = dispatch.pointer(arg)
+            out.append(MockTensor(getattr(torch, dtype)) if aligned else _UnalignedMock(getattr(torch, dtype)))
+        else:
+            out.append(arg)
+    return out
+
+
+def compile_launch(launch: dispatch.Launch) -> None:
+    """Compile (or load from Triton's disk cache) the variant of `launch` without running it:
+    ``JITFunction.warmup`` on stand-in tensors of the planned dtypes and alignments. The
+    variant lands in the kernel's in-process cache too, so the runner's launch of that key
+    only launches."""
+    kernel = LAUNCHABLE[launch.kernel].get()
+    kernel.warmup(*_mock_args(launch.kernel, launch.args), grid=(1,), **launch.meta.constexprs,
+                  **launch.meta.options())
+
+
+LAUNCHABLE = {k.fn.__name__: k for k in (PREPARE_INPUTS, WRITE_KV, PREFILL_ATTENTION, DECODE_ATTENTION,
+                                          APPLY_BITMASK, PENALTIES, GUMBEL_SAMPLE, REJECTION_SAMPLE)}
+
 KERNEL_FAMILIES = {
-    "_prepare_inputs_kernel": "inputs",
-    "_write_kv_kernel": "kv_write",
-    "_paged_prefill_attention_kernel": "attention",
-    "_paged_decode_attention_kernel": "attention",
+    **{name: k.family for name, k in dispatch.KERNELS.items()},
     "_prefill_attention_kernel": "attention",  # executor.kernels' context_attention_fwd
-    "_apply_bitmask_kernel": "bitmask",
-    "_penalties_kernel": "sampler",
-    "_gumbel_sample_kernel": "sampler",
-    "_rejection_sample_kernel": "rejection_sampler",
     "_fp8_gemm_kernel": "gemm",
     "_grouped_fp8_gemm_kernel": "gemm",
 }

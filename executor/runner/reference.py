@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from executor.kernels.configs import cdiv
+from planner.dispatch.runner_kernels import RunnerFacts
 
 from . import kernels
 from .model import AttentionMetadata, Model, ModelConfig
@@ -95,7 +96,10 @@ class ReferenceRunner:
         self.num_groups = len(kv["groups"])
         self.page = kv["groups"][self.kv_group]["block_size"]
         self.num_blocks = kv["num_blocks"]
-        self.max_blocks = cdiv(self.max_model_len + self.num_spec, self.page)
+        # Sized as planner.dispatch.runner_kernels sizes them: the block-table width and the
+        # token buffer are int arguments of the kernels, so part of their compile keys.
+        facts = RunnerFacts.from_engine(engine)
+        self.max_blocks = facts.max_blocks
 
         self.model = Model(self.cfg, self.dtype, self.device, seed)
         cache = torch.zeros(num_layers, 2, self.num_blocks, self.page, self.cfg.num_kv_heads, self.cfg.head_size,
@@ -105,7 +109,7 @@ class ReferenceRunner:
         # zeros, i.e. the null block 0, which no request is ever given.
         self.block_table_host = np.zeros((self.max_num_seqs + 1, self.max_blocks), dtype=np.int32)
         self.block_table = torch.zeros(self.block_table_host.shape, dtype=torch.int32, device=self.device)
-        self.buffers = InputBuffers(max(self.max_num_tokens, self.max_num_seqs * self.decode_query_len),
+        self.buffers = InputBuffers(facts.max_tokens,
                                     self.max_num_seqs, self.cfg.hidden_size, self.dtype, self.device)
         self.sampler = Sampler(self.vocab_size, self.max_num_seqs, self.num_spec, self.device,
                                eos_token_id=self.vocab_size - 1, seed=seed)

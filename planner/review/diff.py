@@ -237,6 +237,8 @@ def describe(step: dict) -> str:
     if kind == "attention":
         return (f"attention {step['kernel']} heads={step['num_heads']} kv_heads={step['num_kv_heads']} "
                 f"head_size={step['head_size']}: {step['num_tokens']} tokens")
+    if kind == "kernel":
+        return f"kernel {step['kernel']} ({step.get('backend')}): {_count(len(step['variants']), 'variant')}"
     return kind
 
 
@@ -296,9 +298,12 @@ def _lines(kind: str, step: dict, before: dict, after: dict, changed: list[str])
         rest.remove("m_values")
         change = _set_change(before.get("m_values"), after.get("m_values"), "M-values", always_both=True)
         lines.append(f"{_gemm_name(step)}: {change}")
-    if kind in ("gemm", "grouped_gemm", "attention") and "compile_keys" in rest:
+    if kind in ("gemm", "grouped_gemm", "attention", "kernel") and "compile_keys" in rest:
         rest.remove("compile_keys")
-        name = _gemm_name(step) if kind != "attention" else f"attention h={step['num_heads']} d={step['head_size']}"
+        if "variants" in rest:  # the launch arguments of the keys: the key change says it
+            rest.remove("variants")
+        name = {"attention": f"attention h={step.get('num_heads')} d={step.get('head_size')}",
+                "kernel": f"kernel {step.get('kernel')}"}.get(kind) or _gemm_name(step)
         lines.append(f"{name}: {_key_change(before.get('compile_keys'), after.get('compile_keys'))}")
     if kind == "cudagraph":
         for key, label in (("sizes", "cudagraph sizes"), ("uniform_decode_sizes", "uniform decode sizes")):

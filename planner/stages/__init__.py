@@ -3,7 +3,7 @@
 One kind, one small module, found through this explicit registry.
 """
 
-from . import attention, autotune, batches, cudagraph, deep_gemm, triton_gemm
+from . import attention, autotune, batches, cudagraph, deep_gemm, runner_kernels, triton_gemm
 
 HANDLERS = {
     "synthetic_batches": batches.expand,
@@ -13,4 +13,5 @@ HANDLERS = {
     "kernel_autotune": autotune.expand_kernel,
     "prefill_attention": attention.expand,
     "cudagraph_capture": cudagraph.expand,
+    "runner_kernels": runner_kernels.expand,
 }

@@ -29,11 +29,13 @@ def default_sizes(max_size: int, max_num_tokens: int, performance_mode: str) -> 
     return sorted(set(sizes))
 
 
-def expand(scope: Scope) -> list[dict]:
+def graph_sizes(scope: Scope) -> tuple[str, list[int], list[int]]:
+    """(mode, capture sizes, FULL uniform-decode sizes), ascending; empty when nothing is captured.
+    The runner_kernels stage reads the same sizes (padded decode batches hit them)."""
     comp, names = scope.engine.data["compilation"], scope.names
     mode = comp["cudagraph_mode"]
     if comp["enforce_eager"] or mode == "NONE":
-        return []
+        return mode, [], []
     max_tokens, q, max_seqs = names["max_num_batched_tokens"], names["decode_query_len"], names["max_num_seqs"]
     max_size = comp["max_cudagraph_capture_size"]
     if max_size is None:
@@ -44,7 +46,7 @@ def expand(scope: Scope) -> list[dict]:
     else:
         sizes = default_sizes(max_size, max_tokens, comp["performance_mode"])
     if not sizes:
-        return []
+        return mode, [], []
     max_size = sizes[-1]
     decode_sizes = []
     if mode in DECODE_FULL_MODES:
@@ -57,6 +59,14 @@ def expand(scope: Scope) -> list[dict]:
             limit = min(max_seqs * q, max_size)
             decode_sizes = sorted({round_up(s, q) for s in sizes
                                    if round_up(s, q) <= limit and round_up(s, q) // q <= max_seqs})
+    return mode, sizes, decode_sizes
+
+
+def expand(scope: Scope) -> list[dict]:
+    mode, sizes, decode_sizes = graph_sizes(scope)
+    if not sizes:
+        return []
     mixed = sizes if mode in MIXED_MODES else []
     return [step("capture", "cudagraph", mode=mode, sizes=mixed[::-1],
-                 uniform_decode_sizes=decode_sizes[::-1], decode_query_len=q, num_warmups=1)]
+                 uniform_decode_sizes=decode_sizes[::-1], decode_query_len=scope.names["decode_query_len"],
+                 num_warmups=1)]

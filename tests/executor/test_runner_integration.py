@@ -17,7 +17,8 @@ from execlib import TINY, by_id, load_report, run_cli
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY_REFERENCE = os.path.join(HERE, "data", "tiny-reference.yaml")
 RUNNER_TINY = os.path.join(os.path.dirname(HERE), "fixtures", "engines", "runner-tiny.yaml")
-BATCH_STAGES = ["warmup_kernels", "warmup_padded_decode", "warmup_one_request", "warmup_long_prompt"]
+TWO_STAGES = os.path.join(HERE, "data", "two-batch-stages.yaml")
+BATCH_STAGES = ["warmup_kernels", "warmup_one_request"]
 
 
 class FakeRunner:
@@ -79,7 +80,7 @@ def fake_runner(monkeypatch):
     return runner
 
 
-def execute(tmp_path, capsys, *extra, plan="reference", engine=TINY):
+def execute(tmp_path, capsys, *extra, plan=TWO_STAGES, engine=TINY):
     out = tmp_path / "r.json"
     code, stdout, err = run_cli([plan, "--engine", engine, "--backend", "all=null", "--no-progress",
                                  "--report", str(out), *extra], capsys)
@@ -115,7 +116,7 @@ def test_a_runner_failure_exits_the_scope_and_stops(tmp_path, capsys, fake_runne
     code, rep, _, _ = execute(tmp_path, capsys)
     steps = by_id(rep)
     assert code == 1 and "fake failure" in steps["warmup_kernels/prefill"]["error"]
-    assert steps["warmup_long_prompt/cleanup"]["status"] == "skipped"
+    assert steps["warmup_one_request/cleanup"]["status"] == "skipped"
     assert trail(fake_runner.log) == ["init", "capture", "enter", "warmup_kernels", "exit", "close"]
 
 

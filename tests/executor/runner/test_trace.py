@@ -8,11 +8,11 @@ import copy
 import jsonschema
 import pytest
 
-from executor.kernels._triton import int_spec
 from executor.runner.reference import padded_size
 from executor.runner.trace import TraceConfig, TraceScheduler, run_trace
 from planner.engine import load_engine
 from planner.expand import expand
+from planner.dispatch import runner_kernels
 from planner.plan import load_plan
 from planner.schema import load_schema
 
@@ -100,42 +100,45 @@ def test_speculative_decodes_carry_drafts():
     assert spec and set(spec) == {2}
 
 
-def launch_keys(steps, q: int, graph_sizes: list[int]) -> set:
-    """What varies between the runner's compiled variants from step to step: the integer
-    classes of (num_tokens, num_tokens_padded) of the input kernel, and the query tile of the
-    prefill attention (a constexpr chosen by the longest query)."""
-    keys = set()
+def launch_keys(steps, engine, graph_sizes: list[int]) -> set:
+    """The runner-kernel compile keys that vary from step to step, by the runner's dispatch
+    model (planner.dispatch.runner_kernels): prepare_inputs at (num_tokens, padded) and the
+    prefill attention's query tile (a constexpr chosen by the longest query)."""
+    facts = runner_kernels.RunnerFacts.from_engine(engine.data)
+    scale = engine.data["model"]["attention"][0]["head_size"] ** -0.5
+    q, keys = facts.decode_query_len, set()
     for s in steps:
         if s["kind"] == "cudagraph":
-            keys |= {("inputs", int_spec(n), int_spec(n)) for n in s.get("uniform_decode_sizes", [])}
+            keys |= {runner_kernels.prepare_inputs_launch(facts, n, n).key() for n in s["uniform_decode_sizes"]}
         elif s.get("requests"):
             tokens = [r["num_scheduled_tokens"] for r in s["requests"]]
             n, uniform = sum(tokens), all(t == q for t in tokens)
             padded = padded_size(graph_sizes, n) if uniform else None
-            keys.add(("inputs", int_spec(n), int_spec(padded or n)))
+            keys.add(runner_kernels.prepare_inputs_launch(facts, n, padded or n).key())
             if not uniform:
-                keys.add(("prefill_attention", "BLOCK_M", 64 if max(tokens) > 16 else 16))
+                keys.add(runner_kernels.prefill_attention_launch(facts, max(tokens), scale).key())
     return keys
+
+
+def planned_runner_keys(plan: dict) -> set:
+    return {k for s in plan["steps"] if s["kind"] == "kernel" for k in s["compile_keys"]}
 
 
 @pytest.mark.parametrize("name", BENCH_ENGINES)
 def test_reference_plan_covers_the_trace_specializations(name):
     """What the GPU run shows (bench/RESULTS.md, part C), predicted on CPU: every key the trace
-    reaches is warmed; the padded-decode stage is the one that warms (other, %16) of the input
-    kernel and the long-prompt stage the 64-row attention tile."""
+    reaches is planned by the runner_kernels stage; without that stage the synthetic batches
+    alone leave the padded decode variant of the input kernel and the 64-row attention tile cold
+    (which the reference plan's extra batch stages covered before that stage existed)."""
     engine = load_engine(name)
-    q = 1 + engine.data["speculative"]["num_speculative_tokens"]
     plan = expand(load_plan("plans/reference.yaml"), engine)
     graph_sizes = sorted(next(s for s in plan["steps"] if s["kind"] == "cudagraph")["uniform_decode_sizes"])
     trace = [e for e, _ in TraceScheduler(engine.data, TraceConfig(num_steps=500))]
-    warmed = launch_keys(plan["steps"], q, graph_sizes)
-    assert launch_keys(trace, q, graph_sizes) <= warmed
-
-    def only_from(stage):
-        return warmed - launch_keys([s for s in plan["steps"] if s["stage"] != stage], q, graph_sizes)
-
-    assert only_from("warmup_padded_decode") == {("inputs", "i32", "i32D")}
-    assert only_from("warmup_long_prompt") == {("prefill_attention", "BLOCK_M", 64)}
+    reached = launch_keys(trace, engine, graph_sizes)
+    assert reached <= planned_runner_keys(plan)
+    cold = reached - launch_keys(plan["steps"], engine, graph_sizes)
+    assert {k.split("[")[0] for k in cold} <= {"runner.prepare_inputs", "runner.prefill_attention"}
+    assert any("BLOCK_M=64" in k for k in cold)
 
 
 class RecordingRunner:
@@ -185,9 +188,11 @@ def test_pre_40746_variant_leaves_the_prefill_path_cold():
     plan = expand(load_plan("tests/fixtures/plans/reference-pre-40746.yaml"), engine)
     graph_sizes = sorted(next(s for s in plan["steps"] if s["kind"] == "cudagraph")["uniform_decode_sizes"])
     trace = [e for e, _ in TraceScheduler(engine.data, TraceConfig(num_steps=200))]
-    missing = launch_keys(trace, 2, graph_sizes) - launch_keys(plan["steps"], 2, graph_sizes)
-    assert missing == {("prefill_attention", "BLOCK_M", 64)}
-    assert not any(k[0] == "prefill_attention" for k in launch_keys(plan["steps"], 2, graph_sizes))
+    assert not planned_runner_keys(plan), "the fixture plans no runner kernels, as vLLM before #40746"
+    missing = launch_keys(trace, engine, graph_sizes) - launch_keys(plan["steps"], engine, graph_sizes)
+    attention = {k for k in missing if k.startswith("runner.prefill_attention")}
+    assert len(attention) == 1 and "BLOCK_M=64" in attention.pop()
+    assert not any("prefill_attention" in k for k in launch_keys(plan["steps"], engine, graph_sizes))
     findings, _ = lints.run(plan, engine.data)
     assert {f.lint.code for f in findings} == {"E101"}
     builtin = expand(load_plan("plans/reference.yaml"), engine)
