@@ -6,10 +6,13 @@
 #
 # 1. pytest tests/executor/runner           (the kernel tests run natively in bf16 here)
 # 2. cold: bench/trace_proof.py --no-warmup, 200 trace steps, each engine with a fresh Triton cache
-# 3. warm: plans/reference.yaml, then 500 trace steps, each engine with a fresh Triton cache
+# 3. warm: plans/reference.yaml, then 500 trace steps, each engine with a fresh Triton cache,
+#    precompiled by the default --jobs (the CPU cores); then the dense engine again with
+#    --jobs 1 (every variant compiles in the main process, as before precompilation)
 # 4. the #40746 class: runner-llama-3.1-8b-fp8-ngram1 (1 draft token) with the pre-#40746
-#    variant of the plan (2-token prompts), 200 steps
-# 5. the plan without its padded-decode stage (dense, 500 steps): the miss that stage covers
+#    variant of the plan (2-token prompts, no runner_kernels stage), 200 steps
+# 5. the plan without its runner_kernels stage (dense, fresh cache, 500 steps): the misses that
+#    stage covers
 #
 # Writes $OUT/runner-summary.txt and $OUT/runner-results.tgz (logs and JSON reports).
 set -u
@@ -74,14 +77,16 @@ for eng in $DENSE $MOE $DENSE_SPEC $MOE_SPEC; do
     proof "$(label $eng)-warm" --engine "$eng" --plan plans/reference.yaml --steps 500 --expect-zero
     pack
 done
+proof "$DENSE-warm-jobs1" --engine $DENSE --plan plans/reference.yaml --steps 500 --expect-zero --jobs 1
+pack
 
 # 4. The #40746 class (the warm run's Triton cache: only in-memory misses count).
 CACHE=$WORK/cache-$(label $DENSE_SPEC)-warm proof "$(label $DENSE_SPEC)-pre-40746" --engine $DENSE_SPEC \
     --plan tests/fixtures/plans/reference-pre-40746.yaml --steps 200
 pack
 
-# 5. Ablation: the padded-decode stage.
-CACHE=$WORK/cache-$DENSE-warm proof "$DENSE-no-padded-decode" --engine $DENSE \
-    --plan tests/fixtures/plans/reference-no-padded-decode.yaml --steps 500
+# 5. Ablation: the runner_kernels stage.
+proof "$DENSE-no-runner-kernels" --engine $DENSE \
+    --plan tests/fixtures/plans/reference-no-runner-kernels.yaml --steps 500
 pack
 say "== done $(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -9,7 +9,11 @@ In one process: build the ReferenceRunner, then `executor.run.execute` the plan 
 (GEMM and attention steps on the Triton backend, batch and cudagraph steps on this
 runner, each batch stage inside its warmup_scope) with `verify_trace`: the JIT monitor
 is sealed and N steps of the seeded serving trace (executor.runner.trace) run on the
-same runner, as `warmup execute --verify-trace N` does. `--no-warmup` executes an empty
+same runner, as `warmup execute --verify-trace N` does. With `--jobs N` (default: the CPU
+cores) the plan's compile keys are compiled in N worker processes started first thing,
+before this process imports torch and builds the runner, as a serving engine would start
+them before loading its weights; `timeline` in the report says when the pool started, when
+the runner was ready and when the warmup ended. `--no-warmup` executes an empty
 plan: the seal comes first and every compile lands in the trace. Reports every Triton
 compile after the seal with its kernel family and specialization, the first-step and
 p50/p99 step latencies, and the wall time of each warmup stage. Exit status 0, or 1
@@ -29,8 +33,9 @@ from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from executor import run  # noqa: E402 - imports neither torch nor triton
+from executor.precompile import default_jobs  # noqa: E402
 from executor.run import BATCH_KINDS  # noqa: E402
-from executor.runner.kernels import KERNEL_FAMILIES  # noqa: E402
 from executor.runner.trace import TraceConfig, percentile  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
 from planner.expand import expand  # noqa: E402
@@ -40,6 +45,8 @@ FAMILIES = ("attention", "gemm", "sampler", "bitmask", "kv_write", "inputs", "re
 
 
 def family(kernel: str) -> str:
+    from executor.runner.kernels import KERNEL_FAMILIES  # imports torch: only once the trace ran
+
     return KERNEL_FAMILIES.get(kernel, "other")
 
 
@@ -56,19 +63,33 @@ def main(argv=None) -> int:
     p.add_argument("--arrival-rate", type=float, default=TraceConfig.arrival_rate)
     p.add_argument("--prompt-median", type=int, default=TraceConfig.prompt_median)
     p.add_argument("--output-median", type=int, default=TraceConfig.output_median)
+    p.add_argument("--jobs", "-j", type=int, default=default_jobs(),
+                   help="precompile worker processes (default: the CPU cores, at most 32; 0 or 1: none)")
     p.add_argument("--json", help="write the report here")
     p.add_argument("--expect-zero", action="store_true", help="exit 1 when the trace compiled anything")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be >= 1")
 
-    import torch
-
-    from executor import run
-    from executor.runner import ReferenceRunner
-
+    t0 = time.perf_counter()
     engine_obj = load_engine(args.engine)
     engine = engine_obj.data
+    if args.plan:
+        expanded = expand(load_plan(args.plan), engine_obj)
+    else:  # no steps: sealed right away
+        expanded = {"plan": None, "engine": engine["name"], "digest": None, "steps": []}
+    options = run.Options(device=args.device, jit_monitor="warn", verify_trace=args.steps, verify_seed=args.seed,
+                          jobs=args.jobs,
+                          trace_config={"arrival_rate": args.arrival_rate, "prompt_median": args.prompt_median,
+                                        "output_median": args.output_median})
+    timeline = {"plan_ready_s": round(time.perf_counter() - t0, 3)}
+    pre = run.start_precompile(expanded, engine, options) if args.plan and args.jobs > 1 else None
+    timeline["precompile_started_s"] = round(time.perf_counter() - t0, 3)
+
+    import torch
+
+    from executor.runner import ReferenceRunner
+
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else None
     report = {"engine": engine["name"], "plan": args.plan, "steps": args.steps, "seed": args.seed,
               "num_layers": args.num_layers, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -81,21 +102,20 @@ def main(argv=None) -> int:
     if sync:
         sync()
     report["runner_init_s"] = round(time.perf_counter() - start, 3)
+    timeline["runner_ready_s"] = round(time.perf_counter() - t0, 3)
 
-    if args.plan:
-        expanded = expand(load_plan(args.plan), engine_obj)
-    else:  # no steps: sealed right away
-        expanded = {"plan": None, "engine": engine["name"], "digest": None, "steps": []}
-    options = run.Options(device=args.device, jit_monitor="warn", verify_trace=args.steps, verify_seed=args.seed,
-                          trace_config={"arrival_rate": args.arrival_rate, "prompt_median": args.prompt_median,
-                                        "output_median": args.output_median})
-    result = run.execute(expanded, engine, options, runner=runner)  # the runner stays ours
+    result = run.execute(expanded, engine, options, runner=runner, precompiler=pre)  # the runner stays ours
+    report["timeline"] = timeline
+    report["precompile"] = result.precompile
     if result.interrupted:
         runner.close()
         print("interrupted", file=sys.stderr)
         return 130
     if args.plan:
         report["warmup"] = warmup_summary(result, expanded)
+        # execute's own start-up (backends, Triton's per-process costs), then the stages
+        startup = (result.startup or {}).get("wall_s") or 0.0
+        timeline["warmup_done_s"] = round(timeline["runner_ready_s"] + startup + report["warmup"]["total_s"], 3)
         report["plan_digest"] = expanded["digest"]
     report["graph_sizes"] = list(runner.graphs.sizes) if runner.graphs else []
     report["trace"] = summarize_trace(result.verify_trace)
@@ -180,6 +200,11 @@ def print_summary(r: dict) -> None:
         for s in w["stages"]:
             print(f"   warmup {s['stage']:<22} {s['wall_s']:8.2f} s  {s['jit_misses']:3d} JIT misses  {s['kinds']}")
         print(f"   warmup total {w['total_s']:.2f} s (batch stages {w['batch_stages_s']:.2f} s)")
+        pre = r.get("precompile") or {}
+        print(f"   timeline {r.get('timeline')}; precompile {pre.get('status')}: {pre.get('jobs')} jobs, "
+              f"{pre.get('workers')} workers, start {pre.get('start_s')} s, spawned {pre.get('spawned_s')} s, "
+              f"first worker ready {pre.get('first_worker_ready_s')} s, wall {pre.get('wall_s')} s, "
+              f"busy {pre.get('busy_s')} s, close {pre.get('close_s')} s")
     print(f"   trace: first step {t['first_step_ms']} ms, p50 {t['p50_ms']} ms, p99 {t['p99_ms']} ms, "
           f"max {t['max_ms']} ms; p50 of steps without compiles {t['p50_ms_steps_without_compiles']} ms")
     print(f"   compiles after seal: {t['compiles']}")

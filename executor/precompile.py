@@ -17,7 +17,9 @@ Orchestration (``Precompiler``), in the main process:
   touches CUDA, so that worker start-up overlaps the main process's own; workers are
   forked from a fork server that imported torch, Triton and the kernels once
   (executor/worker_preload.py; it never creates a CUDA context, so forking it is safe):
-  each worker then only creates its CUDA context;
+  each worker then only creates its CUDA context. The processes are started, and the
+  first jobs submitted, from a background thread: starting the first worker waits for
+  the fork server's imports (3-5 s), which the main thread spends on its own start-up;
 * a job is submitted once every ``autotune`` step before its step has run (a tuning
   step rewrites the tables that pick the GEMM variants, and its timings must not share
   the GPU with the workers); DeepGEMM jobs go first;
@@ -527,6 +529,11 @@ class Precompiler:
         self.pool = None
         self.ready: list[dict] = []
         self.created: float | None = None   # time.time() of the pool's start
+        self.start_s: float | None = None   # seconds the caller spent in start()
+        self.spawned_s: float | None = None  # pool start -> every worker process started
+        self.close_s: float | None = None   # seconds the caller spent in close()
+        self._started = threading.Event()   # set once the starter thread submitted the first jobs
+        self._start_error: str | None = None
         self.ready_at: float | None = None
         self.finished_at: float | None = None
         self.manifest_written: int | None = None
@@ -539,6 +546,13 @@ class Precompiler:
 
     def start(self) -> "Precompiler":
         """Decide, then start the pool and submit the jobs that need no earlier step."""
+        began = time.perf_counter()
+        try:
+            return self._start()
+        finally:
+            self.start_s = round(time.perf_counter() - began, 4)
+
+    def _start(self) -> "Precompiler":
         why_not = self._effective_backends()
         for step in self.steps:
             backend = eligible(step, self.backend_of, self.backends)
@@ -564,9 +578,8 @@ class Precompiler:
                 self.by_key.setdefault((slot.job.backend, key), slot)
             self.info[slot.job.step_id].jobs.append(slot)
         self.workers = min(self.requested, len(jobs))
-        self._start_pool()
         self.status = "ran"
-        self.release(-1)
+        self._start_pool()
         return self
 
     def _effective_backends(self) -> list[str]:
@@ -608,9 +621,25 @@ class Precompiler:
         self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=worker_context(),
                                         initializer=_init_worker,
                                         initargs=(self._specs(), self.device, mode, self.options))
-        for _ in range(self.workers):  # one no-op each: every worker starts now, not at its first job
-            fut = self.pool.submit(_ready)
-            fut.add_done_callback(self._on_ready)
+        threading.Thread(target=self._spawn, name="warmup-precompile-start", daemon=True).start()
+
+    def _spawn(self) -> None:
+        """The starter thread: start every worker (a submit starts a process, and the first
+        one waits for the fork server to finish importing), then submit the first jobs."""
+        try:
+            for _ in range(self.workers):  # one no-op each: every worker starts now, not at its first job
+                fut = self.pool.submit(_ready)
+                fut.add_done_callback(self._on_ready)
+            self.spawned_s = round(time.time() - self.created, 3)
+            self._submit(-1)
+        except Exception as e:  # noqa: BLE001 - the jobs left unsubmitted are compiled by the main process
+            self._start_error = f"{type(e).__name__}: {e}"
+        finally:
+            self._started.set()
+
+    def _await_start(self) -> None:
+        if self.pool is not None:
+            self._started.wait()
 
     def _on_ready(self, fut) -> None:
         try:
@@ -626,6 +655,10 @@ class Precompiler:
 
     def release(self, index: int) -> None:
         """Submit the jobs whose last autotune step is at or before `index` (DeepGEMM first)."""
+        self._await_start()
+        self._submit(index)
+
+    def _submit(self, index: int) -> None:
         if self.pool is None or index <= self._released:
             return
         self._released = index
@@ -670,12 +703,13 @@ class Precompiler:
         info = self.info.get(step["id"])
         if self.pool is None or info is None:
             return 0.0
+        start = time.perf_counter()
+        self._await_start()  # the first jobs' futures exist from here
         futures = {self.by_key[k].future for k in info.keys if k in self.by_key}
         if not self._dg_barrier_done and futures:
             self._dg_barrier_done = True
             futures |= {s.future for s in self.slots if s.job.backend == "deep_gemm"}
         futures = {f for f in futures if f is not None and not f.done()}
-        start = time.perf_counter()
         if futures:
             from concurrent.futures import wait
 
@@ -692,7 +726,9 @@ class Precompiler:
             self._on_done(slot, slot.future)
 
     def _maybe_finish(self) -> None:
-        if self.pool is None or any(s.future is None and s.result is None for s in self.slots):
+        if self.pool is None or not self._started.is_set():
+            return
+        if any(s.future is None and s.result is None for s in self.slots):
             return
         if all(s.future is None or s.future.done() for s in self.slots):
             for slot in self.slots:
@@ -719,6 +755,7 @@ class Precompiler:
         """Stop: drop queued jobs, end the workers (a job cut short leaves no partial entry)."""
         if self.pool is None:
             return
+        self._await_start()
         for slot in self.slots:
             if slot.future is None and slot.result is None:
                 slot.result = self._failed(slot, why, status="cancelled")
@@ -758,8 +795,17 @@ class Precompiler:
                     pass
 
     def close(self, interrupted: bool = False) -> None:
+        began = time.perf_counter()
+        try:
+            self._close(interrupted)
+        finally:
+            if self.status in ("ran", "cancelled"):
+                self.close_s = round((self.close_s or 0.0) + time.perf_counter() - began, 4)
+
+    def _close(self, interrupted: bool) -> None:
         if self.pool is None:
             return
+        self._await_start()
         if interrupted:
             self.cancel("interrupted (Ctrl-C)")
             return
@@ -801,6 +847,10 @@ class Precompiler:
             "busy_s": round(busy, 3),                       # the jobs' own seconds, summed over workers
             "compile_s": round(_sum((r.get("compile_ms") for r in ran), 0.0) / 1000.0, 3),  # Triton's own
             "speedup": round(busy / wall, 2) if ran and wall > 0 else None,
+            "start_s": self.start_s,                        # the caller's time in start()
+            "spawned_s": self.spawned_s,                    # pool start -> every worker process started
+            "close_s": self.close_s,                        # the caller's time in close()
+            "start_error": self._start_error,
             "first_worker_ready_s": (round(self.ready_at - self.created, 3)
                                      if self.ready_at and self.created else None),
             "first_job_s": round(first - self.created, 3) if first is not None and self.created else None,

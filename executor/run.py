@@ -96,8 +96,7 @@ class Context:
     # --- backends ------------------------------------------------------------------------------
 
     def backend_name(self, family: str, step: dict) -> str:
-        chosen = self.options.backends.get(family) or self.options.backends.get("all")
-        return chosen or registry.planned_backend(family, step)
+        return backend_name(self.options, family, step)
 
     def backend(self, name: str):
         """The backend instance, or Unavailable with the reason (checked once per run)."""
@@ -175,6 +174,12 @@ class Context:
                 backend.close()
             except Exception:  # noqa: BLE001 - closing must not hide the run's own result
                 pass
+
+
+def backend_name(options: Options, family: str, step: dict) -> str:
+    """The backend that runs a step: --backend's choice for its family, else the plan's."""
+    chosen = options.backends.get(family) or options.backends.get("all")
+    return chosen or registry.planned_backend(family, step)
 
 
 def planned_calls(step: dict) -> int:
@@ -286,10 +291,13 @@ def stages_of(steps: list[dict]) -> list[tuple[str, list[dict]]]:
 
 
 def execute(expanded: dict, engine: dict | None = None, options: Options | None = None,
-            progress: Progress | None = None, report: Report | None = None, runner=None) -> Report:
+            progress: Progress | None = None, report: Report | None = None, runner=None,
+            precompiler: Precompiler | None = None) -> Report:
     """Run every step of `expanded`; returns the report (also filled in place when given).
 
-    `runner`: a model runner to use instead of starting one; it stays the caller's (not closed)."""
+    `runner`: a model runner to use instead of starting one; it stays the caller's (not closed).
+    `precompiler`: the pool ``start_precompile`` started earlier (a serving engine starts it
+    before loading its weights and builds its runner meanwhile); execute finishes it."""
     options = options or Options()
     if options.verify_trace and options.runner == "none":
         from planner.errors import PlanError
@@ -306,7 +314,11 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
     monitor = Monitor(mode, options.jit_log)
     ctx = Context(options, engine, progress, monitor, runner)
     tables_before = use_engine_tables(engine)  # before any kernel (or worker) reads a tuned table
-    pre = _start_precompile(expanded["steps"], options, ctx, progress)  # first: before torch and triton
+    if precompiler is not None:
+        pre = precompiler
+        pre.progress = pre.progress or progress
+    else:
+        pre = _start_precompile(expanded["steps"], options, progress)  # first: before torch and triton
     monitor.install()
     index_of = {id(step): i for i, step in enumerate(expanded["steps"])}
     kept: list[dict] = []
@@ -434,8 +446,17 @@ def start_up(ctx: Context, steps: list[dict]) -> dict:
     return out
 
 
-def _start_precompile(steps: list[dict], options: Options, ctx: Context, progress: Progress) -> Precompiler:
-    pre = Precompiler(steps, options, ctx.backend_name, progress)
+def start_precompile(expanded: dict, engine: dict | None, options: Options) -> Precompiler:
+    """Start the precompile pool of a plan ahead of ``execute`` (pass it as `precompiler`), so
+    that the workers compile while the caller imports torch and builds its model runner.
+    Imports neither torch nor triton here. Points this process and the workers at the
+    engine's tuned tables (WARMUP_TABLE_DEVICE), as execute does."""
+    use_engine_tables(engine)
+    return _start_precompile(expanded["steps"], options, None)
+
+
+def _start_precompile(steps: list[dict], options: Options, progress: Progress | None) -> Precompiler:
+    pre = Precompiler(steps, options, lambda family, step: backend_name(options, family, step), progress)
     try:
         pre.start()
     except Exception as e:  # noqa: BLE001 - precompiling is an optimisation: never the run's failure

@@ -61,3 +61,48 @@ def test_engine_sized_runner_runs_a_mixed_and_a_decode_step(engine):
     out = runner.sample_tokens(SAMPLE)
     assert set(out["tokens"]) == {"a", "b"}
     runner.close()
+
+
+def _compiled_variants() -> int:
+    """Variants in the runner kernels' in-process caches (every device)."""
+    from executor.runner import kernels
+
+    total = 0
+    for lazy in kernels.LAUNCHABLE.values():
+        for cache in lazy.get().device_caches.values():
+            total += len(cache[0])
+    return total
+
+
+@pytest.mark.parametrize("spec", [0, 1])
+def test_compile_only_warmup_of_the_planned_keys_leaves_the_runner_nothing_to_compile(spec):
+    """Triton's own keys agree with planner.dispatch.runner_kernels: after JITFunction.warmup of
+    every planned variant (stand-in tensors, no launch), CUDA-graph captures, batches of every kind
+    and a serving trace add no variant to any runner kernel's cache."""
+    from executor.runner import kernels
+    from executor.runner.trace import TraceConfig, run_trace
+    from planner.dispatch import runner_kernels as rk
+    from planner.expand import expand
+    from planner.plan import load_plan
+
+    engine = tiny_engine(spec=spec, fp8=False)
+    plan = expand(load_plan("reference"), load_engine("tests/fixtures/engines/runner-tiny.yaml"))
+    sizes = sorted(next(s for s in plan["steps"] if s["kind"] == "cudagraph")["uniform_decode_sizes"])
+    facts = rk.RunnerFacts.from_engine(engine)
+    launches = rk.runner_variants(facts, [s for s in sizes if s % facts.decode_query_len == 0],
+                                  engine["model"]["attention"][0]["head_size"] ** -0.5)
+    for launch in launches:
+        kernels.compile_launch(launch)
+    before = _compiled_variants()
+    assert before >= len(launches)
+    runner = ReferenceRunner(engine, device="cuda", num_layers=1)
+    runner.capture_cudagraphs({"kind": "cudagraph", "decode_query_len": facts.decode_query_len,
+                               "uniform_decode_sizes": sizes[::-1], "num_warmups": 1})
+    config = TraceConfig(num_steps=60, prompt_median=20, output_median=6, arrival_rate=1.0, initial_requests=6,
+                         structured_fraction=0.5)
+    with kernels.record_launches() as launched:
+        run_trace(runner, engine, config)
+    runner.close()
+    assert {k.split("[")[0] for k in launched} >= {"runner.prepare_inputs", "runner.prefill_attention",
+                                                  "runner.apply_bitmask", "runner.gumbel_sample"}
+    assert _compiled_variants() == before, "a runner launch compiled a variant the plan did not warm"
