@@ -20,6 +20,8 @@ COSMETIC_KEYS = ("name", "description")
 
 @dataclass
 class Engine:
+    """A loaded engine config. (With a docstring, @dataclass skips an inspect.signature call.)"""
+
     doc: Document  # where every value came from, for error messages
     data: dict     # canonical form: schema defaults applied
 

@@ -20,6 +20,7 @@ WRAP = 100
 MIN_RUN = 4
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 _RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "~"}  # what PyYAML reads as non-strings
+_INT = {int}  # exact type: bools are ints too, but not M-values
 _RUN = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:/(\d+))?$")
 HEADER = ("# warmup-planner expanded plan (schemas/expanded-plan.schema.json).\n"
           '# Integer runs are compressed: "a..b" is every integer from a to b, "a..b/s" steps by s.\n')
@@ -106,21 +107,22 @@ def _flow(value, indent: int) -> str:
     if kind is int:
         return str(value)
     if kind is dict:
-        return "{" + ", ".join(f"{_string(k)}: {_flow(v, indent)}" for k, v in value.items()) + "}"
+        # Integers inline: a long plan is mostly request mappings of small integers.
+        return "{" + ", ".join([f"{_string(k)}: {v}" if type(v) is int else f"{_string(k)}: {_flow(v, indent)}"
+                                for k, v in value.items()]) + "}"
     if kind is list:
-        if len(value) >= MIN_RUN and all(type(v) is int for v in value):
+        if len(value) >= MIN_RUN and set(map(type, value)) == _INT:  # in C: full M-value lists are long
             value = compress_runs(value)
-        return _wrap([_flow(v, indent) for v in value], indent)
+        items = [str(v) if type(v) is int else _flow(v, indent) for v in value]
+        text = "[" + ", ".join(items) + "]"
+        return text if len(text) + indent <= WRAP else _wrap(items, indent)
     if kind is str:
         return _string(value)
     return yaml_scalar(value)
 
 
 def _wrap(items: list[str], indent: int) -> str:
-    """A flow list, broken over lines so that long M-value lists diff line by line."""
-    text = "[" + ", ".join(items) + "]"
-    if len(text) + indent <= WRAP:
-        return text
+    """A flow list too long for one line, broken so that long M-value lists diff line by line."""
     lines, current = [], "["
     for item in items:
         if len(current) + len(item) + indent > WRAP and current != "[":
@@ -169,7 +171,8 @@ def _float(value: float) -> str:
 # --- JSON and table ---------------------------------------------------------------
 
 def to_json(plan: dict) -> str:
-    return json.dumps(plan, separators=(",", ":")) + "\n"
+    # An expanded plan has no reference cycles: skip the encoder's cycle bookkeeping.
+    return json.dumps(plan, separators=(",", ":"), check_circular=False) + "\n"
 
 
 def to_table(plan: dict) -> str:

@@ -34,6 +34,8 @@ class Origin:
 
 @dataclass
 class Stage:
+    """One stage of a merged plan, its parameters with defaults applied."""
+
     name: str
     kind: str
     when: object                 # bool or expression
@@ -47,6 +49,8 @@ class Stage:
 
 @dataclass
 class Plan:
+    """A plan with its `extends` chain resolved: the stages in order, overrides merged."""
+
     name: str
     description: str
     stages: list

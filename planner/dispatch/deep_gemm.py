@@ -67,7 +67,8 @@ from __future__ import annotations
 
 import struct
 from functools import lru_cache
-from typing import Callable, Iterable, NamedTuple
+from itertools import chain
+from typing import Callable, Collection, Iterable, NamedTuple
 
 VERSION = "54e2261"                      # deepseek-ai/DeepGEMM v2.6.1
 DENSE_KERNEL = "sm90_fp8_gemm_1d2d"
@@ -163,7 +164,6 @@ class _Space(NamedTuple):
     l1_bw: int           # bytes per cycle
     l2_bw: int
     dense: bool          # block_m 16 and 32 are weighed for small M only
-    hot: tuple           # by_rate as plain tuples (rate, block_m, n_blocks, clustered, l1, l2, candidate)
 
 
 @lru_cache(maxsize=None)
@@ -193,8 +193,7 @@ def _space(dense: bool, n: int, k: int, num_sms: int, mk_alignment: int = 128) -
     if not out:
         raise ValueError(f"DeepGEMM has no SM90 layout for n={n} k={k}")
     by_rate = tuple(sorted(out, key=lambda c: (c.rate, c.order)))
-    hot = tuple((c.rate, c.block_m, c.n_blocks, c.clustered, c.l1_bytes, c.l2_bytes, c) for c in by_rate)
-    return _Space(tuple(out), by_rate, num_sms, l1_bw, l2_bw, dense, hot)
+    return _Space(tuple(out), by_rate, num_sms, l1_bw, l2_bw, dense)
 
 
 def _cycles(space: _Space, c: _Candidate, m: int) -> int:
@@ -210,42 +209,54 @@ def _cycles(space: _Space, c: _Candidate, m: int) -> int:
 
 
 def _select(space: _Space, m: int, hint: _Candidate | None = None) -> _Candidate:
-    """get_best_config: the first candidate (enumeration order) with the strictly smallest count.
+    """get_best_config: the first candidate (enumeration order) with the strictly smallest count."""
+    return _select_each(space, (m,), hint)[0]
+
+
+def _select_each(space: _Space, ms: Iterable[int], hint: _Candidate | None = None) -> list[_Candidate]:
+    """_select for each M of `ms`, in one loop: a plan asks for hundreds of classes per shape.
 
     Exact, and pruned for speed. With E the count in double precision (floors included), the
     float32 steps put the true count in E * (1 +- 4e-7) - [0, 1). A count is at least
     rate * M - num_sms (every block costs its bytes; rounding up to whole waves costs less
     than num_sms), so candidates are visited cheapest rate first until that lower bound
-    passes the smallest E seen so far (seeded with the hint, usually the previous class's
-    winner); among the survivors, those within the float32 margin of the smallest E are
-    counted exactly, in enumeration order.
+    passes the smallest E seen so far (seeded with the hint, then with the previous M's
+    winner: neighbouring classes mostly share one); among the survivors, those within the
+    float32 margin of the smallest E are counted exactly, in enumeration order.
     """
-    sms, l1_bw, l2_bw = space.num_sms, space.l1_bw, space.l2_bw
-    small_m = space.dense and m <= 32  # the dense GEMM weighs block_m 16 and 32 for M <= 16 and <= 32
-    smallest = limit = float("inf")      # limit: the largest rate that can still win
-    survivors = []
-    for rate, block_m, n_blocks, clustered, l1_bytes, l2_bytes, c in (
-            ((hint.rate, hint.block_m, hint.n_blocks, hint.clustered, hint.l1_bytes, hint.l2_bytes, hint),)
-            if hint is not None else ()) + space.hot:
-        if rate > limit:
-            break
-        if block_m < 64 and (not small_m or m > block_m) or c is hint and survivors:
-            continue
-        num_blocks = -(-m // block_m) * n_blocks
-        num_waves = -(-num_blocks // sms)
-        if clustered and num_waves <= 1:
-            continue
-        l1, l2 = l1_bytes * num_blocks // l1_bw, l2_bytes * num_blocks // l2_bw
-        estimate = (l1 if l1 > l2 else l2) * num_waves * sms / num_blocks
-        survivors.append((estimate, c))
-        if estimate < smallest:
-            smallest = estimate
-            limit = ((estimate * (1 + 1e-6) + 2) / (1 - 1e-6) + sms) / m
-    bound = smallest * (1 + 1e-6) + 2
-    shortlist = [c for estimate, c in survivors if estimate <= bound]
-    if len(shortlist) == 1:
-        return shortlist[0]
-    return min(shortlist, key=lambda c: (_cycles(space, c, m), c.order))
+    sms, l1_bw, l2_bw, dense, by_rate, candidates = (
+        space.num_sms, space.l1_bw, space.l2_bw, space.dense, space.by_rate, space.candidates)
+    winners = []
+    for m in ms:
+        small_m = dense and m <= 32  # the dense GEMM weighs block_m 16 and 32 for M <= 16 and <= 32
+        smallest = limit = float("inf")  # limit: the largest rate that can still win
+        survivors = []  # (estimate, order)
+        seen = -1 if hint is None else hint.order  # the hint comes first, then again in rate order
+        for order, block_m, _, _, _, _, n_blocks, l1_bytes, l2_bytes, rate, clustered in (
+                by_rate if hint is None else chain((hint,), by_rate)):
+            if rate > limit:
+                break
+            if block_m < 64 and (not small_m or m > block_m) or order == seen and survivors:
+                continue
+            num_blocks = -(-m // block_m) * n_blocks
+            num_waves = -(-num_blocks // sms)
+            if clustered and num_waves <= 1:
+                continue
+            l1, l2 = l1_bytes * num_blocks // l1_bw, l2_bytes * num_blocks // l2_bw
+            estimate = (l1 if l1 > l2 else l2) * num_waves * sms / num_blocks
+            survivors.append((estimate, order))
+            if estimate < smallest:
+                smallest = estimate
+                limit = ((estimate * (1 + 1e-6) + 2) / (1 - 1e-6) + sms) / m
+        if len(survivors) == 1:  # the usual case for large M: the previous winner, unchallenged
+            hint = candidates[survivors[0][1]]
+        else:
+            bound = smallest * (1 + 1e-6) + 2
+            shortlist = [candidates[order] for estimate, order in survivors if estimate <= bound]
+            hint = shortlist[0] if len(shortlist) == 1 else min(
+                shortlist, key=lambda c: (_cycles(space, c, m), c.order))
+        winners.append(hint)
+    return winners
 
 
 def _select_all(space: _Space, m: int) -> _Candidate:
@@ -288,12 +299,17 @@ class _Model:
         return _space(not self.grouped, self.n, self.k, self.num_sms, self.mk_alignment)
 
     def winner(self, m_class: int) -> _Candidate:
-        hit = self._winners.get(m_class)
-        if hit is None:
-            m = self.largest_m(m_class)
+        return self.winners((m_class,))[0]
+
+    def winners(self, m_classes: Collection[int]) -> list[_Candidate]:
+        """The winner of each class; the ones not yet known are computed in one _select_each pass."""
+        known = self._winners
+        missing = [c for c in m_classes if c not in known]
+        if missing:
             # The previous class's winner gives a good first bound; the result does not depend on it.
-            hit = self._winners[m_class] = _select(self.space, m, self._winners.get(m_class - 1))
-        return hit
+            found = _select_each(self.space, [self.largest_m(c) for c in missing], known.get(missing[0] - 1))
+            known.update(zip(missing, found))
+        return [known[c] for c in m_classes]
 
     def layout(self, m_class: int) -> Layout:
         c, m = self.winner(m_class), self.largest_m(m_class)
@@ -382,8 +398,8 @@ def _keys(model: _Model, ms: Iterable[int], kernel: str, prefix: str, compiled_d
                      model.winner(model.m_class(m)), model.num_sms): m for m in dict.fromkeys(ms)}
     dims = prefix + _compiled(0, model.n, model.k, compiled_dims)
     by_winner: dict[_Candidate, int] = {}
-    for m_class, m in first.items():
-        by_winner.setdefault(model.winner(m_class), m)
+    for c, m in zip(model.winners(first), first.values()):
+        by_winner.setdefault(c, m)
     return {_key(kernel, dims, c, model.num_sms): m for c, m in by_winner.items()}
 
 
