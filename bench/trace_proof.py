@@ -153,7 +153,10 @@ def warmup_summary(result, expanded: dict) -> dict:
                        "wall_s": round(result.stage_wall.get(stage, 0.0), 3),
                        "jit_misses": sum(j.get("jit_misses", 0) for j in jits),
                        "compiled": sum(j.get("compiled", 0) for j in jits),
-                       "kernels": dict(kernels)})
+                       "kernels": dict(kernels),
+                       "step_walls_s": {r["id"]: r["wall_s"] for r in records},
+                       "precompile_wait_s": round(sum((r.get("precompile") or {}).get("wait_s", 0.0)
+                                                      for r in records), 3)})
     batch = [s for s in stages if set(s["kinds"]) <= set(BATCH_KINDS)]
     return {"stages": stages, "total_s": round(sum(result.stage_wall.values()), 3),
             "batch_stages_s": round(sum(s["wall_s"] for s in batch), 3)}

@@ -394,13 +394,15 @@ def _init_worker(specs: dict, device: str, monitor_mode: str, options) -> None:
         except Exception as e:  # noqa: BLE001
             ok, why = False, f"{type(e).__name__}: {e}"
         if ok:
+            instance.in_worker = True
             state["backends"][name] = instance
         else:
             state["errors"][name] = why or "unavailable"
     if str(device).startswith("cuda") and any(n in GPU_BACKENDS for n in state["backends"]):
+        # No CUDA context here: compile-only jobs (the runner's kernels) need none, and sixteen
+        # workers creating theirs at once took 2 s before the first job could start (H100,
+        # 2026-11-23). A job that launches (a GEMM) creates its worker's context on first use.
         try:
-            import torch
-            torch.empty(1, device=device)  # the CUDA context, while the main process starts up too
             if "triton" in sys.modules:
                 prime_triton()
         except Exception as e:  # noqa: BLE001 - the jobs will say it

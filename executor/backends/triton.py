@@ -179,7 +179,7 @@ class TritonBackend(BaseBackend):
                     raise RuntimeError(f"step {step['id']}: a variant was planned as {key} but its arguments "
                                        f"give {launch.key()}; re-run `warmup plan`")
         for launch in launches:
-            rk.compile_launch(launch)
+            rk.compile_launch(launch, load=not self.in_worker)
             tick(1)
         return len(launches)
 

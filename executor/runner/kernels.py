@@ -449,14 +449,25 @@ def _mock_args(kernel: str, args) -> list:
     return out
 
 
-def compile_launch(launch: dispatch.Launch) -> None:
+def compile_launch(launch: dispatch.Launch, load: bool = True) -> None:
     """Compile (or load from Triton's disk cache) the variant of `launch` without running it:
-    ``JITFunction.warmup`` on stand-in tensors of the planned dtypes and alignments. The
-    variant lands in the kernel's in-process cache too, so the runner's launch of that key
-    only launches."""
+    ``JITFunction.warmup`` on stand-in tensors of the planned dtypes and alignments, then its
+    launcher (a C module Triton builds with the host compiler per signature, and caches on
+    disk next to the kernels). With `load`, the module and the launcher are also loaded into
+    this process, and the variant sits in the kernel's in-process cache: the runner's first
+    launch of that key only launches. Without (a precompile worker), only the disk caches
+    are filled, and no CUDA context is needed."""
     kernel = LAUNCHABLE[launch.kernel].get()
-    kernel.warmup(*_mock_args(launch.kernel, launch.args), grid=(1,), **launch.meta.constexprs,
-                  **launch.meta.options())
+    compiled = kernel.warmup(*_mock_args(launch.kernel, launch.args), grid=(1,), **launch.meta.constexprs,
+                             **launch.meta.options())
+    if compiled is None or not hasattr(compiled, "_init_handles"):
+        return  # the interpreter, or another Triton: the first launch does the rest
+    if load:
+        compiled._init_handles()
+    else:
+        from triton.runtime.driver import driver
+
+        driver.active.launcher_cls(compiled.src, compiled.metadata)
 
 
 LAUNCHABLE = {k.fn.__name__: k for k in (PREPARE_INPUTS, WRITE_KV, PREFILL_ATTENTION, DECODE_ATTENTION,
