@@ -17,7 +17,7 @@ from .expr import ExprError, evaluate
 from .dispatch.gemm_tables import TableReader
 from .limits import MAX_STEPS, MAX_TOTAL_VALUES
 from .plan import Plan
-from .stages import HANDLERS
+from .stages import handler
 from .stages.scope import Scope
 
 FORMAT = "warmup-expanded-plan/v1"
@@ -45,7 +45,7 @@ def expand(plan: Plan, engine: Engine) -> dict:
     for stage in plan.stages:
         if not _enabled(stage, names):
             continue
-        for step in HANDLERS[stage.kind](Scope(stage, engine, names, tables=tables)):
+        for step in handler(stage.kind)(Scope(stage, engine, names, tables=tables)):
             step["id"] = f"{stage.name}/{step['id']}"
             steps.append({"id": step.pop("id"), "stage": stage.name, **step})
         _check_size(stage, steps)

@@ -1,17 +1,26 @@
 """Stage kinds: each turns one plan stage plus the engine into concrete steps.
 
-One kind, one small module, found through this explicit registry.
+One kind, one small module, found through this explicit registry. A module is imported
+when a plan first uses its kind (`warmup plan` pays only for the stages it expands).
 """
 
-from . import attention, autotune, batches, cudagraph, deep_gemm, runner_kernels, triton_gemm
+from __future__ import annotations
 
-HANDLERS = {
-    "synthetic_batches": batches.expand,
-    "deep_gemm": deep_gemm.expand,
-    "triton_gemm": triton_gemm.expand,
-    "flashinfer_autotune": autotune.expand_flashinfer,
-    "kernel_autotune": autotune.expand_kernel,
-    "prefill_attention": attention.expand,
-    "cudagraph_capture": cudagraph.expand,
-    "runner_kernels": runner_kernels.expand,
+import importlib
+
+HANDLERS = {  # stage kind -> (module, function)
+    "synthetic_batches": ("batches", "expand"),
+    "deep_gemm": ("deep_gemm", "expand"),
+    "triton_gemm": ("triton_gemm", "expand"),
+    "flashinfer_autotune": ("autotune", "expand_flashinfer"),
+    "kernel_autotune": ("autotune", "expand_kernel"),
+    "prefill_attention": ("attention", "expand"),
+    "cudagraph_capture": ("cudagraph", "expand"),
+    "runner_kernels": ("runner_kernels", "expand"),
 }
+
+
+def handler(kind: str):
+    """The expand function of a stage kind."""
+    module, function = HANDLERS[kind]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)
