@@ -16,8 +16,9 @@ Orchestration (``Precompiler``), in the main process:
 * the pool (``ProcessPoolExecutor``) is started before the main process imports torch or
   touches CUDA, so that worker start-up overlaps the main process's own; workers are
   forked from a fork server that imported torch, Triton and the kernels once
-  (executor/worker_preload.py; it never creates a CUDA context, so forking it is safe):
-  each worker then only creates its CUDA context. The processes are started, and the
+  (executor/worker_preload.py; it never creates a CUDA context, so forking it is safe);
+  a worker creates a CUDA context only when a job launches (compile-only jobs, the
+  runner's kernels, need none). The processes are started, and the
   first jobs submitted, from a background thread: starting the first worker waits for
   the fork server's imports (3-5 s), which the main thread spends on its own start-up;
 * a job is submitted once every ``autotune`` step before its step has run (a tuning
@@ -369,7 +370,7 @@ _WORKER: dict | None = None
 
 
 def _init_worker(specs: dict, device: str, monitor_mode: str, options) -> None:
-    """Pool initializer: imports, backends, CUDA context and the JIT monitor, once per worker.
+    """Pool initializer: imports, backends, Triton's per-process costs and the JIT monitor, once per worker.
 
     Never raises (a failing initializer would break the whole pool): errors are kept and
     each job of the backend reports them."""

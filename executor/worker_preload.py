@@ -3,8 +3,8 @@
 Importing torch, Triton and the kernels takes seconds per process, and sixteen workers
 doing it at once took 6.2 s on an H100 (16 cores, 2026-11-23). The fork server imports
 them once and forks each worker from itself: a worker starts with everything imported
-(and Triton's driver module built) and only creates its own CUDA context. Forking is safe here because the server never
-touches the GPU (nothing below creates a CUDA context; CUDA forbids only forking a
+(and Triton's driver module built); a job that launches a kernel creates its CUDA context.
+Forking is safe here because the server never touches the GPU (nothing below creates a CUDA context; CUDA forbids only forking a
 process that has one). Triton's hash of its own sources and libtriton (part of every
 cache key) is computed once here too.
 """
