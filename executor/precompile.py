@@ -20,7 +20,7 @@ Orchestration (``Precompiler``), in the main process:
   a worker creates a CUDA context only when a job launches (compile-only jobs, the
   runner's kernels, need none). The processes are started, and the
   first jobs submitted, from a background thread: starting the first worker waits for
-  the fork server's imports (3-5 s), which the main thread spends on its own start-up;
+  the fork server's imports (4.6-6.5 s on an H100), which the main thread spends on its own start-up;
 * a job is submitted once every ``autotune`` step before its step has run (a tuning
   step rewrites the tables that pick the GEMM variants, and its timings must not share
   the GPU with the workers); DeepGEMM jobs go first;
