@@ -22,6 +22,8 @@
 # flashinfer where FlashInfer's wheels are carried (.whl-fi, bench/flashinfer_setup.sh):
 #            bench/flashinfer_gpu.py (tune, then load in a fresh process)
 # runner     bench/runner_gpu.sh: the reference runner's tests and serving-trace proofs
+# probe      bench/worker_start_probe.py: what a precompile worker's start-up costs (imports,
+#            CUDA utils, cuInit x16, an offline compile and its launcher), $RES/worker-probe.log
 # pytest     pytest -m gpu tests/executor
 #
 # Logs, JSON reports and the JIT-miss logs go to $OUT/results.tgz, one line per run to
@@ -171,7 +173,10 @@ if part pytest; then
 [ -n "${SKIP_PYTEST:-}" ] || run pytest-gpu 0 timeout 240 python3 -m pytest -q -m gpu tests/executor -p no:cacheprovider
 fi
 
-# 7. The reference runner: its GPU tests and the serving-trace proofs (issue 5).
+# 7. What a precompile worker's start-up and first job cost, part by part.
+part probe && run worker-probe 0 python3 bench/worker_start_probe.py
+
+# 8. The reference runner: its GPU tests and the serving-trace proofs (issue 5).
 part runner && bash bench/runner_gpu.sh
 
 # One line per report: what the acceptance reads.

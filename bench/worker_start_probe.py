@@ -2,7 +2,8 @@
 
 Each probe runs in fresh processes with its own empty TRITON_CACHE_DIR:
 
-  import_*        seconds to import triton / torch / both / the executor's kernels
+  import_*        seconds to import triton / torch / both / the executor's kernels / what the
+                  precompile pool's fork server imports (executor/worker_preload.py)
   cuda_utils      Triton's CUDA utils module built with gcc (an empty cache), no CUDA call
   cuinit_1/16     torch.cuda.init() in 1, then 16 processes at once (each its own wall)
   compile_only    an fp8_gemm variant compiled for a fixed sm_90 target with no CUDA at all
@@ -35,6 +36,7 @@ BODIES = {
     "import_torch": "import torch",
     "import_torch_triton": "import torch, triton",
     "import_kernels": "import executor.kernels.fp8_gemm, executor.runner.kernels",
+    "import_worker": "import executor.worker_preload\nextra = {'torch': 'torch' in sys.modules}",
     "cuda_utils": "from triton.backends.nvidia.driver import CudaUtils\nCudaUtils()",
     "cuinit": "import torch\nt1 = time.perf_counter()\ntorch.cuda.init()\nextra = {'init_s': round(time.perf_counter() - t1, 3)}",
     "compile_only": """
@@ -76,7 +78,7 @@ def run(name: str, n: int = 1) -> list[dict]:
 
 def main() -> None:
     t0 = time.perf_counter()
-    for name, n in (("import_torch_triton", 1), ("import_triton", 1), ("import_torch", 1), ("import_kernels", 1),
+    for name, n in (("import_torch_triton", 1), ("import_triton", 1), ("import_torch", 1), ("import_kernels", 1), ("import_worker", 1),
                     ("cuda_utils", 1), ("cuinit", 1), ("cuinit", 16), ("compile_only", 1), ("compile_only", 16)):
         began = time.perf_counter()
         results = run(name, n)

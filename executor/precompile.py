@@ -3,9 +3,12 @@
 Threads do not help (the GIL serializes Triton's compiles); processes do. Each distinct
 compile key of the plan (``compile_keys`` of its gemm, grouped_gemm and attention steps)
 becomes one *job*: the first step and value that reach the key, run in a worker through
-the backend's own family method (``TritonBackend().gemm(step, [m], tick)``...), so the
-worker compiles exactly the variant the main process will launch (same allocation path,
-strides and alignment; an exact step keeps its per-value key check). Workers share the
+the backend's family method. For Triton that is its compile-only twin
+(``TritonCompileOnly``, executor/backends/triton_compile.py): the same ``launch``
+functions as the main process's calls, on stand-in tensors of the same dtypes, shapes
+and alignment, compiled for the GPU's target without torch or a CUDA context, so the
+worker builds exactly the variant the main process will launch (an exact step keeps its
+per-value key check); DeepGEMM jobs run the library itself. Workers share the
 on-disk caches with the main process (Triton's ``TRITON_CACHE_DIR``, DeepGEMM's
 ``DG_JIT_CACHE_DIR``); Triton writes every entry to a temporary directory and renames it
 into place, so concurrent workers leave complete entries. The main process then runs
@@ -15,12 +18,13 @@ Orchestration (``Precompiler``), in the main process:
 
 * the pool (``ProcessPoolExecutor``) is started before the main process imports torch or
   touches CUDA, so that worker start-up overlaps the main process's own; workers are
-  forked from a fork server that imported torch, Triton and the kernels once
-  (executor/worker_preload.py; it never creates a CUDA context, so forking it is safe);
-  a worker creates a CUDA context only when a job launches (compile-only jobs, the
-  runner's kernels, need none). The processes are started, and the
-  first jobs submitted, from a background thread: starting the first worker waits for
-  the fork server's imports (4.6-6.5 s on an H100), which the main thread spends on its own start-up;
+  forked from a fork server that imported Triton and the kernel sources once, not torch
+  (executor/worker_preload.py; it never creates a CUDA context, so forking it is safe;
+  torch only when DeepGEMM jobs need it). The GPU's compute capability comes from NVML
+  (``gpu_capability``: no CUDA context), and the workers compile for it offline;
+  importing torch took 4.9-5.6 s on an H100 host, Triton 0.3 s (2026-11-23). The
+  processes are started, and the first jobs submitted, from a background thread:
+  starting the first worker waits for the fork server's imports;
 * a job is submitted once every ``autotune`` step before its step has run (a tuning
   step rewrites the tables that pick the GEMM variants, and its timings must not share
   the GPU with the workers); DeepGEMM jobs go first;
@@ -64,15 +68,18 @@ from .jit_monitor import deep_gemm_cache_dir
 PRECOMPILE_BACKENDS = ("triton", "deep_gemm")  # backends whose variants are compiled in workers by default
 GPU_BACKENDS = ("triton", "deep_gemm")         # these compile only on a CUDA device
 KEYED_KINDS = ("gemm", "grouped_gemm", "attention", "kernel")
+# A worker runs a backend's compile-only twin where it has one (no torch, no CUDA context).
+WORKER_CLASSES = {"triton": ("executor.backends.triton_compile", "TritonCompileOnly")}
+WORKER_ENV_PREFIXES = ("TRITON_", "DG_", "WARMUP_")  # settings a worker takes from the main process
 MAX_DEFAULT_JOBS = 32
 MANIFEST_NAME = "warmup-precompiled.json"
 MANIFEST_FORMAT = "warmup-precompiled/v1"
 EMPTY_CACHE_BYTES = 1 << 30  # a worker frees its cached GPU memory above this much
 # Sources that decide which variant a call compiles: the kernels, the backends' allocation
 # paths and the dispatch models. A change to any invalidates the manifest.
-SOURCE_GLOBS = (("executor", "kernels"), ("planner", "dispatch"))
-SOURCE_FILES = (("executor", "backends", "triton.py"), ("executor", "backends", "deep_gemm.py"),
-                ("executor", "runner", "kernels.py"))
+SOURCE_GLOBS = (("executor", "kernels"), ("executor", "kernels", "jit"), ("planner", "dispatch"))
+SOURCE_FILES = (("executor", "backends", "triton.py"), ("executor", "backends", "triton_compile.py"),
+                ("executor", "backends", "deep_gemm.py"), ("executor", "runner", "kernels.py"))
 
 
 def default_jobs() -> int:
@@ -284,6 +291,49 @@ def gpu_models() -> list[str]:
     return sorted(out)
 
 
+def gpu_capability() -> int | None:
+    """The GPUs' compute capability (90 for sm_90) from NVML, which creates no CUDA context;
+    None when unknown: no NVML, or GPUs of different capabilities (which one the main
+    process will use is then CUDA's to say, and workers ask CUDA themselves)."""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    caps = set()
+    try:
+        count = ctypes.c_uint()
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return None
+        for index in range(count.value):
+            handle, major, minor = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
+            if (nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0
+                    or nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0):
+                return None
+            caps.add(major.value * 10 + minor.value)
+    finally:
+        nvml.nvmlShutdown()
+    return caps.pop() if len(caps) == 1 else None
+
+
+def worker_setup(device: str) -> dict:
+    """What a worker takes from the main process: its TRITON_/DG_/WARMUP_ settings (the
+    fork server may have started under others) and the GPU target to compile for."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV_PREFIXES)}
+    capability = gpu_capability() if str(device).startswith("cuda") else None
+    return {"env": env, "capability": capability}
+
+
+def _apply_setup(setup: dict) -> None:
+    for key in [k for k in os.environ if k.startswith(WORKER_ENV_PREFIXES)]:
+        if key not in setup["env"]:
+            del os.environ[key]
+    os.environ.update(setup["env"])
+
+
 def fingerprint() -> dict:
     """What must match for a manifest's keys to still be in the disk cache."""
     skip = ("TRITON_CACHE_DIR", "TRITON_HOME", "DG_JIT_CACHE_DIR")
@@ -345,9 +395,10 @@ def update_manifest(path: str | None, add: dict, fp: dict | None = None) -> int:
 # --- the worker side ------------------------------------------------------------------------------------
 
 def prime_triton() -> None:
-    """Pay Triton's fixed per-process costs now rather than at the first kernel: the driver and
-    its utils module, the hash of Triton's own sources and libtriton (hundreds of MB, part of
-    every cache key) and the backend's hash (it runs ptxas --version). Best effort."""
+    """Pay Triton's fixed per-process costs now rather than at the first kernel: the hash of
+    Triton's own sources and libtriton (hundreds of MB, part of every cache key) and the
+    backend's hash (it runs ptxas --version), for the active driver's target. Best effort;
+    the fork server did both already when it could (executor/worker_preload.py)."""
     from triton.runtime.driver import driver
 
     active = driver.active
@@ -369,8 +420,9 @@ def prime_triton() -> None:
 _WORKER: dict | None = None
 
 
-def _init_worker(specs: dict, device: str, monitor_mode: str, options) -> None:
-    """Pool initializer: imports, backends, Triton's per-process costs and the JIT monitor, once per worker.
+def _init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dict) -> None:
+    """Pool initializer: settings, Triton's target, backends, Triton's per-process costs and
+    the JIT monitor, once per worker.
 
     Never raises (a failing initializer would break the whole pool): errors are kept and
     each job of the backend reports them."""
@@ -380,8 +432,18 @@ def _init_worker(specs: dict, device: str, monitor_mode: str, options) -> None:
     except (ValueError, OSError):
         pass
     start = time.perf_counter()
-    state = {"backends": {}, "errors": {}, "monitor": None, "device": device, "pid": os.getpid()}
+    state = {"backends": {}, "errors": {}, "monitor": None, "device": device, "pid": os.getpid(),
+             "target": None}
     _WORKER = state
+    try:
+        _apply_setup(setup)
+        if setup.get("capability") and "triton" in specs:
+            from executor.kernels.jit import stand_in
+
+            stand_in.use_offline_driver(setup["capability"])
+            state["target"] = f"cuda:{setup['capability']}"
+    except Exception as e:  # noqa: BLE001 - Triton's own driver compiles instead (slower)
+        state["errors"]["target"] = f"{type(e).__name__}: {e}"
     try:
         from .jit_monitor import Monitor
 
@@ -399,16 +461,25 @@ def _init_worker(specs: dict, device: str, monitor_mode: str, options) -> None:
             state["backends"][name] = instance
         else:
             state["errors"][name] = why or "unavailable"
-    if str(device).startswith("cuda") and any(n in GPU_BACKENDS for n in state["backends"]):
-        # No CUDA context here: compile-only jobs (the runner's kernels) need none, and sixteen
-        # workers creating theirs at once took 2 s before the first job could start (H100,
-        # 2026-11-23). A job that launches (a GEMM) creates its worker's context on first use.
+    if state["target"]:
+        # Triton's fixed per-process costs, for the offline target: no CUDA context, no torch.
+        # (Without a target, Triton's own driver would create a context here: the jobs do it.)
         try:
-            if "triton" in sys.modules:
-                prime_triton()
+            prime_triton()
         except Exception as e:  # noqa: BLE001 - the jobs will say it
-            state["errors"]["cuda"] = f"{type(e).__name__}: {e}"
+            state["errors"]["prime"] = f"{type(e).__name__}: {e}"
     state["init_s"] = round(time.perf_counter() - start, 3)
+
+
+def build_cuda_utils() -> float:
+    """Build Triton's CUDA utils module (C, compiled with gcc into the shared cache; no CUDA
+    call) for the main process, which would otherwise build it at its first kernel: 0.9 s
+    on an empty cache (H100 host, 2026-11-23). Workers compiling offline never need it."""
+    began = time.perf_counter()
+    from triton.backends.nvidia.driver import CudaUtils
+
+    CudaUtils()
+    return round(time.perf_counter() - began, 3)
 
 
 def _ready() -> dict:
@@ -418,16 +489,18 @@ def _ready() -> dict:
             "time": time.time()}
 
 
-def worker_context():
-    """How workers start: forked from a fork server that imported torch, Triton and the
-    kernels once (executor/worker_preload.py), else spawned (each imports them itself)."""
+def worker_context(with_torch: bool = False):
+    """How workers start: forked from a fork server that imported Triton and the kernels
+    once (executor/worker_preload.py; torch too when a backend's jobs need it: DeepGEMM's),
+    else spawned (each imports them itself). The fork server is one per process: the first
+    pool's preload list is the one it keeps."""
     import multiprocessing
 
     try:
         ctx = multiprocessing.get_context("forkserver")
     except ValueError:  # a platform without fork
         return multiprocessing.get_context("spawn")
-    ctx.set_forkserver_preload(["executor.worker_preload"])
+    ctx.set_forkserver_preload((["torch"] if with_torch else []) + ["executor.worker_preload"])
     return ctx
 
 
@@ -538,6 +611,8 @@ class Precompiler:
         self._started = threading.Event()   # set once the starter thread submitted the first jobs
         self._start_error: str | None = None
         self.ready_at: float | None = None
+        self.setup: dict | None = None     # what the workers were started with (worker_setup)
+        self.utils_s = None                # seconds a worker spent building Triton's CUDA utils (or why not)
         self.finished_at: float | None = None
         self.manifest_written: int | None = None
         self._lock = threading.Lock()
@@ -593,7 +668,7 @@ class Precompiler:
             if gpu:
                 why.append(f"device {self.device}: {', '.join(gpu)} compile nothing off a CUDA device")
             self.backends = tuple(b for b in self.backends if b not in GPU_BACKENDS)
-        need = {"triton": ("torch", "triton"), "deep_gemm": ("torch", "deep_gemm")}
+        need = {"triton": ("triton",), "deep_gemm": ("torch", "deep_gemm")}
         for backend in list(self.backends):
             missing = [m for m in need.get(backend, ()) if importlib.util.find_spec(m) is None]
             if missing:
@@ -613,17 +688,20 @@ class Precompiler:
         return self._fp
 
     def _specs(self) -> dict:
+        """The class each worker runs a backend with: its compile-only twin where it has one."""
         names = sorted({s.job.backend for s in self.slots})
-        return {name: registry.BACKENDS[name] for name in names if name in registry.BACKENDS}
+        return {name: WORKER_CLASSES.get(name, registry.BACKENDS[name]) for name in names if name in registry.BACKENDS}
 
     def _start_pool(self) -> None:
         from concurrent.futures import ProcessPoolExecutor
 
         self.created = time.time()
         mode = getattr(self.options, "jit_monitor", "warn")
-        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=worker_context(),
+        specs = self._specs()
+        self.setup = worker_setup(self.device)
+        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=worker_context(with_torch="deep_gemm" in specs),
                                         initializer=_init_worker,
-                                        initargs=(self._specs(), self.device, mode, self.options))
+                                        initargs=(specs, self.device, mode, self.options, self.setup))
         threading.Thread(target=self._spawn, name="warmup-precompile-start", daemon=True).start()
 
     def _spawn(self) -> None:
@@ -634,11 +712,19 @@ class Precompiler:
                 fut = self.pool.submit(_ready)
                 fut.add_done_callback(self._on_ready)
             self.spawned_s = round(time.time() - self.created, 3)
+            if "triton" in self._specs() and (self.setup or {}).get("capability"):
+                self.pool.submit(build_cuda_utils).add_done_callback(self._on_utils)
             self._submit(-1)
         except Exception as e:  # noqa: BLE001 - the jobs left unsubmitted are compiled by the main process
             self._start_error = f"{type(e).__name__}: {e}"
         finally:
             self._started.set()
+
+    def _on_utils(self, fut) -> None:
+        try:
+            self.utils_s = fut.result()
+        except BaseException as e:  # noqa: BLE001 - the main process builds it at its first kernel
+            self.utils_s = f"{type(e).__name__}: {e}"
 
     def _await_start(self) -> None:
         if self.pool is not None:
@@ -865,6 +951,8 @@ class Precompiler:
             "unavailable": sum(r["status"] == "unavailable" for r in results),
             "cancelled": sum(r["status"] == "cancelled" for r in results),
             "worker_init_s": sorted(i["init_s"] for i in self.ready if i.get("init_s") is not None),
+            "target": (self.setup or {}).get("capability"),  # compiled for cuda:<this> without CUDA; None: CUDA asked
+            "cuda_utils_s": self.utils_s,
             "records": [_public(r, self.created) for r in results],
         })
         return out

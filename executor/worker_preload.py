@@ -1,19 +1,21 @@
 """Imported once by the precompile pool's fork server, before it forks every worker.
 
-Importing torch, Triton and the kernels takes seconds per process, and sixteen workers
-doing it at once took 6.2 s on an H100 (16 cores, 2026-11-23). The fork server imports
-them once and forks each worker from itself: a worker starts with everything imported
-(and Triton's driver module built); a job that launches a kernel creates its CUDA context.
-Forking is safe here because the server never touches the GPU (nothing below creates a CUDA context; CUDA forbids only forking a
-process that has one). Triton's hash of its own sources and libtriton (part of every
-cache key) is computed once here too.
+A worker compiles Triton variants from their sizes (executor/backends/triton_compile.py):
+it needs Triton and the executor's kernel sources, not torch. So the fork server imports
+Triton (0.3 s on an H100, 2026-11-23) and not torch (4.9-5.6 s there, and the reason
+workers used to start 4.6-6.5 s after the pool); the pool adds torch to the preload list
+only when DeepGEMM jobs need it. Triton's native argument specializer imports torch at
+its first call, for an optional fast path on ``torch.Tensor``: that first call is made
+here with torch hidden, so it never imports it in a worker. Triton's hash of its own sources and libtriton (part of
+every cache key) is computed here once, and the workers inherit it. Forking is safe:
+nothing here creates a CUDA context (CUDA forbids only forking a process that has one).
 """
 
-import torch  # noqa: F401
+import sys
+
 import triton  # noqa: F401
 
-from executor.backends import triton as _triton_backend  # noqa: F401
-from executor.kernels import fp8_gemm, grouped_gemm, prefill_attention  # noqa: F401
+from executor.kernels.jit import fp8_gemm, grouped_gemm, prefill_attention  # noqa: F401
 from executor.runner import kernels as _runner_kernels  # noqa: F401
 
 try:
@@ -24,13 +26,32 @@ except Exception:  # noqa: BLE001 - another Triton: each worker pays it at its f
     pass
 
 try:
-    # Triton's CUDA utils module is C compiled with gcc into the (maybe empty) cache, and
-    # the backend's hash runs `ptxas --version`: neither calls CUDA, so both are done once
-    # here; the workers inherit the built module on disk and the cached version.
+    # The NVIDIA backend's hash runs `ptxas --version`: cached here for the workers.
     from triton.backends.nvidia.compiler import get_ptxas_version
-    from triton.backends.nvidia.driver import CudaUtils
 
-    CudaUtils()
     get_ptxas_version(90)
 except Exception:  # noqa: BLE001 - not the NVIDIA backend: each worker pays it
     pass
+
+
+def _specialize_without_torch() -> None:
+    """Make Triton's native specializer's one-time set-up run now, with torch hidden: it
+    tries ``from torch import Tensor`` (a fast path for torch tensors; without it, tensors
+    take its generic ``data_ptr`` path, same result) and would import torch otherwise."""
+    if "torch" in sys.modules:
+        return  # preloaded for DeepGEMM: nothing to save
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+    except ImportError:  # another Triton
+        return
+    sys.modules["torch"] = None  # `import torch` raises ImportError, which Triton expects
+    try:
+        native_specialize_impl(BaseBackend, 1, False, True, True)
+    except Exception:  # noqa: BLE001 - best effort: a worker would import torch at its first compile
+        pass
+    finally:
+        del sys.modules["torch"]
+
+
+_specialize_without_torch()

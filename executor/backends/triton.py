@@ -33,13 +33,46 @@ def check_planned_keys(step: dict, values: list[int], launched_key) -> None:
                                "the tuned tables or the kernels changed since planning: re-run `warmup plan`")
 
 
+# The kernel names a step may give for each family (vLLM's and DeepGEMM's names included).
+KERNELS = {"gemm": ("fp8_gemm", "fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "w8a8_block_fp8_matmul"),
+           "grouped_gemm": ("grouped_fp8_gemm", "m_grouped_fp8_gemm_nt_contiguous",
+                            "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"),
+           "attention": ("context_attention_fwd", "prefill_attention")}
+
+
+def check_kernel(family: str, step: dict) -> None:
+    """Refuse a step whose kernel or weight blocks these kernels do not implement."""
+    kernel = step.get("kernel")
+    if kernel is not None and kernel not in KERNELS[family]:
+        raise Unavailable(f"triton backend has no kernel {kernel!r} for {family} "
+                          f"(it has {', '.join(KERNELS[family])})")
+    block = step.get("block_size")
+    if block is not None and list(block) != [128, 128]:
+        raise Unavailable(f"triton block-FP8 kernels take 128x128 weight blocks, the step has {block}")
+
+
+def check_runner_launches(step: dict):
+    """The step's runner-kernel launches, each checked against its planned key."""
+    from planner.dispatch.runner_kernels import Launch
+
+    from ..runner import kernels as rk
+
+    if step["kernel"] not in rk.LAUNCHABLE:
+        raise Unavailable(f"triton backend has no runner kernel {step['kernel']!r}")
+    launches = [Launch.from_spec(step["kernel"], v) for v in step["variants"]]
+    planned = step.get("compile_keys")
+    if planned and len(planned) == len(launches):
+        for launch, key in zip(launches, planned):
+            if launch.key() != key:
+                raise RuntimeError(f"step {step['id']}: a variant was planned as {key} but its arguments "
+                                   f"give {launch.key()}; re-run `warmup plan`")
+    return launches
+
+
 class TritonBackend(BaseBackend):
     name = "triton"
     families = ("gemm", "grouped_gemm", "attention", "autotune", "kernel")
-    KERNELS = {"gemm": ("fp8_gemm", "fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "w8a8_block_fp8_matmul"),
-               "grouped_gemm": ("grouped_fp8_gemm", "m_grouped_fp8_gemm_nt_contiguous",
-                                "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"),
-               "attention": ("context_attention_fwd", "prefill_attention")}
+    KERNELS = KERNELS
 
     def __init__(self, device: str = "cuda", options=None):
         super().__init__(device, options)
@@ -64,15 +97,6 @@ class TritonBackend(BaseBackend):
         return True, ""
 
     # --- helpers -----------------------------------------------------------------------------
-
-    def _check_kernel(self, family: str, step: dict) -> None:
-        kernel = step.get("kernel")
-        if kernel is not None and kernel not in self.KERNELS[family]:
-            raise Unavailable(f"triton backend has no kernel {kernel!r} for {family} "
-                              f"(it has {', '.join(self.KERNELS[family])})")
-        block = step.get("block_size")
-        if block is not None and list(block) != [128, 128]:
-            raise Unavailable(f"triton block-FP8 kernels take 128x128 weight blocks, the step has {block}")
 
     def _buffer(self, key, size: int, make):
         have = self._buffers.get(key)
@@ -103,7 +127,7 @@ class TritonBackend(BaseBackend):
     def gemm(self, step, m_values, tick):
         from ..kernels import fp8_gemm as g
 
-        self._check_kernel("gemm", step)
+        check_kernel("gemm", step)
         n, k = int(step["n"]), int(step["k"])
         inputs = self._buffer(("gemm", n, k), max(m_values),
                               lambda m: g.alloc_gemm_inputs(m, n, k, device=self.device))
@@ -121,7 +145,7 @@ class TritonBackend(BaseBackend):
         from ..kernels import fp8_gemm as g
         from ..kernels import grouped_gemm as gg
 
-        self._check_kernel("grouped_gemm", step)
+        check_kernel("grouped_gemm", step)
         n, k, e = int(step["n"]), int(step["k"]), int(step["num_groups"])
         block_m = int(step.get("alignment") or 128)
         bad = [m for m in m_values if m % block_m]
@@ -144,7 +168,7 @@ class TritonBackend(BaseBackend):
 
         from ..kernels import prefill_attention as pa
 
-        self._check_kernel("attention", step)
+        check_kernel("attention", step)
         h, kvh, d = int(step["num_heads"]), int(step["num_kv_heads"]), int(step["head_size"])
         dtype = getattr(torch, str(step.get("dtype", "bfloat16")).removeprefix("torch."))
         window = tuple(step.get("sliding_window") or (-1, -1))
@@ -163,23 +187,13 @@ class TritonBackend(BaseBackend):
 
     def kernel(self, step, variants, tick):
         """Compile (or load) each planned variant of one of the runner's kernels, launching nothing."""
-        from planner.dispatch.runner_kernels import Launch
-
         from ..runner import kernels as rk
 
-        if step["kernel"] not in rk.LAUNCHABLE:
-            raise Unavailable(f"triton backend has no runner kernel {step['kernel']!r}")
         if not str(self.device).startswith("cuda"):
             raise Unavailable("runner kernels compile only on a CUDA device (the interpreter compiles nothing)")
-        launches = [Launch.from_spec(step["kernel"], v) for v in variants]
-        planned = step.get("compile_keys")
-        if planned and len(planned) == len(launches):
-            for launch, key in zip(launches, planned):
-                if launch.key() != key:
-                    raise RuntimeError(f"step {step['id']}: a variant was planned as {key} but its arguments "
-                                       f"give {launch.key()}; re-run `warmup plan`")
+        launches = check_runner_launches({**step, "variants": variants})
         for launch in launches:
-            rk.compile_launch(launch, load=not self.in_worker)
+            rk.compile_launch(launch, load=True)
             tick(1)
         return len(launches)
 

@@ -13,6 +13,7 @@ the variants a warmup plan has to cover.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -69,3 +70,45 @@ def tune_table(Ms: Iterable[int], candidates: Iterable[Config],
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+# --- the tables a process's launches read ----------------------------------------------------------
+
+def device_name(device=None) -> str:
+    """The device whose tuned tables the kernels read: $WARMUP_TABLE_DEVICE when set (the
+    executor sets it to the engine config's device, so that the kernels launch the configs
+    of the tables its plan was made with, in every process and also on a GPU of another
+    name), else the GPU's own name (this asks torch: a precompile worker has the variable)."""
+    override = os.environ.get(gemm_tables.TABLE_DEVICE_ENV)
+    if override:
+        return override
+    import torch
+
+    device = torch.device(device if device is not None else "cuda")
+    if device.type != "cuda":
+        return device.type
+    return _cuda_device_name(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_device_name(index: int) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_table(path: str):
+    return gemm_tables.load_table(path) if Path(path).is_file() else None
+
+
+def lookup_table(kernel: str, N: int, K: int, device=None):
+    """The tuned table for (kernel, N, K, device) under ``config_root()``, or None.
+
+    Tables are read once per process (``clear_table_cache()`` forgets them).
+    """
+    return _cached_table(str(gemm_tables.table_path(kernel, N, K, device_name(device))))
+
+
+def clear_table_cache() -> None:
+    _cached_table.cache_clear()

@@ -27,68 +27,18 @@ own binder, without a GPU, by tests/executor/test_kernels_compile.py).
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 
-from planner.dispatch import gemm_tables
 from planner.dispatch import triton_kernels as dispatch
 
 from . import configs
-from ._triton import LazyKernel, tl
-from .configs import SCALE_BLOCK, cdiv
+from .configs import SCALE_BLOCK, cdiv, clear_table_cache, device_name, lookup_table  # noqa: F401 - re-exported
+from .jit import fp8_gemm as jit
 
 KERNEL_NAME = dispatch.FP8_GEMM
-
-
-def _fp8_gemm_kernel(
-    A, B, C, As, Bs,
-    M, N, K,
-    stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
-    stride_asm, stride_ask, stride_bsn, stride_bsk,
-    BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-    GROUP_SIZE_M: tl.constexpr, SCALE_BLOCK_N: tl.constexpr, SCALE_BLOCK_K: tl.constexpr,
-):
-    # Grouped ordering of the 1-D grid: GROUP_SIZE_M row tiles share each column tile in L2.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    num_pid_in_group = GROUP_SIZE_M * num_pid_n
-    first_pid_m = (pid // num_pid_in_group) * GROUP_SIZE_M
-    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_SIZE_M)
-    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
-    pid_n = (pid % num_pid_in_group) // group_size_m
-
-    offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
-    rows = (offs_m % M).to(tl.int64)
-    cols = (offs_n % N).to(tl.int64)
-    a_ptrs = A + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = B + cols[None, :] * stride_bn + offs_k[:, None] * stride_bk
-    as_ptrs = As + rows * stride_asm
-    bs_ptrs = Bs + (cols // SCALE_BLOCK_N) * stride_bsn
-
-    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for k in range(0, K // BLOCK_SIZE_K):
-        a = tl.load(a_ptrs)
-        b = tl.load(b_ptrs)
-        k_group = (k * BLOCK_SIZE_K) // SCALE_BLOCK_K
-        a_s = tl.load(as_ptrs + k_group * stride_ask)
-        b_s = tl.load(bs_ptrs + k_group * stride_bsk)
-        acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
-        a_ptrs += BLOCK_SIZE_K * stride_ak
-        b_ptrs += BLOCK_SIZE_K * stride_bk
-
-    c_ptrs = C + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
-    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=c_mask)
-
-
-KERNEL = LazyKernel(_fp8_gemm_kernel, do_not_specialize=["M"])
+KERNEL = jit.KERNEL  # the @triton.jit kernel and its launch live in executor.kernels.jit (no torch)
 
 
 def check_gemm_args(a, a_scales, b, b_scales) -> tuple[int, int, int]:
@@ -136,64 +86,10 @@ def fp8_gemm(a, a_scales, b, b_scales, out=None, config=None) -> torch.Tensor:
     return out
 
 
-def _launch(a, a_scales, b, b_scales, out, config, compile_only=False):
-    configs.validate_config(config)
-    (M, K), N = a.shape, b.shape[0]
-    grid = (cdiv(M, config["BLOCK_SIZE_M"]) * cdiv(N, config["BLOCK_SIZE_N"]),)
-    args = (
-        a, b, out, a_scales, b_scales,
-        M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        a_scales.stride(0), a_scales.stride(1), b_scales.stride(0), b_scales.stride(1),
-    )
-    options = dict(
-        BLOCK_SIZE_M=config["BLOCK_SIZE_M"], BLOCK_SIZE_N=config["BLOCK_SIZE_N"],
-        BLOCK_SIZE_K=config["BLOCK_SIZE_K"], GROUP_SIZE_M=config["GROUP_SIZE_M"],
-        SCALE_BLOCK_N=SCALE_BLOCK, SCALE_BLOCK_K=SCALE_BLOCK,
-        num_warps=config["num_warps"], num_stages=config["num_stages"],
-    )
-    if compile_only:
-        return KERNEL.get().warmup(*args, grid=grid, **options)
-    KERNEL[grid](*args, **options)
+_launch = jit.launch  # one argument list for real launches and workers' compile-only calls
 
 
 # --- config lookup: planner.dispatch, shared with the planner ---------------------------------------
-
-def device_name(device=None) -> str:
-    """The device whose tuned tables the kernels read: $WARMUP_TABLE_DEVICE when set (the
-    executor sets it to the engine config's device, so that the kernels launch the configs
-    of the tables its plan was made with, in every process and also on a GPU of another
-    name), else the GPU's own name."""
-    override = os.environ.get(gemm_tables.TABLE_DEVICE_ENV)
-    if override:
-        return override
-    device = torch.device(device if device is not None else "cuda")
-    if device.type != "cuda":
-        return device.type
-    return _cuda_device_name(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _cuda_device_name(index: int) -> str:
-    return torch.cuda.get_device_name(index)
-
-
-@functools.lru_cache(maxsize=None)
-def _cached_table(path: str):
-    return gemm_tables.load_table(path) if Path(path).is_file() else None
-
-
-def lookup_table(kernel: str, N: int, K: int, device=None):
-    """The tuned table for (kernel, N, K, device) under ``configs.config_root()``, or None.
-
-    Tables are read once per process (``clear_table_cache()`` forgets them).
-    """
-    return _cached_table(str(gemm_tables.table_path(kernel, N, K, device_name(device))))
-
-
-def clear_table_cache() -> None:
-    _cached_table.cache_clear()
-
 
 def resolve_config(M: int, N: int, K: int, device=None) -> configs.Config:
     return dispatch.fp8_gemm_config(M, N, K, lookup_table(KERNEL_NAME, N, K, device))
@@ -237,12 +133,13 @@ def alloc_gemm_inputs(M: int, N: int, K: int, device="cuda", random: bool = Fals
     """Scratch operands for M rows: zeros and unit scales, or seeded random quantized data."""
     if K % SCALE_BLOCK:
         raise ValueError(f"K={K} must be a multiple of {SCALE_BLOCK} (the FP8 scale group size)")
-    out = torch.empty(M, N, dtype=out_dtype, device=device)
+    shapes = jit.operands(M, N, K)
+    out = torch.empty(shapes["out"][1], dtype=out_dtype, device=device)
     if not random:
-        a = torch.zeros(M, K, dtype=torch.float8_e4m3fn, device=device)
-        b = torch.zeros(N, K, dtype=torch.float8_e4m3fn, device=device)
-        a_s = torch.ones(M, K // SCALE_BLOCK, dtype=torch.float32, device=device)
-        b_s = torch.ones(cdiv(N, SCALE_BLOCK), K // SCALE_BLOCK, dtype=torch.float32, device=device)
+        a = torch.zeros(shapes["a"][1], dtype=torch.float8_e4m3fn, device=device)
+        b = torch.zeros(shapes["b"][1], dtype=torch.float8_e4m3fn, device=device)
+        a_s = torch.ones(shapes["a_scales"][1], dtype=torch.float32, device=device)
+        b_s = torch.ones(shapes["b_scales"][1], dtype=torch.float32, device=device)
         return GemmInputs(a, a_s, b, b_s, out)
     from .reference import quantize_fp8_block, quantize_fp8_per_token_group
 

@@ -30,59 +30,12 @@ import torch
 from planner.dispatch import triton_kernels as dispatch
 
 from . import configs
-from ._triton import LazyKernel, tl
-from .configs import SCALE_BLOCK, cdiv
-from .fp8_gemm import check_fp8_operands, check_out, lookup_table
+from .configs import SCALE_BLOCK, cdiv, lookup_table
+from .fp8_gemm import check_fp8_operands, check_out
+from .jit import grouped_gemm as jit
 
 KERNEL_NAME = dispatch.GROUPED_FP8_GEMM
-
-
-def _grouped_fp8_gemm_kernel(
-    A, B, C, As, Bs, expert_ids,
-    M, N, K,
-    stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    CHUNK_M: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
-    BLOCK_SIZE_K: tl.constexpr, SCALE_BLOCK_N: tl.constexpr, SCALE_BLOCK_K: tl.constexpr,
-):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    first_row = pid_m * BLOCK_SIZE_M
-    expert = tl.load(expert_ids + (first_row // CHUNK_M) * CHUNK_M)
-
-    offs_m = first_row + tl.arange(0, BLOCK_SIZE_M)
-    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = C + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
-    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if expert < 0:
-        tl.store(c_ptrs, tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=C.dtype.element_ty), mask=c_mask)
-        return
-
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
-    rows = (offs_m % M).to(tl.int64)
-    cols = (offs_n % N).to(tl.int64)
-    expert = expert.to(tl.int64)
-    a_ptrs = A + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = B + expert * stride_be + cols[None, :] * stride_bn + offs_k[:, None] * stride_bk
-    as_ptrs = As + rows * stride_asm
-    bs_ptrs = Bs + expert * stride_bse + (cols // SCALE_BLOCK_N) * stride_bsn
-
-    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for k in range(0, K // BLOCK_SIZE_K):
-        a = tl.load(a_ptrs)
-        b = tl.load(b_ptrs)
-        k_group = (k * BLOCK_SIZE_K) // SCALE_BLOCK_K
-        a_s = tl.load(as_ptrs + k_group * stride_ask)
-        b_s = tl.load(bs_ptrs + k_group * stride_bsk)
-        acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
-        a_ptrs += BLOCK_SIZE_K * stride_ak
-        b_ptrs += BLOCK_SIZE_K * stride_bk
-
-    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=c_mask)
-
-
-KERNEL = LazyKernel(_grouped_fp8_gemm_kernel, do_not_specialize=["M"],
-                    do_not_specialize_on_alignment=["expert_ids"])
+KERNEL = jit.KERNEL  # the @triton.jit kernel and its launch live in executor.kernels.jit (no torch)
 
 
 def check_grouped_args(a, a_scales, b, b_scales, expert_ids, block_m) -> tuple[int, int, int, int]:
@@ -128,26 +81,7 @@ def grouped_fp8_gemm(a, a_scales, b, b_scales, expert_ids, block_m: int = 128, o
     return out
 
 
-def _launch(a, a_scales, b, b_scales, expert_ids, block_m, out, config, compile_only=False):
-    configs.validate_config(config)
-    if block_m % config["BLOCK_SIZE_M"]:
-        raise ValueError(f"grouped_fp8_gemm: BLOCK_SIZE_M={config['BLOCK_SIZE_M']} must divide block_m={block_m}")
-    (M, K), N = a.shape, b.shape[1]
-    grid = (cdiv(M, config["BLOCK_SIZE_M"]), cdiv(N, config["BLOCK_SIZE_N"]))
-    args = (
-        a, b, out, a_scales, b_scales, expert_ids,
-        M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0), out.stride(1),
-        a_scales.stride(0), a_scales.stride(1), b_scales.stride(0), b_scales.stride(1), b_scales.stride(2),
-    )
-    options = dict(
-        CHUNK_M=block_m, BLOCK_SIZE_M=config["BLOCK_SIZE_M"], BLOCK_SIZE_N=config["BLOCK_SIZE_N"],
-        BLOCK_SIZE_K=config["BLOCK_SIZE_K"], SCALE_BLOCK_N=SCALE_BLOCK, SCALE_BLOCK_K=SCALE_BLOCK,
-        num_warps=config["num_warps"], num_stages=config["num_stages"],
-    )
-    if compile_only:
-        return KERNEL.get().warmup(*args, grid=grid, **options)
-    KERNEL[grid](*args, **options)
+_launch = jit.launch
 
 
 # --- specialization facts for the planner -------------------------------------------------------
@@ -211,12 +145,13 @@ def alloc_grouped_inputs(M_sum: int, N: int, K: int, E: int, device="cuda", bloc
         raise ValueError(f"K={K} must be a multiple of {SCALE_BLOCK} (the FP8 scale group size)")
     chunk_experts = torch.arange(cdiv(M_sum, block_m), dtype=torch.int32) % E
     expert_ids = chunk_experts.repeat_interleave(block_m)[:M_sum].to(device)
-    out = torch.empty(M_sum, N, dtype=out_dtype, device=device)
+    shapes = jit.operands(M_sum, N, K, E)
+    out = torch.empty(shapes["out"][1], dtype=out_dtype, device=device)
     if not random:
-        a = torch.zeros(M_sum, K, dtype=torch.float8_e4m3fn, device=device)
-        b = torch.zeros(E, N, K, dtype=torch.float8_e4m3fn, device=device)
-        a_s = torch.ones(M_sum, K // SCALE_BLOCK, dtype=torch.float32, device=device)
-        b_s = torch.ones(E, cdiv(N, SCALE_BLOCK), K // SCALE_BLOCK, dtype=torch.float32, device=device)
+        a = torch.zeros(shapes["a"][1], dtype=torch.float8_e4m3fn, device=device)
+        b = torch.zeros(shapes["b"][1], dtype=torch.float8_e4m3fn, device=device)
+        a_s = torch.ones(shapes["a_scales"][1], dtype=torch.float32, device=device)
+        b_s = torch.ones(shapes["b_scales"][1], dtype=torch.float32, device=device)
         return GroupedInputs(a, a_s, b, b_s, expert_ids, out)
     from .reference import quantize_fp8_block, quantize_fp8_per_token_group
 

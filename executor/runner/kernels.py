@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
-
 from executor.kernels._triton import LazyKernel, tl
 from executor.kernels.configs import cdiv
+from executor.kernels.jit import stand_in
 from planner.dispatch import runner_kernels as dispatch
 
 PAD_SLOT = dispatch.PAD_SLOT
@@ -392,6 +391,8 @@ REJECTION_SAMPLE = _runner_kernel(_rejection_sample_kernel)
 
 def rejection_sample(draft_tokens, accept_probs, uniforms, sampled, cu_rows, max_spec: int):
     """(tokens (num_reqs, max_spec + 1) padded with -1, num_tokens (num_reqs,)) per request."""
+    import torch  # here only: precompile workers import this module without torch
+
     num_reqs = cu_rows.shape[0] - 1
     out = torch.full((num_reqs, max_spec + 1), -1, dtype=torch.int32, device=cu_rows.device)
     num_out = torch.zeros(num_reqs, dtype=torch.int32, device=cu_rows.device)
@@ -425,27 +426,11 @@ def record_launches():
         _RECORDED = previous
 
 
-class _UnalignedMock:
-    """A pointer argument that is not 16-byte aligned, for Triton's compile-only warmup."""
-
-    def __init__(self, dtype):
-        self.dtype, self.shape = dtype, [1]
-
-    @staticmethod
-    def data_ptr():
-        return 8
-
-
-def _mock_args(kernel: str, args) -> list:
-    from triton.runtime.jit import MockTensor
-
+def stand_in_args(launch: dispatch.Launch) -> list:
+    """The launch's arguments with a stand-in tensor (planned dtype and alignment) per pointer."""
     out = []
-    for (_, role), arg in zip(dispatch.KERNELS[kernel].params, args):
-        if role == "ptr":
-            dtype, aligned = dispatch.pointer(arg)
-            out.append(MockTensor(getattr(torch, dtype)) if aligned else _UnalignedMock(getattr(torch, dtype)))
-        else:
-            out.append(arg)
+    for (_, role), arg in zip(dispatch.KERNELS[launch.kernel].params, launch.args):
+        out.append(stand_in.pointer(*dispatch.pointer(arg)) if role == "ptr" else arg)
     return out
 
 
@@ -456,18 +441,15 @@ def compile_launch(launch: dispatch.Launch, load: bool = True) -> None:
     disk next to the kernels). With `load`, the module and the launcher are also loaded into
     this process, and the variant sits in the kernel's in-process cache: the runner's first
     launch of that key only launches. Without (a precompile worker), only the disk caches
-    are filled, and no CUDA context is needed."""
+    are filled: no CUDA context, and under ``stand_in.use_offline_driver`` no torch either."""
     kernel = LAUNCHABLE[launch.kernel].get()
-    compiled = kernel.warmup(*_mock_args(launch.kernel, launch.args), grid=(1,), **launch.meta.constexprs,
-                             **launch.meta.options())
+    compiled = kernel.warmup(*stand_in_args(launch), grid=(1,), **launch.meta.constexprs, **launch.meta.options())
     if compiled is None or not hasattr(compiled, "_init_handles"):
         return  # the interpreter, or another Triton: the first launch does the rest
     if load:
         compiled._init_handles()
     else:
-        from triton.runtime.driver import driver
-
-        driver.active.launcher_cls(compiled.src, compiled.metadata)
+        stand_in.build_launcher(compiled)
 
 
 LAUNCHABLE = {k.fn.__name__: k for k in (PREPARE_INPUTS, WRITE_KV, PREFILL_ATTENTION, DECODE_ATTENTION,

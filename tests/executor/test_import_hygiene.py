@@ -46,3 +46,14 @@ def test_execute_help_imports_no_torch():
             "print('torch' in sys.modules, 'triton' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("statement", [
+    "import executor.worker_preload",  # what the precompile pool's fork server imports
+    "import executor.backends.triton_compile; executor.backends.triton_compile.TritonCompileOnly('cuda').available()",
+    "from executor.kernels.jit import stand_in, fp8_gemm, grouped_gemm, prefill_attention",
+    "import executor.runner.kernels",
+])
+def test_precompile_workers_import_triton_but_not_torch(statement):
+    pytest.importorskip("triton")
+    assert "torch" not in imported_after(statement)

@@ -47,6 +47,14 @@ def test_all_variants_fit_h100_shared_memory(variants):
     assert not too_big and all(v["shared"] > 0 for v in variants), too_big
 
 
+def test_stand_ins_compile_the_variant_real_tensors_compile(variants):
+    """A precompile worker's call (stand-in tensors, no torch) reaches the same variant as
+    the call on real tensors: same in-memory key, same CompiledKernel."""
+    checked = [v for v in variants if "stand_in_same" in v]
+    assert len(checked) == 29  # every case but the four attention token counts (one variant)
+    assert all(v["stand_in_same"] for v in checked), [v for v in checked if not v["stand_in_same"]]
+
+
 def new_flags(rows) -> list[bool]:
     return [v["new"] for v in rows]
 
