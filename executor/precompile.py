@@ -22,7 +22,7 @@ Orchestration (``Precompiler``), in the main process:
   (executor/worker_preload.py; it never creates a CUDA context, so forking it is safe;
   torch only when DeepGEMM jobs need it). The GPU's compute capability comes from NVML
   (``gpu_capability``: no CUDA context), and the workers compile for it offline;
-  importing torch took 4.9-5.6 s on an H100 host, Triton 0.3 s (2026-11-23). The
+  importing torch took 4.0-4.9 s on an H100 host, Triton 0.2-0.3 s (2026-11-23). The
   processes are started, and the first jobs submitted, from a background thread:
   starting the first worker waits for the fork server's imports;
 * a job is submitted once every ``autotune`` step before its step has run (a tuning

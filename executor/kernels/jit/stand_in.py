@@ -11,8 +11,8 @@ stand-ins as from real tensors of the same dtypes, shapes and alignment
 target) with "device 0, no stream, cuda:<capability>", so ``JITFunction.warmup`` runs the
 real binder and compiler (TTIR -> cubin with the bundled ptxas) and writes the disk
 cache under the same key a process with a CUDA context computes for that GPU. Creating a
-CUDA context costs little (0.04-0.25 s even sixteen at once, H100, 2026-11-23); what the
-offline path saves is torch, whose import Triton's own CUDA driver needs (4.9-5.6 s).
+CUDA context costs little (0.03-0.25 s, also sixteen at once, H100 host, 2026-11-23); what the
+offline path saves is torch, whose import Triton's own CUDA driver needs (4.0-4.9 s).
 """
 
 from __future__ import annotations
