@@ -457,7 +457,6 @@ def _init_worker(specs: dict, device: str, monitor_mode: str, options, setup: di
         except Exception as e:  # noqa: BLE001
             ok, why = False, f"{type(e).__name__}: {e}"
         if ok:
-            instance.in_worker = True
             state["backends"][name] = instance
         else:
             state["errors"][name] = why or "unavailable"

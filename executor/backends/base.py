@@ -61,9 +61,6 @@ class BaseBackend:
 
     name = "base"
     families: tuple[str, ...] = ()
-    # In a precompile worker: fill the disk caches only (nothing this process loads is used
-    # again, and loading a module would create a CUDA context the worker may not need).
-    in_worker = False
 
     def __init__(self, device: str = "cuda", options=None):
         self.device = device

@@ -51,22 +51,36 @@ def check_kernel(family: str, step: dict) -> None:
         raise Unavailable(f"triton block-FP8 kernels take 128x128 weight blocks, the step has {block}")
 
 
-def check_runner_launches(step: dict):
-    """The step's runner-kernel launches, each checked against its planned key."""
+def grouped_gemm_shape(step: dict, m_values: list[int]) -> tuple[int, int, int, int]:
+    """(N, K, number of experts, block_m) of a grouped GEMM step whose M_sum values fit its layout."""
+    check_kernel("grouped_gemm", step)
+    block_m = int(step.get("alignment") or 128)
+    bad = [m for m in m_values if m % block_m]
+    if bad:
+        raise ValueError(f"grouped GEMM M_sum values must be multiples of the alignment {block_m}: {bad[:5]}")
+    return int(step["n"]), int(step["k"]), int(step["num_groups"]), block_m
+
+
+def compile_runner_kernels(step: dict, variants: list, tick, load: bool) -> int:
+    """Compile each planned variant of one of the runner's kernels (each checked against its
+    planned key), launching nothing; with `load`, also load it into this process."""
     from planner.dispatch.runner_kernels import Launch
 
     from ..runner import kernels as rk
 
     if step["kernel"] not in rk.LAUNCHABLE:
         raise Unavailable(f"triton backend has no runner kernel {step['kernel']!r}")
-    launches = [Launch.from_spec(step["kernel"], v) for v in step["variants"]]
+    launches = [Launch.from_spec(step["kernel"], v) for v in variants]
     planned = step.get("compile_keys")
     if planned and len(planned) == len(launches):
         for launch, key in zip(launches, planned):
             if launch.key() != key:
                 raise RuntimeError(f"step {step['id']}: a variant was planned as {key} but its arguments "
                                    f"give {launch.key()}; re-run `warmup plan`")
-    return launches
+    for launch in launches:
+        rk.compile_launch(launch, load=load)
+        tick(1)
+    return len(launches)
 
 
 class TritonBackend(BaseBackend):
@@ -145,12 +159,7 @@ class TritonBackend(BaseBackend):
         from ..kernels import fp8_gemm as g
         from ..kernels import grouped_gemm as gg
 
-        check_kernel("grouped_gemm", step)
-        n, k, e = int(step["n"]), int(step["k"]), int(step["num_groups"])
-        block_m = int(step.get("alignment") or 128)
-        bad = [m for m in m_values if m % block_m]
-        if bad:
-            raise ValueError(f"grouped GEMM M_sum values must be multiples of the alignment {block_m}: {bad[:5]}")
+        n, k, e, block_m = grouped_gemm_shape(step, m_values)
         inputs = self._buffer(("grouped", n, k, e, block_m), max(m_values),
                               lambda m: gg.alloc_grouped_inputs(m, n, k, e, device=self.device, block_m=block_m))
 
@@ -186,16 +195,10 @@ class TritonBackend(BaseBackend):
         return self._launch_loop(batches, launch, tick)
 
     def kernel(self, step, variants, tick):
-        """Compile (or load) each planned variant of one of the runner's kernels, launching nothing."""
-        from ..runner import kernels as rk
-
+        """Compile and load each planned variant of one of the runner's kernels, launching nothing."""
         if not str(self.device).startswith("cuda"):
             raise Unavailable("runner kernels compile only on a CUDA device (the interpreter compiles nothing)")
-        launches = check_runner_launches({**step, "variants": variants})
-        for launch in launches:
-            rk.compile_launch(launch, load=True)
-            tick(1)
-        return len(launches)
+        return compile_runner_kernels(step, variants, tick, load=True)
 
     def autotune(self, step, tick, ctx):
         import torch

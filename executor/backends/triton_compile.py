@@ -21,7 +21,7 @@ import importlib.util
 from planner.dispatch import triton_kernels as dispatch
 
 from .base import BaseBackend, Unavailable
-from .triton import check_kernel, check_planned_keys, check_runner_launches
+from .triton import check_kernel, check_planned_keys, compile_runner_kernels, grouped_gemm_shape
 
 
 class TritonCompileOnly(BaseBackend):
@@ -71,12 +71,7 @@ class TritonCompileOnly(BaseBackend):
         from ..kernels import configs
         from ..kernels.jit import grouped_gemm
 
-        check_kernel("grouped_gemm", step)
-        n, k, e = int(step["n"]), int(step["k"]), int(step["num_groups"])
-        block_m = int(step.get("alignment") or 128)
-        bad = [m for m in m_values if m % block_m]
-        if bad:
-            raise ValueError(f"grouped GEMM M_sum values must be multiples of the alignment {block_m}: {bad[:5]}")
+        n, k, e, block_m = grouped_gemm_shape(step, m_values)
         table = configs.lookup_table(dispatch.GROUPED_FP8_GEMM, n, k)
         check_planned_keys(step, m_values, lambda m: dispatch.grouped_gemm_key(m, n, k, block_m, table))
         for m in m_values:
@@ -99,13 +94,7 @@ class TritonCompileOnly(BaseBackend):
         return len(batches)
 
     def kernel(self, step, variants, tick):
-        from ..runner import kernels as rk
-
-        launches = check_runner_launches({**step, "variants": variants})
-        for launch in launches:
-            rk.compile_launch(launch, load=False)
-            tick(1)
-        return len(launches)
+        return compile_runner_kernels(step, variants, tick, load=False)
 
     def autotune(self, step, tick, ctx):
         raise Unavailable("autotuning times launches: it runs in the main process only")

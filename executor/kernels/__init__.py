@@ -5,6 +5,8 @@
 * ``prefill_attention`` varlen causal prefill attention (vLLM's ``context_attention_fwd``)
 * ``configs``           launch configs and their per-(N, K, device) tables (pure Python)
 * ``reference``         float64 torch references and vLLM-style FP8 quantizers
+* ``jit``               the ``@triton.jit`` sources and launch functions of the three kernels,
+                        importable without torch (precompile workers compile from sizes alone)
 
 Importing this package needs neither Triton nor a GPU: kernels are built on first
 call (``HAS_TRITON`` says whether that can work). Each kernel module exposes

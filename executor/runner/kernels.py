@@ -18,6 +18,9 @@ per pair of int classes) and the prefill attention (two query tiles).
 
 Batch rows (``idx_mapping``) index the runner's persistent per-request tables
 (block table, penalty counts), as in vLLM's model runner V2.
+
+Importing this module does not import torch (the wrappers take tensors; one imports torch
+when called): precompile workers compile these kernels from their plans without it.
 """
 
 from __future__ import annotations
