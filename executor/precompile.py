@@ -610,6 +610,7 @@ class Precompiler:
         self._started = threading.Event()   # set once the starter thread submitted the first jobs
         self._start_error: str | None = None
         self.ready_at: float | None = None
+        self.specs: dict = {}               # backend -> (module, class) the workers run
         self.setup: dict | None = None     # what the workers were started with (worker_setup)
         self.utils_s = None                # seconds a worker spent building Triton's CUDA utils (or why not)
         self.finished_at: float | None = None
@@ -696,7 +697,7 @@ class Precompiler:
 
         self.created = time.time()
         mode = getattr(self.options, "jit_monitor", "warn")
-        specs = self._specs()
+        self.specs = specs = self._specs()
         self.setup = worker_setup(self.device)
         self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=worker_context(with_torch="deep_gemm" in specs),
                                         initializer=_init_worker,
@@ -711,7 +712,7 @@ class Precompiler:
                 fut = self.pool.submit(_ready)
                 fut.add_done_callback(self._on_ready)
             self.spawned_s = round(time.time() - self.created, 3)
-            if "triton" in self._specs() and (self.setup or {}).get("capability"):
+            if (self.setup or {}).get("capability") and "triton" in self.specs:
                 self.pool.submit(build_cuda_utils).add_done_callback(self._on_utils)
             self._submit(-1)
         except Exception as e:  # noqa: BLE001 - the jobs left unsubmitted are compiled by the main process

@@ -86,7 +86,6 @@ def compile_runner_kernels(step: dict, variants: list, tick, load: bool) -> int:
 class TritonBackend(BaseBackend):
     name = "triton"
     families = ("gemm", "grouped_gemm", "attention", "autotune", "kernel")
-    KERNELS = KERNELS
 
     def __init__(self, device: str = "cuda", options=None):
         super().__init__(device, options)
