@@ -53,7 +53,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from planner.dispatch import deep_gemm as model  # noqa: E402
+from kernel_model import deep_gemm as model  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
 from planner.expr import round_up  # noqa: E402
 from planner.stages.deep_gemm import dense_shapes, moe_weights  # noqa: E402

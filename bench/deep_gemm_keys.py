@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Distinct DeepGEMM kernels per shape, from the SM90 model (planner/dispatch/deep_gemm.py).
+"""Distinct DeepGEMM kernels per shape, from the SM90 model (kernel_model/deep_gemm.py).
 
     python3 bench/deep_gemm_keys.py [--engine NAME ...] [--keys]
 

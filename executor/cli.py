@@ -270,7 +270,7 @@ def _jobs(args) -> int:
 def _set_kernel_config_dir(path: str | None) -> None:
     """Where the planner and the kernels read tuned tables and autotune writes them:
     --kernel-config-dir, else $WARMUP_KERNEL_CONFIG_DIR, else the packaged plans/kernel-configs
-    (planner.dispatch.gemm_tables.config_root: one default for planning and launching)."""
+    (planner.tables.config_root: one default for planning and launching)."""
     if path:
         os.environ["WARMUP_KERNEL_CONFIG_DIR"] = os.path.abspath(path)
 

@@ -77,7 +77,7 @@ MANIFEST_FORMAT = "warmup-precompiled/v1"
 EMPTY_CACHE_BYTES = 1 << 30  # a worker frees its cached GPU memory above this much
 # Sources that decide which variant a call compiles: the kernels, the backends' allocation
 # paths and the dispatch models. A change to any invalidates the manifest.
-SOURCE_GLOBS = (("executor", "kernels"), ("executor", "kernels", "jit"), ("planner", "dispatch"))
+SOURCE_GLOBS = (("executor", "kernels"), ("executor", "kernels", "jit"), ("kernel_model",))
 SOURCE_FILES = (("executor", "backends", "triton.py"), ("executor", "backends", "triton_compile.py"),
                 ("executor", "backends", "deep_gemm.py"), ("executor", "runner", "kernels.py"))
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from . import registry
 from .backends.base import Skipped, Unavailable, is_oom
 from .jit_monitor import Monitor
-from planner.dispatch.gemm_tables import TABLE_DEVICE_ENV
+from planner.tables import TABLE_DEVICE_ENV
 
 from .precompile import PRECOMPILE_BACKENDS, Precompiler
 from .progress import Progress
@@ -387,7 +387,7 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
 
 def use_engine_tables(engine: dict | None) -> str | None:
     """Make the kernels, here and in the precompile workers, read the tuned tables of the
-    engine config's device: the tables the plan was made with (planner.dispatch.gemm_tables),
+    engine config's device: the tables the plan was made with (kernel_model.gemm_tables),
     also on a GPU of another name (an engine for H100 run on an H200). Returns the previous
     setting, for ``restore_tables`` when the run ends."""
     previous = os.environ.get(TABLE_DEVICE_ENV)

@@ -14,7 +14,7 @@ import json
 from . import __version__
 from .engine import Engine
 from .expr import ExprError, evaluate
-from .dispatch.gemm_tables import TableReader
+from .tables import TableReader
 from .limits import MAX_STEPS, MAX_TOTAL_VALUES
 from .plan import Plan
 from .stages import handler

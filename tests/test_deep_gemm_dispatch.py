@@ -1,4 +1,4 @@
-"""The DeepGEMM SM90 kernel-selection model (planner/dispatch/deep_gemm.py) and `exact` mode.
+"""The DeepGEMM SM90 kernel-selection model (kernel_model/deep_gemm.py) and `exact` mode.
 
 Exhaustive over the engines' ranges: every M in 1..max_tokens of every dense shape, every
 M_sum the engine produces for the grouped GEMM, must compile a kernel the exact plan warms.
@@ -8,7 +8,7 @@ The hand-checked cases recompute SM90ArchSpec's formulas (DeepGEMM 54e2261) by h
 import pytest
 from factories import make_engine, steps_of, write_plan
 
-from planner.dispatch import deep_gemm as dg
+from kernel_model import deep_gemm as dg
 from planner.engine import load_engine
 from planner.errors import PlanError
 from planner.expr import round_up

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from planner.cli import main
-from planner.dispatch import deep_gemm as dg
+from kernel_model import deep_gemm as dg
 from planner.output import MIN_RUN, WRAP, _flow, _string, compress_runs, to_json, yaml_scalar
 
 # --- DeepGEMM winners in bulk -------------------------------------------------------

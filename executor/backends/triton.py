@@ -64,7 +64,7 @@ def grouped_gemm_shape(step: dict, m_values: list[int]) -> tuple[int, int, int, 
 def compile_runner_kernels(step: dict, variants: list, tick, load: bool) -> int:
     """Compile each planned variant of one of the runner's kernels (each checked against its
     planned key), launching nothing; with `load`, also load it into this process."""
-    from planner.dispatch.runner_kernels import Launch
+    from kernel_model.runner_kernels import Launch
 
     from ..runner import kernels as rk
 

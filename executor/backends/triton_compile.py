@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from planner.dispatch import triton_kernels as dispatch
+from kernel_model import triton_kernels as dispatch
 
 from .base import BaseBackend, Unavailable
 from .triton import check_kernel, check_planned_keys, compile_runner_kernels, grouped_gemm_shape

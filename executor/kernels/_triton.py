@@ -9,7 +9,7 @@ library (``tl.max``, ``tl.sum``, ``tl.cdiv``...) to the mode at import time.
 
 from __future__ import annotations
 
-from planner.dispatch.specialization import INT32_MAX, INT32_MIN, int_spec  # noqa: F401 - one rule, shared
+from kernel_model.specialization import INT32_MAX, INT32_MIN, int_spec  # noqa: F401 - one rule, shared
 
 try:  # pragma: no cover - exercised by the import-without-triton test in a subprocess
     import triton

@@ -1,9 +1,10 @@
 """Launch configurations of the block-FP8 GEMMs: the executor's side of their tables.
 
-What a config is, how a table picks one by M and where tables live is dispatch
-knowledge that the planner shares: it lives in ``planner.dispatch.gemm_tables``
-(pure Python) and is re-exported here, so planned and launched configs come from
-one function. This module adds what only the executor needs: the autotuning
+What a config is and how a table picks one by M is dispatch knowledge that the
+planner shares: it lives in ``kernel_model.gemm_tables`` (pure Python) and is
+re-exported here, so planned and launched configs come from one function; where the
+tables live is the planner's ``planner.tables.config_root`` (one default for
+planning and launching). This module adds what only the executor needs: the autotuning
 candidates, the tuner loop and the atomic table writer.
 
 Every distinct config is a distinct Triton compile (its values are constexprs and
@@ -19,12 +20,13 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from planner.dispatch import gemm_tables
-from planner.dispatch.gemm_tables import (  # noqa: F401 - re-exported for the kernels and the tuner
-    CONFIG_DIR_ENV, CONFIG_KEYS, SCALE_BLOCK, Config, config_key, config_root, default_config, device_key,
-    make_config, next_power_of_2, table_path, validate_config,
+from kernel_model import gemm_tables
+from kernel_model.gemm_tables import (  # noqa: F401 - re-exported for the kernels and the tuner
+    CONFIG_KEYS, SCALE_BLOCK, Config, config_key, default_config, device_key, make_config, next_power_of_2,
+    validate_config,
 )
 from planner.output import write_atomic
+from planner.tables import CONFIG_DIR_ENV, TABLE_DEVICE_ENV, config_root, table_path  # noqa: F401 - re-exported
 
 # Autotuning candidates: small-M (decode), mid and large-M (prefill) tiles.
 CANDIDATE_CONFIGS: tuple[Config, ...] = (
@@ -79,7 +81,7 @@ def device_name(device=None) -> str:
     executor sets it to the engine config's device, so that the kernels launch the configs
     of the tables its plan was made with, in every process and also on a GPU of another
     name), else the GPU's own name (this asks torch: a precompile worker has the variable)."""
-    override = os.environ.get(gemm_tables.TABLE_DEVICE_ENV)
+    override = os.environ.get(TABLE_DEVICE_ENV)
     if override:
         return override
     import torch
@@ -107,7 +109,7 @@ def lookup_table(kernel: str, N: int, K: int, device=None):
 
     Tables are read once per process (``clear_table_cache()`` forgets them).
     """
-    return _cached_table(str(gemm_tables.table_path(kernel, N, K, device_name(device))))
+    return _cached_table(str(table_path(kernel, N, K, device_name(device))))
 
 
 def clear_table_cache() -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from planner.dispatch import triton_kernels as dispatch
+from kernel_model import triton_kernels as dispatch
 
 from . import configs
 from .configs import SCALE_BLOCK, cdiv, clear_table_cache, device_name, lookup_table  # noqa: F401 - re-exported
@@ -89,7 +89,7 @@ def fp8_gemm(a, a_scales, b, b_scales, out=None, config=None) -> torch.Tensor:
 _launch = jit.launch  # one argument list for real launches and workers' compile-only calls
 
 
-# --- config lookup: planner.dispatch, shared with the planner ---------------------------------------
+# --- config lookup: kernel_model, shared with the planner ---------------------------------------
 
 def resolve_config(M: int, N: int, K: int, device=None) -> configs.Config:
     return dispatch.fp8_gemm_config(M, N, K, lookup_table(KERNEL_NAME, N, K, device))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from planner.dispatch import triton_kernels as dispatch
+from kernel_model import triton_kernels as dispatch
 
 from . import configs
 from .configs import SCALE_BLOCK, cdiv, lookup_table

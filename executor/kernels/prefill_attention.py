@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
-from planner.dispatch import triton_kernels as dispatch
+from kernel_model import triton_kernels as dispatch
 
 from .jit import prefill_attention as jit
 

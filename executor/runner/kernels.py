@@ -5,7 +5,7 @@ TRITON_INTERPRET=1 on CPU at small shapes (fp16 there: the interpreter cannot do
 bf16 ``tl.dot``). The GEMMs come from executor.kernels.
 
 Which variant a launch compiles (its constexprs, launch options, and which pointers
-are exempt from alignment specialization) is planner.dispatch.runner_kernels: every
+are exempt from alignment specialization) is kernel_model.runner_kernels: every
 launch below goes through ``_launch`` with the ``Meta`` that module computes, and the
 planner enumerates from the engine config every key these launches can reach (the
 ``runner_kernels`` stage of plans/reference.yaml), so precompile workers build them
@@ -26,19 +26,35 @@ when called): precompile workers compile these kernels from their plans without 
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 from executor.kernels._triton import LazyKernel, tl
 from executor.kernels.configs import cdiv
 from executor.kernels.jit import stand_in
-from planner.dispatch import runner_kernels as dispatch
+from kernel_model import runner_kernels as dispatch
 
 PAD_SLOT = dispatch.PAD_SLOT
 
 
 def _runner_kernel(fn) -> LazyKernel:
-    """The kernel, exempt from alignment specialization where its dispatch model says so."""
-    no_align = dispatch.KERNELS[fn.__name__].no_align
+    """The kernel, checked against its one declaration (kernel_model.runner_kernels.KERNELS:
+    the planner computes its keys from it) and exempt from alignment specialization where
+    that declaration says so."""
+    spec = dispatch.KERNELS[fn.__name__]
+    check_signature(fn, spec)
+    no_align = spec.no_align
     return LazyKernel(fn, do_not_specialize_on_alignment=list(no_align)) if no_align else LazyKernel(fn)
+
+
+def check_signature(fn, spec: dispatch.Kernel) -> None:
+    """Refuse a kernel definition whose parameters differ from its declaration: names and
+    order, and exactly the declared constexprs annotated ``tl.constexpr``."""
+    params = inspect.signature(fn).parameters
+    constexprs = [name for name, p in params.items() if "constexpr" in str(p.annotation)]
+    if list(params) != spec.parameter_names() or constexprs != list(spec.constexprs):
+        raise TypeError(f"{fn.__name__}{tuple(params)} does not match its declaration in "
+                        f"kernel_model.runner_kernels {tuple(spec.parameter_names())} "
+                        f"(constexprs {spec.constexprs})")
 
 
 # --- inputs: positions, slot mapping, sequence lengths -----------------------------------------
@@ -420,7 +436,7 @@ def _launch(kernel: LazyKernel, grid, args: tuple, meta: dispatch.Meta) -> None:
 @contextlib.contextmanager
 def record_launches():
     """Collect the compile key of every runner-kernel launch in the block (tests: each must
-    be one that planner.dispatch.runner_kernels plans)."""
+    be one that kernel_model.runner_kernels plans)."""
     global _RECORDED
     previous, _RECORDED = _RECORDED, []
     try:
@@ -432,8 +448,8 @@ def record_launches():
 def stand_in_args(launch: dispatch.Launch) -> list:
     """The launch's arguments with a stand-in tensor (planned dtype and alignment) per pointer."""
     out = []
-    for (_, role), arg in zip(dispatch.KERNELS[launch.kernel].params, launch.args):
-        out.append(stand_in.pointer(*dispatch.pointer(arg)) if role == "ptr" else arg)
+    for param, arg in zip(dispatch.KERNELS[launch.kernel].params, launch.args):
+        out.append(stand_in.pointer(*dispatch.pointer(arg)) if param.role == "ptr" else arg)
     return out
 
 

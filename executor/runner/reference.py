@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from executor.kernels.configs import cdiv
-from planner.dispatch.runner_kernels import RunnerFacts
+from kernel_model.runner_kernels import RunnerFacts
 
 from . import kernels
 from .model import AttentionMetadata, Model, ModelConfig
@@ -96,7 +96,7 @@ class ReferenceRunner:
         self.num_groups = len(kv["groups"])
         self.page = kv["groups"][self.kv_group]["block_size"]
         self.num_blocks = kv["num_blocks"]
-        # Sized as planner.dispatch.runner_kernels sizes them: the block-table width and the
+        # Sized as kernel_model.runner_kernels sizes them: the block-table width and the
         # token buffer are int arguments of the kernels, so part of their compile keys.
         facts = RunnerFacts.from_engine(engine)
         self.max_blocks = facts.max_blocks

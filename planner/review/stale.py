@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from .. import __version__
-from ..dispatch.gemm_tables import TableReader
+from .. import tables
 from ..engine import Engine
 from ..errors import PlanError
 from ..expand import digest
@@ -42,7 +42,7 @@ def changed_inputs(expanded: dict, engine: Engine, plan: Plan | None) -> list[tu
     if plan is not None:
         now["plan"] = digest(plan.shaping_fields())
     if "kernel_configs" in recorded:
-        now["kernel_configs"] = digest(TableReader.reread(recorded.get("kernel_config_tables", [])))
+        now["kernel_configs"] = digest(tables.reread(recorded.get("kernel_config_tables", [])))
     return [(key, recorded[key], now[key]) for key in ("plan", "engine", "planner", "kernel_configs")
             if key in now and recorded[key] != now[key]]
 

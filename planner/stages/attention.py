@@ -8,7 +8,7 @@ sliding_window, dtype) needs its own call; a token count <= 0 skips the stage.
 
 from __future__ import annotations
 
-from ..dispatch import triton_kernels as dispatch
+from kernel_model import triton_kernels as dispatch
 from .scope import Scope, step
 
 KEY_FIELDS = ("num_heads", "num_kv_heads", "head_size", "scale", "logits_soft_cap", "sliding_window")

@@ -10,7 +10,7 @@ NOTE: formulas from seeds/vllm-deep-gemm-warmup.txt and vllm-warmup.md §3.2:
   to MAX_M (v0.11) or vLLM@HEAD's aligned M_sum of the relaxed request sizes.
 
 `exact` plans one call per distinct DeepGEMM kernel, from the SM90 model of
-planner/dispatch/deep_gemm.py: dense, the smallest M of each kernel over 1..max_tokens;
+kernel_model/deep_gemm.py: dense, the smallest M of each kernel over 1..max_tokens;
 grouped, the smallest M_sum of each kernel among the M_sums the engine produces, which are
 the grouped_m_values formula's M_sum of every request size 1..T (block_m_steps: v0.11's
 round_up(T*top_k + E*(block_m-1)), T up to min(dp*max_tokens, moe_chunk_size); aligned_sum:
@@ -26,7 +26,7 @@ count, a block_m that is no multiple of 16), and `exact` is refused there.
 
 from __future__ import annotations
 
-from ..dispatch import deep_gemm as model
+from kernel_model import deep_gemm as model
 from ..expr import cdiv, round_up
 from .scope import Scope, step
 

@@ -1,7 +1,7 @@
 """runner_kernels: one compile-only launch per compile key of the reference runner's kernels.
 
 The runner's own Triton kernels (inputs, KV write, paged attention, sampler) compile
-on first use like the GEMMs. planner.dispatch.runner_kernels enumerates every key the
+on first use like the GEMMs. kernel_model.runner_kernels enumerates every key the
 runner can launch for the engine: eager batches, CUDA-graph captures and decode
 batches padded to the captured sizes, which this stage reads as the cudagraph_capture
 stage computes them (same parameters, same defaults). Each step is one kernel with
@@ -12,7 +12,7 @@ in parallel before the runner exists. Engines the runner cannot run (MLA) get no
 
 from __future__ import annotations
 
-from ..dispatch import runner_kernels as dispatch
+from kernel_model import runner_kernels as dispatch
 from .cudagraph import graph_sizes
 from .scope import Scope, step
 

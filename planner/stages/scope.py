@@ -19,7 +19,7 @@ class Scope:
     # param -> the engine names its value came from, so a refused value blames the engine
     # file when an engine field made it absurd, and the plan when only the plan did.
     sources: dict = field(default_factory=dict)
-    # Tuned kernel config tables (planner.dispatch.gemm_tables.TableReader): an input of
+    # Tuned kernel config tables (planner.tables.TableReader): an input of
     # planning wherever a kernel's dispatch depends on them.
     tables: object = None
 

@@ -1,6 +1,6 @@
 """triton_gemm: the executor's own Triton block-FP8 GEMMs (dense and grouped MoE).
 
-A Triton kernel compiles once per compile key (planner.dispatch.triton_kernels): the
+A Triton kernel compiles once per compile key (kernel_model.triton_kernels): the
 launch config its table picks by M, plus the class of every integer argument (==1,
 %16==0, other). The modes:
 
@@ -19,7 +19,7 @@ first M; in `exact` mode `compile_keys[i]` is the key of `m_values[i]`, otherwis
 
 from __future__ import annotations
 
-from ..dispatch import triton_kernels as dispatch
+from kernel_model import triton_kernels as dispatch
 from ..expr import round_up
 from .deep_gemm import is_block_fp8
 from .scope import Scope, step

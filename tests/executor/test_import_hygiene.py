@@ -28,6 +28,15 @@ def test_planner_imports_no_executor_torch_or_triton(statement):
     assert imported_after(statement) == []
 
 
+def test_kernel_model_imports_neither_planner_nor_executor():
+    code = ("import sys, kernel_model.deep_gemm, kernel_model.gemm_tables, kernel_model.runner_kernels, "
+            "kernel_model.specialization, kernel_model.triton_kernels\n"
+            "print(' '.join(m for m in sys.modules if m.split('.')[0] in "
+            "('planner', 'executor', 'torch', 'triton', 'yaml', 'jsonschema')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == []
+
+
 @pytest.mark.parametrize("module", [
     "executor", "executor.cli", "executor.registry", "executor.run", "executor.jit_monitor",
     "executor.report", "executor.progress", "executor.verify", "executor.autotune",

@@ -13,7 +13,7 @@ from triton._C.libtriton import native_specialize_impl  # noqa: E402
 from triton.backends.compiler import BaseBackend  # noqa: E402
 
 from executor.kernels.jit import stand_in  # noqa: E402
-from planner.dispatch import runner_kernels  # noqa: E402
+from kernel_model import runner_kernels  # noqa: E402
 
 
 def spec(arg):

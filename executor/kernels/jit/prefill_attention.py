@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from planner.dispatch import triton_kernels as dispatch
+from kernel_model import triton_kernels as dispatch
 
 from .._triton import LazyKernel, tl
 from ..configs import cdiv, next_power_of_2

@@ -1,4 +1,4 @@
-"""The runner's kernel dispatch model (planner.dispatch.runner_kernels) against the runner.
+"""The runner's kernel dispatch model (kernel_model.runner_kernels) against the runner.
 
 Every launch the reference runner makes, keyed from its real arguments (dtype and
 data_ptr alignment of each tensor, int classes), must be a key the `runner_kernels`
@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from executor import precompile
-from planner.dispatch import runner_kernels as rk
+from kernel_model import runner_kernels as rk
 from planner.engine import load_engine
 from planner.expand import expand
 from planner.plan import load_plan
@@ -159,3 +159,25 @@ def test_every_launch_of_the_runner_is_planned(kernel_device):
         assert {"runner.prepare_inputs", "runner.write_kv", "runner.prefill_attention",
                 "runner.gumbel_sample"} <= names
         assert set(launched) <= keys, sorted(set(launched) - keys)
+
+
+def test_every_runner_kernel_matches_its_one_declaration():
+    """The runner's @triton.jit definitions are checked against kernel_model.runner_kernels when
+    the module loads: every declared kernel is defined, and a definition that differs is refused."""
+    pytest.importorskip("triton")
+    from executor.runner import kernels
+
+    assert set(kernels.LAUNCHABLE) == set(rk.KERNELS)
+
+    def _write_kv_kernel(K, V, KCache, VCache, slot_mapping, stride_vt, stride_kt, ROW: "tl.constexpr",
+                         BLOCK: "tl.constexpr"):
+        pass
+
+    with pytest.raises(TypeError, match="does not match its declaration"):
+        kernels.check_signature(_write_kv_kernel, rk.KERNELS["_write_kv_kernel"])
+
+    def _apply_bitmask_kernel(logits, bitmask, bitmask_row, vocab_size, stride_l, stride_b, BLOCK):
+        pass  # BLOCK not annotated as a constexpr
+
+    with pytest.raises(TypeError, match="does not match"):
+        kernels.check_signature(_apply_bitmask_kernel, rk.KERNELS["_apply_bitmask_kernel"])

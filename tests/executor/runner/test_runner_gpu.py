@@ -76,12 +76,12 @@ def _compiled_variants() -> int:
 
 @pytest.mark.parametrize("spec", [0, 1])
 def test_compile_only_warmup_of_the_planned_keys_leaves_the_runner_nothing_to_compile(spec):
-    """Triton's own keys agree with planner.dispatch.runner_kernels: after JITFunction.warmup of
+    """Triton's own keys agree with kernel_model.runner_kernels: after JITFunction.warmup of
     every planned variant (stand-in tensors, no launch), CUDA-graph captures, batches of every kind
     and a serving trace add no variant to any runner kernel's cache."""
     from executor.runner import kernels
     from executor.runner.trace import TraceConfig, run_trace
-    from planner.dispatch import runner_kernels as rk
+    from kernel_model import runner_kernels as rk
     from planner.expand import expand
     from planner.plan import load_plan
 

@@ -12,7 +12,7 @@ from executor.runner.reference import padded_size
 from executor.runner.trace import TraceConfig, TraceScheduler, run_trace
 from planner.engine import load_engine
 from planner.expand import expand
-from planner.dispatch import runner_kernels
+from kernel_model import runner_kernels
 from planner.plan import load_plan
 from planner.schema import load_schema
 
@@ -102,7 +102,7 @@ def test_speculative_decodes_carry_drafts():
 
 def launch_keys(steps, engine, graph_sizes: list[int]) -> set:
     """The runner-kernel compile keys that vary from step to step, by the runner's dispatch
-    model (planner.dispatch.runner_kernels): prepare_inputs at (num_tokens, padded) and the
+    model (kernel_model.runner_kernels): prepare_inputs at (num_tokens, padded) and the
     prefill attention's query tile (a constexpr chosen by the longest query)."""
     facts = runner_kernels.RunnerFacts.from_engine(engine.data)
     scale = engine.data["model"]["attention"][0]["head_size"] ** -0.5

@@ -9,10 +9,11 @@ with M rows takes the entry whose key is nearest to M, ties to the smaller key, 
 Tables are an input of planning, as vLLM ships its tuned configs: the planner reads
 them to enumerate compile keys, the kernels read the same files to launch, and the
 expanded plan's digest covers their content so that a changed table makes a saved
-plan stale. They live in ``$WARMUP_KERNEL_CONFIG_DIR`` or, by default, in the
-packaged ``plans/kernel-configs/``, named ``<kernel>,N=<n>,K=<k>,device=<device>.json``
-with the device's short name (``H100``, ``H200``: ``device_key``), so that the engine
-config (which names the device) and the GPU (which torch names) find the same file.
+plan stale. A table file is named ``<kernel>,N=<n>,K=<k>,device=<device>.json`` with
+the device's short name (``H100``, ``H200``: ``device_key``), so that the engine config
+(which names the device) and the GPU (which torch names) find the same file. Where the
+files live is the callers' choice (planner.tables: ``$WARMUP_KERNEL_CONFIG_DIR``, else the
+packaged ``plans/kernel-configs/``); this module only reads the file it is given.
 """
 
 from __future__ import annotations
@@ -21,13 +22,10 @@ import bisect
 import json
 import os
 import re
-from pathlib import Path
 from typing import Mapping
 
 CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 SCALE_BLOCK = 128  # the 1x128 activation groups and 128x128 weight blocks
-CONFIG_DIR_ENV = "WARMUP_KERNEL_CONFIG_DIR"
-TABLE_DEVICE_ENV = "WARMUP_TABLE_DEVICE"  # the device whose tables the kernels read (executor/kernels/fp8_gemm.py)
 
 Config = dict  # {key: int for key in CONFIG_KEYS}
 
@@ -149,56 +147,3 @@ def device_key(device_name: str) -> str:
 
 def table_name(kernel: str, N: int, K: int, device_name: str) -> str:
     return f"{kernel},N={N},K={K},device={device_key(device_name)}.json"
-
-
-def default_config_root() -> Path:
-    """The packaged tables: plans/kernel-configs in a checkout, planner/_data/... when installed."""
-    from ..resources import plans_dir
-
-    return Path(plans_dir()) / "kernel-configs"
-
-
-def config_root() -> Path:
-    """Where tables are read and written: $WARMUP_KERNEL_CONFIG_DIR, else the packaged ones."""
-    return Path(os.environ.get(CONFIG_DIR_ENV) or default_config_root())
-
-
-def table_path(kernel: str, N: int, K: int, device_name: str, root=None) -> Path:
-    return Path(root if root is not None else config_root()) / table_name(kernel, N, K, device_name)
-
-
-class TableReader:
-    """The tables one plan expansion consults, each read once and remembered, so that the
-    plan's digest covers exactly the tables that shaped it (a missing table counts too:
-    adding one changes the plan)."""
-
-    def __init__(self, device_name: str, root=None):
-        self.device_name = device_name
-        self.root = Path(root if root is not None else config_root())
-        self._read: dict[str, Table | None] = {}
-
-    def get(self, kernel: str, N: int, K: int) -> Table | None:
-        name = table_name(kernel, N, K, self.device_name)
-        if name not in self._read:
-            path = self.root / name
-            try:
-                self._read[name] = load_table(path) if path.is_file() else None
-            except (OSError, ValueError) as e:
-                from ..errors import PlanError
-
-                raise PlanError(f"unreadable kernel config table: {e}", file=str(path)) from None
-        return self._read[name]
-
-    def consulted(self) -> dict:
-        """{table file name: its content, or None when absent}, for the digest."""
-        return {name: (t.as_json() if t is not None else None) for name, t in sorted(self._read.items())}
-
-    @classmethod
-    def reread(cls, names, root=None) -> dict:
-        """The same tables read again now (stale-plan check): {name: content or None}."""
-        reader = cls("", root)
-        out = {}
-        for name in sorted(names):
-            path = reader.root / name
-            out[name] = load_table(path).as_json() if path.is_file() else None
-        return out

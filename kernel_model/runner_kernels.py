@@ -43,55 +43,77 @@ DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float6
 
 
 @dataclass(frozen=True)
+class Param:
+    """A non-constexpr parameter of a runner kernel: a pointer, an int or a float."""
+
+    name: str
+    role: str  # "ptr" | "int" | "float"
+
+
+def ptrs(*names: str) -> tuple[Param, ...]:
+    return tuple(Param(n, "ptr") for n in names)
+
+
+def ints(*names: str) -> tuple[Param, ...]:
+    return tuple(Param(n, "int") for n in names)
+
+
+def floats(*names: str) -> tuple[Param, ...]:
+    return tuple(Param(n, "float") for n in names)
+
+
+@dataclass(frozen=True)
 class Kernel:
-    """A runner kernel's signature: its non-constexpr parameters in order (``ptr``, ``int``
-    or ``float`` each), its constexprs, and the pointers Triton must not specialize on
-    alignment (they index into persistent buffers at offsets the batch decides)."""
+    """A runner kernel's signature, the one declaration of it: its non-constexpr parameters
+    in order, its constexprs, and the pointers Triton must not specialize on alignment
+    (they index into persistent buffers at offsets the batch decides). The executor's
+    ``@triton.jit`` definition is checked against it when it is wrapped (its parameter
+    names, in this order, constexprs last), so the two cannot drift apart."""
 
     name: str          # the @triton.jit function
     family: str        # for reports: attention, sampler, ...
-    params: tuple      # ((param, role), ...)
+    params: tuple      # Param, ...
     constexprs: tuple
     no_align: tuple = ()
 
+    def parameter_names(self) -> list[str]:
+        """Every parameter of the kernel's definition, in order."""
+        return [p.name for p in self.params] + list(self.constexprs)
 
-def _sig(text: str) -> tuple:
-    """'Q:ptr K:ptr n:int' -> (('Q', 'ptr'), ('K', 'ptr'), ('n', 'int'))."""
-    return tuple(tuple(item.split(":")) for item in text.split())
 
+_ATTENTION_CONSTEXPRS = ("HEAD_SIZE", "BLOCK_D", "QUERIES_PER_KV", "KV_ROW", "PAGE")
 
 KERNELS = {k.name: k for k in (
     Kernel("_prepare_inputs_kernel", "inputs",
-           _sig("idx_mapping:ptr query_start_loc:ptr num_computed:ptr block_table:ptr positions:ptr "
-                "slot_mapping:ptr seq_lens:ptr num_tokens:int num_tokens_padded:int stride_bt:int"),
+           ptrs("idx_mapping", "query_start_loc", "num_computed", "block_table", "positions", "slot_mapping",
+                "seq_lens") + ints("num_tokens", "num_tokens_padded", "stride_bt"),
            ("PAGE", "BLOCK")),
     Kernel("_write_kv_kernel", "kv_write",
-           _sig("K:ptr V:ptr KCache:ptr VCache:ptr slot_mapping:ptr stride_kt:int stride_vt:int"),
+           ptrs("K", "V", "KCache", "VCache", "slot_mapping") + ints("stride_kt", "stride_vt"),
            ("ROW", "BLOCK")),
     Kernel("_paged_prefill_attention_kernel", "attention",
-           _sig("Q:ptr KCache:ptr VCache:ptr O:ptr query_start_loc:ptr seq_lens:ptr idx_mapping:ptr "
-                "block_table:ptr sm_scale:float stride_qt:int stride_qh:int stride_ot:int stride_oh:int "
-                "stride_bt:int"),
-           ("HEAD_SIZE", "BLOCK_D", "QUERIES_PER_KV", "KV_ROW", "PAGE", "BLOCK_M", "BLOCK_N"),
+           ptrs("Q", "KCache", "VCache", "O", "query_start_loc", "seq_lens", "idx_mapping", "block_table")
+           + floats("sm_scale") + ints("stride_qt", "stride_qh", "stride_ot", "stride_oh", "stride_bt"),
+           _ATTENTION_CONSTEXPRS + ("BLOCK_M", "BLOCK_N"),
            ("query_start_loc", "seq_lens", "idx_mapping")),
     Kernel("_paged_decode_attention_kernel", "attention",
-           _sig("Q:ptr KCache:ptr VCache:ptr O:ptr seq_lens:ptr idx_mapping:ptr block_table:ptr "
-                "sm_scale:float stride_qt:int stride_qh:int stride_ot:int stride_oh:int stride_bt:int"),
-           ("HEAD_SIZE", "BLOCK_D", "QUERIES_PER_KV", "KV_ROW", "PAGE", "Q_LEN", "BLOCK_R", "BLOCK_N"),
+           ptrs("Q", "KCache", "VCache", "O", "seq_lens", "idx_mapping", "block_table")
+           + floats("sm_scale") + ints("stride_qt", "stride_qh", "stride_ot", "stride_oh", "stride_bt"),
+           _ATTENTION_CONSTEXPRS + ("Q_LEN", "BLOCK_R", "BLOCK_N"),
            ("seq_lens", "idx_mapping")),
     Kernel("_apply_bitmask_kernel", "bitmask",
-           _sig("logits:ptr bitmask:ptr bitmask_row:ptr vocab_size:int stride_l:int stride_b:int"),
+           ptrs("logits", "bitmask", "bitmask_row") + ints("vocab_size", "stride_l", "stride_b"),
            ("BLOCK",), ("bitmask_row",)),
     Kernel("_penalties_kernel", "sampler",
-           _sig("logits:ptr slot:ptr temperature:ptr repetition:ptr frequency:ptr presence:ptr "
-                "output_counts:ptr prompt_mask:ptr vocab_size:int stride_l:int stride_c:int stride_p:int"),
+           ptrs("logits", "slot", "temperature", "repetition", "frequency", "presence", "output_counts",
+                "prompt_mask") + ints("vocab_size", "stride_l", "stride_c", "stride_p"),
            ("BLOCK",), ("slot", "temperature", "repetition", "frequency", "presence")),
     Kernel("_gumbel_sample_kernel", "sampler",
-           _sig("logits:ptr temperature:ptr seeds:ptr excluded:ptr out:ptr vocab_size:int stride_l:int"),
+           ptrs("logits", "temperature", "seeds", "excluded", "out") + ints("vocab_size", "stride_l"),
            ("BLOCK",), ("temperature", "seeds", "excluded", "out")),
     Kernel("_rejection_sample_kernel", "rejection_sampler",
-           _sig("draft_tokens:ptr accept_probs:ptr uniforms:ptr sampled:ptr cu_rows:ptr out:ptr num_out:ptr "
-                "stride_o:int"),
+           ptrs("draft_tokens", "accept_probs", "uniforms", "sampled", "cu_rows", "out", "num_out")
+           + ints("stride_o"),
            ("MAX_OUT", "BLOCK"), ("draft_tokens", "accept_probs", "uniforms", "sampled", "cu_rows", "num_out")),
 )}
 
@@ -170,17 +192,17 @@ class Launch:
 
     def key(self) -> str:
         spec = KERNELS[self.kernel]
-        ptrs, ints = [], []
-        for (name, role), arg in zip(spec.params, self.args):
-            if role == "ptr":
+        ptr_specs, int_specs = [], []
+        for param, arg in zip(spec.params, self.args):
+            if param.role == "ptr":
                 dtype, aligned = pointer(arg)
-                mark = "" if aligned or name in spec.no_align else "~"
-                ptrs.append(DTYPE_SHORT.get(dtype, dtype) + mark)
-            elif role == "int":
-                ints.append(f"{name}={int_spec(int(arg))}")
+                mark = "" if aligned or param.name in spec.no_align else "~"
+                ptr_specs.append(DTYPE_SHORT.get(dtype, dtype) + mark)
+            elif param.role == "int":
+                int_specs.append(f"{param.name}={int_spec(int(arg))}")
         consts = " ".join(f"{k}={self.meta.constexprs[k]}" for k in spec.constexprs)
         opts = "".join(f" {k[4]}{v}" for k, v in self.meta.options().items())  # " w4 s2"
-        return f"runner.{short_name(self.kernel)}[{consts}{opts}](" + " ".join(ptrs) + " | " + " ".join(ints) + ")"
+        return f"runner.{short_name(self.kernel)}[{consts}{opts}](" + " ".join(ptr_specs) + " | " + " ".join(int_specs) + ")"
 
     def spec(self) -> dict:
         """The launch as plan data (the executor rebuilds it with ``from_spec``)."""
@@ -361,13 +383,13 @@ def observed_key(kernel: str, args: tuple, meta: Meta) -> str:
     if len(args) != len(spec.params):
         raise ValueError(f"{kernel}: {len(args)} arguments, the signature has {len(spec.params)}")
     entries = []
-    for (name, role), arg in zip(spec.params, args):
-        if role == "ptr":
+    for param, arg in zip(spec.params, args):
+        if param.role == "ptr":
             dtype = str(arg.dtype).removeprefix("torch.")
             entries.append(ptr(dtype, arg.data_ptr() % 16 == 0))
-        elif role == "int":
+        elif param.role == "int":
             if isinstance(arg, bool) or not isinstance(arg, int):
-                raise TypeError(f"{kernel}: argument {name} must be an int, got {type(arg).__name__}")
+                raise TypeError(f"{kernel}: argument {param.name} must be an int, got {type(arg).__name__}")
             entries.append(arg)
         else:
             entries.append(float(arg))

@@ -1,0 +1,18 @@
+"""Kernel dispatch models: which compiled variant a call hits, in pure Python.
+
+A JIT kernel compiles once per *compile key*: for a Triton kernel, the launch config
+chosen for the call plus the specialization class of every integer argument and its
+constexprs; for DeepGEMM, the kernel configuration its heuristic picks for the
+device. The planner enumerates keys over a declared range and plans one call per
+key (`exact` mode); the executor launches through the same functions, so planned and
+launched keys cannot drift apart.
+
+This package is shared by the planner and the executor and imports neither (nor
+torch, triton or any kernel library): both sides import it, it knows only kernels.
+
+    specialization.py  Triton's integer-argument specialization rule
+    gemm_tables.py     launch configs of the block-FP8 GEMMs and their tuned tables
+    triton_kernels.py  compile keys of the executor's own GEMM and attention kernels
+    runner_kernels.py  signatures and compile keys of the reference runner's kernels
+    deep_gemm.py       DeepGEMM's SM90 kernel selection
+"""
