@@ -31,10 +31,10 @@ def deep_gemm_steps(plan: str, engine: str, mode: str) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(f"name: keys\nextends: {plan}\nstages: [{{name: deep_gemm, with: {{mode: {mode}}}}}]\n")
     try:
-        steps = expand(load_plan(f.name), load_engine(engine))["steps"]
+        steps = expand(load_plan(f.name), load_engine(engine)).steps
     finally:
         os.unlink(f.name)
-    return {s["id"].split("/", 1)[1]: s for s in steps if s["stage"] == "deep_gemm"}
+    return {s.id.split("/", 1)[1]: s for s in steps if s.stage == "deep_gemm"}
 
 
 def main() -> int:
@@ -51,17 +51,17 @@ def main() -> int:
         print(f"  {'step':36} {'kernels':>7} {'calls: exact':>12} {'relax':>6} {'relax misses':>12}"
               "   grouped kernels: v0.11 M_sums / HEAD M_sums / block_m..MAX_M")
         for step_id, s in v011.items():
-            if s["kind"] == "gemm":
-                missed = set(s["compile_keys"]) - set(relax[step_id]["compile_keys"])
-                print(f"  {step_id:36} {len(s['compile_keys']):>7} {len(s['m_values']):>12} "
-                      f"{len(relax[step_id]['m_values']):>6} {len(missed):>12}")
+            if s.kind == "gemm":
+                missed = set(s.compile_keys) - set(relax[step_id].compile_keys)
+                print(f"  {step_id:36} {len(s.compile_keys):>7} {len(s.m_values):>12} "
+                      f"{len(relax[step_id].m_values):>6} {len(missed):>12}")
             else:  # HEAD's relaxed M_sums against every M_sum its formula produces
-                missed = set(head[step_id]["compile_keys"]) - set(head_relax[step_id]["compile_keys"])
-                print(f"  {step_id:36} {len(s['compile_keys']):>7} {len(s['m_values']):>12} "
-                      f"{len(relax[step_id]['m_values']):>6} {len(missed):>9} (h)   {len(s['compile_keys'])} / "
-                      f"{len(head[step_id]['compile_keys'])} / {len(relax[step_id]['compile_keys'])}")
+                missed = set(head[step_id].compile_keys) - set(head_relax[step_id].compile_keys)
+                print(f"  {step_id:36} {len(s.compile_keys):>7} {len(s.m_values):>12} "
+                      f"{len(relax[step_id].m_values):>6} {len(missed):>9} (h)   {len(s.compile_keys)} / "
+                      f"{len(head[step_id].compile_keys)} / {len(relax[step_id].compile_keys)}")
             if args.keys:
-                for key, m in zip(s["compile_keys"], s["m_values"]):
+                for key, m in zip(s.compile_keys, s.m_values):
                     print(f"      M={m:<6} {key}")
     return 0
 

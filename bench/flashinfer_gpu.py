@@ -57,7 +57,7 @@ def plan_step(plan: str, engine_name: str) -> tuple[dict, dict, dict]:
 
     engine = load_engine(engine_name)
     expanded = expand(load_plan(plan), engine)
-    steps = [s for s in expanded["steps"] if s["kind"] == "autotune" and s.get("library") == "flashinfer"]
+    steps = [s for s in expanded.steps if s.kind == "autotune" and s.library == "flashinfer"]
     if not steps:
         raise SystemExit(f"plan {plan} has no flashinfer autotune step for {engine_name}")
     return expanded, steps[0], engine.data
@@ -212,8 +212,8 @@ def phase_library(args, which: str) -> dict:
     sys.path.insert(0, REPO)
     from executor.backends.flashinfer import fp8_linear_shapes
     shapes = fp8_linear_shapes(engine)
-    num_tokens = int(step["num_tokens"])
-    res.update(step=step, shapes=[list(s) for s in shapes], num_tokens=num_tokens)
+    num_tokens = step.num_tokens
+    res.update(step=step.to_dict(), shapes=[list(s) for s in shapes], num_tokens=num_tokens)
     path = args.cache
     if which == "tune" and os.path.exists(path):
         os.unlink(path)

@@ -35,10 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from executor import run  # noqa: E402 - imports neither torch nor triton
 from executor.precompile import default_jobs  # noqa: E402
-from executor.run import BATCH_KINDS  # noqa: E402
 from executor.runner.trace import TraceConfig, percentile  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
 from planner.expand import expand  # noqa: E402
+from planner.expanded import ExpandedPlan  # noqa: E402
 from planner.plan import load_plan  # noqa: E402
 
 FAMILIES = ("attention", "gemm", "sampler", "bitmask", "kv_write", "inputs", "rejection_sampler", "other")
@@ -77,7 +77,8 @@ def main(argv=None) -> int:
     if args.plan:
         expanded = expand(load_plan(args.plan), engine_obj)
     else:  # no steps: sealed right away
-        expanded = {"plan": None, "engine": engine["name"], "digest": None, "steps": []}
+        expanded = ExpandedPlan(plan=None, engine=engine["name"], planner_version="", digest=None, inputs={},
+                                steps=())
     options = run.Options(device=args.device, jit_monitor="warn", verify_trace=args.steps, verify_seed=args.seed,
                           jobs=args.jobs,
                           trace_config={"arrival_rate": args.arrival_rate, "prompt_median": args.prompt_median,
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
         # execute's own start-up (backends, Triton's per-process costs), then the stages
         startup = (result.startup or {}).get("wall_s") or 0.0
         timeline["warmup_done_s"] = round(timeline["runner_ready_s"] + startup + report["warmup"]["total_s"], 3)
-        report["plan_digest"] = expanded["digest"]
+        report["plan_digest"] = expanded.digest
     report["graph_sizes"] = list(runner.graphs.sizes) if runner.graphs else []
     report["trace"] = summarize_trace(result.verify_trace)
     runner.close()
@@ -136,11 +137,14 @@ def main(argv=None) -> int:
     return 1 if args.expect_zero and report["trace"]["compiles"]["total"] else 0
 
 
-def warmup_summary(result, expanded: dict) -> dict:
+BATCH_KINDS = ("prefill", "sample", "decode", "cleanup")  # the model runner's steps (planner.steps)
+
+
+def warmup_summary(result, expanded) -> dict:
     """Per stage of the executed plan: kinds, statuses, wall time, JIT misses and compiles, kernels."""
     kinds: dict = {}
-    for step in expanded["steps"]:
-        kinds.setdefault(step["stage"], set()).add(step["kind"])
+    for step in expanded.steps:
+        kinds.setdefault(step.stage, set()).add(step.kind)
     stages = []
     for stage in result.stage_order:
         records = [r for r in result.steps if r["stage"] == stage]

@@ -58,7 +58,7 @@ def tune_shape(buckets: list[int], candidates: list[dict], bench: Bench,
     return table, timings
 
 
-def tune_step(step: dict, *, device_name: str, root, retune: bool, candidates: Callable[[str], list[dict]],
+def tune_step(step, *, device_name: str, root, retune: bool, candidates: Callable[[str], list[dict]],
               bench_for: Callable[[str, int, int, int], Bench], tick: Callable[[int], None] = lambda n: None,
               configs_module=None) -> dict:
     """Tune (or load) the table of every shape of one autotune step; returns report details.
@@ -70,11 +70,11 @@ def tune_step(step: dict, *, device_name: str, root, retune: bool, candidates: C
     if configs_module is None:
         from .kernels import configs as configs_module
     cfg = configs_module
-    buckets = sorted(set(step.get("buckets") or [step["num_tokens"]]))
+    buckets = sorted(set(step.buckets or [step.num_tokens]))
     candidate_sets: dict = {}
     tables = []
-    for shape in step.get("shapes") or []:
-        kernel, n, k = shape["kernel"], int(shape["n"]), int(shape["k"])
+    for shape in step.shapes or ():
+        kernel, n, k = shape.kernel, shape.n, shape.k
         path = cfg.table_path(kernel, n, k, device_name, root)
         entry = {"kernel": kernel, "n": n, "k": k, "path": str(path), "buckets": buckets}
         start = time.perf_counter()

@@ -20,8 +20,9 @@ import os
 import signal
 import sys
 
+from planner.steps import FAMILIES
+
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-FAMILIES = ("gemm", "grouped_gemm", "attention", "autotune")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,7 +35,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("execute", help="execute a warmup plan on this machine's GPU",
                        description=cmd_execute.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("plan", help="built-in plan name or plan YAML (planned first, needs --engine), "
-                                "or an expanded plan file (warmup-expanded-plan/v1) executed as it is")
+                                "or an expanded plan file (`warmup plan -o`) executed as it is")
     p.add_argument("--engine", "-e", help="engine name or YAML: required with a plan; with an expanded plan "
                                           "it defaults to the built-in engine the plan names (for the stale check)")
     p.add_argument("--source-plan", metavar="PLAN",
@@ -135,7 +136,7 @@ def _write_report(report, path: str) -> None:
 def parse_backends(items: list[str], dry_run: bool) -> dict:
     from planner.errors import PlanError
 
-    from .registry import BACKEND_FAMILIES, BACKENDS
+    from .registry import BACKENDS, backend_families
 
     chosen = {"all": "null"} if dry_run else {}
     for item in items:
@@ -146,9 +147,9 @@ def parse_backends(items: list[str], dry_run: bool) -> dict:
             raise PlanError(f"--backend {item}: unknown family {family!r} (families: {', '.join(FAMILIES)}, all)")
         if name not in BACKENDS:
             raise PlanError(f"--backend {item}: unknown backend {name!r} (backends: {', '.join(BACKENDS)})")
-        if family != "all" and family not in BACKEND_FAMILIES[name]:
+        if family != "all" and family not in backend_families(name):
             raise PlanError(f"--backend {item}: backend {name} does not implement {family} "
-                            f"(it implements {', '.join(BACKEND_FAMILIES[name])})")
+                            f"(it implements {', '.join(backend_families(name))})")
         chosen[family] = name
     return chosen
 
@@ -170,54 +171,37 @@ def parse_inject(items: list[str]) -> dict:
 
 def load_input(args):
     """(expanded plan, Engine, source description): plan first, or load and check an expanded file."""
-    from planner.engine import load_engine
+    from planner import api
     from planner.errors import PlanError
-    from planner.expand import expand
-    from planner.loading import detect, expanded_from_document
-    from planner.plan import load_plan
-    from planner.yamlio import load_file
 
-    source = args.plan
-    if os.path.isfile(source):
-        doc = load_file(source)
-        kind = detect(doc)
-        if kind == "expanded plan":
-            expanded = expanded_from_document(doc)
-            engine, plan = _sources_of(expanded, args, source)
-            freshness = check_fresh(expanded, engine, plan, source)
-            return expanded, engine, {"kind": "expanded plan", "file": source, "freshness": freshness}
-        if kind == "engine":
-            raise PlanError("this is an engine config, not a plan: pass it with --engine", file=source)
+    target = api.load_target(args.plan)
+    if target.expanded is not None:
+        engine, plan = _sources_of(target.expanded, args, target.path)
+        api.check_fresh(target.expanded, engine, plan, file=target.path)
+        return target.expanded, engine, {"kind": "expanded plan", "file": target.path,
+                                         "freshness": "planner.api.check_fresh"}
     if not args.engine:
         raise PlanError("--engine is required to plan and execute a plan (or pass an expanded plan file)",
-                        file=source)
-    plan = load_plan(source)
-    engine = load_engine(args.engine)
-    return expand(plan, engine), engine, {"kind": "plan", "plan": source, "engine": args.engine}
+                        file=args.plan)
+    engine = api.load_engine(args.engine)
+    return api.expand(target.plan, engine), engine, {"kind": "plan", "plan": args.plan, "engine": args.engine}
 
 
-def _sources_of(expanded: dict, args, path: str):
-    from planner.engine import load_engine
+def _sources_of(expanded, args, path: str):
+    """The engine (--engine, else the built-in one the plan names) and the plan (--source-plan, else
+    the built-in one it names) to check an expanded plan against; refused when either is missing."""
+    from planner import api
     from planner.errors import PlanError
-    from planner.plan import load_plan
 
     try:
-        engine = load_engine(args.engine or expanded["engine"])
-        plan = load_plan(args.source_plan or expanded["plan"])
+        engine = api.load_engine(args.engine or expanded.engine)
+        plan = api.source_plan(expanded, args.source_plan, file=path)
+        if plan is None:
+            plan = api.load_plan(expanded.plan)  # not a built-in plan: this names it as missing
     except PlanError as e:
         raise PlanError(f"cannot check that this expanded plan is fresh: {e}; pass the engine with --engine "
                         "and the plan with --source-plan", file=path) from None
     return engine, plan
-
-
-def check_fresh(expanded: dict, engine, plan, path: str) -> str:
-    """Refuse a stale expanded plan: planner.review.stale.check_fresh, the same check as
-    `warmup check` (plan, engine, planner version and tuned-table digests). Imported
-    without a fallback: it ships with the executor, so a failed import is a bug to see."""
-    from planner.review.stale import check_fresh as planner_check
-
-    planner_check(expanded, engine, plan, file=path)
-    return "planner.review.stale.check_fresh"
 
 
 def _execute(args, report) -> int:
@@ -236,7 +220,7 @@ def _execute(args, report) -> int:
     if not str(device).startswith("cuda") and not args.dry_run and "triton" not in sys.modules:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: Triton must be imported in interpreter mode
     expanded, engine, source = load_input(args)
-    unknown = sorted(set(inject) - {s["id"] for s in expanded["steps"]})
+    unknown = sorted(set(inject) - {s.id for s in expanded.steps})
     if unknown:
         from planner.errors import PlanError
         raise PlanError(f"--inject-failure: no step {unknown[0]!r} in the plan")

@@ -62,12 +62,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from planner.steps import Autotune, Keyed
+
 from . import registry
 from .jit_monitor import deep_gemm_cache_dir
 
 PRECOMPILE_BACKENDS = ("triton", "deep_gemm")  # backends whose variants are compiled in workers by default
 GPU_BACKENDS = ("triton", "deep_gemm")         # these compile only on a CUDA device
-KEYED_KINDS = ("gemm", "grouped_gemm", "attention", "kernel")
 # A worker runs a backend's compile-only twin where it has one (no torch, no CUDA context).
 WORKER_CLASSES = {"triton": ("executor.backends.triton_compile", "TritonCompileOnly")}
 WORKER_ENV_PREFIXES = ("TRITON_", "DG_", "WARMUP_")  # settings a worker takes from the main process
@@ -103,9 +104,9 @@ class Job:
     kind: str
     step_id: str
     index: int                # the step's position in the plan
-    step: dict                # the step as the worker runs it (an exact value: only that value)
-    values: list              # M-values, or attention batches
-    whole_step: bool = False  # every value of a step without a one-to-one key list
+    step: object              # the step as the worker runs it (a variant's job: only its first value)
+    values: list              # the values of the step's family method (step.call_values())
+    whole_step: bool = False  # every value of a step that pairs no key with a value
     release: int = -1         # index of the last autotune step before it (-1: none)
 
     def payload(self) -> dict:
@@ -114,106 +115,64 @@ class Job:
                 "whole_step": self.whole_step}
 
 
-def step_content_key(step: dict) -> str:
+def step_content_key(step) -> str:
     """The key of a whole-step job: its content (not its id or stage), so stable across plans."""
-    body = {k: v for k, v in step.items() if k not in ("id", "stage")}
+    body = {k: v for k, v in step.to_dict().items() if k not in ("id", "stage")}
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:20]
-    return f"step:{step['kind']}:{digest}"
+    return f"step:{step.kind}:{digest}"
 
 
-def step_keys(step: dict) -> list[str]:
-    """The compile keys a keyed step warms (its content key when it lists none)."""
-    keys = step.get("compile_keys")
-    if keys:
-        return [str(k) for k in keys]
-    return [step_content_key(step)]
+def step_keys(step) -> list[str]:
+    """The compile keys a keyed step warms (its content key when it pairs none)."""
+    return step.compile_keys or [step_content_key(step)]
 
 
-def _values(step: dict) -> list:
-    if step["kind"] == "attention":
-        return [[int(step["num_tokens"])]]  # as executor/handlers/attention.py: one sequence
-    if step["kind"] == "kernel":
-        return list(step["variants"])  # one launch per compile key
-    return [int(m) for m in step["m_values"]]
-
-
-def _first_values(step: dict, values: list, keys: list[str]) -> list | None:
-    """The value each compile key is reached at: the values themselves in exact mode (one key
-    each), else the plan's `key_m_values` (the first M of each key); None when unknown."""
-    if not step.get("compile_keys"):
-        return None
-    if len(keys) == len(values):
-        return values
-    firsts = step.get("key_m_values")
-    if firsts and len(firsts) == len(keys):
-        return [int(m) for m in firsts]
-    return None
-
-
-def _single(step: dict, value, key: str) -> dict:
-    """The step reduced to one value and its key (the backend still checks the pairing)."""
-    if step["kind"] == "attention":
-        return {**step, "num_tokens": value[0], "compile_keys": [key]}
-    if step["kind"] == "kernel":
-        return {**step, "variants": [value], "compile_keys": [key]}
-    return {**step, "m_values": [value], "compile_keys": [key]}
-
-
-def planned_backend(step: dict) -> str | None:
-    family = registry.FAMILY_OF_KIND.get(step["kind"])
-    if family is None:
-        return None
-    try:
-        return registry.planned_backend(family, step)
-    except KeyError:
-        return None
-
-
-def eligible(step: dict, backend_of, backends) -> str | None:
+def eligible(step, backend_of, backends) -> str | None:
     """The backend whose variants a step's keys name, when its jobs can run in workers."""
-    if step["kind"] not in KEYED_KINDS:
+    if not isinstance(step, Keyed) or step.backend not in backends:
         return None
-    planned = planned_backend(step)
-    if planned is None or planned not in backends:
-        return None
-    if backend_of(registry.FAMILY_OF_KIND[step["kind"]], step) != planned:
+    if backend_of(step) != step.backend:
         return None  # --backend chose another implementation: the keys describe the planned one
-    return planned
+    return step.backend
 
 
-def compile_jobs(steps: list[dict], backend_of=None, backends=PRECOMPILE_BACKENDS,
+def compile_jobs(steps, backend_of=None, backends=PRECOMPILE_BACKENDS,
                  have: frozenset | set = frozenset()) -> list[Job]:
     """One job per distinct (backend, key) not in `have`, at the first step and value that reach it.
 
-    `backend_of(family, step)` resolves --backend (default: what the step names); only steps
-    run by their planned backend, one of `backends`, get jobs. Plan order."""
-    backend_of = backend_of or (lambda family, step: registry.planned_backend(family, step))
+    `backend_of(step)` resolves --backend (default: what the step names); only steps run by
+    their planned backend, one of `backends`, get jobs. Plan order."""
+    backend_of = backend_of or (lambda step: step.backend)
     seen = set(have)
     jobs: list[Job] = []
     last_tune = -1
     for index, step in enumerate(steps):
-        if step["kind"] == "autotune":
+        if isinstance(step, Autotune):
             last_tune = index
             continue
         backend = eligible(step, backend_of, backends)
-        if backend is None:
+        if backend is not None:
+            jobs += _step_jobs(step, backend, seen, dict(backend=backend, kind=step.kind, step_id=step.id,
+                                                         index=index, release=last_tune))
+    return jobs
+
+
+def _step_jobs(step, backend: str, seen: set, common: dict) -> list[Job]:
+    """A job per variant not seen yet, at its first value; a whole-step job when the step
+    pairs no key with a value (a kernel the dispatch models do not cover)."""
+    if not step.variants:
+        key = step_content_key(step)
+        if (backend, key) in seen:
+            return []
+        seen.add((backend, key))
+        return [Job(key=key, keys=[key], step=step, values=step.call_values(), whole_step=True, **common)]
+    jobs = []
+    for variant in step.variants:
+        if (backend, variant.key) in seen:
             continue
-        values = _values(step)
-        keys = step_keys(step)
-        common = dict(backend=backend, kind=step["kind"], step_id=step["id"], index=index, release=last_tune)
-        firsts = _first_values(step, values, keys)
-        if firsts is not None:
-            for value, key in zip(firsts, keys):  # one job per key, at a value that reaches it
-                if (backend, key) in seen:
-                    continue
-                seen.add((backend, key))
-                jobs.append(Job(key=key, keys=[key], step=_single(step, value, key), values=[value], **common))
-        else:
-            fresh = [k for k in keys if (backend, k) not in seen]
-            if not fresh:
-                continue
-            seen.update((backend, k) for k in keys)
-            jobs.append(Job(key=fresh[0], keys=keys, step=step, values=values, whole_step=True, **common))
+        seen.add((backend, variant.key))
+        single = step.single(variant)
+        jobs.append(Job(key=variant.key, keys=[variant.key], step=single, values=single.call_values(), **common))
     return jobs
 
 
@@ -529,7 +488,7 @@ def run_job(job: dict) -> dict:
         monitor.begin_step(job["key"])
     step, values = job["step"], job["values"]
     try:
-        method = getattr(backend, job["kind"])
+        method = getattr(backend, job["step"].family)
         method(step, values, lambda n: None)
         backend.synchronize()
     except Exception as e:  # noqa: BLE001 - every failure is the job's, the main process compiles it
@@ -635,7 +594,7 @@ class Precompiler:
         for step in self.steps:
             backend = eligible(step, self.backend_of, self.backends)
             if backend is not None:
-                self.info[step["id"]] = _StepInfo(keys=[(backend, k) for k in step_keys(step)])
+                self.info[step.id] = _StepInfo(keys=[(backend, k) for k in step_keys(step)])
         planned = {key for info in self.info.values() for key in info.keys}
         self.keys_planned = len(planned)
         if self.requested <= 1:
@@ -763,7 +722,7 @@ class Precompiler:
             slot.future.add_done_callback(lambda fut, slot=slot: self._on_done(slot, fut))
 
     def after_step(self, step: dict, index: int) -> None:
-        if step["kind"] == "autotune":
+        if isinstance(step, Autotune):
             self.release(index)
         self._maybe_finish()
 
@@ -789,7 +748,7 @@ class Precompiler:
 
     def wait_for(self, step: dict) -> float:
         """Block until the jobs of this step's keys are done; returns the seconds waited."""
-        info = self.info.get(step["id"])
+        info = self.info.get(step.id)
         if self.pool is None or info is None:
             return 0.0
         start = time.perf_counter()
@@ -971,13 +930,13 @@ class Precompiler:
         for result in self.results():
             if result["status"] == "ok":
                 add.setdefault(result["backend"], set()).update(result["keys"])
-        steps = {s["id"]: s for s in self.steps}
+        steps = {s.id: s for s in self.steps}
         for record in records:
             info = self.info.get(record["id"])
             step = steps.get(record["id"])
             if info is None or step is None or record["status"] != "ok":
                 continue
-            if record.get("backend") != planned_backend(step) or record["backend"] not in self.backends:
+            if record.get("backend") != getattr(step, "backend", None) or record["backend"] not in self.backends:
                 continue
             for backend, key in info.keys:
                 add.setdefault(backend, set()).add(key)

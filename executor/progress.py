@@ -38,10 +38,10 @@ class Progress:
                        "start": time.monotonic(), "current": ""}
         self._draw(force=True)
 
-    def step_start(self, step: dict) -> None:
+    def step_start(self, step) -> None:
         if self._stage is not None:
             self._stage["step"] += 1
-            self._stage["current"] = step["id"]
+            self._stage["current"] = step.id
             self._draw(force=True)
 
     def tick(self, n: int) -> None:

@@ -21,12 +21,12 @@ EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3
 
 
 class Report:
-    def __init__(self, expanded: dict | None = None, options: dict | None = None):
+    def __init__(self, expanded=None, options: dict | None = None):
         self.started = time.time()
         self.finished: float | None = None
-        self.plan = expanded.get("plan") if expanded else None
-        self.engine = expanded.get("engine") if expanded else None
-        self.digest = expanded.get("digest") if expanded else None
+        self.plan = expanded.plan if expanded else None
+        self.engine = expanded.engine if expanded else None
+        self.digest = expanded.digest if expanded else None
         self.options = options or {}
         self.steps: list[dict] = []
         self.stage_order: list[str] = []

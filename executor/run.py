@@ -40,8 +40,8 @@ from .progress import Progress
 from .report import Report, environment
 
 INJECT_KINDS = ("error", "oom", "interrupt")
-VERIFIED_KINDS = ("gemm", "grouped_gemm", "attention")
-BATCH_KINDS = ("prefill", "sample", "decode", "cleanup")  # a stage of these runs in runner.warmup_scope()
+VERIFIED_FAMILIES = ("gemm", "grouped_gemm", "attention")  # what --verify calls again at random values
+BATCH_METHODS = ("execute_model", "sample_tokens")  # a stage of these steps runs in runner.warmup_scope()
 
 
 @dataclass
@@ -95,8 +95,8 @@ class Context:
 
     # --- backends ------------------------------------------------------------------------------
 
-    def backend_name(self, family: str, step: dict) -> str:
-        return backend_name(self.options, family, step)
+    def backend_name(self, step) -> str:
+        return backend_name(self.options, step)
 
     def backend(self, name: str):
         """The backend instance, or Unavailable with the reason (checked once per run)."""
@@ -120,10 +120,16 @@ class Context:
             raise Unavailable(f"backend {name}: {why}")
         return self._backends[name]
 
-    def backend_for(self, family: str, step: dict):
-        name = self.backend_name(family, step)
-        if name in registry.BACKEND_FAMILIES and family not in registry.BACKEND_FAMILIES[name]:
-            raise Unavailable(f"backend {name} does not implement {family}")
+    def backend_for(self, step):
+        """The backend that runs a family step, or Unavailable when it cannot (checked on its
+        class first: a backend that does not implement the family is not even started)."""
+        name = self.backend_name(step)
+        try:
+            families = registry.backend_families(name)
+        except Exception:  # noqa: BLE001 - unknown or broken: self.backend says which
+            families = None
+        if families is not None and step.family not in families:
+            raise Unavailable(f"backend {name} does not implement {step.family}")
         return self.backend(name)
 
     # --- the model runner ---------------------------------------------------------------------------
@@ -176,23 +182,10 @@ class Context:
                 pass
 
 
-def backend_name(options: Options, family: str, step: dict) -> str:
-    """The backend that runs a step: --backend's choice for its family, else the plan's."""
-    chosen = options.backends.get(family) or options.backends.get("all")
-    return chosen or registry.planned_backend(family, step)
-
-
-def planned_calls(step: dict) -> int:
-    kind = step["kind"]
-    if kind in ("gemm", "grouped_gemm"):
-        return len(step["m_values"])
-    if kind == "autotune":
-        return max(1, len(step.get("buckets") or [1]) * max(1, len(step.get("shapes") or [])))
-    if kind == "cudagraph":
-        return len(step.get("sizes") or []) + len(step.get("uniform_decode_sizes") or [])
-    if kind == "kernel":
-        return len(step.get("variants") or [])
-    return 1
+def backend_name(options: Options, step) -> str:
+    """The backend that runs a family step: --backend's choice for its family, else the plan's."""
+    chosen = options.backends.get(step.family) or options.backends.get("all")
+    return chosen or step.backend
 
 
 def _first_line(text: str, limit: int = 500) -> str:
@@ -200,7 +193,7 @@ def _first_line(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _inject(step: dict, kind: str, device: str) -> None:
+def _inject(step, kind: str, device: str) -> None:
     if kind == "interrupt":
         raise KeyboardInterrupt
     if kind == "oom":
@@ -210,11 +203,11 @@ def _inject(step: dict, kind: str, device: str) -> None:
             torch = None
         if torch is not None and str(device).startswith("cuda") and torch.cuda.is_available():
             torch.empty(1 << 50, dtype=torch.uint8, device=device)  # 1 PiB: a real CUDA OOM
-        raise MemoryError(f"injected out-of-memory in step {step['id']}")
-    raise RuntimeError(f"injected failure in step {step['id']}")
+        raise MemoryError(f"injected out-of-memory in step {step.id}")
+    raise RuntimeError(f"injected failure in step {step.id}")
 
 
-def _free_after_failure(ctx: Context, step: dict) -> None:
+def _free_after_failure(ctx: Context, step) -> None:
     for backend in ctx._backends.values():
         try:
             backend.release(step)
@@ -230,31 +223,23 @@ def _free_after_failure(ctx: Context, step: dict) -> None:
         pass
 
 
-def run_step(step: dict, ctx: Context) -> dict:
-    kind = step["kind"]
-    family = registry.FAMILY_OF_KIND.get(kind)
-    record = {"id": step["id"], "stage": step["stage"], "kind": kind, "status": "ok",
+def run_step(step, ctx: Context) -> dict:
+    record = {"id": step.id, "stage": step.stage, "kind": step.kind, "status": "ok",
               "backend": None, "planned_backend": None, "kernel_calls": 0,
-              "planned_calls": planned_calls(step), "wall_s": 0.0, "error": None, "jit": None}
-    if family is not None:
-        try:
-            record["planned_backend"] = registry.planned_backend(family, step)
-            record["backend"] = ctx.backend_name(family, step)
-        except KeyError:
-            pass
-    elif kind in registry.HANDLERS:
+              "planned_calls": step.planned_calls(), "wall_s": 0.0, "error": None, "jit": None}
+    if step.family is not None:
+        record["planned_backend"] = step.backend
+        record["backend"] = ctx.backend_name(step)
+    else:
         record["backend"] = record["planned_backend"] = "runner"
     ctx.step_ticks = 0
     ctx.progress.step_start(step)
-    ctx.monitor.begin_step(step["id"])
+    ctx.monitor.begin_step(step.id)
     start = time.perf_counter()
     try:
-        if step["id"] in ctx.options.inject:
-            _inject(step, ctx.options.inject[step["id"]], ctx.device)
-        handler = registry.HANDLERS.get(kind)
-        if handler is None:
-            raise RuntimeError(f"no handler for step kind {kind!r} (known: {', '.join(registry.HANDLERS)})")
-        out = handler(step, ctx)
+        if step.id in ctx.options.inject:
+            _inject(step, ctx.options.inject[step.id], ctx.device)
+        out = registry.HANDLERS[type(step)](step, ctx)
         record["backend"] = out.get("backend", record["backend"])
         record["kernel_calls"] = out.get("kernel_calls", ctx.step_ticks)
         if out.get("details"):
@@ -279,18 +264,18 @@ def run_step(step: dict, ctx: Context) -> dict:
     return record
 
 
-def stages_of(steps: list[dict]) -> list[tuple[str, list[dict]]]:
+def stages_of(steps) -> list[tuple[str, list]]:
     """Consecutive steps of one stage (plans list stages in order)."""
-    groups: list[tuple[str, list[dict]]] = []
+    groups: list[tuple[str, list]] = []
     for step in steps:
-        if groups and groups[-1][0] == step["stage"]:
+        if groups and groups[-1][0] == step.stage:
             groups[-1][1].append(step)
         else:
-            groups.append((step["stage"], [step]))
+            groups.append((step.stage, [step]))
     return groups
 
 
-def execute(expanded: dict, engine: dict | None = None, options: Options | None = None,
+def execute(expanded, engine: dict | None = None, options: Options | None = None,
             progress: Progress | None = None, report: Report | None = None, runner=None,
             precompiler: Precompiler | None = None) -> Report:
     """Run every step of `expanded`; returns the report (also filled in place when given).
@@ -318,19 +303,19 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
         pre = precompiler
         pre.progress = pre.progress or progress
     else:
-        pre = _start_precompile(expanded["steps"], options, progress)  # first: before torch and triton
+        pre = _start_precompile(expanded.steps, options, progress)  # first: before torch and triton
     monitor.install()
-    index_of = {id(step): i for i, step in enumerate(expanded["steps"])}
+    index_of = {id(step): i for i, step in enumerate(expanded.steps)}
     kept: list[dict] = []
     stopped_by: str | None = None
     try:
-        report.startup = start_up(ctx, expanded["steps"])  # while the workers start up too
-        for stage, steps in stages_of(expanded["steps"]):
-            progress.stage_start(stage, len(steps), sum(planned_calls(s) for s in steps))
+        report.startup = start_up(ctx, expanded.steps)  # while the workers start up too
+        for stage, steps in stages_of(expanded.steps):
+            progress.stage_start(stage, len(steps), sum(s.planned_calls() for s in steps))
             stage_start = time.perf_counter()
             try:
                 with contextlib.ExitStack() as scope:  # exited at the stage's end, also on failure or Ctrl-C
-                    if all(s["kind"] in BATCH_KINDS for s in steps):
+                    if all(getattr(s, "runner_method", None) in BATCH_METHODS for s in steps):
                         ctx.stage_scope = scope
                     for step in steps:
                         if stopped_by is not None:
@@ -345,9 +330,9 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
                         if record.get("interrupted"):
                             raise KeyboardInterrupt
                         if record["status"] == "failed" and options.on_error == "stop":
-                            stopped_by = step["id"]
+                            stopped_by = step.id
                             pre.cancel(f"not needed: step {stopped_by} failed (--on-error stop)")
-                        if options.verify and record["status"] == "ok" and step["kind"] in VERIFIED_KINDS:
+                        if options.verify and record["status"] == "ok" and step.family in VERIFIED_FAMILIES:
                             kept.append(step)  # its scratch tensors stay for the hot-path check
                         else:
                             _release(ctx, step)
@@ -368,8 +353,8 @@ def execute(expanded: dict, engine: dict | None = None, options: Options | None 
     except KeyboardInterrupt:
         report.interrupted = True
         done = {r["id"] for r in report.steps}
-        for step in expanded["steps"]:
-            if step["id"] not in done:
+        for step in expanded.steps:
+            if step.id not in done:
                 report.add_step(_not_run(step, "not run: interrupted (Ctrl-C)"))
     finally:
         _finish_precompile(pre, report)
@@ -403,7 +388,7 @@ def restore_tables(previous: str | None) -> None:
         os.environ[TABLE_DEVICE_ENV] = previous
 
 
-def start_up(ctx: Context, steps: list[dict]) -> dict:
+def start_up(ctx: Context, steps) -> dict:
     """The main process's own start-up, before the first stage: load every backend the plan uses
     (imports torch, triton, the kernels; availability is checked once and cached, so a missing
     backend still makes its steps `unavailable`), create the CUDA context and pay Triton's fixed
@@ -411,17 +396,7 @@ def start_up(ctx: Context, steps: list[dict]) -> dict:
     Stage walls then measure warmup work, and with --jobs this overlaps the workers' start-up
     instead of following their compiles."""
     start = time.perf_counter()
-    names: list[str] = []
-    for step in steps:
-        family = registry.FAMILY_OF_KIND.get(step["kind"])
-        if family is None:
-            continue
-        try:
-            name = ctx.backend_name(family, step)
-        except KeyError:
-            continue
-        if name not in names:
-            names.append(name)
+    names = list(dict.fromkeys(ctx.backend_name(step) for step in steps if step.family is not None))
     out: dict = {"backends": {}}
     for name in names:
         try:
@@ -446,17 +421,17 @@ def start_up(ctx: Context, steps: list[dict]) -> dict:
     return out
 
 
-def start_precompile(expanded: dict, engine: dict | None, options: Options) -> Precompiler:
+def start_precompile(expanded, engine: dict | None, options: Options) -> Precompiler:
     """Start the precompile pool of a plan ahead of ``execute`` (pass it as `precompiler`), so
     that the workers compile while the caller imports torch and builds its model runner.
     Imports neither torch nor triton here. Points this process and the workers at the
     engine's tuned tables (WARMUP_TABLE_DEVICE), as execute does."""
     use_engine_tables(engine)
-    return _start_precompile(expanded["steps"], options, None)
+    return _start_precompile(expanded.steps, options, None)
 
 
-def _start_precompile(steps: list[dict], options: Options, progress: Progress | None) -> Precompiler:
-    pre = Precompiler(steps, options, lambda family, step: backend_name(options, family, step), progress)
+def _start_precompile(steps, options: Options, progress: Progress | None) -> Precompiler:
+    pre = Precompiler(steps, options, lambda step: backend_name(options, step), progress)
     try:
         pre.start()
     except Exception as e:  # noqa: BLE001 - precompiling is an optimisation: never the run's failure
@@ -477,7 +452,7 @@ def _finish_precompile(pre: Precompiler, report: Report) -> None:
     report.precompile = pre.summary()
 
 
-def _release(ctx: Context, step: dict) -> None:
+def _release(ctx: Context, step) -> None:
     for backend in ctx._backends.values():
         try:
             backend.release(step)
@@ -485,7 +460,7 @@ def _release(ctx: Context, step: dict) -> None:
             pass
 
 
-def _not_run(step: dict, why: str) -> dict:
-    return {"id": step["id"], "stage": step["stage"], "kind": step["kind"], "status": "skipped",
-            "backend": None, "planned_backend": None, "kernel_calls": 0, "planned_calls": planned_calls(step),
+def _not_run(step, why: str) -> dict:
+    return {"id": step.id, "stage": step.stage, "kind": step.kind, "status": "skipped",
+            "backend": None, "planned_backend": None, "kernel_calls": 0, "planned_calls": step.planned_calls(),
             "wall_s": 0.0, "error": why, "jit": None}

@@ -18,44 +18,28 @@ import time
 
 from .backends.base import Unavailable
 
-ATTN_FIELDS = ("kernel", "num_heads", "num_kv_heads", "head_size", "scale", "logits_soft_cap", "dtype", "is_causal")
 
-
-def verify_keys(steps: list[dict], backend_name) -> list[dict]:
-    """One entry per distinct kernel key among the warmed steps, with its range."""
+def verify_keys(steps: list, backend_name) -> list[dict]:
+    """One entry per distinct kernel shape among the warmed steps and backend, with its range:
+    the largest range a step of it declares (planner.steps ``value_range``)."""
     keys: dict = {}
     for step in steps:
-        kind = step["kind"]
-        family = kind
-        backend = backend_name(family, step)
-        if kind == "gemm":
-            ident = (kind, backend, step.get("kernel"), step["n"], step["k"], tuple(step.get("block_size") or ()))
-            hi = step.get("max_m") or max(step["m_values"])
-            name = f"{kind}-n{step['n']}-k{step['k']}"
-        elif kind == "grouped_gemm":
-            ident = (kind, backend, step.get("kernel"), step.get("weight"), step["num_groups"], step["n"], step["k"],
-                     step.get("alignment"))
-            hi = step.get("max_m") or max(step["m_values"])
-            name = f"{kind}-{step.get('weight')}-e{step['num_groups']}-n{step['n']}-k{step['k']}"
-        elif kind == "attention":
-            ident = (kind, backend) + tuple(step.get(f) for f in ATTN_FIELDS) + (tuple(step["sliding_window"]),)
-            hi = int(step.get("max_tokens") or step["num_tokens"])
-            name = f"attention-h{step['num_heads']}-kv{step['num_kv_heads']}-d{step['head_size']}"
-        else:
-            continue
-        entry = keys.setdefault(ident, {"name": name, "kind": kind, "backend": backend, "step": step, "max": 0})
-        if hi > entry["max"]:
-            entry["max"], entry["step"] = hi, step
+        backend = backend_name(step)
+        entry = keys.setdefault((backend, step.shape_key()), {"name": step.slug(), "kind": step.kind,
+                                                              "backend": backend, "step": step, "max": 0})
+        if step.value_range() > entry["max"]:
+            entry["max"], entry["step"] = step.value_range(), step
     return list(keys.values())
 
 
 def draw(key: dict, rng: random.Random):
-    """One random call of a key: an M, an M_sum, or a list of sequence lengths."""
-    if key["kind"] == "gemm":
+    """One random call of a key: an M, an M_sum (a multiple of the alignment), or an attention
+    batch (a token count split into 1 to 8 sequences)."""
+    step = key["step"]
+    if step.family == "gemm":
         return rng.randint(1, key["max"])
-    if key["kind"] == "grouped_gemm":
-        align = int(key["step"].get("alignment") or 1)
-        return align * rng.randint(1, max(1, key["max"] // align))
+    if step.family == "grouped_gemm":
+        return step.alignment * rng.randint(1, max(1, key["max"] // step.alignment))
     total = rng.randint(1, key["max"])
     parts = rng.randint(1, min(8, total))
     cuts = sorted(rng.sample(range(1, total), parts - 1)) if parts > 1 else []
@@ -82,12 +66,7 @@ def hot_path_check(steps: list[dict], report, ctx, n: int, seed: int = 0) -> dic
         monitor.begin_step(call_id)
         try:
             backend = ctx.backend(key["backend"])
-            if key["kind"] == "gemm":
-                backend.gemm(key["step"], [value], lambda _n: None)
-            elif key["kind"] == "grouped_gemm":
-                backend.grouped_gemm(key["step"], [value], lambda _n: None)
-            else:
-                backend.attention(key["step"], [value], lambda _n: None)
+            getattr(backend, key["step"].family)(key["step"], [value], lambda _n: None)
             per_key[key["name"]] += 1
         except Unavailable as e:
             result["failures"].append({"call": call_id, "error": str(e)})
@@ -106,7 +85,7 @@ def hot_path_check(steps: list[dict], report, ctx, n: int, seed: int = 0) -> dic
 
 
 def _describe(key: dict, value) -> str:
-    if key["kind"] == "attention":
+    if isinstance(value, list):  # an attention batch
         return f"t{sum(value)}x{len(value)}"
     return f"m{value}"
 
@@ -151,11 +130,11 @@ def trace_check(report, ctx, n: int, seed: int = 0, overrides: dict | None = Non
         new_events, seen = len(monitor.post_seal_events) - seen, len(monitor.post_seal_events)
         latencies.append(latency)
         result["latency_ms"].append(round(latency * 1e3, 3))
-        kinds.append(execute["kind"])
+        kinds.append(execute.kind)
         if new_events or (counts is not None and counts.jit_misses):
             result["steps_with_compiles"].append({
-                "step": i, "kind": execute["kind"], "tokens": execute["total_num_scheduled_tokens"],
-                "requests": len(execute["requests"]), "latency_ms": round(latency * 1e3, 3),
+                "step": i, "kind": execute.kind, "tokens": execute.total_num_scheduled_tokens,
+                "requests": len(execute.requests), "latency_ms": round(latency * 1e3, 3),
                 "events": new_events, "kernels": dict(counts.kernels) if counts is not None else {}})
         monitor.begin_step(f"trace/step-{i + 1}")
 

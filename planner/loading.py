@@ -5,11 +5,10 @@ from __future__ import annotations
 from . import schema
 from .engine import engine_from_document
 from .errors import PlanError
+from .expanded import FORMATS, ExpandedPlan
 from .output import decompress
 from .plan import load_plan
 from .yamlio import Document, load_file
-
-EXPANDED_FORMAT = "warmup-expanded-plan/v1"
 
 
 SCHEMAS = {"plan": "plan", "engine": "engine", "expanded plan": "expanded-plan"}
@@ -45,19 +44,20 @@ def detect(doc: Document) -> str:
                         "an expanded plan `format` and `steps`")
 
 
-def load_expanded(path: str) -> dict:
+def load_expanded(path: str) -> ExpandedPlan:
     """An expanded plan file (YAML or JSON; JSON is YAML), validated, runs decompressed."""
     return expanded_from_document(load_file(path))
 
 
-def expanded_from_document(doc: Document) -> dict:
-    if not isinstance(doc.data, dict) or doc.data.get("format") != EXPANDED_FORMAT:
+def expanded_from_document(doc: Document) -> ExpandedPlan:
+    if not isinstance(doc.data, dict) or doc.data.get("format") not in FORMATS:
         got = doc.data.get("format") if isinstance(doc.data, dict) else None
-        raise doc.error(("format",), f"expected an expanded plan with format {EXPANDED_FORMAT!r}, got {got!r}")
+        raise doc.error(("format",), f"expected an expanded plan with format {' or '.join(map(repr, FORMATS))}, "
+                                     f"got {got!r}")
     data = decompress(doc.data)
     schema.validate(doc, "expanded-plan", data)
     ids = [s["id"] for s in data["steps"]]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise PlanError(f"duplicate step id {dup!r}", file=doc.file)
-    return data
+    return ExpandedPlan.from_dict(data)

@@ -175,15 +175,16 @@ def to_json(plan: dict) -> str:
     return json.dumps(plan, separators=(",", ":"), check_circular=False) + "\n"
 
 
-def to_table(plan: dict) -> str:
+def to_table(plan) -> str:
     rows = [("stage", "kind", "steps", "calls", "detail")]
-    for (stage, kind), group in _groups(plan["steps"]).items():
-        rows.append((stage, kind, str(len(group)), str(sum(_calls(s) for s in group)), _detail(kind, group)))
+    for (stage, kind), group in _groups(plan.steps).items():
+        rows.append((stage, kind, str(len(group)), str(sum(s.planned_calls() for s in group)),
+                     type(group[0]).table_detail(group)))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = [f"Plan {plan['plan']} for engine {plan['engine']} ({plan['digest'][:19]})", ""]
+    lines = [f"Plan {plan.plan} for engine {plan.engine} ({plan.digest[:19]})", ""]
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
-    s = plan["summary"]
+    s = plan.summary
     lines += ["", f"Totals: {_n(s['steps'], 'step')}; {_n(s['requests'], 'request')}, "
               f"{_n(s['scheduled_tokens'], 'scheduled token')}; {_n(s['gemm_calls'], 'GEMM call')} over "
               f"{_n(s['gemm_shapes'], 'shape')}; {_n(s['attention_calls'], 'attention call')}; "
@@ -195,43 +196,16 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def _groups(steps: list[dict]) -> dict:
+def _groups(steps) -> dict:
     groups: dict = {}
     for s in steps:
-        groups.setdefault((s["stage"], s["kind"]), []).append(s)
+        groups.setdefault((s.stage, s.kind), []).append(s)
     return groups
 
 
-def _calls(step: dict) -> int:
-    if "m_values" in step:
-        return len(step["m_values"])
-    if step["kind"] == "cudagraph":
-        return len(step["sizes"]) + len(step["uniform_decode_sizes"])
-    if step["kind"] == "kernel":
-        return len(step["variants"])
-    return 1
-
-
-def _detail(kind: str, group: list[dict]) -> str:
-    s = group[0]
-    if kind in ("prefill", "decode"):
-        return f"{sum(len(g['requests']) for g in group)} requests, {sum(g['total_num_scheduled_tokens'] for g in group)} tokens"
-    if kind in ("gemm", "grouped_gemm"):
-        return f"{s['kernel']} ({s['backend']})"
-    if kind == "autotune":
-        return f"{s['library']} at {s['num_tokens']} tokens" + (f", {len(s['buckets'])} buckets" if s.get("buckets") else "")
-    if kind == "cudagraph":
-        return f"{s['mode']}, largest {max(s['sizes'] + s['uniform_decode_sizes'])}"
-    if kind == "attention":
-        return f"{s['kernel']}, {len({(g['num_heads'], g['num_kv_heads'], g['head_size']) for g in group})} layer keys"
-    if kind == "sample":
-        return "grammar bitmask" if any(g["grammar_bitmask"] for g in group) else ""
-    if kind == "kernel":
-        return f"{len(group)} kernels ({s['backend']})"
-    return ""
-
-
-RENDERERS = {"yaml": to_yaml, "json": to_json, "table": to_table}
+# Renderers of an ExpandedPlan: YAML and JSON write its plain form, the table reads its steps.
+RENDERERS = {"yaml": lambda plan: to_yaml(plan.to_dict()), "json": lambda plan: to_json(plan.to_dict()),
+             "table": to_table}
 
 
 def _umask() -> int:

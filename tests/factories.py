@@ -50,6 +50,12 @@ def write_plan(tmp_path, text: str, name: str = "plan.yaml") -> str:
     return str(path)
 
 
-def steps_of(plan: str, engine, stage: str | None = None, kind: str | None = None) -> list[dict]:
-    out = expand(load_plan(plan), engine)["steps"]
-    return [s for s in out if (stage is None or s["stage"] == stage) and (kind is None or s["kind"] == kind)]
+def steps_of(plan: str, engine, stage: str | None = None, kind: str | None = None) -> list:
+    """The typed steps (planner.steps) of a plan for an engine, of one stage and kind if given."""
+    out = expand(load_plan(plan), engine).steps
+    return [s for s in out if (stage is None or s.stage == stage) and (kind is None or s.kind == kind)]
+
+
+def plain_steps_of(plan: str, engine, stage: str | None = None, kind: str | None = None) -> list[dict]:
+    """The same steps in their plain form, as an expanded plan file holds them."""
+    return [s.to_dict() for s in steps_of(plan, engine, stage, kind)]

@@ -1,12 +1,12 @@
 """synthetic_batches: vLLM's warmup_kernels formulas on their edge cases."""
 
-from factories import make_engine, steps_of, write_plan
+from factories import make_engine, plain_steps_of, write_plan
 
 SPEC = {"speculative": {"method": "eagle", "num_speculative_tokens": 2}}
 
 
 def batches(plan, engine):
-    return {s["id"].split("/")[1]: s for s in steps_of(plan, engine, stage="warmup_kernels")}
+    return {s["id"].split("/")[1]: s for s in plain_steps_of(plan, engine, stage="warmup_kernels")}
 
 
 def test_seed_formulas_without_speculation():

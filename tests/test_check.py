@@ -12,6 +12,7 @@ import yaml
 from planner import cli
 from planner.engine import engine_from_document
 from planner.expand import expand
+from planner.expanded import ExpandedPlan
 from planner.plan import load_plan
 from planner.resources import builtin_engines, builtin_plans
 from planner.review import lints
@@ -59,13 +60,27 @@ def write_plan(tmp_path, stages: list, name: str = "review-test", extends: str =
     return str(path)
 
 
-def codes(plan: dict, eng=None) -> list[str]:
+def codes(plan, eng=None) -> list[str]:
     findings, _ = lints.run(plan, eng.data if eng is not None else None)
     return [f.lint.code for f in findings]
 
 
-def planned(plan: str, eng) -> dict:
+def planned(plan: str, eng) -> ExpandedPlan:
     return expand(load_plan(plan), eng)
+
+
+def plain(plan: ExpandedPlan) -> dict:
+    """The plan's plain form, to edit by hand as a user would edit a saved plan."""
+    return plan.to_dict()
+
+
+def read(data: dict) -> ExpandedPlan:
+    """A hand-edited plain form read back, as `warmup check` reads a file."""
+    return ExpandedPlan.from_dict(data)
+
+
+def step_of(data: dict, step_id: str) -> dict:
+    return next(s for s in data["steps"] if s["id"] == step_id)
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +90,10 @@ def clean():
     return planned("vllm-head", eng), eng
 
 
-def mutated(clean, step_id: str, **fields) -> dict:
-    plan = copy.deepcopy(clean[0])
-    step = next(s for s in plan["steps"] if s["id"] == step_id)
-    step.update(fields)
-    return plan
+def mutated(clean, step_id: str, **fields) -> ExpandedPlan:
+    data = plain(clean[0])
+    step_of(data, step_id).update(fields)
+    return read(data)
 
 
 def test_baseline_is_clean(clean):
@@ -133,21 +147,20 @@ def test_e102_not_with_lookahead_reserved():
 
 
 def test_e102_wrong_number_of_kv_groups(clean):
-    plan = copy.deepcopy(clean[0])
-    for r in plan["steps"][[s["id"] for s in plan["steps"]].index("warmup_kernels/prefill")]["requests"]:
+    data = plain(clean[0])
+    for r in step_of(data, "warmup_kernels/prefill")["requests"]:
         r["block_ids"] = r["block_ids"] * 2
-    findings, _ = lints.run(plan, clean[1].data, codes=["E102"])
+    findings, _ = lints.run(read(data), clean[1].data, codes=["E102"])
     assert findings and "requests hold blocks in 2 KV cache groups, the engine has 1" in findings[0].message
 
 
 # --- block ids --------------------------------------------------------------------------
 
-def prefill_with_blocks(clean, blocks: list) -> dict:
-    plan = copy.deepcopy(clean[0])
-    prefill = next(s for s in plan["steps"] if s["id"] == "warmup_kernels/prefill")
-    for r, ids in zip(prefill["requests"], blocks):
+def prefill_with_blocks(clean, blocks: list) -> ExpandedPlan:
+    data = plain(clean[0])
+    for r, ids in zip(step_of(data, "warmup_kernels/prefill")["requests"], blocks):
         r["block_ids"] = [ids]
-    return plan
+    return read(data)
 
 
 def test_e103_null_block(clean):
@@ -162,10 +175,10 @@ def test_e104_block_reused_across_requests_and_after_cleanup(clean):
     findings, _ = lints.run(plan, None, codes=["E104"])
     assert "block 5 goes to _warmup_1_ while _warmup_0_ holds it" in findings[0].message
     # Two warmup stages one after the other may reuse ids: the cleanup freed them.
-    twice = copy.deepcopy(clean[0])
+    twice = plain(clean[0])
     twice["steps"] += [dict(s, id="again/" + s["id"].split("/")[1], stage="again")
-                       for s in clean[0]["steps"] if s["stage"] == "warmup_kernels"]
-    assert "E104" not in codes(twice)
+                       for s in plain(clean[0])["steps"] if s["stage"] == "warmup_kernels"]
+    assert "E104" not in codes(read(twice))
 
 
 def test_e105_block_ids_beyond_num_blocks(clean):
@@ -215,15 +228,14 @@ def test_e109_inconsistent_batches(clean):
     plan = mutated(clean, "warmup_kernels/prefill", total_num_scheduled_tokens=1)
     assert "its requests schedule 3072" in lints.run(plan, None, codes=["E109"])[0][0].message
     # A decode of a request no prefill added.
-    plan = copy.deepcopy(clean[0])
-    decode = next(s for s in plan["steps"] if s["id"] == "warmup_kernels/decode-1")
-    decode["requests"][0]["req_id"] = "_stray_"
-    messages = [f.message for f in lints.run(plan, None, codes=["E109"])[0]]
+    data = plain(clean[0])
+    step_of(data, "warmup_kernels/decode-1")["requests"][0]["req_id"] = "_stray_"
+    messages = [f.message for f in lints.run(read(data), None, codes=["E109"])[0]]
     assert any("request _stray_ is decoded but not running" in m for m in messages)
     # A grammar bitmask sized for another batch.
-    plan = copy.deepcopy(clean[0])
-    next(s for s in plan["steps"] if s["id"] == "warmup_kernels/sample")["grammar_bitmask"]["num_rows"] = 7
-    assert "grammar bitmask has 7 rows" in lints.run(plan, None, codes=["E109"])[0][0].message
+    data = plain(clean[0])
+    step_of(data, "warmup_kernels/sample")["grammar_bitmask"]["num_rows"] = 7
+    assert "grammar bitmask has 7 rows" in lints.run(read(data), None, codes=["E109"])[0][0].message
 
 
 def test_e110_relax_m_values_above_a_small_token_budget():
@@ -242,9 +254,10 @@ def test_e110_grouped_gemm_bound():
     moe = engine(base=os.path.join(os.path.dirname(HERE), "plans", "engines", "qwen3-30b-a3b-fp8-h100.yaml"))
     plan = planned("vllm", moe)
     assert "E110" not in codes(plan, moe)
-    step = next(s for s in plan["steps"] if s["kind"] == "grouped_gemm")
+    data = plain(plan)
+    step = next(s for s in data["steps"] if s["kind"] == "grouped_gemm")
     step["m_values"].append(step["m_values"][-1] * 4)
-    assert "E110" in codes(plan, moe)
+    assert "E110" in codes(read(data), moe)
 
 
 def test_e111_unaligned_shapes(clean):
@@ -252,10 +265,10 @@ def test_e111_unaligned_shapes(clean):
     findings, _ = lints.run(plan, None, codes=["E111"])
     assert findings[0].message == "fp8_gemm_nt cannot take this shape: n=6100 is not a multiple of 128"
     moe = engine(base=os.path.join(os.path.dirname(HERE), "plans", "engines", "qwen3-30b-a3b-fp8-h100.yaml"))
-    plan = planned("vllm", moe)
-    grouped = next(s for s in plan["steps"] if s["kind"] == "grouped_gemm")
+    data = plain(planned("vllm", moe))
+    grouped = next(s for s in data["steps"] if s["kind"] == "grouped_gemm")
     grouped["m_values"] = grouped["m_values"] + [grouped["m_values"][0] + 1]
-    assert "not a multiple of the alignment 128" in lints.run(plan, None, codes=["E111"])[0][0].message
+    assert "not a multiple of the alignment 128" in lints.run(read(data), None, codes=["E111"])[0][0].message
     assert "E111" not in codes(planned("triton", moe))  # Triton takes any N, K % 128
 
 

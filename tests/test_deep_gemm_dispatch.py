@@ -42,17 +42,17 @@ def test_module_docstring_names_the_version():
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_dense_m_compiles_a_planned_kernel(exact_plans, engine):
     sms, max_tokens = num_sms(engine), load_engine(engine).data["scheduler"]["max_num_batched_tokens"]
-    gemms = [s for s in exact_plans[("vllm", engine)] if s["kind"] == "gemm"]
+    gemms = [s for s in exact_plans[("vllm", engine)] if s.kind == "gemm"]
     assert gemms
     for s in gemms:
-        keys, m_values = s["compile_keys"], s["m_values"]
+        keys, m_values = s.compile_keys, list(s.m_values)
         assert len(keys) == len(set(keys)) == len(m_values) and m_values == sorted(m_values)
         first = {}
         for m in range(1, max_tokens + 1):
-            key = dg.dense_kernel_key(m, s["n"], s["k"], sms)
+            key = dg.dense_kernel_key(m, s.n, s.k, sms)
             first.setdefault(key, m)
         # exactly the kernels 1..max_tokens reach, each at its smallest M, in that order
-        assert list(first) == keys and list(first.values()) == m_values, (s["n"], s["k"])
+        assert list(first) == keys and list(first.values()) == m_values, (s.n, s.k)
 
 
 @pytest.mark.parametrize("base", ["vllm", "vllm-head"])
@@ -63,17 +63,17 @@ def test_every_aligned_m_sum_compiles_a_planned_kernel(exact_plans, base, engine
     counts (DeepEP), lands on a planned kernel; `max_m` is that range, for --verify."""
     data = load_engine(engine).data
     tokens = min(data["scheduler"]["max_num_batched_tokens"] * data["parallel"]["data_parallel_size"], 32768)
-    grouped = [s for s in exact_plans[(base, engine)] if s["kind"] == "grouped_gemm"]
-    assert [s["weight"] for s in grouped] == ["w13", "w2"]
+    grouped = [s for s in exact_plans[(base, engine)] if s.kind == "grouped_gemm"]
+    assert [s.weight for s in grouped] == ["w13", "w2"]
     sms = num_sms(engine)
     for s in grouped:
-        max_m = round_up(tokens * s["top_k"] + s["num_groups"] * 127, 128)
-        assert s["max_m"] == max_m
+        max_m = round_up(tokens * s.top_k + s.num_groups * 127, 128)
+        assert s.max_value == max_m
         first = {}
         for m_sum in range(128, max_m + 1, 128):
-            key = dg.grouped_contiguous_kernel_key(m_sum, s["n"], s["k"], s["num_groups"], sms)
+            key = dg.grouped_contiguous_kernel_key(m_sum, s.n, s.k, s.num_groups, sms)
             first.setdefault(key, m_sum)
-        assert list(first) == s["compile_keys"] and list(first.values()) == s["m_values"]
+        assert list(first) == s.compile_keys and list(first.values()) == list(s.m_values)
 
 
 @pytest.mark.parametrize("base", ["vllm", "vllm-head"])
@@ -84,26 +84,26 @@ def test_compile_keys_of_relax_and_full_plans(base, engine, tmp_path):
     sms = num_sms(engine)
     for plan in (base, full):
         for s in steps_of(plan, load_engine(engine), stage="deep_gemm"):
-            if s["kind"] == "gemm":
-                keys = [dg.dense_kernel_key(m, s["n"], s["k"], sms) for m in s["m_values"]]
+            if s.kind == "gemm":
+                keys = [dg.dense_kernel_key(m, s.n, s.k, sms) for m in list(s.m_values)]
             else:
-                keys = [dg.grouped_contiguous_kernel_key(m, s["n"], s["k"], s["num_groups"], sms)
-                        for m in s["m_values"]]
-            assert s["compile_keys"] == list(dict.fromkeys(keys))
+                keys = [dg.grouped_contiguous_kernel_key(m, s.n, s.k, s.num_groups, sms)
+                        for m in list(s.m_values)]
+            assert s.compile_keys == list(dict.fromkeys(keys))
             first = {}
-            for m, key in zip(s["m_values"], keys):
+            for m, key in zip(list(s.m_values), keys):
                 first.setdefault(key, m)
-            assert s["key_m_values"] == [first[key] for key in s["compile_keys"]]  # where --jobs compiles each
+            assert [v.first for v in s.variants] == [first[key] for key in s.compile_keys]  # where --jobs compiles each
 
 
 def test_exact_plans_cover_what_full_and_block_m_steps_compile(exact_plans, tmp_path):
     """Dense: exact and full reach the same kernels; grouped: exact and block_m_steps too."""
     full = write_plan(tmp_path, "name: f\nextends: vllm\nstages: [{name: deep_gemm, with: {mode: full}}]\n")
     for engine in ENGINES:
-        by_id = {s["id"]: s for s in steps_of(full, load_engine(engine), stage="deep_gemm")}
+        by_id = {s.id: s for s in steps_of(full, load_engine(engine), stage="deep_gemm")}
         for s in exact_plans[("vllm", engine)]:
-            other = by_id[s["id"]]["compile_keys"]
-            assert s["compile_keys"] == other
+            other = by_id[s.id].compile_keys
+            assert s.compile_keys == other
 
 
 # --- the pruned search is the heuristic ---------------------------------------------
@@ -229,7 +229,7 @@ def test_exact_is_refused_where_the_model_does_not_apply(tmp_path):
     with pytest.raises(PlanError, match="SM90 kernel selection only.*SM100"):
         steps_of(plan, blackwell)
     # relax still plans there, without compile_keys
-    assert all("compile_keys" not in s for s in steps_of("vllm", blackwell, stage="deep_gemm"))
+    assert all(not s.variants for s in steps_of("vllm", blackwell, stage="deep_gemm"))
     odd = make_engine(device={"name": "H100", "num_sms": 131, "capability": "9.0"})
     with pytest.raises(PlanError, match="num_sms 131 is odd"):
         steps_of(plan, odd)
@@ -239,7 +239,7 @@ def test_pinned_distinct_kernel_counts(exact_plans):
     """Distinct kernels per shape over 1..8192 (dense) and over every multiple of 128 up to
     MAX_M (grouped); the GPU ground truth of bench/deep_gemm_gpu.py compares with these."""
     def counts(base, engine):
-        return {s["id"].split("/")[1]: len(s["compile_keys"]) for s in exact_plans[(base, engine)]}
+        return {s.id.split("/")[1]: len(s.compile_keys) for s in exact_plans[(base, engine)]}
 
     dense = {"gemm-n3072-k1536": 23, "gemm-n4096-k512": 20, "gemm-n7168-k2048": 13, "gemm-n4608-k7168": 17,
              "gemm-n7168-k2304": 13, "gemm-n512-k7168": 21, "gemm-n7168-k256": 13}

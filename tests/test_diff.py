@@ -12,6 +12,7 @@ import yaml
 from planner import cli, hf
 from planner.engine import load_engine
 from planner.expand import expand
+from planner.expanded import ExpandedPlan
 from planner.plan import load_plan
 from planner.review import diff
 
@@ -173,13 +174,13 @@ def test_renamed_engine_is_a_header_change_only(capsys, engines):
 
 def test_same_steps_in_another_order_and_other_block_ids():
     plan = expand(load_plan("vllm"), load_engine(EAGLE))
-    other = json.loads(json.dumps(plan))
+    other = plan.to_dict()
     capture = next(s for s in other["steps"] if s["kind"] == "cudagraph")
     capture["sizes"].reverse()
     prefill = next(s for s in other["steps"] if s["kind"] == "prefill")
     prefill["requests"][0]["block_ids"], prefill["requests"][1]["block_ids"] = (
         prefill["requests"][1]["block_ids"], prefill["requests"][0]["block_ids"])
-    d = diff.diff_plans(plan, other)
+    d = diff.diff_plans(plan, ExpandedPlan.from_dict(other))
     assert [(c.id, c.lines) for c in d.changes] == [
         ("cudagraph/capture", ["same values in another order: sizes"]),
         ("warmup_kernels/prefill", ["changed: requests (same counts; ids or values differ)"])]

@@ -1,7 +1,8 @@
 """DeepGEMM M-values, grouped GEMM sizes, FlashInfer buckets, attention keys, CUDA-graph sizes."""
 
 import pytest
-from factories import make_engine, merge, steps_of, write_plan
+from factories import make_engine, merge, write_plan
+from factories import plain_steps_of as steps_of
 
 from planner.stages.autotune import hybrid_buckets, power_of_2_buckets
 from planner.stages.cudagraph import default_sizes

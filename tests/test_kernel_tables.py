@@ -11,7 +11,8 @@ from planner.engine import load_engine
 from planner.errors import PlanError
 from planner.expand import expand
 from planner.plan import load_plan
-from planner.review import diff, stale
+from planner import api as stale
+from planner.review import diff
 
 ENGINE = "llama-3.1-8b-fp8-h100"
 DOWN = "fp8_gemm,N=4096,K=14336,device=H100.json"
@@ -28,22 +29,22 @@ def tables(tmp_path, monkeypatch):
     return tmp_path
 
 
-def plan_now() -> dict:
+def plan_now():
     return expand(load_plan("triton"), load_engine(ENGINE))
 
 
-def down_proj(plan: dict) -> dict:
-    return next(s for s in plan["steps"] if s["id"] == "triton_gemm/gemm-n4096-k14336")
+def down_proj(plan):
+    return next(s for s in plan.steps if s.id == "triton_gemm/gemm-n4096-k14336")
 
 
 def test_a_table_shapes_the_exact_plan_and_its_digest(tables):
     before = plan_now()
     (tables / DOWN).write_text(json.dumps({"1": config(16, 64, 1, 4, 3), "1024": config(128, 128, 8, 8, 3)}))
     after = plan_now()
-    assert down_proj(before)["m_values"] == [1, 33, 257]          # the default configs' thresholds
-    assert down_proj(after)["m_values"] == [1, 513]               # the table's two entries
-    assert before["inputs"]["kernel_configs"] != after["inputs"]["kernel_configs"]
-    assert DOWN in after["inputs"]["kernel_config_tables"]
+    assert down_proj(before).m_values == (1, 33, 257)          # the default configs' thresholds
+    assert down_proj(after).m_values == (1, 513)               # the table's two entries
+    assert before.inputs["kernel_configs"] != after.inputs["kernel_configs"]
+    assert DOWN in after.inputs["kernel_config_tables"]
 
 
 def test_warmup_diff_names_the_added_and_removed_compile_keys(tables):

@@ -11,6 +11,7 @@ from factories import make_engine, write_plan
 from planner.cli import main
 from planner.engine import load_engine
 from planner.expand import expand
+from planner.expanded import ExpandedPlan
 from planner.output import compress_runs, decompress, expand_runs, to_json, to_table, to_yaml
 from planner.plan import load_plan
 
@@ -41,8 +42,10 @@ def expanded(plan="vllm-head", engine="deepseek-v3-fp8-tp8-h200"):
 
 @pytest.mark.parametrize("engine", ["deepseek-v3-fp8-tp8-h200", "qwen3-30b-a3b-fp8-h100"])
 def test_yaml_is_lossless(engine):
-    plan = expanded(engine=engine)
+    typed = expanded(engine=engine)
+    plan = typed.to_dict()
     assert decompress(yaml.safe_load(to_yaml(plan))) == json.loads(to_json(plan)) == plan
+    assert ExpandedPlan.from_dict(decompress(yaml.safe_load(to_yaml(plan)))) == typed  # and the typed steps
 
 
 def test_float_and_string_scalars_round_trip():
@@ -62,18 +65,18 @@ def test_output_is_deterministic(tmp_path):
 def test_digest_tracks_exactly_the_shaping_inputs(tmp_path):
     base = expand(load_plan("vllm"), make_engine())
     renamed = expand(load_plan("vllm"), make_engine(name="other-name", description="cosmetic"))
-    assert renamed["digest"] == base["digest"]
+    assert renamed.digest == base.digest
     more_seqs = expand(load_plan("vllm"), make_engine(scheduler={"max_num_seqs": 128}))
-    assert more_seqs["inputs"]["engine"] != base["inputs"]["engine"]
-    assert more_seqs["inputs"]["plan"] == base["inputs"]["plan"] and more_seqs["digest"] != base["digest"]
+    assert more_seqs.inputs["engine"] != base.inputs["engine"]
+    assert more_seqs.inputs["plan"] == base.inputs["plan"] and more_seqs.digest != base.digest
     override = write_plan(tmp_path, "name: v\nextends: vllm\nstages: [{name: deep_gemm, with: {mode: full}}]\n")
     changed = expand(load_plan(override), make_engine())
-    assert changed["inputs"]["plan"] != base["inputs"]["plan"]
-    assert changed["inputs"]["engine"] == base["inputs"]["engine"]
+    assert changed.inputs["plan"] != base.inputs["plan"]
+    assert changed.inputs["engine"] == base.inputs["engine"]
 
 
 def test_header_and_summary():
-    plan = expanded()
+    plan = expanded().to_dict()
     assert plan["format"] == "warmup-expanded-plan/v1" and plan["plan"] == "vllm-head"
     assert plan["engine"] == "deepseek-v3-fp8-tp8-h200" and plan["digest"].startswith("sha256:")
     s = plan["summary"]
@@ -89,7 +92,7 @@ def test_table_summarises():
     text = to_table(plan)
     assert "Plan vllm-head for engine deepseek-v3-fp8-tp8-h200" in text
     assert "warmup_kernels       prefill" in text and "1024 requests" in text
-    s = plan["summary"]
+    s = plan.summary
     assert text.strip().splitlines()[-1].startswith(
         f"Totals: {s['steps']} steps; 1024 requests, {s['scheduled_tokens']} scheduled tokens; "
         f"{s['gemm_calls']} GEMM calls over {s['gemm_shapes']} shapes")
@@ -101,7 +104,7 @@ def test_expanded_plan_validates_against_its_schema():
     from planner.schema import load_schema
 
     for plan in ("vllm", "vllm-head"):
-        jsonschema.validate(json.loads(to_json(expanded(plan))), load_schema("expanded-plan"))
+        jsonschema.validate(json.loads(to_json(expanded(plan).to_dict())), load_schema("expanded-plan"))
 
 
 def test_write_atomic_gives_the_mode_a_plain_open_would(tmp_path):

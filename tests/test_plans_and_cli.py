@@ -46,8 +46,8 @@ def test_extends_relative_path_and_chain(tmp_path):
     child = write_plan(tmp_path, "name: child\nextends: base.yaml\nstages: [{name: deep_gemm, when: false}]\n",
                        "child.yaml")
     steps = steps_of(child, make_engine())
-    assert len(steps_of(child, make_engine(), kind="prefill")[0]["requests"]) == 5
-    assert not [s for s in steps if s["stage"] == "deep_gemm"]
+    assert len(steps_of(child, make_engine(), kind="prefill")[0].requests) == 5
+    assert not [s for s in steps if s.stage == "deep_gemm"]
 
 
 def run_cli(capsys, *argv):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import os
 
 import pytest
@@ -11,9 +11,10 @@ import yaml
 from planner import cli
 from planner.engine import engine_from_document, load_engine
 from planner.errors import PlanError
-from planner.expand import digest, expand
+from planner.digest import digest
+from planner.expand import expand
 from planner.plan import load_plan
-from planner.review import stale
+from planner import api as stale
 from planner.yamlio import Document
 
 HERE = os.path.dirname(__file__)
@@ -57,7 +58,7 @@ def test_engine_change_is_named(saved):
                               "(engine digest sha256:")
     assert message.endswith("); re-run `warmup plan vllm --engine changed.yaml` and review the change with "
                             "`warmup diff`")
-    old, new = saved["inputs"]["engine"][:19], engine(scheduler={"max_num_seqs": 512}).shaping_fields()
+    old, new = saved.inputs["engine"][:19], engine(scheduler={"max_num_seqs": 512}).shaping_fields()
     assert f"{old}… -> {digest(new)[:19]}…" in message
     assert "\n" not in message
 
@@ -84,20 +85,21 @@ def test_plan_change_is_named(tmp_path):
 
 
 def test_planner_version_change_is_named(saved, monkeypatch):
-    monkeypatch.setattr(stale, "__version__", "9.9.9")
+    from planner import digest as digests
+
+    monkeypatch.setattr(digests, "__version__", "9.9.9")
     message = refusal(saved, load_engine(EAGLE), load_plan("vllm"))
     assert "the planner version changed since this plan was made (planner version 0.1.0 -> 9.9.9)" in message
 
 
 def test_edited_header_is_refused(saved):
-    edited = copy.deepcopy(saved)
-    edited["inputs"]["engine"] = digest("something else")
+    edited = dataclasses.replace(saved, inputs={**saved.inputs, "engine": digest("something else")})
     assert "does not match its inputs: the header was edited" in refusal(edited, load_engine(EAGLE), None)
 
 
 def test_builtin_plan_is_found_by_name(saved):
-    assert stale.builtin_plan(saved).name == "vllm"
-    assert stale.builtin_plan(expand(load_plan(PRE_40746), load_engine(EAGLE))) is None
+    assert stale.source_plan(saved, None, file="saved.yaml").name == "vllm"
+    assert stale.source_plan(expand(load_plan(PRE_40746), load_engine(EAGLE)), None, file="saved.yaml") is None
 
 
 # --- warmup check refuses a stale saved plan (exit 2) -----------------------------------

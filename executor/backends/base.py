@@ -1,18 +1,17 @@
 """The protocol every backend implements, and the exceptions handlers turn into step statuses.
 
-A backend implements some kernel families (``families``): ``gemm`` (one weight shape,
-called once per M), ``grouped_gemm`` (MoE, contiguous layout, once per M_sum),
-``attention`` (one layer key, once per batch of sequences) and ``autotune``. Every
-family method takes the plan's step dict unchanged plus the values to run, so that
-the hot-path check (executor.verify) can call the same code at random sizes.
+A backend implements some kernel families (``families``, of planner.steps.FAMILIES):
+``gemm`` (one weight shape, called once per M), ``grouped_gemm`` (MoE, contiguous layout,
+once per M_sum), ``attention`` (one layer key, once per batch of sequences), ``kernel``
+(compile-only launches of a model runner's kernel) and ``autotune``. Every family method
+takes the plan's typed step unchanged plus the values to run, so that the hot-path check
+(executor.verify) and the precompile workers can call the same code at other values.
 Scratch tensors are allocated once per shape at the largest size and sliced.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Protocol, runtime_checkable
-
-FAMILIES = ("gemm", "grouped_gemm", "attention", "autotune")
 
 
 class Unavailable(Exception):
@@ -34,22 +33,25 @@ class Backend(Protocol):
     def available(self) -> tuple[bool, str]:
         """(True, "") or (False, why not), without raising."""
 
-    def gemm(self, step: dict, m_values: list[int], tick: Tick) -> int:
+    def gemm(self, step, m_values: list[int], tick: Tick) -> int:
         """Run the step's GEMM at each M; returns the kernel calls made."""
 
-    def grouped_gemm(self, step: dict, m_values: list[int], tick: Tick) -> int:
+    def grouped_gemm(self, step, m_values: list[int], tick: Tick) -> int:
         """Run the grouped GEMM at each M_sum (multiples of step['alignment'])."""
 
-    def attention(self, step: dict, batches: list[list[int]], tick: Tick) -> int:
+    def attention(self, step, batches: list[list[int]], tick: Tick) -> int:
         """Run the attention kernel once per batch (a list of sequence lengths)."""
 
-    def autotune(self, step: dict, tick: Tick, ctx) -> dict:
+    def kernel(self, step, launches: list, tick: Tick) -> int:
+        """Compile (and load) each launch of a model runner's kernel, running nothing."""
+
+    def autotune(self, step, tick: Tick, ctx) -> dict:
         """Tune (or load tuned results); returns details for the report."""
 
     def synchronize(self) -> None:
         """Wait for queued device work, so errors surface inside the step that caused them."""
 
-    def release(self, step: dict) -> None:
+    def release(self, step) -> None:
         """Free the scratch tensors of one step (when the hot-path check will not need them)."""
 
     def close(self) -> None:
@@ -80,6 +82,9 @@ class BaseBackend:
 
     def attention(self, step, batches, tick):
         self._unsupported("attention")
+
+    def kernel(self, step, launches, tick):
+        self._unsupported("kernel")
 
     def autotune(self, step, tick, ctx):
         self._unsupported("autotune")

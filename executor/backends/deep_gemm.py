@@ -86,8 +86,8 @@ class DeepGemmBackend(BaseBackend):
         fn = self._function(DENSE_NAMES)
         if fn is None:
             raise Unavailable(f"deep_gemm has none of {DENSE_NAMES}")
-        n, k = int(step["n"]), int(step["k"])
-        block = int((step.get("block_size") or [128, 128])[0])
+        n, k = step.n, step.k
+        block = (step.block_size or (128, 128))[0]
         dev = self.device
 
         def make(m):
@@ -97,7 +97,7 @@ class DeepGemmBackend(BaseBackend):
                     torch.ones((n + block - 1) // block, k // block, device=dev, dtype=torch.float32),
                     torch.empty(m, n, device=dev, dtype=torch.bfloat16))
 
-        a, a_s, w, w_s, out = self._buffer(("gemm", n, k), max(m_values), make)
+        a, a_s, w, w_s, out = self._buffer(step.shape_key(), max(m_values), make)
         return self._loop(m_values, lambda m: fn((a[:m], a_s[:m]), (w, w_s), out[:m]), tick)
 
     def grouped_gemm(self, step, m_values, tick):
@@ -106,8 +106,8 @@ class DeepGemmBackend(BaseBackend):
         fn = self._function(GROUPED_NAMES)
         if fn is None:
             raise Unavailable(f"deep_gemm has none of {GROUPED_NAMES}")
-        n, k, e = int(step["n"]), int(step["k"]), int(step["num_groups"])
-        align = int(step.get("alignment") or 128)
+        n, k, e = step.n, step.k, step.num_groups
+        align = step.alignment
         block = 128
         dev = self.device
 
@@ -120,15 +120,12 @@ class DeepGemmBackend(BaseBackend):
                     torch.empty(m, n, device=dev, dtype=torch.bfloat16),
                     experts.repeat_interleave(align)[:m].to(dev))
 
-        a, a_s, w, w_s, out, ids = self._buffer(("grouped", n, k, e, align), max(m_values), make)
+        a, a_s, w, w_s, out, ids = self._buffer(step.shape_key(), max(m_values), make)
         return self._loop(m_values, lambda m: fn((a[:m], a_s[:m]), (w, w_s), out[:m], ids[:m]), tick)
 
     def release(self, step) -> None:
-        if step.get("kind") == "gemm":
-            self._buffers.pop(("gemm", int(step["n"]), int(step["k"])), None)
-        elif step.get("kind") == "grouped_gemm":
-            self._buffers.pop(("grouped", int(step["n"]), int(step["k"]), int(step["num_groups"]),
-                               int(step.get("alignment") or 128)), None)
+        if step.family in self.families:
+            self._buffers.pop(step.shape_key(), None)
 
     def close(self) -> None:
         self._buffers.clear()

@@ -170,7 +170,7 @@ class FlashInferBackend(BaseBackend):
         if getattr(ctx, "capturing", False) or (
                 str(self.device).startswith("cuda") and torch.cuda.is_current_stream_capturing()):
             raise RuntimeError("refusing to autotune during CUDA-graph capture")
-        num_tokens = int(step["num_tokens"])
+        num_tokens = step.num_tokens
         version = getattr(flashinfer, "__version__", "?")
         runner = ctx.get_runner(required=False) if hasattr(ctx, "get_runner") else None
         use_runner = runner is not None and hasattr(runner, "dummy_run")
@@ -185,11 +185,12 @@ class FlashInferBackend(BaseBackend):
                                   f"for FlashInfer's FP8 GEMM tuner ({GEMM_OP})")
         tuner = fi_autotuner.AutoTuner.get()
         details = {"library": "flashinfer", "version": version, "num_tokens": num_tokens,
-                   "cache": step.get("cache", "memory"), "plan_buckets": step.get("buckets")}
+                   "cache": step.cache or "memory",
+                   "plan_buckets": None if step.buckets is None else list(step.buckets)}
 
         path = None
         native = False
-        if step.get("cache") == "persistent":
+        if step.cache == "persistent":
             device_name = (torch.cuda.get_device_name(self.device)
                            if str(self.device).startswith("cuda") else str(self.device))
             path = getattr(self.options, "flashinfer_cache", None) or default_cache_path(version, device_name)
@@ -219,7 +220,7 @@ class FlashInferBackend(BaseBackend):
             else:
                 details["tuning_run"] = f"{GEMM_OP} (backend auto) over the engine's FP8 linear shapes"
                 details["shapes"] = [list(s) for s in shapes]
-                calls = self._gemm_run(num_tokens, shapes, bool(step.get("randomize_inputs", True)))
+                calls = self._gemm_run(num_tokens, shapes, step.randomize_inputs is not False)
             if str(self.device).startswith("cuda"):
                 torch.cuda.synchronize(self.device)
         details["tune_s"] = round(time.perf_counter() - start, 3)

@@ -18,7 +18,7 @@ class NullBackend(BaseBackend):
         return len(m_values)
 
     def grouped_gemm(self, step, m_values, tick):
-        align = int(step.get("alignment") or 1)
+        align = step.alignment
         bad = [m for m in m_values if m % align]
         if bad:
             raise ValueError(f"grouped GEMM M_sum values must be multiples of the alignment {align}: {bad[:5]}")
@@ -29,12 +29,12 @@ class NullBackend(BaseBackend):
         tick(len(batches))
         return len(batches)
 
-    def kernel(self, step, variants, tick):
-        tick(len(variants))
-        return len(variants)
+    def kernel(self, step, launches, tick):
+        tick(len(launches))
+        return len(launches)
 
     def autotune(self, step, tick, ctx):
-        shapes = step.get("shapes") or []
         tick(1)
-        return {"library": step.get("library"), "dry_run": True, "buckets": step.get("buckets"),
-                "shapes": len(shapes), "note": "null backend: nothing tuned"}
+        return {"library": step.library, "dry_run": True,
+                "buckets": None if step.buckets is None else list(step.buckets),
+                "shapes": len(step.shapes or ()), "note": "null backend: nothing tuned"}

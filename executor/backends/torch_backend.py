@@ -34,8 +34,8 @@ class TorchBackend(BaseBackend):
     def gemm(self, step, m_values, tick):
         import torch
 
-        kernel = step.get("kernel")
-        n, k, dev = int(step["n"]), int(step["k"]), self.device
+        kernel = step.kernel
+        n, k, dev = step.n, step.k, self.device
         top = max(m_values)
         if kernel in SCALED_MM:
             if not hasattr(torch, "_scaled_mm"):
@@ -68,8 +68,9 @@ class TorchBackend(BaseBackend):
         return len(m_values)
 
     def release(self, step) -> None:
-        for key in [k for k in self._buffers if k[1:] == (int(step.get("n", 0)), int(step.get("k", 0)))]:
-            del self._buffers[key]
+        if step.family in self.families:
+            for key in [k for k in self._buffers if k[1:] == (step.n, step.k)]:
+                del self._buffers[key]
 
     def close(self) -> None:
         self._buffers.clear()

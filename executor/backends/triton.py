@@ -19,18 +19,17 @@ SYNC_EVERY = 256  # launches between synchronizations: keeps the queue short and
 LAUNCH_CYCLES = 120_000  # GPU clock cycles (about 60 us) to cover the host-side cost of one launch
 
 
-def check_planned_keys(step: dict, values: list[int], launched_key) -> None:
+def check_planned_keys(step, values: list[int], launched_key) -> None:
     """An exact step pairs each M with the compile key it was planned for: refuse to launch
     a different one (the tables changed since planning, or the kernel's dispatch did), so
     that planned and launched variants cannot drift apart silently."""
-    planned = step.get("compile_keys")
-    if not planned or len(planned) != len(step["m_values"]) or values != list(step["m_values"]):
+    if not step.exact or list(values) != list(step.m_values):
         return  # not an exact step, or a hot-path check at other M: nothing was planned per value
-    for m, key in zip(values, planned):
-        now = launched_key(m)
-        if now != key:
-            raise RuntimeError(f"step {step['id']}: M={m} was planned as {key} but would launch {now}; "
-                               "the tuned tables or the kernels changed since planning: re-run `warmup plan`")
+    for variant in step.variants:
+        now = launched_key(variant.first)
+        if now != variant.key:
+            raise RuntimeError(f"step {step.id}: M={variant.first} was planned as {variant.key} but would launch "
+                               f"{now}; the tuned tables or the kernels changed since planning: re-run `warmup plan`")
 
 
 # The kernel names a step may give for each family (vLLM's and DeepGEMM's names included).
@@ -40,43 +39,37 @@ KERNELS = {"gemm": ("fp8_gemm", "fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt", "w8a8_blo
            "attention": ("context_attention_fwd", "prefill_attention")}
 
 
-def check_kernel(family: str, step: dict) -> None:
+def check_kernel(step) -> None:
     """Refuse a step whose kernel or weight blocks these kernels do not implement."""
-    kernel = step.get("kernel")
-    if kernel is not None and kernel not in KERNELS[family]:
-        raise Unavailable(f"triton backend has no kernel {kernel!r} for {family} "
-                          f"(it has {', '.join(KERNELS[family])})")
-    block = step.get("block_size")
+    if step.kernel not in KERNELS[step.family]:
+        raise Unavailable(f"triton backend has no kernel {step.kernel!r} for {step.family} "
+                          f"(it has {', '.join(KERNELS[step.family])})")
+    block = getattr(step, "block_size", None)
     if block is not None and list(block) != [128, 128]:
-        raise Unavailable(f"triton block-FP8 kernels take 128x128 weight blocks, the step has {block}")
+        raise Unavailable(f"triton block-FP8 kernels take 128x128 weight blocks, the step has {list(block)}")
 
 
-def grouped_gemm_shape(step: dict, m_values: list[int]) -> tuple[int, int, int, int]:
+def grouped_gemm_shape(step, m_values: list[int]) -> tuple[int, int, int, int]:
     """(N, K, number of experts, block_m) of a grouped GEMM step whose M_sum values fit its layout."""
-    check_kernel("grouped_gemm", step)
-    block_m = int(step.get("alignment") or 128)
+    check_kernel(step)
+    block_m = step.alignment
     bad = [m for m in m_values if m % block_m]
     if bad:
         raise ValueError(f"grouped GEMM M_sum values must be multiples of the alignment {block_m}: {bad[:5]}")
-    return int(step["n"]), int(step["k"]), int(step["num_groups"]), block_m
+    return step.n, step.k, step.num_groups, block_m
 
 
-def compile_runner_kernels(step: dict, variants: list, tick, load: bool) -> int:
+def compile_runner_kernels(step, launches: list, tick, load: bool) -> int:
     """Compile each planned variant of one of the runner's kernels (each checked against its
     planned key), launching nothing; with `load`, also load it into this process."""
-    from kernel_model.runner_kernels import Launch
-
     from ..runner import kernels as rk
 
-    if step["kernel"] not in rk.LAUNCHABLE:
-        raise Unavailable(f"triton backend has no runner kernel {step['kernel']!r}")
-    launches = [Launch.from_spec(step["kernel"], v) for v in variants]
-    planned = step.get("compile_keys")
-    if planned and len(planned) == len(launches):
-        for launch, key in zip(launches, planned):
-            if launch.key() != key:
-                raise RuntimeError(f"step {step['id']}: a variant was planned as {key} but its arguments "
-                                   f"give {launch.key()}; re-run `warmup plan`")
+    if step.kernel not in rk.LAUNCHABLE:
+        raise Unavailable(f"triton backend has no runner kernel {step.kernel!r}")
+    for variant in step.variants:
+        if variant.first.key() != variant.key:
+            raise RuntimeError(f"step {step.id}: a variant was planned as {variant.key} but its arguments "
+                               f"give {variant.first.key()}; re-run `warmup plan`")
     for launch in launches:
         rk.compile_launch(launch, load=load)
         tick(1)
@@ -140,9 +133,9 @@ class TritonBackend(BaseBackend):
     def gemm(self, step, m_values, tick):
         from ..kernels import fp8_gemm as g
 
-        check_kernel("gemm", step)
-        n, k = int(step["n"]), int(step["k"])
-        inputs = self._buffer(("gemm", n, k), max(m_values),
+        check_kernel(step)
+        n, k = step.n, step.k
+        inputs = self._buffer(step.shape_key(), max(m_values),
                               lambda m: g.alloc_gemm_inputs(m, n, k, device=self.device))
 
         check_planned_keys(step, m_values, lambda m: g.specialization_key(
@@ -159,7 +152,7 @@ class TritonBackend(BaseBackend):
         from ..kernels import grouped_gemm as gg
 
         n, k, e, block_m = grouped_gemm_shape(step, m_values)
-        inputs = self._buffer(("grouped", n, k, e, block_m), max(m_values),
+        inputs = self._buffer(step.shape_key(), max(m_values),
                               lambda m: gg.alloc_grouped_inputs(m, n, k, e, device=self.device, block_m=block_m))
 
         check_planned_keys(step, m_values, lambda m: gg.specialization_key(
@@ -176,10 +169,10 @@ class TritonBackend(BaseBackend):
 
         from ..kernels import prefill_attention as pa
 
-        check_kernel("attention", step)
-        h, kvh, d = int(step["num_heads"]), int(step["num_kv_heads"]), int(step["head_size"])
-        dtype = getattr(torch, str(step.get("dtype", "bfloat16")).removeprefix("torch."))
-        window = tuple(step.get("sliding_window") or (-1, -1))
+        check_kernel(step)
+        h, kvh, d = step.num_heads, step.num_kv_heads, step.head_size
+        dtype = getattr(torch, str(step.dtype).removeprefix("torch."))
+        window = tuple(step.sliding_window)
         # vLLM: sliding_window [left, right] with -1 unbounded; the kernel takes (q, k) windows alike.
         total = max(sum(b) for b in batches)
         inputs = self._buffer(("attention", h, kvh, d, str(dtype)), total,
@@ -188,16 +181,16 @@ class TritonBackend(BaseBackend):
         def launch(seq_lens):
             t = sum(seq_lens)
             pa.warmup(t, h, kvh, d, dtype=dtype, device=self.device, inputs=inputs, seq_lens=seq_lens,
-                      is_causal=bool(step.get("is_causal", True)), softmax_scale=step.get("scale"),
-                      softcap=float(step.get("logits_soft_cap") or 0.0), sliding_window=window)
+                      is_causal=step.is_causal, softmax_scale=step.scale,
+                      softcap=float(step.logits_soft_cap or 0.0), sliding_window=window)
 
         return self._launch_loop(batches, launch, tick)
 
-    def kernel(self, step, variants, tick):
+    def kernel(self, step, launches, tick):
         """Compile and load each planned variant of one of the runner's kernels, launching nothing."""
         if not str(self.device).startswith("cuda"):
             raise Unavailable("runner kernels compile only on a CUDA device (the interpreter compiles nothing)")
-        return compile_runner_kernels(step, variants, tick, load=True)
+        return compile_runner_kernels(step, launches, tick, load=True)
 
     def autotune(self, step, tick, ctx):
         import torch
@@ -208,7 +201,7 @@ class TritonBackend(BaseBackend):
 
         capturing = str(self.device).startswith("cuda") and torch.cuda.is_current_stream_capturing()
         at.ensure_not_capturing(capturing or getattr(ctx, "capturing", False))
-        unsupported = sorted({s["kernel"] for s in step.get("shapes") or [] if s["kernel"] != "fp8_gemm"})
+        unsupported = sorted({s.kernel for s in step.shapes or () if s.kernel != "fp8_gemm"})
         if unsupported:
             raise Unavailable(f"triton autotune has no tuner for {', '.join(unsupported)} (only fp8_gemm)")
         retune = bool(getattr(self.options, "retune", False))
@@ -276,13 +269,10 @@ class TritonBackend(BaseBackend):
     # --- memory ------------------------------------------------------------------------------------
 
     def release(self, step) -> None:
-        kind = step.get("kind")
-        if kind == "gemm":
-            self._buffers.pop(("gemm", int(step["n"]), int(step["k"])), None)
-        elif kind == "grouped_gemm":
-            self._buffers.pop(("grouped", int(step["n"]), int(step["k"]), int(step["num_groups"]),
-                               int(step.get("alignment") or 128)), None)
-        # attention buffers are small and shared by every step of one layer key
+        # GEMM buffers are keyed by the step's shape; attention buffers are small and shared by
+        # every step of one layer key, and kept.
+        if step.family in ("gemm", "grouped_gemm"):
+            self._buffers.pop(step.shape_key(), None)
 
     def close(self) -> None:
         self._buffers.clear()

@@ -59,8 +59,8 @@ class TritonCompileOnly(BaseBackend):
         from ..kernels import configs
         from ..kernels.jit import fp8_gemm
 
-        check_kernel("gemm", step)
-        n, k = int(step["n"]), int(step["k"])
+        check_kernel(step)
+        n, k = step.n, step.k
         table = configs.lookup_table(dispatch.FP8_GEMM, n, k)
         check_planned_keys(step, m_values, lambda m: dispatch.fp8_gemm_key(m, n, k, table))
         for m in m_values:
@@ -82,19 +82,17 @@ class TritonCompileOnly(BaseBackend):
     def attention(self, step, batches, tick):
         from ..kernels.jit import prefill_attention
 
-        check_kernel("attention", step)
-        window = tuple(step.get("sliding_window") or (-1, -1))
+        check_kernel(step)
         for seq_lens in batches:
             compiled = prefill_attention.compile_variant(
-                sum(seq_lens), int(step["num_heads"]), int(step["num_kv_heads"]), int(step["head_size"]),
-                dtype=str(step.get("dtype", "bfloat16")).removeprefix("torch."),
-                is_causal=bool(step.get("is_causal", True)), softmax_scale=step.get("scale"),
-                softcap=float(step.get("logits_soft_cap") or 0.0), sliding_window=window)
+                sum(seq_lens), step.num_heads, step.num_kv_heads, step.head_size,
+                dtype=str(step.dtype).removeprefix("torch."), is_causal=step.is_causal, softmax_scale=step.scale,
+                softcap=float(step.logits_soft_cap or 0.0), sliding_window=tuple(step.sliding_window))
             self._built(compiled, tick)
         return len(batches)
 
-    def kernel(self, step, variants, tick):
-        return compile_runner_kernels(step, variants, tick, load=False)
+    def kernel(self, step, launches, tick):
+        return compile_runner_kernels(step, launches, tick, load=False)
 
     def autotune(self, step, tick, ctx):
         raise Unavailable("autotuning times launches: it runs in the main process only")

@@ -6,12 +6,10 @@ backends also ask torch. Kernel calls are the benchmarks run (0 when every table
 
 from ..autotune import ensure_not_capturing
 
-FAMILY = "autotune"
 
-
-def handle(step: dict, ctx) -> dict:
+def handle(step, ctx) -> dict:
     ensure_not_capturing(ctx.capturing)
-    backend = ctx.backend_for(FAMILY, step)
+    backend = ctx.backend_for(step)
     before = ctx.step_ticks
     details = backend.autotune(step, ctx.tick, ctx) or {}
     return {"backend": backend.name, "kernel_calls": ctx.step_ticks - before, "details": details}

@@ -9,12 +9,11 @@ next captured size) was captured; anything else is a prefill / mixed batch, run
 eagerly with varlen attention over the paged cache. ``sample_tokens(step)`` then
 computes the logits of the rows that produce a token and samples them (sampler.py).
 
-Step dicts are the plan's (schemas/expanded-plan.schema.json), with optional
-extensions that serving traces use (executor/runner/trace.py): a step's
-``requests`` may mix new entries (``block_ids``) and cached ones
-(``num_computed_tokens``), and may come with ``finished_req_ids``; a new entry may
-carry its own ``prompt_token_ids`` and ``sampling_params``; a grammar bitmask may
-name its rows' ``req_ids``.
+Steps are the plan's typed steps (planner.steps), or serving-trace steps of the same
+shape (executor/runner/trace.py): a step's ``requests`` may mix new requests
+(``NewRequest``, with block ids) and cached ones (``CachedRequest``) and come with
+``finished_req_ids``; a new request may carry its own ``prompt_token_ids`` and
+``sampling_params``; a grammar bitmask may name its rows' ``req_ids``.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import torch
 
 from executor.kernels.configs import cdiv
 from kernel_model.runner_kernels import RunnerFacts
+from planner.steps import NewRequest
 
 from . import kernels
 from .model import AttentionMetadata, Model, ModelConfig
@@ -127,10 +127,10 @@ class ReferenceRunner:
     # --- protocol ---------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def execute_model(self, step: dict) -> None:
+    def execute_model(self, step) -> None:
         self._pending = None
-        self._finish(step.get("finished_req_ids") or ())
-        entries = step.get("requests") or []
+        self._finish(step.finished_req_ids)
+        entries = step.requests
         if not entries:
             return
         added: list[str] = []
@@ -146,7 +146,7 @@ class ReferenceRunner:
         self._pending = (batch, hidden[rows.to(self.device)])
 
     @torch.inference_mode()
-    def sample_tokens(self, step: dict) -> dict | None:
+    def sample_tokens(self, step) -> dict | None:
         pending, self._pending = self._pending, None
         if pending is None:
             return None  # no forward to sample (a cleanup step, or the execute step failed)
@@ -154,13 +154,13 @@ class ReferenceRunner:
         n = len(batch.logits_indices)
         if not batch.sampled and not batch.prompt_rows:
             return {"tokens": {}, "logprobs": {}, "prompt_logprobs": {}}
-        if step.get("sampling_params"):  # the plan's: the params of every request (empty: each its own)
-            params = self._params(step["sampling_params"])
+        if step.sampling_params:  # the plan's: the params of every request (empty: each its own)
+            params = self._params(step.sampling_params)
             for req in batch.reqs:
                 req.params = params
         reqs = [batch.reqs[i] for i in batch.sampled]
         sample_batch = self._sample_batch(batch, reqs)
-        bitmask = self._bitmask(step.get("grammar_bitmask"), batch, reqs, sample_batch)
+        bitmask = self._bitmask(step.grammar_bitmask, batch, reqs, sample_batch)
         out = self.sampler(self.model.compute_logits(hidden[:n]), sample_batch, bitmask)
         for req, tokens in zip(reqs, out.tokens):
             req.token_ids.extend(tokens)
@@ -175,16 +175,16 @@ class ReferenceRunner:
                 "prompt_logprobs": self._prompt_logprobs(batch, hidden[n:])}
 
     @torch.inference_mode()
-    def capture_cudagraphs(self, step: dict) -> None:
-        q = step.get("decode_query_len", self.decode_query_len)
+    def capture_cudagraphs(self, step) -> None:
+        q = step.decode_query_len or self.decode_query_len
         if q != self.decode_query_len:
             raise ValueError(f"the cudagraph step is for decode_query_len {q}, the engine's is "
                              f"{self.decode_query_len}")
         if self.graphs is None:
             return
-        sizes = {s for s in step.get("uniform_decode_sizes") or ()
+        sizes = {s for s in step.uniform_decode_sizes
                  if s % q == 0 and s // q <= self.max_num_seqs and s <= self.buffers.max_tokens}
-        self.graphs.capture(sorted(sizes, reverse=True), step.get("num_warmups", 1))
+        self.graphs.capture(sorted(sizes, reverse=True), step.num_warmups or 1)
 
     def close(self) -> None:
         self._pending = None
@@ -224,37 +224,41 @@ class ReferenceRunner:
             self.block_table_host[req.slot] = 0
             self.free_slots.append(req.slot)
 
-    def _update_requests(self, entries: list[dict], step: dict, added_ids: list[str]) -> None:
+    def _update_requests(self, entries, step, added_ids: list[str]) -> None:
         added, touched = [], []
         for e in entries:
-            req_id = e["req_id"]
-            if "block_ids" in e:  # a new request
-                self._remove(req_id)
-                prompt = e.get("prompt_token_ids", step.get("prompt_token_ids"))
-                if not prompt:
-                    raise ValueError(f"new request {req_id!r} has no prompt_token_ids")
-                if not self.free_slots:
-                    raise ValueError(f"request {req_id!r}: more than max_num_seqs={self.max_num_seqs} requests")
-                req = Request(req_id, self.free_slots.pop(), list(prompt), list(prompt),
-                              [[] for _ in range(self.num_groups)], self._params(e.get("sampling_params")),
-                              e.get("num_computed_tokens", 0))
-                self.requests[req_id] = req
+            if isinstance(e, NewRequest):
+                req = self._add(e, step, added_ids)
                 added.append(req)
-                added_ids.append(req_id)
-                self._append_blocks(req, e["block_ids"])
                 touched.append(req)
-            else:
-                req = self.requests.get(req_id)
-                if req is None:
-                    raise ValueError(f"cached request {req_id!r} is unknown to the runner")
-                req.num_computed_tokens = e["num_computed_tokens"]
-                if e.get("new_block_ids"):
-                    self._append_blocks(req, e["new_block_ids"])
-                    touched.append(req)
+                continue
+            req = self.requests.get(e.req_id)
+            if req is None:
+                raise ValueError(f"cached request {e.req_id!r} is unknown to the runner")
+            req.num_computed_tokens = e.num_computed_tokens
+            if e.new_block_ids:
+                self._append_blocks(req, e.new_block_ids)
+                touched.append(req)
         self.sampler.add_requests([r.slot for r in added], [r.prompt_token_ids for r in added])
         self._sync_block_table(touched)
 
-    def _append_blocks(self, req: Request, block_ids: list[list[int]]) -> None:
+    def _add(self, e: NewRequest, step, added_ids: list[str]) -> Request:
+        """A new request: its prompt (its own, else the step's), a slot, its params and blocks;
+        its id is in `added_ids` before its blocks are checked (a failed step removes it)."""
+        self._remove(e.req_id)
+        prompt = e.prompt_token_ids or step.prompt_token_ids
+        if not prompt:
+            raise ValueError(f"new request {e.req_id!r} has no prompt_token_ids")
+        if not self.free_slots:
+            raise ValueError(f"request {e.req_id!r}: more than max_num_seqs={self.max_num_seqs} requests")
+        req = Request(e.req_id, self.free_slots.pop(), list(prompt), list(prompt),
+                      [[] for _ in range(self.num_groups)], self._params(e.sampling_params))
+        self.requests[e.req_id] = req
+        added_ids.append(e.req_id)
+        self._append_blocks(req, e.block_ids)
+        return req
+
+    def _append_blocks(self, req: Request, block_ids) -> None:
         if len(block_ids) != self.num_groups:
             raise ValueError(f"request {req.req_id!r}: block ids for {len(block_ids)} KV groups, "
                              f"the engine has {self.num_groups}")
@@ -284,17 +288,17 @@ class ReferenceRunner:
 
     # --- one step -------------------------------------------------------------------------------
 
-    def _make_batch(self, entries: list[dict], step: dict) -> Batch:
-        total = sum(e["num_scheduled_tokens"] for e in entries)
-        if step.get("total_num_scheduled_tokens", total) != total:
-            raise ValueError(f"total_num_scheduled_tokens {step['total_num_scheduled_tokens']} != {total}, "
+    def _make_batch(self, entries, step) -> Batch:
+        total = sum(e.num_scheduled_tokens for e in entries)
+        if step.total_num_scheduled_tokens != total:
+            raise ValueError(f"total_num_scheduled_tokens {step.total_num_scheduled_tokens} != {total}, "
                              "the sum over the requests")
         if total > self.buffers.max_tokens or len(entries) > self.max_num_seqs:
             raise ValueError(f"a batch of {len(entries)} requests and {total} tokens exceeds the engine's limits")
         batch = Batch([], [], [], [], [], False, [], [], [])
         for i, e in enumerate(entries):
-            req = self.requests[e["req_id"]]
-            scheduled, num_spec = e["num_scheduled_tokens"], e.get("num_spec_tokens", 0)
+            req = self.requests[e.req_id]
+            scheduled, num_spec = e.num_scheduled_tokens, getattr(e, "num_spec_tokens", 0)
             computed = req.num_computed_tokens
             known = computed + scheduled - num_spec
             if len(req.block_ids[self.kv_group]) * self.page < computed + scheduled:
@@ -366,18 +370,18 @@ class ReferenceRunner:
             sb.cu_rows.append(len(sb.slots))
         return sb
 
-    def _bitmask(self, grammar: dict | None, batch: Batch, reqs: list[Request], sb: SampleBatch):
+    def _bitmask(self, grammar, batch: Batch, reqs: list[Request], sb: SampleBatch):
         if not grammar:
             return None
         width = cdiv(self.vocab_size, 32)
-        if grammar["width"] != width:
-            raise ValueError(f"grammar bitmask width {grammar['width']} != ceil(vocab_size / 32) = {width}")
-        names = grammar.get("req_ids") or [r.req_id for r in batch.reqs][:grammar["num_rows"]]
+        if grammar.width != width:
+            raise ValueError(f"grammar bitmask width {grammar.width} != ceil(vocab_size / 32) = {width}")
+        names = grammar.req_ids or [r.req_id for r in batch.reqs][:grammar.num_rows]
         row_of = {name: i for i, name in enumerate(names)}
         sb.bitmask_rows = [row_of.get(req.req_id, -1) for req, a, b in zip(reqs, sb.cu_rows, sb.cu_rows[1:])
                            for _ in range(b - a)]
-        return torch.full((grammar["num_rows"], width), grammar.get("fill", -1), dtype=torch.int32,
-                          device=self.device)
+        fill = -1 if grammar.fill is None else grammar.fill
+        return torch.full((grammar.num_rows, width), fill, dtype=torch.int32, device=self.device)
 
     def _prompt_logprobs(self, batch: Batch, hidden: torch.Tensor, chunk: int = 1024) -> dict:
         out: dict = {}

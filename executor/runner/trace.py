@@ -1,7 +1,9 @@
 """A seeded serving trace: Poisson arrivals, a minimal scheduler, steps in the plan's format.
 
 ``TraceScheduler(engine, TraceConfig(...))`` yields ``(execute_step, sample_step)``
-pairs that any runner of the protocol executes exactly like the plan's batch steps.
+pairs that any runner of the protocol executes exactly like the plan's batch steps: a
+``TraceBatch`` (a scheduler step whose requests may mix new and running ones) and a
+plan ``Sample`` step.
 It schedules as vLLM's v1 scheduler does, in miniature: running requests first
 (decodes of ``1 + num_speculative_tokens`` tokens, or the next prefill chunk), then
 waiting ones, within ``max_num_seqs`` and a token budget of
@@ -24,6 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from planner.steps import CachedRequest, GrammarBitmask, NewRequest, Sample
 
 # Per-request sampling: (weight, params). Greedy, nucleus, top-k with a repetition
 # penalty, and one that uses every processor (for_sampler_warmup-like).
@@ -50,6 +54,23 @@ class TraceConfig:
     acceptance: float = 0.7          # per-draft acceptance probability
     structured_fraction: float = 0.1
     prompt_logprobs_fraction: float = 0.02
+
+
+@dataclass(frozen=True)
+class TraceBatch:
+    """A scheduler step of the trace: like the plan's prefill and decode steps, but its
+    requests may mix new ones (NewRequest, with their own prompt and sampling params) and
+    running ones (CachedRequest), and it names the requests finished since the last step."""
+
+    id: str
+    stage: str
+    kind: str                        # prefill, decode or mixed
+    requests: tuple
+    total_num_scheduled_tokens: int
+    num_common_prefix_blocks: tuple
+    finished_req_ids: tuple
+    prompt_token_ids: None = None    # every new request has its own
+    runner_method = "execute_model"
 
 
 @dataclass
@@ -132,7 +153,7 @@ class TraceScheduler:
 
     # --- one step ---
 
-    def _schedule(self) -> list[tuple[TraceRequest, dict]]:
+    def _schedule(self) -> list[tuple[TraceRequest, object]]:
         budget, entries = self.budget, []
         for req in self.running:
             if req.prefill_left:
@@ -143,11 +164,14 @@ class TraceScheduler:
             if n == 0 or n > budget:
                 continue
             new = self._grow(req, req.num_computed + n)
-            entries.append((req, {"req_id": req.req_id, "num_computed_tokens": req.num_computed,
-                                  "num_scheduled_tokens": n, "num_spec_tokens": spec,
-                                  "num_output_tokens": req.num_output,
-                                  "new_block_ids": self._groups(new) if new else None}))
+            entries.append((req, CachedRequest(req.req_id, req.num_computed, n, spec, req.num_output,
+                                               self._groups(new) if new else None)))
             budget -= n
+        return entries + self._admit(budget)
+
+    def _admit(self, budget: int) -> list[tuple[TraceRequest, object]]:
+        """Waiting requests that fit, first come first served: their first prefill chunk."""
+        entries = []
         while self.waiting and len(self.running) < self.max_seqs and budget > 0:
             req = self.waiting[0]
             need = self._blocks_for(len(req.prompt) + req.output_len + self.k)
@@ -157,38 +181,34 @@ class TraceScheduler:
             req.reserved, self.unreserved = need, self.unreserved - need
             self.running.append(req)
             n = min(len(req.prompt), budget)
-            entry = {"req_id": req.req_id, "num_scheduled_tokens": n,
-                     "block_ids": self._groups(self._grow(req, n)), "prompt_token_ids": req.prompt,
-                     "sampling_params": req.params}
-            entries.append((req, entry))
+            entries.append((req, NewRequest(req.req_id, n, self._groups(self._grow(req, n)), tuple(req.prompt),
+                                            req.params)))
             budget -= n
         return entries
 
-    def _groups(self, blocks: list[int]) -> list[list[int]]:
+    def _groups(self, blocks: list[int]) -> tuple:
         # Only the attention group's blocks are modelled; other groups get the same ids.
-        return [list(blocks) for _ in range(self.num_groups)]
+        return tuple(tuple(blocks) for _ in range(self.num_groups))
 
-    def _steps(self, i: int, entries) -> tuple[dict, dict]:
-        new = sum("block_ids" in e for _, e in entries)
+    def _steps(self, i: int, entries) -> tuple[TraceBatch, Sample]:
+        new = sum(isinstance(e, NewRequest) for _, e in entries)
         kind = "prefill" if new == len(entries) else "decode" if new == 0 else "mixed"
-        total = sum(e["num_scheduled_tokens"] for _, e in entries)
-        execute = {"id": f"trace/step-{i}", "stage": "trace", "kind": kind, "requests": [e for _, e in entries],
-                   "total_num_scheduled_tokens": total, "num_common_prefix_blocks": [0] * self.num_groups,
-                   "finished_req_ids": self.finished}
+        total = sum(e.num_scheduled_tokens for _, e in entries)
+        execute = TraceBatch(f"trace/step-{i}", "trace", kind, tuple(e for _, e in entries), total,
+                             (0,) * self.num_groups, tuple(self.finished))
         self.finished = []
         sampled = [req for req, e in entries if self._advance(req, e)]
-        structured = [r.req_id for r in sampled if r.structured]
-        grammar = {"num_rows": len(structured), "width": -(-self.vocab // 32), "fill": GRAMMAR_FILL,
-                   "req_ids": structured} if structured else None
-        sample = {"id": f"trace/sample-{i}", "stage": "trace", "kind": "sample", "grammar_bitmask": grammar,
-                  "sampling_params": {}, "features": []}  # {}: every request keeps its own
+        structured = tuple(r.req_id for r in sampled if r.structured)
+        grammar = GrammarBitmask(len(structured), -(-self.vocab // 32), GRAMMAR_FILL, structured) if structured else None
+        # sampling_params {}: every request keeps its own
+        sample = Sample(f"trace/sample-{i}", "trace", grammar_bitmask=grammar, sampling_params={}, features=())
         for req in [r for r in sampled if r.num_output >= r.output_len]:
             self._release(req)
         return execute, sample
 
-    def _advance(self, req: TraceRequest, entry: dict) -> bool:
+    def _advance(self, req: TraceRequest, entry) -> bool:
         """Apply the step to the scheduler's view; True when the request sampled a token."""
-        n, spec = entry["num_scheduled_tokens"], entry.get("num_spec_tokens", 0)
+        n, spec = entry.num_scheduled_tokens, getattr(entry, "num_spec_tokens", 0)
         if req.prefill_left:
             req.num_computed += n
             if req.prefill_left:
@@ -217,8 +237,8 @@ def run_trace(runner, engine: dict, config: TraceConfig = TraceConfig(), on_step
         if sync is not None:
             sync()
         latencies.append(time.perf_counter() - start)
-        kinds.append(execute["kind"])
-        tokens.append(execute["total_num_scheduled_tokens"])
+        kinds.append(execute.kind)
+        tokens.append(execute.total_num_scheduled_tokens)
         if on_step is not None:
             on_step(i, execute, latencies[-1])
     return {"latency_s": latencies, "kinds": kinds, "num_tokens": tokens}

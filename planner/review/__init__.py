@@ -3,10 +3,9 @@
     commands.py  `warmup diff` and `warmup check`: argument parsing, inputs, output
     diff.py      semantic diff of two expanded plans (text, markdown, json)
     lints.py     lints over an expanded plan, with their codes and fixes
-    stale.py     refuse an expanded plan whose plan, engine or planner changed
 
 Imported on every `warmup` start (planner/cli.py registers the commands), so this
-imports only `commands`, which is cheap: diff, lints and stale load inside the
+imports only `commands`, which is cheap: diff and lints load inside the
 commands that use them.
 """
 

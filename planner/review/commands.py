@@ -1,7 +1,7 @@
 """The review workflow: `warmup diff` (what a change does to the warmup) and `warmup check` (lints).
 
 Imported on every `warmup` start (through planner/review/__init__.py): the heavy modules
-(.diff, .lints, .stale) load inside the commands.
+(.diff, .lints and the planner API) load inside the commands.
 
 Exit codes, like diff(1): `diff` 0 same steps, 1 different; `check` 0 clean (warnings
 allowed unless --strict), 1 lint errors; both 2 invalid input (a stale plan included),
@@ -71,7 +71,8 @@ def cmd_diff(args) -> int:
     return EXIT_SAME if result.equal else EXIT_DIFFERENT
 
 
-def _diff_inputs(args) -> tuple[dict, dict]:
+def _diff_inputs(args) -> tuple:
+    from .. import api
     from ..errors import PlanError
 
     plans, engines = args.plan, args.engine
@@ -81,36 +82,13 @@ def _diff_inputs(args) -> tuple[dict, dict]:
                             file="warmup diff")
         if len(args.files) != 2:
             raise PlanError(f"expected two expanded plan files (OLD NEW), got {len(args.files)}", file="warmup diff")
-        return _load_expanded(args.files[0]), _load_expanded(args.files[1])
+        return api.load_expanded(args.files[0]), api.load_expanded(args.files[1])
     if not plans or not engines or len(plans) > 2 or len(engines) > 2 or len(plans) + len(engines) < 3:
         raise PlanError("expected OLD NEW (two expanded plan files), or --plan with two --engine, two --plan "
                         f"with --engine, or two of each (got {len(plans)} --plan, {len(engines)} --engine)",
                         file="warmup diff")
     pairs = [(plans[i if len(plans) == 2 else 0], engines[i if len(engines) == 2 else 0]) for i in (0, 1)]
-    return _expand(*pairs[0]), _expand(*pairs[1])
-
-
-def _expand(plan_ref: str, engine_ref: str) -> dict:
-    from ..engine import load_engine
-    from ..expand import expand
-    from ..plan import load_plan
-
-    return expand(load_plan(plan_ref), load_engine(engine_ref))
-
-
-def _load_expanded(path: str) -> dict:
-    from ..loading import detect, expanded_from_document
-    from ..yamlio import load_file
-
-    doc = load_file(path)
-    kind = detect(doc)
-    if kind != "expanded plan":
-        from ..errors import PlanError
-
-        hint = "--plan FILE --engine E" if kind == "plan" else "--engine FILE with a --plan"
-        raise PlanError(f"this is {'a plan' if kind == 'plan' else 'an engine config'}, not an expanded plan "
-                        f"(from `warmup plan -o`); to compare it, use {hint}", file=path)
-    return expanded_from_document(doc)
+    return tuple(api.expand(api.load_plan(plan), api.load_engine(engine)) for plan, engine in pairs)
 
 
 # --- check -----------------------------------------------------------------------------
@@ -148,42 +126,29 @@ def cmd_check(args) -> int:
 
 def _check_inputs(args):
     """(expanded plan, Engine or None, notes) for what the user named; stale plans are refused."""
-    from ..engine import load_engine
+    from .. import api
     from ..errors import PlanError
-    from ..expand import expand
-    from ..loading import detect, expanded_from_document
-    from ..plan import load_plan
-    from ..resources import resolve
-    from .stale import builtin_plan, check_fresh
-    from ..yamlio import load_file
 
-    path = resolve(args.target, "plan")
-    doc = load_file(path)
-    kind = detect(doc)
-    engine = load_engine(args.engine) if args.engine else None
-    if kind == "engine":
-        raise PlanError("this is an engine config: check a plan with `warmup check PLAN --engine ENGINE`", file=path)
-    if kind == "plan":
+    target = api.load_target(args.target, "check a plan with `warmup check PLAN --engine ENGINE`")
+    engine = api.load_engine(args.engine) if args.engine else None
+    if target.plan is not None:
         if engine is None:
             raise PlanError("a plan needs --engine to be expanded and checked (or check an expanded plan file)",
-                            file=path)
+                            file=target.path)
         if args.source_plan:
-            raise PlanError("--source-plan names the source of an expanded plan; PLAN is already a plan", file=path)
-        return expand(load_plan(path), engine), engine, []
-    expanded = expanded_from_document(doc)
-    notes = []
+            raise PlanError("--source-plan names the source of an expanded plan; PLAN is already a plan",
+                            file=target.path)
+        return api.expand(target.plan, engine), engine, []
+    expanded, notes = target.expanded, []
     if engine is not None:
-        plan = load_plan(args.source_plan) if args.source_plan else builtin_plan(expanded)
+        plan = api.source_plan(expanded, args.source_plan, file=target.path)
         if plan is None:
-            notes.append(f"plan {expanded['plan']!r} is not a built-in plan: the stale-plan check compared the "
+            notes.append(f"plan {expanded.plan!r} is not a built-in plan: the stale-plan check compared the "
                          "engine config and the planner version, not the plan (pass --source-plan PLAN_YAML "
                          "to compare it too)")
-        elif plan.name != expanded["plan"]:
-            raise PlanError(f"--source-plan {args.source_plan} is plan {plan.name!r}, but this expanded plan was made "
-                            f"from {expanded['plan']!r}", file=path)
-        check_fresh(expanded, engine, plan, file=path)
+        api.check_fresh(expanded, engine, plan, file=target.path)
     elif args.source_plan:
-        raise PlanError("--source-plan needs --engine: the stale-plan check compares both", file=path)
+        raise PlanError("--source-plan needs --engine: the stale-plan check compares both", file=target.path)
     return expanded, engine, notes
 
 
@@ -193,7 +158,7 @@ def _check_text(expanded, findings, skipped, notes, errors, warnings) -> str:
     from . import lints
 
     ran = len(lints.LINTS) - len(skipped)
-    out = [f"warmup check: {expanded['plan']} for {expanded['engine']} ({len(expanded['steps'])} steps)"]
+    out = [f"warmup check: {expanded.plan} for {expanded.engine} ({len(expanded.steps)} steps)"]
     out += [f"note: {n}" for n in notes]
     if findings:
         out.append("")
@@ -206,7 +171,7 @@ def _check_text(expanded, findings, skipped, notes, errors, warnings) -> str:
             out += textwrap.wrap("Fix: " + item.fix, 100, initial_indent="  ", subsequent_indent="  ")
         out += ["", f"{_count(errors, 'error')}, {_count(warnings, 'warning')} ({ran} lints run)."]
     else:
-        out += ["", f"No problems: {ran} lints over {len(expanded['steps'])} steps."]
+        out += ["", f"No problems: {ran} lints over {len(expanded.steps)} steps."]
     return "\n".join(out) + "\n"
 
 
@@ -218,7 +183,7 @@ def _check_json(expanded, findings, skipped, notes, errors, warnings) -> str:
     fired = {f.lint.code: f.lint for f in findings}
     data = {
         "format": "warmup-check/v1",
-        "plan": expanded["plan"], "engine": expanded["engine"], "digest": expanded["digest"],
+        "plan": expanded.plan, "engine": expanded.engine, "digest": expanded.digest,
         "notes": notes,
         "lints_run": [x.code for x in lints.LINTS if x not in skipped],
         "lints_skipped": [x.code for x in skipped],

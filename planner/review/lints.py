@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator
 from ..engine import expression_names
 from ..expr import round_up
 from ..stages.batches import BlockCounter
+from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Prefill, Sample
 
 ERROR, WARNING = "error", "warning"
 EXAMPLES = 4
@@ -29,7 +30,7 @@ class Lint:
     needs_engine: bool
     explanation: str
     fix: str
-    check: Callable[[dict, dict | None], Iterable[tuple[str, str]]]
+    check: Callable[[object, dict | None], Iterable[tuple[str, str]]]  # (ExpandedPlan, engine data)
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,11 @@ def lint(code: str, name: str, severity: str, *, needs_engine: bool, explanation
     return register
 
 
-def run(plan: dict, engine: dict | None = None, codes: Iterable[str] | None = None
+def run(plan, engine: dict | None = None, codes: Iterable[str] | None = None
         ) -> tuple[list[Finding], list[Lint]]:
     """(findings in step order, lints skipped for want of an engine config)."""
     wanted = set(codes) if codes is not None else None
-    order = {s["id"]: i for i, s in enumerate(plan["steps"])}
+    order = {s.id: i for i, s in enumerate(plan.steps)}
     findings, skipped = [], []
     for item in sorted(LINTS, key=lambda x: x.code):
         if wanted is not None and item.code not in wanted:
@@ -87,15 +88,18 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
-def batches(plan: dict) -> Iterator[dict]:
-    return (s for s in plan["steps"] if s["kind"] in ("prefill", "decode"))
+BATCHES = (Prefill, Decode)
 
 
-def step_block_ids(step: dict) -> Iterator[tuple[dict, list]]:
+def batches(plan) -> Iterator:
+    return (s for s in plan.steps if isinstance(s, BATCHES))
+
+
+def step_block_ids(step) -> Iterator[tuple]:
     """(request, block ids per group) for the blocks each request of a batch step receives."""
-    for r in step.get("requests", []):
-        groups = r.get("block_ids") if step["kind"] == "prefill" else r.get("new_block_ids")
-        yield r, groups or []
+    for r in step.requests:
+        groups = r.block_ids if isinstance(step, Prefill) else r.new_block_ids
+        yield r, groups or ()
 
 
 @dataclass
@@ -106,47 +110,55 @@ class Running:
 
 @dataclass
 class Replayed:
-    step: dict
+    step: object            # a Prefill, Decode or Cleanup step
     scheduled: list         # (request, Running) for each request the step scheduled and that runs
     running: dict           # req_id -> Running, after the step
     problems: list          # what does not add up, one line each
 
 
-def replay(plan: dict) -> Iterator[Replayed]:
+def replay(plan) -> Iterator[Replayed]:
     """Replay the batch steps as the model runner sees them: who is running, with what."""
     running: dict[str, Running] = {}
-    for step in plan["steps"]:
-        kind, scheduled, problems = step["kind"], [], []
-        if kind == "prefill":
-            for r in step["requests"]:
-                if r["req_id"] in running:
-                    problems.append(f"request {r['req_id']} is added again while it is running")
-                state = Running(r["num_scheduled_tokens"], [list(g) for g in r["block_ids"]])
-                running[r["req_id"]] = state
-                scheduled.append((r, state))
-        elif kind == "decode":
-            for r in step["requests"]:
-                state = running.get(r["req_id"])
-                if state is None:
-                    problems.append(f"request {r['req_id']} is decoded but not running (no prefill added it, "
-                                    "or a cleanup finished it)")
-                    continue
-                if r["num_computed_tokens"] != state.computed:
-                    problems.append(f"request {r['req_id']} continues from {r['num_computed_tokens']} computed "
-                                    f"tokens, but has computed {state.computed}")
-                state.computed = r["num_computed_tokens"] + r["num_scheduled_tokens"]
-                for g, ids in enumerate(r.get("new_block_ids") or []):
-                    if g < len(state.blocks):
-                        state.blocks[g] += ids
-                    else:
-                        state.blocks.append(list(ids))
-                scheduled.append((r, state))
-        elif kind == "cleanup":
-            for req_id in step["finished_req_ids"]:
+    for step in plan.steps:
+        scheduled, problems = [], []
+        if isinstance(step, Prefill):
+            _add(step, running, scheduled, problems)
+        elif isinstance(step, Decode):
+            _continue(step, running, scheduled, problems)
+        elif isinstance(step, Cleanup):
+            for req_id in step.finished_req_ids:
                 running.pop(req_id, None)
         else:
             continue
         yield Replayed(step, scheduled, running, problems)
+
+
+def _add(step, running: dict, scheduled: list, problems: list) -> None:
+    for r in step.requests:
+        if r.req_id in running:
+            problems.append(f"request {r.req_id} is added again while it is running")
+        state = Running(r.num_scheduled_tokens, [list(g) for g in r.block_ids])
+        running[r.req_id] = state
+        scheduled.append((r, state))
+
+
+def _continue(step, running: dict, scheduled: list, problems: list) -> None:
+    for r in step.requests:
+        state = running.get(r.req_id)
+        if state is None:
+            problems.append(f"request {r.req_id} is decoded but not running (no prefill added it, "
+                            "or a cleanup finished it)")
+            continue
+        if r.num_computed_tokens != state.computed:
+            problems.append(f"request {r.req_id} continues from {r.num_computed_tokens} computed "
+                            f"tokens, but has computed {state.computed}")
+        state.computed = r.num_computed_tokens + r.num_scheduled_tokens
+        for g, ids in enumerate(r.new_block_ids or ()):
+            if g < len(state.blocks):
+                state.blocks[g] += ids
+            else:
+                state.blocks.append(list(ids))
+        scheduled.append((r, state))
 
 
 def engine_facts(engine: dict) -> dict:
@@ -170,12 +182,12 @@ def spec_note(names: dict) -> str:
 def prefill_classified_as_decode(plan, engine):
     names = engine_facts(engine)
     q = names["decode_query_len"]
-    for step in plan["steps"]:
-        if step["kind"] != "prefill" or not step["requests"]:
+    for step in plan.steps:
+        if not isinstance(step, Prefill) or not step.requests:
             continue
-        longest = max(r["num_scheduled_tokens"] for r in step["requests"])
+        longest = max(r.num_scheduled_tokens for r in step.requests)
         if longest <= q:
-            yield step["id"], (f"per-request query length {longest} <= decode query length {q} ({spec_note(names)}): "
+            yield step.id, (f"per-request query length {longest} <= decode query length {q} ({spec_note(names)}): "
                                "the engine classifies the batch as uniform decode and never warms the prefill path")
 
 
@@ -203,13 +215,13 @@ def kv_blocks_short(plan, engine):
             for g, group in enumerate(groups):
                 need, held = counter(state.computed, group), len(state.blocks[g])
                 if held < need:
-                    short.setdefault((g, held, need, state.computed), []).append(r["req_id"])
+                    short.setdefault((g, held, need, state.computed), []).append(r.req_id)
         for n in sorted(wrong_groups):
-            yield rep.step["id"], (f"requests hold blocks in {plural(n, 'KV cache group')}, the engine has "
+            yield rep.step.id, (f"requests hold blocks in {plural(n, 'KV cache group')}, the engine has "
                                    f"{len(groups)}")
         for (g, held, need, tokens), reqs in short.items():
             extra = f" + {lookahead} lookahead" if lookahead else ""
-            yield rep.step["id"], (f"{plural(len(reqs), 'request')} ({examples(reqs, 2)}) hold "
+            yield rep.step.id, (f"{plural(len(reqs), 'request')} ({examples(reqs, 2)}) hold "
                                    f"{plural(held, 'block')} in KV group {g}; the scheduler would hold {need} "
                                    f"for {tokens} tokens{extra} (block size {groups[g]['block_size']})")
 
@@ -221,9 +233,9 @@ def kv_blocks_short(plan, engine):
       fix="""Allocate block ids from 1, as the synthetic_batches stage does; renumber a hand-written plan.""")
 def null_block(plan, engine):
     for step in batches(plan):
-        reqs = [r["req_id"] for r, groups in step_block_ids(step) if any(0 in ids for ids in groups)]
+        reqs = [r.req_id for r, groups in step_block_ids(step) if any(0 in ids for ids in groups)]
         if reqs:
-            yield step["id"], f"{plural(len(reqs), 'request')} ({examples(reqs, 2)}) hold the null block 0"
+            yield step.id, f"{plural(len(reqs), 'request')} ({examples(reqs, 2)}) hold the null block 0"
 
 
 @lint("E104", "block-reused", ERROR, needs_engine=False,
@@ -234,26 +246,26 @@ def null_block(plan, engine):
       that held it.""")
 def block_reused(plan, engine):
     owner: dict[int, str] = {}
-    for step in plan["steps"]:
-        if step["kind"] == "cleanup":
-            done = set(step["finished_req_ids"])
+    for step in plan.steps:
+        if isinstance(step, Cleanup):
+            done = set(step.finished_req_ids)
             owner = {b: r for b, r in owner.items() if r not in done}
             continue
-        if step["kind"] not in ("prefill", "decode"):
+        if not isinstance(step, BATCHES):
             continue
         reused = []
         for r, groups in step_block_ids(step):
             for ids in groups:
                 for b in ids:
                     if b in owner:
-                        reused.append((b, owner[b], r["req_id"]))
+                        reused.append((b, owner[b], r.req_id))
                     else:
-                        owner[b] = r["req_id"]
+                        owner[b] = r.req_id
         if reused:
             b, first, second = reused[0]
             who = "again" if first == second else f"while {first} holds it"
             ids = examples(sorted({x[0] for x in reused}))
-            yield step["id"], (f"{plural(len(reused), 'block id')} handed out twice ({ids}); e.g. block {b} goes "
+            yield step.id, (f"{plural(len(reused), 'block id')} handed out twice ({ids}); e.g. block {b} goes "
                                f"to {second} {who}")
 
 
@@ -268,7 +280,7 @@ def block_out_of_range(plan, engine):
     for step in batches(plan):
         bad = sorted({b for _, groups in step_block_ids(step) for ids in groups for b in ids if b > last or b < 0})
         if bad:
-            yield step["id"], (f"{plural(len(bad), 'block id')} outside 1..{last} (num_blocks {last + 1}): "
+            yield step.id, (f"{plural(len(bad), 'block id')} outside 1..{last} (num_blocks {last + 1}): "
                                f"{examples(bad[::-1])}")
 
 
@@ -282,18 +294,18 @@ def block_out_of_range(plan, engine):
 def tokens_over_limit(plan, engine):
     budget = engine["scheduler"]["max_num_batched_tokens"]
     max_len = engine["model"]["max_model_len"]
-    for step in plan["steps"]:
-        if step["kind"] in ("prefill", "decode"):
-            if step["total_num_scheduled_tokens"] > budget:
-                yield step["id"], (f"schedules {step['total_num_scheduled_tokens']} tokens, more than "
-                                   f"max_num_batched_tokens {budget}")
-            long = [r["req_id"] for r in step["requests"]
-                    if r.get("num_computed_tokens", 0) + r["num_scheduled_tokens"] > max_len]
+    for step in plan.steps:
+        if isinstance(step, BATCHES):
+            if step.total_num_scheduled_tokens > budget:
+                yield step.id, (f"schedules {step.total_num_scheduled_tokens} tokens, more than "
+                                f"max_num_batched_tokens {budget}")
+            long = [r.req_id for r in step.requests
+                    if getattr(r, "num_computed_tokens", 0) + r.num_scheduled_tokens > max_len]
             if long:
-                yield step["id"], (f"{plural(len(long), 'request')} ({examples(long, 2)}) grow past "
-                                   f"max_model_len {max_len}")
-        elif step["kind"] == "attention" and step["num_tokens"] > budget:
-            yield step["id"], f"runs {step['num_tokens']} tokens, more than max_num_batched_tokens {budget}"
+                yield step.id, (f"{plural(len(long), 'request')} ({examples(long, 2)}) grow past "
+                                f"max_model_len {max_len}")
+        elif isinstance(step, Attention) and step.num_tokens > budget:
+            yield step.id, f"runs {step.num_tokens} tokens, more than max_num_batched_tokens {budget}"
 
 
 @lint("E107", "too-many-requests", ERROR, needs_engine=True,
@@ -304,10 +316,10 @@ def tokens_over_limit(plan, engine):
 def too_many_requests(plan, engine):
     limit = engine["scheduler"]["max_num_seqs"]
     for rep in replay(plan):
-        if len(rep.step.get("requests", [])) > limit:
-            yield rep.step["id"], f"schedules {len(rep.step['requests'])} requests, more than max_num_seqs {limit}"
+        if len(rep.step.requests) > limit:
+            yield rep.step.id, f"schedules {len(rep.step.requests)} requests, more than max_num_seqs {limit}"
         elif len(rep.running) > limit:
-            yield rep.step["id"], f"{len(rep.running)} requests are running, more than max_num_seqs {limit}"
+            yield rep.step.id, f"{len(rep.running)} requests are running, more than max_num_seqs {limit}"
 
 
 @lint("E108", "empty-step", ERROR, needs_engine=False,
@@ -317,21 +329,10 @@ def too_many_requests(plan, engine):
       fix="""Check the parameters that size the step (num_reqs, prompt_len, max_tokens, capture sizes); a
       stage with nothing to do should produce no step.""")
 def empty_step(plan, engine):
-    for step in plan["steps"]:
-        kind, empty = step["kind"], None
-        if kind in ("prefill", "decode") and (not step.get("requests")
-                                              or step.get("total_num_scheduled_tokens", 0) < 1):
-            empty = "a batch without requests or tokens"
-        elif kind in ("gemm", "grouped_gemm") and not step.get("m_values"):
-            empty = "a GEMM without M-values"
-        elif kind == "cudagraph" and not step.get("sizes") and not step.get("uniform_decode_sizes"):
-            empty = "a CUDA-graph capture without sizes"
-        elif kind == "cleanup" and not step.get("finished_req_ids"):
-            empty = "a cleanup that finishes no request"
-        elif kind == "attention" and step.get("num_tokens", 1) < 1:
-            empty = "an attention call without tokens"
+    for step in plan.steps:
+        empty = step.empty()
         if empty:
-            yield step["id"], f"{empty}: the step does nothing"
+            yield step.id, f"{empty}: the step does nothing"
 
 
 @lint("E109", "batch-inconsistent", ERROR, needs_engine=False,
@@ -344,42 +345,46 @@ def empty_step(plan, engine):
       agree.""")
 def batch_inconsistent(plan, engine):
     for rep in replay(plan):
-        step = rep.step
-        if step["kind"] in ("prefill", "decode"):
-            total = sum(r["num_scheduled_tokens"] for r in step["requests"])
-            if total != step["total_num_scheduled_tokens"]:
-                yield step["id"], (f"total_num_scheduled_tokens is {step['total_num_scheduled_tokens']}, its "
-                                   f"requests schedule {total}")
-        if step["kind"] == "prefill":
-            prompt = len(step["prompt_token_ids"])
-            over = [r["req_id"] for r in step["requests"] if r["num_scheduled_tokens"] > prompt]
-            if over:
-                yield step["id"], (f"{plural(len(over), 'request')} ({examples(over, 2)}) schedule more tokens "
-                                   f"than the {prompt}-token prompt")
-        if step["kind"] == "decode":
-            bad = [r["req_id"] for r in step["requests"] if r["num_spec_tokens"] >= r["num_scheduled_tokens"]]
-            if bad:
-                yield step["id"], (f"{plural(len(bad), 'request')} ({examples(bad, 2)}) schedule no verified "
-                                   "token: num_spec_tokens must be < num_scheduled_tokens")
-        for problem in rep.problems[:1]:
-            more = f" (and {len(rep.problems) - 1} more)" if len(rep.problems) > 1 else ""
-            yield step["id"], problem + more
+        yield from _batch_problems(rep)
     previous = None
-    for step in plan["steps"]:
-        if step["kind"] == "sample" and step.get("grammar_bitmask") and previous is not None:
-            rows, reqs = step["grammar_bitmask"]["num_rows"], len(previous["requests"])
+    for step in plan.steps:
+        if isinstance(step, Sample) and step.grammar_bitmask and previous is not None:
+            rows, reqs = step.grammar_bitmask.num_rows, len(previous.requests)
             if rows != reqs:
-                yield step["id"], (f"grammar bitmask has {rows} rows, the batch before it ({previous['id']}) "
-                                   f"has {reqs} requests")
-        if step["kind"] in ("prefill", "decode"):
+                yield step.id, (f"grammar bitmask has {rows} rows, the batch before it ({previous.id}) "
+                                f"has {reqs} requests")
+        if isinstance(step, BATCHES):
             previous = step
 
 
-def grouped_max_m(step: dict, tokens: int) -> int:
+def _batch_problems(rep: Replayed):
+    step = rep.step
+    if isinstance(step, BATCHES):
+        total = sum(r.num_scheduled_tokens for r in step.requests)
+        if total != step.total_num_scheduled_tokens:
+            yield step.id, (f"total_num_scheduled_tokens is {step.total_num_scheduled_tokens}, its "
+                            f"requests schedule {total}")
+    if isinstance(step, Prefill):
+        prompt = len(step.prompt_token_ids)
+        over = [r.req_id for r in step.requests if r.num_scheduled_tokens > prompt]
+        if over:
+            yield step.id, (f"{plural(len(over), 'request')} ({examples(over, 2)}) schedule more tokens "
+                            f"than the {prompt}-token prompt")
+    if isinstance(step, Decode):
+        bad = [r.req_id for r in step.requests if r.num_spec_tokens >= r.num_scheduled_tokens]
+        if bad:
+            yield step.id, (f"{plural(len(bad), 'request')} ({examples(bad, 2)}) schedule no verified "
+                            "token: num_spec_tokens must be < num_scheduled_tokens")
+    for problem in rep.problems[:1]:
+        more = f" (and {len(rep.problems) - 1} more)" if len(rep.problems) > 1 else ""
+        yield step.id, problem + more
+
+
+def grouped_max_m(step, tokens: int) -> int:
     """Largest M_sum of a grouped GEMM: every token routed to top_k experts, each expert padded."""
-    align = step.get("alignment", 128)
-    routed = tokens * step["top_k"]
-    return round_up(routed + min(routed, step["num_groups"]) * (align - 1), align)
+    align = step.alignment
+    routed = tokens * step.top_k
+    return round_up(routed + min(routed, step.num_groups) * (align - 1), align)
 
 
 @lint("E110", "gemm-m-out-of-range", ERROR, needs_engine=True,
@@ -391,17 +396,17 @@ def grouped_max_m(step: dict, tokens: int) -> int:
 def gemm_m_out_of_range(plan, engine):
     budget = engine["scheduler"]["max_num_batched_tokens"]
     dp = engine["parallel"]["data_parallel_size"]
-    for step in plan["steps"]:
-        if step["kind"] == "gemm":
+    for step in plan.steps:
+        if isinstance(step, Gemm):
             limit, what = budget, f"max_num_batched_tokens {budget}"
-        elif step["kind"] == "grouped_gemm":
+        elif isinstance(step, GroupedGemm):
             limit = grouped_max_m(step, dp * budget)
-            what = f"the largest M_sum {limit} ({dp * budget} tokens x top_k {step['top_k']}, padded)"
+            what = f"the largest M_sum {limit} ({dp * budget} tokens x top_k {step.top_k}, padded)"
         else:
             continue
-        bad = [m for m in step["m_values"] if m < 1 or m > limit]
+        bad = [m for m in step.m_values if m < 1 or m > limit]
         if bad:
-            yield step["id"], (f"{plural(len(bad), 'M-value')} outside [1, {limit}] ({examples(bad)}): above "
+            yield step.id, (f"{plural(len(bad), 'M-value')} outside [1, {limit}] ({examples(bad)}): above "
                                f"{what}")
 
 
@@ -423,22 +428,22 @@ KERNEL_ALIGNMENT = {
       fix="""Leave the layer to a stage whose kernel takes its shape (the planner's stages skip unaligned
       shapes), or correct n, k, block_size or alignment.""")
 def gemm_shape_unaligned(plan, engine):
-    for step in plan["steps"]:
-        if step["kind"] not in ("gemm", "grouped_gemm"):
+    for step in plan.steps:
+        if not isinstance(step, (Gemm, GroupedGemm)):
             continue
-        rule = KERNEL_ALIGNMENT.get(step["kernel"])
-        if rule is None and step.get("block_size"):
-            rule = tuple(step["block_size"][:2])
+        rule = KERNEL_ALIGNMENT.get(step.kernel)
+        if rule is None and step.block_size:
+            rule = tuple(step.block_size[:2])
         if rule is not None:
-            bad = [f"{dim}={step[dim]} is not a multiple of {mult}"
-                   for dim, mult in zip(("n", "k"), rule) if step[dim] % mult]
+            bad = [f"{dim}={getattr(step, dim)} is not a multiple of {mult}"
+                   for dim, mult in zip(("n", "k"), rule) if getattr(step, dim) % mult]
             if bad:
-                yield step["id"], f"{step['kernel']} cannot take this shape: {'; '.join(bad)}"
-        align = step.get("alignment") if step["kind"] == "grouped_gemm" else None
+                yield step.id, f"{step.kernel} cannot take this shape: {'; '.join(bad)}"
+        align = step.alignment if isinstance(step, GroupedGemm) else None
         if align:
-            odd = [m for m in step["m_values"] if m % align]
+            odd = [m for m in step.m_values if m % align]
             if odd:
-                yield step["id"], (f"{plural(len(odd), 'M_sum')} not a multiple of the alignment {align} "
+                yield step.id, (f"{plural(len(odd), 'M_sum')} not a multiple of the alignment {align} "
                                    f"({examples(odd)})")
 
 
@@ -455,23 +460,23 @@ def gemm_shape_unaligned(plan, engine):
 def decode_graph_uncovered(plan, engine):
     comp, names = engine["compilation"], engine_facts(engine)
     q = names["decode_query_len"]
-    steps = plan["steps"]
-    decodes = [i for i, s in enumerate(steps) if s["kind"] == "decode"]
+    steps = plan.steps
+    decodes = [i for i, s in enumerate(steps) if isinstance(s, Decode)]
     if comp["enforce_eager"] or comp["cudagraph_mode"] == "NONE" or not decodes:
         return
-    captures = [i for i, s in enumerate(steps) if s["kind"] == "cudagraph"]
+    captures = [i for i, s in enumerate(steps) if isinstance(s, CudaGraph)]
     early = [i for i in decodes if not captures or i < captures[0]]
     if early:
-        where = (f"before the CUDA graphs are captured ({steps[captures[0]]['id']})" if captures
+        where = (f"before the CUDA graphs are captured ({steps[captures[0]].id})" if captures
                  else f"and the plan captures no CUDA graphs (the engine does: {comp['cudagraph_mode']})")
-        yield steps[early[0]]["id"], f"{plural(len(early), 'decode step')} run {where}: they run eagerly"
+        yield steps[early[0]].id, f"{plural(len(early), 'decode step')} run {where}: they run eagerly"
     for cap in (steps[i] for i in captures):
-        if cap.get("decode_query_len", q) != q:
-            yield cap["id"], (f"uniform decode graphs are captured for decode_query_len {cap['decode_query_len']}, "
-                              f"the engine decodes {q} tokens per request ({spec_note(names)})")
-        odd = [s for s in cap.get("uniform_decode_sizes", []) if s % q]
+        if cap.decode_query_len not in (None, q):
+            yield cap.id, (f"uniform decode graphs are captured for decode_query_len {cap.decode_query_len}, "
+                           f"the engine decodes {q} tokens per request ({spec_note(names)})")
+        odd = [s for s in cap.uniform_decode_sizes if s % q]
         if odd:
-            yield cap["id"], (f"{plural(len(odd), 'uniform decode size')} not a multiple of decode_query_len {q} "
+            yield cap.id, (f"{plural(len(odd), 'uniform decode size')} not a multiple of decode_query_len {q} "
                               f"({examples(odd)}): no uniform decode batch has that many tokens")
 
 
@@ -482,14 +487,14 @@ def decode_graph_uncovered(plan, engine):
       fix="""Autotune at max_num_batched_tokens (the default num_tokens).""")
 def autotune_below_batch(plan, engine):
     largest = max([engine["scheduler"]["max_num_batched_tokens"]]
-                  + [s["total_num_scheduled_tokens"] for s in batches(plan)])
-    for step in plan["steps"]:
-        if step["kind"] == "autotune" and step["num_tokens"] < largest:
-            yield step["id"], (f"{step['library']} autotunes at {step['num_tokens']} tokens, below the largest "
-                               f"batch ({largest} tokens)")
+                  + [s.total_num_scheduled_tokens for s in batches(plan)])
+    for step in plan.steps:
+        if isinstance(step, Autotune) and step.num_tokens < largest:
+            yield step.id, (f"{step.library} autotunes at {step.num_tokens} tokens, below the largest "
+                            f"batch ({largest} tokens)")
 
 
-DUPLICABLE = ("gemm", "grouped_gemm", "attention", "autotune", "cudagraph")
+DUPLICABLE = (Gemm, GroupedGemm, Attention, Autotune, CudaGraph)
 INT_LISTS = {"m_values": "M-values", "sizes": "sizes", "uniform_decode_sizes": "uniform decode sizes",
              "buckets": "buckets"}
 
@@ -502,17 +507,18 @@ INT_LISTS = {"m_values": "M-values", "sizes": "sizes", "uniform_decode_sizes": "
       that each kernel and shape is warmed once.""")
 def duplicate_step(plan, engine):
     seen: dict[str, list] = {}
-    for step in plan["steps"]:
-        if step["kind"] not in DUPLICABLE:
+    for step in plan.steps:
+        if not isinstance(step, DUPLICABLE):
             continue
-        rest = {k: v for k, v in step.items() if k not in ("id", "stage", "layers", *INT_LISTS)}
+        data = step.to_dict()
+        rest = {k: v for k, v in data.items() if k not in ("id", "stage", "layers", *INT_LISTS)}
         key = json.dumps(rest, sort_keys=True)
-        lists = {k: set(step[k]) for k in INT_LISTS if isinstance(step.get(k), list)}
+        lists = {k: set(data[k]) for k in INT_LISTS if isinstance(data.get(k), list)}
         for other_id, other in seen.get(key, []):
             common = {k: lists[k] & other[k] for k in lists if k in other}
             if not lists or any(common.values()):
                 what = "; ".join(f"{len(v)} of its {INT_LISTS[k]} run there too ({examples(sorted(v))})"
                                  for k, v in common.items() if v)
-                yield step["id"], f"duplicates {other_id}" + (f": {what}" if what else "")
+                yield step.id, f"duplicates {other_id}" + (f": {what}" if what else "")
                 break
-        seen.setdefault(key, []).append((step["id"], lists))
+        seen.setdefault(key, []).append((step.id, lists))

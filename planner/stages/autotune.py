@@ -8,8 +8,9 @@ reviewer can see what gets tuned, and a lint can compare them with the batches.
 from __future__ import annotations
 
 from ..expr import last_power_of_2
+from ..steps import Autotune, TuneShape
 from .deep_gemm import is_block_fp8
-from .scope import Scope, step
+from .scope import Scope
 
 
 def power_of_2_buckets(max_num_tokens: int) -> list[int]:
@@ -38,22 +39,23 @@ def hybrid_buckets(max_num_tokens: int) -> list[int]:
 BUCKETS = {"none": lambda t: None, "power_of_2": power_of_2_buckets, "hybrid": hybrid_buckets}
 
 
-def expand_flashinfer(scope: Scope) -> list[dict]:
+def expand_flashinfer(scope: Scope) -> list:
     p = scope.params
     num_tokens = scope.integer("num_tokens")
-    return [step("autotune", "autotune", library="flashinfer", num_tokens=num_tokens,
-                 buckets=BUCKETS[p["buckets"]](num_tokens), cache=p["cache"],
-                 randomize_inputs=p["randomize_inputs"])]
+    buckets = BUCKETS[p["buckets"]](num_tokens)
+    return [scope.new(Autotune, "autotune", library="flashinfer", num_tokens=num_tokens,
+                      buckets=None if buckets is None else tuple(buckets), cache=p["cache"],
+                      randomize_inputs=p["randomize_inputs"])]
 
 
-def expand_kernel(scope: Scope) -> list[dict]:
+def expand_kernel(scope: Scope) -> list:
     """Tune our own kernels at each token bucket, for every GEMM shape the engine has."""
     max_tokens = scope.integer("max_tokens")
     buckets = sorted({b for b in (scope.integer("num_tokens", raw=raw) for raw in scope.params["num_tokens"])
                       if b <= max_tokens})
-    shapes = [{"kernel": "fp8_gemm", "n": n, "k": k} for n, k in gemm_shapes(scope.engine.data)]
-    return [step("autotune", "autotune", library=scope.params["library"], num_tokens=max_tokens,
-                 buckets=buckets, shapes=shapes)]
+    shapes = tuple(TuneShape("fp8_gemm", n, k) for n, k in gemm_shapes(scope.engine.data))
+    return [scope.new(Autotune, "autotune", library=scope.params["library"], num_tokens=max_tokens,
+                      buckets=tuple(buckets), shapes=shapes)]
 
 
 def gemm_shapes(engine: dict) -> list[tuple[int, int]]:

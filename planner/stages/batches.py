@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from ..expr import cdiv
 from ..limits import MAX_REQUESTS_PER_STEP
-from .scope import Scope, step
+from ..steps import CachedRequest, Cleanup, Decode, GrammarBitmask, NewRequest, Prefill, Sample
+from .scope import Scope
 
 # SamplingParams.for_sampler_warmup() (vllm/sampling_params.py): every sampler feature at once.
 FOR_SAMPLER_WARMUP = {
@@ -32,7 +33,7 @@ def req_id(i: int) -> str:
     return f"_warmup_{i}_"
 
 
-def expand(scope: Scope) -> list[dict]:
+def expand(scope: Scope) -> list:
     names, engine = scope.names, scope.engine
     prompt_len = scope.integer("prompt_len")
     decode_len = scope.integer("decode_len", prompt_len=prompt_len)
@@ -45,18 +46,17 @@ def expand(scope: Scope) -> list[dict]:
     scope.count_limit("decode_len", "the block ids of the batch", num_reqs * max_blocks_per_req)
     alloc = BlockAllocator()
     held = [[count(prompt_len, g) for g in count.groups] for _ in range(num_reqs)]
-    steps = [prefill_step(prompt_len, held, alloc, len(count.groups))]
+    steps = [prefill_step(scope, prompt_len, held, alloc, len(count.groups))]
     if names["is_pooling_model"]:
-        return steps + [cleanup_step(num_reqs)]
+        return steps + [cleanup_step(scope, num_reqs)]
     sampling = scope.params.get("sampling_params", FOR_SAMPLER_WARMUP)
-    grammar = scope.flag("grammar_bitmask") and {"num_rows": num_reqs,
-                                                 "width": cdiv(names["vocab_size"], 32), "fill": -1}
-    steps.append(sample_step("sample", sampling, grammar or None))
+    grammar = GrammarBitmask(num_reqs, cdiv(names["vocab_size"], 32), -1) if scope.flag("grammar_bitmask") else None
+    steps.append(sample_step(scope, "sample", sampling, grammar))
     computed = [prompt_len] * num_reqs
     for n, subset in enumerate(decode_subsets(scope.params["decode_steps"], num_reqs, names), 1):
-        steps.append(decode_step(f"decode-{n}", subset, computed, held, count, alloc, names))
-        steps.append(sample_step(f"sample-{n + 1}", sampling, None))
-    return steps + [cleanup_step(num_reqs)]
+        steps.append(decode_step(scope, f"decode-{n}", subset, computed, held, count, alloc))
+        steps.append(sample_step(scope, f"sample-{n + 1}", sampling, None))
+    return steps + [cleanup_step(scope, num_reqs)]
 
 
 class BlockCounter:
@@ -93,25 +93,22 @@ class BlockAllocator:
     def __init__(self):
         self.next_block_id = 1
 
-    def take(self, n: int) -> list[int]:
-        ids = list(range(self.next_block_id, self.next_block_id + n))
+    def take(self, n: int) -> tuple[int, ...]:
+        ids = tuple(range(self.next_block_id, self.next_block_id + n))
         self.next_block_id += n
         return ids
 
 
-def prefill_step(prompt_len: int, held: list, alloc: BlockAllocator, num_groups: int) -> dict:
-    requests = [{"req_id": req_id(i), "num_scheduled_tokens": prompt_len,
-                 "block_ids": [alloc.take(n) for n in counts]}
-                for i, counts in enumerate(held)]
-    return step("prefill", "prefill", requests=requests,
-                total_num_scheduled_tokens=prompt_len * len(held),
-                prompt_token_ids=list(range(prompt_len)),
-                num_common_prefix_blocks=[0] * num_groups)
+def prefill_step(scope: Scope, prompt_len: int, held: list, alloc: BlockAllocator, num_groups: int) -> Prefill:
+    requests = tuple(NewRequest(req_id(i), prompt_len, tuple(alloc.take(n) for n in counts))
+                     for i, counts in enumerate(held))
+    return scope.new(Prefill, "prefill", requests=requests, total_num_scheduled_tokens=prompt_len * len(held),
+                     prompt_token_ids=tuple(range(prompt_len)), num_common_prefix_blocks=(0,) * num_groups)
 
 
-def sample_step(name: str, sampling: dict, grammar: dict | None) -> dict:
-    return step(name, "sample", grammar_bitmask=grammar, sampling_params=sampling,
-                features=sampling_features(sampling))
+def sample_step(scope: Scope, name: str, sampling: dict, grammar: GrammarBitmask | None) -> Sample:
+    return scope.new(Sample, name, grammar_bitmask=grammar, sampling_params=sampling,
+                     features=tuple(sampling_features(sampling)))
 
 
 def sampling_features(p: dict) -> list[str]:
@@ -156,23 +153,21 @@ def decode_subsets(mode: str, num_reqs: int, names: dict) -> list[list[tuple[int
     return subsets
 
 
-def decode_step(name: str, subset, computed: list, held: list, count: BlockCounter,
-                alloc: BlockAllocator, names: dict) -> dict:
+def decode_step(scope: Scope, name: str, subset, computed: list, held: list, count: BlockCounter,
+                alloc: BlockAllocator) -> Decode:
     requests = []
     for i, with_drafts in subset:
-        num_spec = names["num_speculative_tokens"] if with_drafts else 0
+        num_spec = scope.names["num_speculative_tokens"] if with_drafts else 0
         tokens = 1 + num_spec
         need = [count(computed[i] + tokens, g) for g in count.groups]
         deltas = [n - h for n, h in zip(need, held[i])]
-        requests.append({"req_id": req_id(i), "num_computed_tokens": computed[i],
-                         "num_scheduled_tokens": tokens, "num_spec_tokens": num_spec,
-                         "num_output_tokens": 1,
-                         "new_block_ids": [alloc.take(d) for d in deltas] if any(deltas) else None})
+        new_block_ids = tuple(alloc.take(d) for d in deltas) if any(deltas) else None
+        requests.append(CachedRequest(req_id(i), computed[i], tokens, num_spec, 1, new_block_ids))
         held[i], computed[i] = need, computed[i] + tokens
-    total = sum(r["num_scheduled_tokens"] for r in requests)
-    return step(name, "decode", requests=requests, total_num_scheduled_tokens=total,
-                num_common_prefix_blocks=[0] * len(count.groups))
+    total = sum(r.num_scheduled_tokens for r in requests)
+    return scope.new(Decode, name, requests=tuple(requests), total_num_scheduled_tokens=total,
+                     num_common_prefix_blocks=(0,) * len(count.groups))
 
 
-def cleanup_step(num_reqs: int) -> dict:
-    return step("cleanup", "cleanup", finished_req_ids=[req_id(i) for i in range(num_reqs)])
+def cleanup_step(scope: Scope, num_reqs: int) -> Cleanup:
+    return scope.new(Cleanup, "cleanup", finished_req_ids=tuple(req_id(i) for i in range(num_reqs)))

@@ -8,7 +8,8 @@ counts that are whole multiples of decode_query_len.
 from __future__ import annotations
 
 from ..expr import round_up
-from .scope import Scope, step
+from ..steps import CudaGraph
+from .scope import Scope
 
 MIXED_MODES = ("PIECEWISE", "FULL", "FULL_AND_PIECEWISE")
 DECODE_FULL_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -62,11 +63,11 @@ def graph_sizes(scope: Scope) -> tuple[str, list[int], list[int]]:
     return mode, sizes, decode_sizes
 
 
-def expand(scope: Scope) -> list[dict]:
+def expand(scope: Scope) -> list:
     mode, sizes, decode_sizes = graph_sizes(scope)
     if not sizes:
         return []
     mixed = sizes if mode in MIXED_MODES else []
-    return [step("capture", "cudagraph", mode=mode, sizes=mixed[::-1],
-                 uniform_decode_sizes=decode_sizes[::-1], decode_query_len=scope.names["decode_query_len"],
-                 num_warmups=1)]
+    return [scope.new(CudaGraph, "capture", mode=mode, sizes=tuple(mixed[::-1]),
+                      uniform_decode_sizes=tuple(decode_sizes[::-1]),
+                      decode_query_len=scope.names["decode_query_len"], num_warmups=1)]

@@ -18,17 +18,18 @@ HEAD's, with at most min(T*top_k, E) active experts, T up to dp*max_tokens). Pat
 per-expert padded counts instead (DeepEP high-throughput: expert_tokens_meta) can produce
 other multiples of block_m, which only block_m_steps warms.
 
-Every gemm and grouped_gemm step lists `compile_keys`: the distinct kernels its M-values
-reach, in order of their first M (in `exact` mode, compile_keys[i] is m_values[i]'s).
-They are omitted where the model does not apply (a device other than SM90, an odd SM
-count, a block_m that is no multiple of 16), and `exact` is refused there.
+Every gemm and grouped_gemm step pairs the distinct kernels its M-values reach with the
+first M of each (`variants`, in order of that M; in `exact` mode those first Ms are its
+calls). There is no pairing where the model does not apply (a device other than SM90, an
+odd SM count, a block_m that is no multiple of 16), and `exact` is refused there.
 """
 
 from __future__ import annotations
 
 from kernel_model import deep_gemm as model
 from ..expr import cdiv, round_up
-from .scope import Scope, step
+from ..steps import Gemm, GroupedGemm, Variant
+from .scope import Scope
 
 SMALL_M = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)  # "always include small cases"
 BLOCK_MS = (64, 128, 256)                              # DeepGEMM's block_m candidates (SM90)
@@ -80,8 +81,7 @@ def moe_weights(engine: dict, block: int) -> dict:
     return weights
 
 
-def expand(scope: Scope) -> list[dict]:
-    p = scope.params
+def expand(scope: Scope) -> list:
     max_tokens = scope.integer("max_tokens")
     block_m = scope.integer("block_m")
     num_sms = scope.integer("num_sms")
@@ -89,31 +89,49 @@ def expand(scope: Scope) -> list[dict]:
     scope.count_limit("max_tokens", "relaxed M-values", max_tokens * scope.names["data_parallel_size"] // 64)
     keyed = modelled(scope, num_sms, block_m)
     steps = []
-    if p["dense"]:
-        for (n, k), layers in dense_shapes(scope.engine.data, block_m).items():
-            m_values, keys = dense_m_values(scope, p["mode"], max_tokens, n, k, num_sms, keyed)
-            if p["mode"] == "exact":
-                keys["max_m"] = max_tokens  # the range the keys cover: --verify draws from it
-            steps.append(step(f"gemm-n{n}-k{k}", "gemm", kernel="fp8_gemm_nt", backend="deep_gemm",
-                              n=n, k=k, block_size=[block_m, block_m], layers=layers, m_values=m_values,
-                              **keys))
-    if p["grouped"]:
-        for (weight, e, n, k, top_k), (relax_n, layers) in moe_weights(scope.engine.data, block_m).items():
-            m_values = grouped_m_values(scope, max_tokens, block_m, e, top_k, relax_n, num_sms)
-            keys = {}
-            if keyed:
-                found = model.grouped_contiguous_keys(m_values, n, k, e, num_sms, mk_alignment=block_m)
-                keys = {"compile_keys": list(found)}
-                if p["mode"] == "exact":
-                    keys["max_m"] = m_values[-1]
-                    m_values = list(found.values())
-                else:
-                    keys["key_m_values"] = list(found.values())
-            steps.append(step(f"grouped_gemm-{weight}-e{e}-n{n}-k{k}", "grouped_gemm",
-                              kernel="m_grouped_fp8_gemm_nt_contiguous", backend="deep_gemm",
-                              weight=weight, num_groups=e, n=n, k=k, top_k=top_k,
-                              alignment=block_m, layers=layers, m_values=m_values, **keys))
+    if scope.params["dense"]:
+        steps += dense_steps(scope, max_tokens, block_m, num_sms, keyed)
+    if scope.params["grouped"]:
+        steps += grouped_steps(scope, max_tokens, block_m, num_sms, keyed)
     return steps
+
+
+def dense_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, keyed: bool) -> list:
+    mode = scope.params["mode"]
+    steps = []
+    for (n, k), layers in dense_shapes(scope.engine.data, block_m).items():
+        m_values = dense_m_values(scope, mode, max_tokens, n, num_sms)
+        found = model.dense_keys(m_values, n, k, num_sms) if keyed else {}
+        # exact: the range the keys cover (--verify draws from it)
+        m_values, pairing = paired(found, m_values, mode == "exact", max_tokens)
+        steps.append(scope.new(Gemm, f"gemm-n{n}-k{k}", kernel="fp8_gemm_nt", backend="deep_gemm", n=n, k=k,
+                               block_size=(block_m, block_m), layers=tuple(layers), m_values=m_values, **pairing))
+    return steps
+
+
+def grouped_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, keyed: bool) -> list:
+    steps = []
+    for (weight, e, n, k, top_k), (relax_n, layers) in moe_weights(scope.engine.data, block_m).items():
+        m_values = grouped_m_values(scope, max_tokens, block_m, e, top_k, relax_n, num_sms)
+        found = model.grouped_contiguous_keys(m_values, n, k, e, num_sms, mk_alignment=block_m) if keyed else {}
+        m_values, pairing = paired(found, m_values, scope.params["mode"] == "exact", m_values[-1])
+        steps.append(scope.new(GroupedGemm, f"grouped_gemm-{weight}-e{e}-n{n}-k{k}",
+                               kernel="m_grouped_fp8_gemm_nt_contiguous", backend="deep_gemm", weight=weight,
+                               num_groups=e, n=n, k=k, top_k=top_k, alignment=block_m, layers=tuple(layers),
+                               m_values=m_values, **pairing))
+    return steps
+
+
+def paired(found: dict, m_values, exact: bool, max_m: int) -> tuple[tuple, dict]:
+    """(the step's M-values, its pairing fields) from the model's {key: first M}: in exact mode
+    one M per key, the first, and the range the keys cover; otherwise every M, each key with its
+    first M (where `warmup execute --jobs` compiles it). Without keys, no pairing."""
+    if not found:
+        return tuple(m_values), {}
+    variants = tuple(Variant(key, m) for key, m in found.items())
+    if exact:
+        return tuple(found.values()), {"variants": variants, "exact": True, "max_value": max_m}
+    return tuple(m_values), {"variants": variants, "exact": False}
 
 
 def modelled(scope: Scope, num_sms: int, block_m: int) -> bool:
@@ -128,21 +146,12 @@ def modelled(scope: Scope, num_sms: int, block_m: int) -> bool:
     return not why
 
 
-def dense_m_values(scope: Scope, mode: str, max_tokens: int, n: int, k: int, num_sms: int,
-                   keyed: bool) -> tuple[list[int], dict]:
-    """The M-values of one dense shape and, where modelled, {"compile_keys": [...]}."""
+def dense_m_values(scope: Scope, mode: str, max_tokens: int, n: int, num_sms: int):
+    """The M-values of one dense shape: every M (full, exact) or the relaxed ones."""
     if mode in ("full", "exact"):
         scope.count_limit("max_tokens", "full M-values (1..max_tokens)", max_tokens)
-        m_values = range(1, max_tokens + 1)
-    else:
-        m_values = relax_m_values(max_tokens, n, num_sms)
-    if not keyed:
-        return list(m_values), {}
-    found = model.dense_keys(m_values, n, k, num_sms)
-    if mode == "exact":
-        return list(found.values()), {"compile_keys": list(found)}
-    # The first M of each key: where `warmup execute --jobs` compiles it.
-    return list(m_values), {"compile_keys": list(found), "key_m_values": list(found.values())}
+        return range(1, max_tokens + 1)
+    return relax_m_values(max_tokens, n, num_sms)
 
 
 def grouped_m_values(scope: Scope, max_tokens: int, block_m: int, num_experts: int, top_k: int,

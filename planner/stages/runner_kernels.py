@@ -5,7 +5,7 @@ on first use like the GEMMs. kernel_model.runner_kernels enumerates every key th
 runner can launch for the engine: eager batches, CUDA-graph captures and decode
 batches padded to the captured sizes, which this stage reads as the cudagraph_capture
 stage computes them (same parameters, same defaults). Each step is one kernel with
-its variants (`compile_keys` and the launch arguments that reach each); the executor
+its variants (each compile key with the launch that reaches it); the executor
 compiles a variant without running it, so precompile workers can build all of them
 in parallel before the runner exists. Engines the runner cannot run (MLA) get none.
 """
@@ -13,11 +13,13 @@ in parallel before the runner exists. Engines the runner cannot run (MLA) get no
 from __future__ import annotations
 
 from kernel_model import runner_kernels as dispatch
+
+from ..steps import Kernel, Variant
 from .cudagraph import graph_sizes
-from .scope import Scope, step
+from .scope import Scope
 
 
-def expand(scope: Scope) -> list[dict]:
+def expand(scope: Scope) -> list:
     facts = dispatch.RunnerFacts.from_engine(scope.engine.data)
     if facts is None:
         return []
@@ -27,7 +29,6 @@ def expand(scope: Scope) -> list[dict]:
     by_kernel: dict[str, list] = {}
     for launch in dispatch.runner_variants(facts, decode_sizes, scale):
         by_kernel.setdefault(launch.kernel, []).append(launch)
-    return [step(dispatch.short_name(kernel), "kernel", backend="triton", kernel=kernel,
-                 variants=[launch.spec() for launch in launches],
-                 compile_keys=[launch.key() for launch in launches])
+    return [scope.new(Kernel, dispatch.short_name(kernel), backend="triton", kernel=kernel,
+                      variants=tuple(Variant(launch.key(), launch) for launch in launches))
             for kernel, launches in by_kernel.items()]

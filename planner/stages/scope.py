@@ -27,6 +27,10 @@ class Scope:
     def params(self) -> dict:
         return self.stage.params
 
+    def new(self, cls, name: str, **fields):
+        """A step of this stage: `name` becomes its id after the stage name (STAGE/NAME)."""
+        return cls(id=f"{self.stage.name}/{name}", stage=self.stage.name, **fields)
+
     def value(self, param: str, raw=None, **local):
         """Evaluate parameter `param` (or `raw`, an item of it) with extra stage-local names."""
         return self._traced(param, raw, local)[0]
@@ -84,6 +88,3 @@ def _explain(raw) -> str:
     return f" (from {raw!r})" if isinstance(raw, str) else ""
 
 
-def step(name: str, kind: str, **fields) -> dict:
-    """A step as handlers return it: `name` becomes the id suffix after the stage name."""
-    return {"id": name, "kind": kind, **fields}

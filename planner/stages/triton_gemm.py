@@ -12,17 +12,19 @@ launch config its table picks by M, plus the class of every integer argument (==
   and last M plus one M of each integer class (cheap, not exact: the tables the kernels
   really read may have other keys).
 
-Every step lists `compile_keys`, the distinct keys its M-values reach in order of
-first M; in `exact` mode `compile_keys[i]` is the key of `m_values[i]`, otherwise
-`key_m_values[i]` is its first M; `max_m` is the end of the range.
+Every step pairs the distinct keys its M-values reach with the first M of each
+(`variants`, in order of that M; in `exact` mode those first Ms are its calls), and
+declares the end of its M range (`max_value`).
 """
 
 from __future__ import annotations
 
 from kernel_model import triton_kernels as dispatch
+
 from ..expr import round_up
+from ..steps import Gemm, GroupedGemm, Variant
 from .deep_gemm import is_block_fp8
-from .scope import Scope, step
+from .scope import Scope
 
 BLOCK_K = 128  # the kernels read one 128-wide scale group per K step
 
@@ -60,7 +62,7 @@ def bucket_m_values(buckets: list[int], max_tokens: int) -> list[int]:
     return sorted(values)
 
 
-def expand(scope: Scope) -> list[dict]:
+def expand(scope: Scope) -> list:
     p = scope.params
     max_tokens = scope.integer("max_tokens")
     scope.count_limit("max_tokens", "M-values", max_tokens)
@@ -72,7 +74,7 @@ def expand(scope: Scope) -> list[dict]:
     return steps
 
 
-def dense_steps(scope: Scope, max_tokens: int) -> list[dict]:
+def dense_steps(scope: Scope, max_tokens: int) -> list:
     shapes: dict = {}
     for layer in scope.engine.data["model"]["linear"]:
         if is_block_fp8(layer, BLOCK_K) and layer["k"] % BLOCK_K == 0:
@@ -81,12 +83,12 @@ def dense_steps(scope: Scope, max_tokens: int) -> list[dict]:
     for (n, k), layers in shapes.items():
         table = scope.tables.get(dispatch.FP8_GEMM, n, k)
         planned = planned_m_values(scope, range(1, max_tokens + 1), lambda m: dispatch.fp8_gemm_key(m, n, k, table))
-        steps.append(step(f"gemm-n{n}-k{k}", "gemm", kernel="fp8_gemm", backend="triton", n=n, k=k,
-                          block_size=[BLOCK_K, BLOCK_K], layers=layers, max_m=max_tokens, **planned))
+        steps.append(scope.new(Gemm, f"gemm-n{n}-k{k}", kernel="fp8_gemm", backend="triton", n=n, k=k,
+                               block_size=(BLOCK_K, BLOCK_K), layers=tuple(layers), max_value=max_tokens, **planned))
     return steps
 
 
-def grouped_steps(scope: Scope, max_tokens: int, block_m: int) -> list[dict]:
+def grouped_steps(scope: Scope, max_tokens: int, block_m: int) -> list:
     """Grouped GEMM M is the padded sum over experts: always a multiple of block_m."""
     steps, seen = [], set()
     for moe in scope.engine.data["model"]["moe"]:
@@ -106,26 +108,27 @@ def grouped_steps(scope: Scope, max_tokens: int, block_m: int) -> list[dict]:
                 scope, producible, lambda m: dispatch.grouped_gemm_key(m, n, k, block_m, table),
                 buckets_of=lambda: sorted({m for m in bucket_m_values(scope.params["buckets"], max_m)
                                            if m % block_m == 0} | {block_m, max_m}))
-            steps.append(step(f"grouped_gemm-{weight}-e{e}-n{n}-k{k}", "grouped_gemm",
-                              kernel="grouped_fp8_gemm", backend="triton", weight=weight, num_groups=e,
-                              n=n, k=k, top_k=top_k, alignment=block_m, layers=[moe["name"]],
-                              max_m=max_m, **planned))
+            steps.append(scope.new(GroupedGemm, f"grouped_gemm-{weight}-e{e}-n{n}-k{k}",
+                                   kernel="grouped_fp8_gemm", backend="triton", weight=weight, num_groups=e,
+                                   n=n, k=k, top_k=top_k, alignment=block_m, layers=(moe["name"],),
+                                   max_value=max_m, **planned))
     return steps
 
 
 def planned_m_values(scope: Scope, producible: range, key_of, buckets_of=None) -> dict:
-    """The step fields of the stage's mode over the producible M range: `m_values`,
-    `compile_keys` and, outside exact mode, `key_m_values` (the first M of each key: where
-    `warmup execute --jobs` compiles it)."""
+    """The step fields of the stage's mode over the producible M range: `m_values` and the
+    pairing of each key with its first M (where `warmup execute --jobs` compiles it); in exact
+    mode the calls are those first Ms."""
     mode = scope.params["mode"]
     if mode == "exact":
-        m_values, keys = dispatch.first_value_per_key(producible, key_of)
-        return {"m_values": m_values, "compile_keys": keys}
-    if mode == "full":
+        values = producible
+    elif mode == "full":
         values = list(producible)
     elif buckets_of is not None:
         values = buckets_of()
     else:
         values = bucket_m_values(scope.params["buckets"], producible[-1])
     firsts, keys = dispatch.first_value_per_key(values, key_of)
-    return {"m_values": values, "compile_keys": keys, "key_m_values": firsts}
+    variants = tuple(map(Variant, keys, firsts))
+    exact = mode == "exact"
+    return {"m_values": tuple(firsts if exact else values), "variants": variants, "exact": exact}

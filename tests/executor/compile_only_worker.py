@@ -30,7 +30,7 @@ LAUNCHERS: list[str] = []
 
 def main(plan_name: str, engine_name: str) -> None:
     engine = load_engine(engine_name)
-    steps = expand(load_plan(plan_name), engine)["steps"]
+    steps = expand(load_plan(plan_name), engine).steps
     run.use_engine_tables(engine.data)
     jobs = precompile.compile_jobs(steps)
     specs = {"triton": precompile.WORKER_CLASSES["triton"]}

@@ -45,5 +45,5 @@ def test_worker_compiles_each_planned_key_once_without_torch(tmp_path, plan, eng
     jobs = out["jobs"]
     assert {j["kind"] for j in jobs} == kinds
     assert [j for j in jobs if (j["status"], j["compiled"], j["launchers"]) != ("ok", 1, 1)] == []
-    steps = expand(load_plan(plan), load_engine(engine))["steps"]
+    steps = expand(load_plan(plan), load_engine(engine)).steps
     assert len(jobs) == len(precompile.compile_jobs(steps)) == len({j["key"] for j in jobs})

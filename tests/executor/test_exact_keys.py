@@ -48,38 +48,38 @@ def tables(tmp_path, monkeypatch):
 
 
 
-def plan_steps(plan: str, engine_name: str) -> list[dict]:
+def plan_steps(plan: str, engine_name: str) -> list:
     engine = load_engine(engine_name)
     os.environ["WARMUP_TABLE_DEVICE"] = engine.data["device"]["name"]  # as `warmup execute` does
-    return expand(load_plan(plan), engine)["steps"]
+    return expand(load_plan(plan), engine).steps
 
 
-def launched_gemm_key(step: dict, m: int) -> str:
-    n, k = step["n"], step["k"]
-    if step["kind"] == "gemm":
+def launched_gemm_key(step, m: int) -> str:
+    n, k = step.n, step.k
+    if step.kind == "gemm":
         return fp8_gemm.specialization_key(m, n, k, table=fp8_gemm.lookup_table(fp8_gemm.KERNEL_NAME, n, k))
-    block_m = step["alignment"]
+    block_m = step.alignment
     table = fp8_gemm.lookup_table(grouped_gemm.KERNEL_NAME, n, k)
     return grouped_gemm.specialization_key(m, n, k, block_m, table=table)
 
 
-def assert_every_call_planned(steps: list[dict]) -> int:
+def assert_every_call_planned(steps: list) -> int:
     checked = 0
     for step in steps:
-        keys = set(step.get("compile_keys") or ())
-        if step["kind"] in ("gemm", "grouped_gemm") and step["backend"] == "triton":
-            assert len(step["compile_keys"]) == len(step["m_values"]), step["id"]
-            assert [launched_gemm_key(step, m) for m in step["m_values"]] == step["compile_keys"], step["id"]
-            align = step.get("alignment") or 1
-            for m in range(align, step["max_m"] + 1, align):
-                assert launched_gemm_key(step, m) in keys, (step["id"], m)
+        keys = set(step.compile_keys if hasattr(step, "compile_keys") else ())
+        if step.kind in ("gemm", "grouped_gemm") and step.backend == "triton":
+            assert len(step.compile_keys) == len(step.m_values), step.id
+            assert [launched_gemm_key(step, m) for m in step.m_values] == step.compile_keys, step.id
+            align = getattr(step, "alignment", 1)
+            for m in range(align, step.max_value + 1, align):
+                assert launched_gemm_key(step, m) in keys, (step.id, m)
                 checked += 1
-        elif step["kind"] == "attention":
-            for n in range(1, step.get("max_tokens", step["num_tokens"]) + 1):
+        elif step.kind == "attention":
+            for n in range(1, step.value_range() + 1):
                 key = prefill_attention.specialization_key(
-                    n, step["num_heads"], step["num_kv_heads"], step["head_size"], step["dtype"],
-                    step["is_causal"], step["sliding_window"], step["logits_soft_cap"])
-                assert key in keys, (step["id"], n)
+                    n, step.num_heads, step.num_kv_heads, step.head_size, step.dtype,
+                    step.is_causal, step.sliding_window, step.logits_soft_cap)
+                assert key in keys, (step.id, n)
                 checked += 1
     return checked
 
@@ -89,21 +89,21 @@ def assert_every_call_planned(steps: list[dict]) -> int:
 def test_every_m_hits_a_planned_key(plan, engine, tables):
     steps = plan_steps(plan, engine)
     checked = assert_every_call_planned(steps)
-    if any(s["kind"] == "gemm" for s in steps):
+    if any(s.kind == "gemm" for s in steps):
         assert checked >= 8192
 
 
 @pytest.mark.parametrize("engine", ["llama-3.1-8b-fp8-h100", "qwen3-30b-a3b-fp8-h100"])
 def test_every_m_hits_a_planned_key_with_tuned_tables(engine, tables):
     for step in plan_steps("triton", engine):
-        if step["kind"] == "gemm":
-            name = f"fp8_gemm,N={step['n']},K={step['k']},device=H100.json"
+        if step.kind == "gemm":
+            name = f"fp8_gemm,N={step.n},K={step.k},device=H100.json"
             (tables / name).write_text(json.dumps(DOWN_PROJ_TABLE))
     fp8_gemm.clear_table_cache()
     steps = plan_steps("triton", engine)
     assert_every_call_planned(steps)
-    dense = [s for s in steps if s["kind"] == "gemm"]
-    assert dense and all(len(s["m_values"]) == 5 for s in dense)  # one M per distinct table config
+    dense = [s for s in steps if s.kind == "gemm"]
+    assert dense and all(len(s.m_values) == 5 for s in dense)  # one M per distinct table config
 
 
 def test_m_1209_left_cold_by_sparse_buckets_is_planned_by_exact(tables):
@@ -111,19 +111,19 @@ def test_m_1209_left_cold_by_sparse_buckets_is_planned_by_exact(tables):
     table, M=1209 (nearest key 1024) launches a config none of them does; exact plans it."""
     (tables / "fp8_gemm,N=4096,K=14336,device=H100.json").write_text(json.dumps(DOWN_PROJ_TABLE))
     fp8_gemm.clear_table_cache()
-    sparse = {s["id"]: s for s in plan_steps(os.path.join(ROOT, "bench", "plans", "sparse-buckets.yaml"), "llama-3.1-8b-fp8-h100")}
-    exact = {s["id"]: s for s in plan_steps("triton", "llama-3.1-8b-fp8-h100")}
+    sparse = {s.id: s for s in plan_steps(os.path.join(ROOT, "bench", "plans", "sparse-buckets.yaml"), "llama-3.1-8b-fp8-h100")}
+    exact = {s.id: s for s in plan_steps("triton", "llama-3.1-8b-fp8-h100")}
     step_id = "triton_gemm/gemm-n4096-k14336"
-    assert sparse[step_id]["m_values"] == [1, 2, 16, 8192]
+    assert list(sparse[step_id].m_values) == [1, 2, 16, 8192]
     miss = launched_gemm_key(exact[step_id], 1209)
     assert "128x128x128 g8 w8 s3" in miss
-    assert miss not in sparse[step_id]["compile_keys"]
-    assert miss in exact[step_id]["compile_keys"]
-    assert exact[step_id]["m_values"][exact[step_id]["compile_keys"].index(miss)] == 641  # (256+1024)//2 + 1
+    assert miss not in sparse[step_id].compile_keys
+    assert miss in exact[step_id].compile_keys
+    assert exact[step_id].m_values[exact[step_id].compile_keys.index(miss)] == 641  # (256+1024)//2 + 1
 
 
 def test_exact_triton_plan_has_at_most_64_calls_per_shape(tables):
     for engine in builtin_engines():
         for step in plan_steps("triton", engine):
-            if step["kind"] in ("gemm", "grouped_gemm"):
-                assert 1 <= len(step["m_values"]) <= 64, (engine, step["id"])
+            if step.kind in ("gemm", "grouped_gemm"):
+                assert 1 <= len(step.m_values) <= 64, (engine, step.id)

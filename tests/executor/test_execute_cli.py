@@ -14,6 +14,7 @@ from execlib import TINY, TINY_PLAN, by_id, load_report, run_cli, run_subprocess
 from executor import autotune as at
 from executor.progress import Progress
 from executor.verify import draw, verify_keys
+from planner.steps import Cleanup, step_from_dict
 
 
 def test_interpreter_run_tunes_then_loads_and_verifies(tmp_path):
@@ -85,7 +86,7 @@ def test_progress_on_a_terminal_shows_counts_and_eta():
     stream = io.StringIO()
     p = Progress(stream, tty=True)
     p.stage_start("triton_gemm", 2, 100)
-    p.step_start({"id": "triton_gemm/gemm-n1-k128"})
+    p.step_start(Cleanup("triton_gemm/gemm-n1-k128", "triton_gemm", finished_req_ids=()))
     p.tick(50)
     p._draw(force=True)
     text = stream.getvalue()
@@ -99,7 +100,7 @@ def test_progress_off_a_terminal_is_one_line_per_stage():
     stream = io.StringIO()
     p = Progress(stream, tty=False)
     p.stage_start("s", 1, 10)
-    p.step_start({"id": "s/a"})
+    p.step_start(Cleanup("s/a", "s", finished_req_ids=()))
     p.tick(10)
     p.step_end({"id": "s/a", "status": "failed", "error": "boom"})
     p.stage_end({"stage": "s", "steps": 1, "ok": 0, "failed": 1, "unavailable": 0, "skipped": 0,
@@ -130,7 +131,8 @@ def test_tune_picks_the_fastest_candidate_and_skips_broken_ones():
 
 def test_tune_step_writes_then_loads(tmp_path):
     cfg = configs_module()
-    step = {"num_tokens": 16, "buckets": [1, 16], "shapes": [{"kernel": "fp8_gemm", "n": 256, "k": 128}]}
+    step = step_from_dict({"id": "t/a", "stage": "t", "kind": "autotune", "library": "triton", "num_tokens": 16,
+                           "buckets": [1, 16], "shapes": [{"kernel": "fp8_gemm", "n": 256, "k": 128}]})
     cands = [dict(c) for c in cfg.CANDIDATE_CONFIGS[:3]]
     calls = []
 
@@ -146,14 +148,15 @@ def test_tune_step_writes_then_loads(tmp_path):
     assert cfg.load_table(path) == {1: cands[1], 16: cands[1]}
     again = at.tune_step(step, retune=False, **kw)
     assert again["loaded"] == 1 and len(calls) == 6  # the table covers every bucket: no tuning
-    wider = at.tune_step({**step, "buckets": [1, 16, 64]}, retune=False, **kw)
+    wider = at.tune_step(step.replace(buckets=(1, 16, 64)), retune=False, **kw)
     assert wider["tables"][0]["status"] == "retuned"
     assert at.tune_step(step, retune=True, **kw)["tuned"] == 1
 
 
 def test_a_crash_while_writing_a_table_leaves_the_old_one(tmp_path, monkeypatch):
     cfg = configs_module()
-    step = {"num_tokens": 1, "buckets": [1], "shapes": [{"kernel": "fp8_gemm", "n": 128, "k": 128}]}
+    step = step_from_dict({"id": "t/a", "stage": "t", "kind": "autotune", "library": "triton", "num_tokens": 1,
+                           "buckets": [1], "shapes": [{"kernel": "fp8_gemm", "n": 128, "k": 128}]})
     cands = [dict(c) for c in cfg.CANDIDATE_CONFIGS[:2]]
     kw = dict(device_name="gpu", root=tmp_path, candidates=lambda k: cands, configs_module=cfg)
     at.tune_step(step, retune=False, bench_for=lambda *a: (lambda m, c: 1.0 if c == cands[0] else 2.0), **kw)
@@ -177,24 +180,23 @@ def test_tuning_refuses_cuda_graph_capture(capsys):
     ctx = Context(Options(backends={"all": "null"}), None, Progress(enabled=False), Monitor("off"))
     ctx.capturing = True
     with pytest.raises(at.CaptureError):
-        handler.handle({"kind": "autotune", "library": "triton", "num_tokens": 1, "buckets": [1]}, ctx)
+        handler.handle(step_from_dict({"id": "t/a", "stage": "t", "kind": "autotune", "library": "triton",
+                                       "num_tokens": 1, "buckets": [1]}), ctx)
 
 
 # --- hot-path check draws ------------------------------------------------------------------------------
 
 def test_verify_draws_inside_the_plan_ranges():
-    steps = [
+    attention = {"kind": "attention", "kernel": "context_attention_fwd", "backend": "triton", "num_heads": 2,
+                 "num_kv_heads": 1, "head_size": 64, "scale": 0.1, "logits_soft_cap": 0.0,
+                 "sliding_window": [-1, -1], "dtype": "bfloat16"}
+    steps = [step_from_dict({"id": f"s/{i}", "stage": "s", **data}) for i, data in enumerate((
         {"kind": "gemm", "backend": "triton", "kernel": "fp8_gemm", "n": 64, "k": 128, "m_values": [1, 2, 300]},
         {"kind": "grouped_gemm", "backend": "triton", "kernel": "g", "weight": "w13", "num_groups": 4, "n": 64,
-         "k": 128, "alignment": 128, "m_values": [128, 1024]},
-        {"kind": "attention", "kernel": "context_attention_fwd", "num_heads": 2, "num_kv_heads": 1,
-         "head_size": 64, "scale": 0.1, "logits_soft_cap": 0.0, "sliding_window": [-1, -1], "dtype": "bfloat16",
-         "num_tokens": 1},
-        {"kind": "attention", "kernel": "context_attention_fwd", "num_heads": 2, "num_kv_heads": 1,
-         "head_size": 64, "scale": 0.1, "logits_soft_cap": 0.0, "sliding_window": [-1, -1], "dtype": "bfloat16",
-         "num_tokens": 500},
-    ]
-    keys = verify_keys(steps, lambda family, step: step.get("backend", "triton"))
+         "k": 128, "top_k": 2, "alignment": 128, "m_values": [128, 1024]},
+        {**attention, "num_tokens": 1},
+        {**attention, "num_tokens": 500}))]
+    keys = verify_keys(steps, lambda step: step.backend)
     assert [(k["kind"], k["max"]) for k in keys] == [("gemm", 300), ("grouped_gemm", 1024), ("attention", 500)]
     rng = random.Random(1)
     for _ in range(300):

@@ -8,6 +8,9 @@ from __future__ import annotations
 import pytest
 from execlib import TINY, TUNED_PLAN, by_id, load_report, run_subprocess
 
+from planner.expanded import ExpandedPlan
+from planner.steps import Gemm
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
@@ -63,15 +66,18 @@ def test_cold_then_warm_run_and_hot_path_check(tmp_path):
     assert rep["verify"]["post_seal_compiles"] == 0
 
 
+def one_plan(name: str, *steps) -> ExpandedPlan:
+    return ExpandedPlan(plan=name, engine="none", planner_version="0", digest="", inputs={}, steps=steps)
+
+
 def test_cuda_oom_of_an_oversized_step_is_a_step_failure():
     from executor.run import Options, execute
 
     def gemm(name, n, k):
-        return {"id": f"s/{name}", "stage": "s", "kind": "gemm", "kernel": "fp8_gemm", "backend": "triton",
-                "n": n, "k": k, "block_size": [128, 128], "m_values": [1, 2, 3, 4]}
+        return Gemm(f"s/{name}", "s", kernel="fp8_gemm", backend="triton", n=n, k=k, block_size=(128, 128),
+                    m_values=(1, 2, 3, 4))
 
-    plan = {"plan": "oom", "engine": "none", "digest": None,
-            "steps": [gemm("huge", 1 << 20, 1 << 18), gemm("small", 256, 256)]}  # 256 GiB of fp8 weight
+    plan = one_plan("oom", gemm("huge", 1 << 20, 1 << 18), gemm("small", 256, 256))  # 256 GiB of fp8 weight
     rep = execute(plan, None, Options(on_error="continue"))
     steps = by_id(rep.to_dict())
     assert steps["s/huge"]["status"] == "failed" and steps["s/huge"].get("oom") is True
@@ -98,8 +104,7 @@ def test_error_mode_raises_from_the_launch_of_a_late_variant():
 def test_torch_backend_cublas_paths(kernel):
     from executor.run import Options, execute
 
-    step = {"id": f"s/{kernel}", "stage": "s", "kind": "gemm", "kernel": kernel, "backend": "torch",
-            "n": 256, "k": 256, "m_values": [1, 16, 17, 64]}
-    rep = execute({"plan": "torch", "engine": "none", "digest": None, "steps": [step]}, None, Options()).to_dict()
+    step = Gemm(f"s/{kernel}", "s", kernel=kernel, backend="torch", n=256, k=256, m_values=(1, 16, 17, 64))
+    rep = execute(one_plan("torch", step), None, Options()).to_dict()
     assert rep["steps"][0]["status"] == "ok", rep["steps"][0]["error"]
     assert rep["steps"][0]["kernel_calls"] == 4

@@ -21,6 +21,9 @@ import types
 
 import pytest
 
+from planner.expanded import ExpandedPlan
+from planner.steps import Autotune
+
 from executor.backends import flashinfer as fib
 from executor.backends.base import Unavailable
 
@@ -159,9 +162,13 @@ class Ctx:
 
 
 def step(cache="persistent", num_tokens=8):
-    return {"id": "flashinfer_autotune/autotune", "stage": "flashinfer_autotune", "kind": "autotune",
-            "library": "flashinfer", "num_tokens": num_tokens, "buckets": [1, 2, 4, 8], "cache": cache,
-            "randomize_inputs": True}
+    return Autotune("flashinfer_autotune/autotune", "flashinfer_autotune", library="flashinfer",
+                    num_tokens=num_tokens, buckets=(1, 2, 4, 8), cache=cache, randomize_inputs=True)
+
+
+def one_step_plan(only):
+    return ExpandedPlan(plan="t", engine="llama-3.1-8b-fp8-h100", planner_version="0", digest="", inputs={},
+                        steps=(only,))
 
 
 def backend(cache_file=None):
@@ -327,7 +334,7 @@ def test_executor_runs_the_step_with_the_fake(tmp_path, fake, engine):
     from executor.run import Options, execute
 
     path = str(tmp_path / "autotune_configs.json")
-    expanded = {"plan": "t", "engine": "llama-3.1-8b-fp8-h100", "steps": [step()]}
+    expanded = one_step_plan(step())
     rep = execute(expanded, engine, Options(runner="none", device="cpu", flashinfer_cache=path,
                                             jit_monitor="off")).to_dict()
     (s,) = rep["steps"]
@@ -340,7 +347,7 @@ def test_executor_reports_a_missing_flashinfer_as_unavailable(monkeypatch, engin
     monkeypatch.setitem(sys.modules, "flashinfer", None)
     from executor.run import Options, execute
 
-    expanded = {"plan": "t", "engine": "llama-3.1-8b-fp8-h100", "steps": [step(cache="memory")]}
+    expanded = one_step_plan(step(cache="memory"))
     rep = execute(expanded, engine, Options(runner="none", device="cpu", jit_monitor="off")).to_dict()
     (s,) = rep["steps"]
     assert s["status"] == "unavailable" and "not installed" in s["error"]

@@ -28,6 +28,8 @@ from executor import registry
 from executor.backends.base import BaseBackend
 from executor.progress import Progress
 from executor.report import Report, render_precompile
+from planner import steps as st
+from planner.expanded import ExpandedPlan
 
 FAKE = ("test_precompile", "FakeBackend")
 
@@ -38,32 +40,45 @@ def _in_worker() -> bool:
     return multiprocessing.parent_process() is not None
 
 
-class FakeBackend(BaseBackend):
-    """Records each value it runs as a file in $FAKE_LOG_DIR: worker-<pid>-<step>-<value> or main-...
+INSTRUCTIONS = "instructions.json"  # in $WARMUP_FAKE_LOG_DIR: step id -> what the fake does in workers
 
-    A step may ask for a failure in workers only (`fail_in_worker`: values), or for the worker
-    to die (`crash_in_worker`)."""
+
+def _instructions(step_id: str) -> dict:
+    log = os.environ.get("WARMUP_FAKE_LOG_DIR")
+    try:
+        with open(os.path.join(log, INSTRUCTIONS)) as f:
+            return json.load(f).get(step_id, {})
+    except (OSError, TypeError):
+        return {}
+
+
+class FakeBackend(BaseBackend):
+    """Records each value it runs as a file in $WARMUP_FAKE_LOG_DIR (WARMUP_*: workers take it from the main process): worker-<pid>-<step>-<value> or main-...
+
+    A step may ask (INSTRUCTIONS) for a failure in workers only (`fail_in_worker`: values), or
+    for the worker to die (`crash_in_worker`) or sleep (`sleep_in_worker`)."""
 
     name = "fake"
     families = ("gemm", "grouped_gemm", "attention")
 
     def _run(self, step, values, tick):
-        log = os.environ.get("FAKE_LOG_DIR")
+        log = os.environ.get("WARMUP_FAKE_LOG_DIR")
         worker = _in_worker()
+        asks = _instructions(step.id) if worker else {}
         for value in values:
             flat = value[0] if isinstance(value, list) else value
-            if worker and step.get("sleep_in_worker"):
+            if asks.get("sleep_in_worker"):
                 open(os.path.join(log, f"started-{os.getpid()}"), "w").close()
-                time.sleep(step["sleep_in_worker"])
-            if worker and flat in (step.get("crash_in_worker") or []):
+                time.sleep(asks["sleep_in_worker"])
+            if flat in (asks.get("crash_in_worker") or []):
                 os._exit(3)
-            if worker and flat in (step.get("fail_in_worker") or []):
+            if flat in (asks.get("fail_in_worker") or []):
                 raise RuntimeError(f"fake compile error at {flat}")
             if log:
                 who = f"worker-{os.getpid()}" if worker else "main"
-                name = f"{who}-{step['id'].replace('/', '_')}-{flat}"
+                name = f"{who}-{step.id.replace('/', '_')}-{flat}"
                 with open(os.path.join(log, name), "w") as f:
-                    f.write(json.dumps(step.get("compile_keys")))
+                    f.write(json.dumps(step.compile_keys))
         tick(len(values))
         return len(values)
 
@@ -73,16 +88,25 @@ class FakeBackend(BaseBackend):
         return self._run(step, batches, tick)
 
 
-def gemm(name, m_values, keys=None, backend="fake", stage="s", **extra):
-    step = {"id": f"{stage}/{name}", "stage": stage, "kind": "gemm", "kernel": "fp8_gemm", "backend": backend,
-            "n": 256, "k": 128, "block_size": [128, 128], "m_values": list(m_values), **extra}
+def gemm(name, m_values, keys=None, backend="fake", stage="s", firsts=None, **asks):
+    """A gemm step; `keys` pair with `firsts` (default: the M-values, an exact step). `asks`:
+    what the fake backend does in a worker for this step (written to INSTRUCTIONS)."""
+    variants = ()
     if keys is not None:
-        step["compile_keys"] = list(keys)
+        variants = tuple(st.Variant(k, m) for k, m in zip(keys, firsts or m_values))
+    step = st.Gemm(f"{stage}/{name}", stage, kernel="fp8_gemm", backend=backend, n=256, k=128,
+                   block_size=(128, 128), m_values=tuple(m_values), variants=variants,
+                   exact=bool(variants) and firsts is None)
+    if asks:
+        path = os.path.join(os.environ["WARMUP_FAKE_LOG_DIR"], INSTRUCTIONS)
+        known = json.load(open(path)) if os.path.exists(path) else {}
+        with open(path, "w") as f:
+            json.dump({**known, step.id: asks}, f)
     return step
 
 
 def plan(*steps):
-    return {"plan": "p", "engine": "e", "digest": None, "steps": list(steps)}
+    return ExpandedPlan(plan="p", engine="e", planner_version="0", digest="", inputs={}, steps=tuple(steps))
 
 
 @pytest.fixture
@@ -93,7 +117,7 @@ def fake_env(tmp_path, monkeypatch):
     cache.mkdir()
     log.mkdir()
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    monkeypatch.setenv("FAKE_LOG_DIR", str(log))
+    monkeypatch.setenv("WARMUP_FAKE_LOG_DIR", str(log))
     monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
     return {"cache": cache, "log": log, "manifest": cache / pc.MANIFEST_NAME}
 
@@ -130,8 +154,8 @@ def test_one_job_per_distinct_key_across_steps_at_its_first_value():
     assert [(j.key, j.step_id, j.values) for j in jobs] == [
         ("k1", "s/a", [1]), ("k2", "s/a", [16]), ("k3", "s/a", [17]), ("k4", "s/b", [64])]
     # The worker runs the step reduced to its one value and key (the backend checks the pair).
-    assert jobs[3].step["m_values"] == [64] and jobs[3].step["compile_keys"] == ["k4"]
-    assert jobs[3].step["n"] == 256 and not jobs[3].whole_step
+    assert jobs[3].step.m_values == (64,) and jobs[3].step.compile_keys == ["k4"]
+    assert jobs[3].step.n == 256 and not jobs[3].whole_step
     # Keys already in the disk cache (the manifest) get no job.
     assert [j.key for j in pc.compile_jobs(steps, backends=("fake",), have={("fake", "k2"), ("fake", "k4")})] == [
         "k1", "k3"]
@@ -142,44 +166,41 @@ def test_keys_are_per_backend_and_follow_the_chosen_backend():
     jobs = pc.compile_jobs(steps, backends=("fake", "other"))
     assert [(j.backend, j.key) for j in jobs] == [("fake", "k"), ("other", "k")]
     # --backend gemm=torch: the keys describe the planned backend's variants, so no job.
-    assert pc.compile_jobs(steps, backend_of=lambda family, step: "torch", backends=("fake", "other")) == []
+    assert pc.compile_jobs(steps, backend_of=lambda step: "torch", backends=("fake", "other")) == []
 
 
-def test_steps_without_a_one_to_one_key_list_are_whole_step_jobs():
-    legacy = gemm("legacy", [1, 2, 3])                          # an older plan: no compile_keys
-    full = gemm("full", [1, 2, 3, 4], ["k1", "k2"])             # full mode: distinct keys only
-    again = gemm("again", [7, 8, 9], ["k1", "k2"])              # nothing new: no job
-    partly = gemm("partly", [7, 8, 9], ["k2", "k3"])            # one new key: the whole step
-    jobs = pc.compile_jobs([legacy, full, again, partly], backends=("fake",))
-    assert [(j.step_id, j.whole_step, j.values) for j in jobs] == [
-        ("s/legacy", True, [1, 2, 3]), ("s/full", True, [1, 2, 3, 4]), ("s/partly", True, [7, 8, 9])]
+def test_steps_that_pair_no_key_are_whole_step_jobs():
+    legacy = gemm("legacy", [1, 2, 3])                          # a kernel no dispatch model covers
+    again = gemm("again", [1, 2, 3], stage="t")                 # the same content: nothing new
+    jobs = pc.compile_jobs([legacy, again], backends=("fake",))
+    assert [(j.step_id, j.whole_step, j.values) for j in jobs] == [("s/legacy", True, [1, 2, 3])]
     assert jobs[0].key == pc.step_content_key(legacy) and jobs[0].key.startswith("step:gemm:")
-    assert jobs[1].keys == ["k1", "k2"] and jobs[2].key == "k3"
     # The content key ignores the id and stage (stable across plans), not the values.
-    assert pc.step_content_key({**legacy, "id": "x/y", "stage": "x"}) == pc.step_content_key(legacy)
-    assert pc.step_content_key({**legacy, "m_values": [1, 2]}) != pc.step_content_key(legacy)
+    assert pc.step_content_key(legacy.replace(id="x/y", stage="x")) == pc.step_content_key(legacy)
+    assert pc.step_content_key(legacy.replace(m_values=(1, 2))) != pc.step_content_key(legacy)
 
 
 def test_full_and_relax_steps_get_one_job_per_key_at_its_first_m():
-    """Outside exact mode the plan gives the first M of each key (key_m_values): one job per
-    key there, not the whole step in one worker (DeepSeek-V3's relax stage: 9 jobs -> 141)."""
-    full = {**gemm("full", [1, 2, 3, 4, 5], ["k1", "k2"]), "key_m_values": [1, 4]}
-    bad = {**gemm("bad", [1, 2, 3], ["k3", "k4"]), "key_m_values": [1]}  # not one per key: whole step
-    jobs = pc.compile_jobs([full, bad], backends=("fake",))
+    """Outside exact mode a step pairs each key with its first M: one job per key there, not the
+    whole step in one worker (DeepSeek-V3's relax stage: 9 jobs -> 141)."""
+    full = gemm("full", [1, 2, 3, 4, 5], ["k1", "k2"], firsts=[1, 4])
+    jobs = pc.compile_jobs([full], backends=("fake",))
     assert [(j.key, j.step_id, j.values, j.whole_step) for j in jobs] == [
-        ("k1", "s/full", [1], False), ("k2", "s/full", [4], False), ("k3", "s/bad", [1, 2, 3], True)]
-    assert jobs[1].step["m_values"] == [4] and jobs[1].step["compile_keys"] == ["k2"]
+        ("k1", "s/full", [1], False), ("k2", "s/full", [4], False)]
+    assert jobs[1].step.m_values == (4,) and jobs[1].step.compile_keys == ["k2"] and jobs[1].step.exact
 
 
 def test_attention_jobs_and_the_release_after_autotune():
-    att = {"id": "a/att", "stage": "a", "kind": "attention", "kernel": "context_attention_fwd", "num_heads": 2,
-           "num_kv_heads": 1, "head_size": 64, "num_tokens": 7, "compile_keys": ["att-key"]}
-    tune = {"id": "t/tune", "stage": "t", "kind": "autotune", "library": "triton", "shapes": [], "buckets": [1]}
+    att = st.Attention("a/att", "a", kernel="context_attention_fwd", backend="triton", num_heads=2, num_kv_heads=1,
+                       head_size=64, scale=0.125, logits_soft_cap=0.0, sliding_window=(-1, -1), dtype="bfloat16",
+                       num_tokens=7, variants=(st.Variant("att-key", 7),), exact=True)
+    tune = st.Autotune("t/tune", "t", library="triton", num_tokens=1, buckets=(1,), shapes=())
+    decode = st.Decode("d/decode", "d", requests=(), total_num_scheduled_tokens=0)
     steps = [gemm("a", [1], ["k1"], backend="triton"), tune, gemm("b", [1, 2], ["k2", "k3"], backend="triton"),
-             att, {"id": "d/decode", "stage": "d", "kind": "decode"}]
+             att, decode]
     jobs = pc.compile_jobs(steps)
     assert [(j.key, j.release) for j in jobs] == [("k1", -1), ("k2", 1), ("k3", 1), ("att-key", 1)]
-    assert jobs[3].values == [[7]] and jobs[3].kind == "attention" and jobs[3].step["num_tokens"] == 7
+    assert jobs[3].values == [[7]] and jobs[3].kind == "attention" and jobs[3].step.num_tokens == 7
 
 
 def test_default_jobs_is_the_cpu_cores_capped():
@@ -373,7 +394,7 @@ def test_no_pool_on_cpu_for_gpu_backends_and_with_nothing_keyed(fake_env):
     steps = plan(gemm("a", [1, 2], ["k1", "k2"], backend="triton"))
     rep = execute(steps, None, Options(jobs=4, device="cpu", runner="none", backends={"all": "null"})).to_dict()
     assert rep["precompile"]["status"] == "off" and "device cpu" in rep["precompile"]["reason"]
-    rep = execute(plan({"id": "d/x", "stage": "d", "kind": "decode"}), None,
+    rep = execute(plan(st.Decode("d/x", "d", requests=(), total_num_scheduled_tokens=0)), None,
                   Options(jobs=4, device="cpu", runner="none")).to_dict()
     assert rep["precompile"]["status"] == "off" and rep["precompile"]["jobs"] == 0
 
@@ -381,7 +402,7 @@ def test_no_pool_on_cpu_for_gpu_backends_and_with_nothing_keyed(fake_env):
 # --- report, summary table, progress, CLI ------------------------------------------------------------------
 
 def test_stage_summary_adds_the_workers_compiles_and_the_table_shows_them():
-    r = Report({"plan": "p"})
+    r = Report(plan())
     r.add_step({"id": "s/a", "stage": "s", "kind": "gemm", "status": "ok", "kernel_calls": 3, "wall_s": 0.1,
                 "jit": {"compiled": 1, "disk_loads": 4},
                 "precompile": {"keys": 4, "jobs": 3, "compiled": 3, "disk_loads": 0, "failed": 0}})

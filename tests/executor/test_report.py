@@ -10,6 +10,7 @@ from execlib import TINY, TUNED_PLAN, by_id, load_report, run_cli
 
 from executor import report as report_mod
 from executor.report import Report
+from planner.expanded import ExpandedPlan
 
 
 def record(i, stage="s", status="ok", calls=3, compiled=1, disk=2):
@@ -19,7 +20,7 @@ def record(i, stage="s", status="ok", calls=3, compiled=1, disk=2):
 
 
 def test_stage_summary_and_table():
-    r = Report({"plan": "p", "engine": "e", "digest": "sha256:x"})
+    r = Report(ExpandedPlan(plan="p", engine="e", planner_version="0", digest="sha256:x", inputs={}, steps=()))
     for i, status in enumerate(("ok", "ok", "failed", "unavailable", "skipped")):
         r.add_step(record(i, status=status))
     r.add_step(record(9, stage="t", compiled=None))
@@ -39,7 +40,7 @@ def test_stage_summary_and_table():
     (("failed",), True, 1),
 ])
 def test_exit_codes(statuses, allow, code):
-    r = Report({}, {"allow_missing": allow})
+    r = Report(None, {"allow_missing": allow})
     for i, s in enumerate(statuses):
         r.add_step(record(i, status=s))
     assert r.exit_code() == code
@@ -48,7 +49,7 @@ def test_exit_codes(statuses, allow, code):
 
 
 def test_verify_compiles_fail_the_run():
-    r = Report({})
+    r = Report(None)
     r.add_step(record(0))
     r.verify = {"calls": 10, "keys": [], "seed": 0, "post_seal_compiles": 1, "failures": [], "wall_s": 0.1,
                 "events": [{"step": "verify/x/m3", "kernel": "k"}]}
@@ -58,7 +59,7 @@ def test_verify_compiles_fail_the_run():
 def test_write_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "report.json"
     path.write_text('{"old": true}\n')
-    r = Report({"plan": "p"})
+    r = Report(ExpandedPlan(plan="p", engine="e", planner_version="0", digest="", inputs={}, steps=()))
 
     def broken_fsync(fd):
         raise OSError("disk full")

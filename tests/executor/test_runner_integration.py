@@ -34,18 +34,18 @@ class FakeRunner:
         self.log.append(("init",))
 
     def execute_model(self, step):
-        self.log.append(("execute", step["id"], self.in_scope))
-        if step["id"] in self.fail_on:
-            raise RuntimeError(f"fake failure in {step['id']}")
-        if step["id"] in self.compile_on:
+        self.log.append(("execute", step.id, self.in_scope))
+        if step.id in self.fail_on:
+            raise RuntimeError(f"fake failure in {step.id}")
+        if step.id in self.compile_on:
             from triton import knobs
 
-            fn = types.SimpleNamespace(name=self.compile_on[step["id"]], module="fake")
+            fn = types.SimpleNamespace(name=self.compile_on[step.id], module="fake")
             knobs.runtime.jit_cache_hook(key="k", repr="fake[i32]", fn=fn, compile={}, is_manual_warmup=False,
                                          already_compiled=False)
 
     def sample_tokens(self, step):
-        self.log.append(("sample", step["id"], self.in_scope))
+        self.log.append(("sample", step.id, self.in_scope))
         self.stats["samples"] += 1
 
     def capture_cudagraphs(self, step):

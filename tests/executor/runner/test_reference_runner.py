@@ -18,6 +18,8 @@ from executor.runner import ModelRunner, ReferenceRunner  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
 from planner.expand import expand  # noqa: E402
 from planner.plan import load_plan  # noqa: E402
+from executor.runner.trace import TraceBatch  # noqa: E402
+from planner.steps import CachedRequest, Cleanup, Decode, NewRequest, Prefill, Sample  # noqa: E402
 from runner_refs import forward, rel_err  # noqa: E402
 
 TINY = "tests/fixtures/engines/runner-tiny.yaml"
@@ -58,23 +60,26 @@ def make_runner(kernel_device, **engine_args) -> ReferenceRunner:
 
 
 def new(req_id, prompt, scheduled, blocks, params=GREEDY):
-    return {"req_id": req_id, "num_scheduled_tokens": scheduled, "block_ids": [blocks],
-            "prompt_token_ids": prompt, "sampling_params": params}
+    return NewRequest(req_id, scheduled, [blocks], prompt, params)
 
 
 def cached(runner, req_id, scheduled, new_blocks=None, spec=0):
     req = runner.requests[req_id]
     computed = len(req.token_ids) - 1 if len(req.token_ids) > len(req.prompt_token_ids) else req.num_computed_tokens
-    return {"req_id": req_id, "num_computed_tokens": computed, "num_scheduled_tokens": scheduled,
-            "num_spec_tokens": spec, "new_block_ids": [new_blocks] if new_blocks else None}
+    return CachedRequest(req_id, computed, scheduled, spec, None, [new_blocks] if new_blocks else None)
 
 
-def step(*requests, **extra):
-    return {"kind": "mixed", "requests": list(requests),
-            "total_num_scheduled_tokens": sum(r["num_scheduled_tokens"] for r in requests), **extra}
+def step(*requests, total=None):
+    """A scheduler step as a serving trace makes them (requests mix new and running ones)."""
+    total = sum(r.num_scheduled_tokens for r in requests) if total is None else total
+    return TraceBatch("test/step", "test", "mixed", requests, total, (0,), ())
 
 
-SAMPLE = {"kind": "sample", "grammar_bitmask": None, "sampling_params": {}}
+def cleanup(*req_ids):
+    return Cleanup("test/cleanup", "test", finished_req_ids=req_ids)
+
+
+SAMPLE = Sample("test/sample", "test", grammar_bitmask=None, sampling_params={}, features=())
 
 
 def check_against_reference(runner, tolerance):
@@ -121,7 +126,7 @@ def test_forward_matches_dense_reference_over_chunks_and_decodes(kernel_device, 
     check_against_reference(runner, tolerance)
     runner.sample_tokens(SAMPLE)
     assert runner.stats["decode_eager"] == 1 and runner.stats["prefill_steps"] == 2
-    runner.execute_model({"kind": "cleanup", "finished_req_ids": ["a", "b", "c", "unknown"]})
+    runner.execute_model(cleanup("a", "b", "c", "unknown"))
     assert not runner.requests and len(runner.free_slots) == runner.max_num_seqs
 
 
@@ -154,8 +159,7 @@ def test_speculative_decode_uses_drafts_and_rejection(kernel_device):
         assert tokens[:-1] == drafts[:len(tokens) - 1], "accepted tokens are a prefix of the drafts"
     # The scheduler says b accepted one draft less than the runner did: the runner follows it.
     b = runner.requests["b"]
-    entry = {"req_id": "b", "num_computed_tokens": len(b.prompt_token_ids) + 1, "num_scheduled_tokens": 2,
-             "num_spec_tokens": 1, "new_block_ids": None}
+    entry = CachedRequest("b", len(b.prompt_token_ids) + 1, 2, 1, None, None)
     runner.execute_model(step(entry))
     assert runner._pending[0].num_computed == [5] and len(b.token_ids) == 6
 
@@ -173,13 +177,13 @@ def test_plan_batch_steps_run_and_leave_nothing_behind(kernel_device):
     engine = load_engine(TINY)
     plan = expand(load_plan("vllm"), engine)
     runner = make_runner(kernel_device)
-    steps = [s for s in plan["steps"] if s["kind"] in ("prefill", "sample", "decode", "cleanup")]
+    steps = [s for s in plan.steps if isinstance(s, (Prefill, Sample, Decode, Cleanup))]
     with runner.warmup_scope():
         assert runner.kv_connector.disabled
         for s in steps:
-            out = runner.execute_model(s) if s["kind"] != "sample" else runner.sample_tokens(s)
-            if s["kind"] == "sample":
-                assert len(out["tokens"]) == len(steps[0]["requests"])
+            out = getattr(runner, s.runner_method)(s)
+            if isinstance(s, Sample):
+                assert len(out["tokens"]) == len(steps[0].requests)
                 assert all(len(v) == 1 for v in out["logprobs"].values())  # logprobs: 5 in the plan
     assert not runner.kv_connector.disabled and not runner.requests
     assert runner.kv_connector.shipped_blocks == 0, "the warmup's requests never reach the connector"
@@ -198,18 +202,17 @@ def test_a_failing_step_restores_connector_and_frees_requests(kernel_device):
     assert not runner.kv_connector.disabled and not runner.requests
     assert len(runner.free_slots) == runner.max_num_seqs and runner.sample_tokens(SAMPLE) is None
     runner.execute_model(step(new("a", [1, 2, 3], 3, [1])))  # still usable
-    runner.execute_model({"kind": "cleanup", "finished_req_ids": ["a"]})
+    runner.execute_model(cleanup("a"))
     assert runner.kv_connector.shipped_blocks == 1  # outside warmup the connector sees finished requests
 
 
 def test_step_errors_name_the_problem(kernel_device):
     runner = make_runner(kernel_device)
     with pytest.raises(ValueError, match="unknown to the runner"):
-        runner.execute_model(step({"req_id": "x", "num_computed_tokens": 0, "num_scheduled_tokens": 1,
-                                   "num_spec_tokens": 0, "new_block_ids": None}))
+        runner.execute_model(step(CachedRequest("x", 0, 1, 0, None, None)))
     with pytest.raises(ValueError, match="do not fit"):
         runner.execute_model(step(new("a", list(range(9)), 9, [1])))
     with pytest.raises(ValueError, match="total_num_scheduled_tokens"):
-        runner.execute_model({**step(new("a", [1, 2], 2, [1])), "total_num_scheduled_tokens": 5})
+        runner.execute_model(step(new("a", [1, 2], 2, [1]), total=5))
     with pytest.raises(ValueError, match="unknown sampling parameters"):
         runner.execute_model(step(new("a", [1, 2], 2, [1], {"temprature": 0.5})))

@@ -25,7 +25,7 @@ ENGINES = ("llama-3.1-8b-fp8-h100", "qwen3-30b-a3b-fp8-h100", "mixtral-8x7b-tp2-
 
 
 def planned(plan: dict) -> set:
-    return {k for s in plan["steps"] if s["kind"] == "kernel" for k in s["compile_keys"]}
+    return {k for s in plan.steps if s.kind == "kernel" for k in s.compile_keys}
 
 
 def reference(name: str):
@@ -41,7 +41,7 @@ def test_every_token_count_and_padded_decode_is_planned(name):
     keys = planned(plan)
     facts = rk.RunnerFacts.from_engine(engine.data)
     scale = engine.data["model"]["attention"][0]["head_size"] ** -0.5
-    sizes = sorted(next((s["uniform_decode_sizes"] for s in plan["steps"] if s["kind"] == "cudagraph"), []))
+    sizes = sorted(next((s.uniform_decode_sizes for s in plan.steps if s.kind == "cudagraph"), []))
     for t in range(1, facts.max_tokens + 1):
         assert rk.prepare_inputs_launch(facts, t, t).key() in keys, t
     q = facts.decode_query_len
@@ -61,18 +61,18 @@ def test_every_token_count_and_padded_decode_is_planned(name):
 @pytest.mark.parametrize("name", ENGINES)
 def test_steps_are_one_kernel_each_and_their_specs_give_their_keys(name):
     _, plan = reference(name)
-    steps = [s for s in plan["steps"] if s["kind"] == "kernel"]
-    assert [s["kernel"] for s in steps] == list(dict.fromkeys(s["kernel"] for s in steps))
+    steps = [s for s in plan.steps if s.kind == "kernel"]
+    assert [s.kernel for s in steps] == list(dict.fromkeys(s.kernel for s in steps))
     for s in steps:
-        assert s["backend"] == "triton" and len(s["variants"]) == len(s["compile_keys"]) >= 1
-        assert len(set(s["compile_keys"])) == len(s["compile_keys"])
-        for spec, key in zip(s["variants"], s["compile_keys"]):
-            assert rk.Launch.from_spec(s["kernel"], spec).key() == key
+        assert s.backend == "triton" and len(s.variants) >= 1 and s.exact
+        assert len(set(s.compile_keys)) == len(s.compile_keys)
+        for variant in s.variants:
+            assert rk.Launch.from_spec(s.kernel, variant.first.spec()).key() == variant.key
     expected = {"_prepare_inputs_kernel", "_write_kv_kernel", "_paged_prefill_attention_kernel",
                 "_paged_decode_attention_kernel", "_apply_bitmask_kernel", "_penalties_kernel",
                 "_gumbel_sample_kernel"}
     speculative = load_engine(name).data["speculative"]["num_speculative_tokens"] > 0
-    assert {s["kernel"] for s in steps} == expected | ({"_rejection_sample_kernel"} if speculative else set())
+    assert {s.kernel for s in steps} == expected | ({"_rejection_sample_kernel"} if speculative else set())
 
 
 def test_llama_input_kernel_has_the_four_int_class_pairs():
@@ -80,14 +80,14 @@ def test_llama_input_kernel_has_the_four_int_class_pairs():
     a decode batch of 9 requests padded to the 16-token graph (47 padded to 48 is the same key,
     the one trace_proof found cold in bench/RESULTS.md, part C)."""
     _, plan = reference("llama-3.1-8b-fp8-h100")
-    step = next(s for s in plan["steps"] if s["id"] == "runner_kernels/prepare_inputs")
-    pairs = [tuple(v["args"][7:9]) for v in step["variants"]]
+    step = next(s for s in plan.steps if s.id == "runner_kernels/prepare_inputs")
+    pairs = [tuple(v.first.args[7:9]) for v in step.variants]
     assert pairs == [(1, 1), (2, 2), (9, 16), (16, 16)]
 
 
 def test_an_engine_the_runner_cannot_run_gets_no_runner_kernels():
     _, plan = reference("deepseek-v3-fp8-tp8-h200")  # MLA: head_size_v != head_size
-    assert not [s for s in plan["steps"] if s["kind"] == "kernel"]
+    assert not [s for s in plan.steps if s.kind == "kernel"]
 
 
 def test_enforce_eager_plans_no_padded_decode_pair():
@@ -127,11 +127,11 @@ def test_observed_key_reads_dtype_alignment_and_int_classes():
 
 def test_each_runner_key_is_one_precompile_job():
     _, plan = reference("llama-3.1-8b-fp8-h100")
-    jobs = [j for j in precompile.compile_jobs(plan["steps"]) if j.kind == "kernel"]
+    jobs = [j for j in precompile.compile_jobs(plan.steps) if j.kind == "kernel"]
     assert sorted(j.key for j in jobs) == sorted(planned(plan))
     for job in jobs:
-        assert job.backend == "triton" and job.step["variants"] == job.values and len(job.values) == 1
-        assert rk.Launch.from_spec(job.step["kernel"], job.values[0]).key() == job.key
+        assert job.backend == "triton" and job.step.call_values() == job.values and len(job.values) == 1
+        assert job.values[0].key() == job.key
 
 
 # --- the runner itself (Triton interpreter on CPU, native on a GPU) ------------------------------------
@@ -169,8 +169,8 @@ def test_every_runner_kernel_matches_its_one_declaration():
 
     assert set(kernels.LAUNCHABLE) == set(rk.KERNELS)
 
-    def _write_kv_kernel(K, V, KCache, VCache, slot_mapping, stride_vt, stride_kt, ROW: "tl.constexpr",
-                         BLOCK: "tl.constexpr"):
+    def _write_kv_kernel(K, V, KCache, VCache, slot_mapping, stride_vt, stride_kt, ROW: "constexpr",
+                         BLOCK: "constexpr"):
         pass
 
     with pytest.raises(TypeError, match="does not match its declaration"):

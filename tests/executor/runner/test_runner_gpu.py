@@ -10,6 +10,7 @@ pytest.importorskip("triton")
 
 from executor.runner import ReferenceRunner  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
+from planner.steps import CudaGraph  # noqa: E402
 from runner_refs import forward, rel_err  # noqa: E402
 from test_reference_runner import SAMPLE, cached, new, step, tiny_engine, tol  # noqa: E402
 
@@ -22,8 +23,9 @@ def test_graph_replay_matches_eager_and_reference(spec):
     runners = [ReferenceRunner(tiny_engine(spec=spec, fp8=False), device="cuda", seed=1, use_cuda_graphs=graphs)
                for graphs in (True, False)]
     graphed, eager = runners
-    graphed.capture_cudagraphs({"kind": "cudagraph", "uniform_decode_sizes": [8 * q, 4 * q, 2 * q, q],
-                                "decode_query_len": q, "num_warmups": 1})
+    graphed.capture_cudagraphs(CudaGraph("g/capture", "g", mode="FULL", sizes=(),
+                                         uniform_decode_sizes=(8 * q, 4 * q, 2 * q, q), decode_query_len=q,
+                                         num_warmups=1))
     assert graphed.graphs.sizes == [q, 2 * q, 4 * q, 8 * q]
     prompts = {"a": [1, 2, 3, 4, 5], "b": [9, 8, 7], "c": [4, 4, 4, 4, 4, 4, 4]}
     blocks = {"a": [3, 4, 5], "b": [6, 7, 8], "c": [9, 10, 11, 12]}
@@ -87,7 +89,7 @@ def test_compile_only_warmup_of_the_planned_keys_leaves_the_runner_nothing_to_co
 
     engine = tiny_engine(spec=spec, fp8=False)
     plan = expand(load_plan("reference"), load_engine("tests/fixtures/engines/runner-tiny.yaml"))
-    sizes = sorted(next(s for s in plan["steps"] if s["kind"] == "cudagraph")["uniform_decode_sizes"])
+    sizes = sorted(next(s for s in plan.steps if s.kind == "cudagraph").uniform_decode_sizes)
     facts = rk.RunnerFacts.from_engine(engine)
     launches = rk.runner_variants(facts, [s for s in sizes if s % facts.decode_query_len == 0],
                                   engine["model"]["attention"][0]["head_size"] ** -0.5)
@@ -96,8 +98,9 @@ def test_compile_only_warmup_of_the_planned_keys_leaves_the_runner_nothing_to_co
     before = _compiled_variants()
     assert before >= len(launches)
     runner = ReferenceRunner(engine, device="cuda", num_layers=1)
-    runner.capture_cudagraphs({"kind": "cudagraph", "decode_query_len": facts.decode_query_len,
-                               "uniform_decode_sizes": sizes[::-1], "num_warmups": 1})
+    runner.capture_cudagraphs(CudaGraph("g/capture", "g", mode="FULL", sizes=(),
+                                        uniform_decode_sizes=tuple(sizes[::-1]),
+                                        decode_query_len=facts.decode_query_len, num_warmups=1))
     config = TraceConfig(num_steps=60, prompt_median=20, output_median=6, arrival_rate=1.0, initial_requests=6,
                          structured_fraction=0.5)
     with kernels.record_launches() as launched:

@@ -15,6 +15,7 @@ from planner.expand import expand
 from kernel_model import runner_kernels
 from planner.plan import load_plan
 from planner.schema import load_schema
+from planner.steps import CachedRequest, NewRequest, thaw
 
 TINY = "tests/fixtures/engines/runner-tiny.yaml"
 BENCH_ENGINES = ("llama-3.1-8b-fp8-h100", "qwen3-30b-a3b-fp8-h100",
@@ -39,31 +40,31 @@ def test_steps_stay_within_the_engine_limits(name):
     finished: set[str] = set()
     kinds = set()
     for execute, sample in TraceScheduler(engine, TraceConfig(num_steps=300, seed=1)):
-        kinds.add(execute["kind"])
-        for req_id in execute["finished_req_ids"]:
+        kinds.add(execute.kind)
+        for req_id in execute.finished_req_ids:
             finished.add(req_id)
             del held[req_id]
-        reqs = execute["requests"]
+        reqs = execute.requests
         assert 0 < len(reqs) <= sched["max_num_seqs"]
-        total = sum(r["num_scheduled_tokens"] for r in reqs)
-        assert total == execute["total_num_scheduled_tokens"] <= sched["max_num_batched_tokens"]
+        total = sum(r.num_scheduled_tokens for r in reqs)
+        assert total == execute.total_num_scheduled_tokens <= sched["max_num_batched_tokens"]
         for r in reqs:
-            assert r["req_id"] not in finished
-            if "block_ids" in r:
-                assert r["req_id"] not in held and r["num_scheduled_tokens"] <= len(r["prompt_token_ids"])
-                held[r["req_id"]], start = list(r["block_ids"][0]), 0
+            assert r.req_id not in finished
+            if isinstance(r, NewRequest):
+                assert r.req_id not in held and r.num_scheduled_tokens <= len(r.prompt_token_ids)
+                held[r.req_id], start = list(r.block_ids[0]), 0
             else:
-                assert r["num_computed_tokens"] >= computed[r["req_id"]]  # accepted drafts only add
-                assert r["num_spec_tokens"] <= k and r["num_scheduled_tokens"] >= 1 + r["num_spec_tokens"] or \
-                    r["num_spec_tokens"] == 0
-                held[r["req_id"]] += (r["new_block_ids"] or [[]])[0]
-                start = r["num_computed_tokens"]
-            computed[r["req_id"]] = start
-            assert len(held[r["req_id"]]) * page >= start + r["num_scheduled_tokens"]
+                assert r.num_computed_tokens >= computed[r.req_id]  # accepted drafts only add
+                assert r.num_spec_tokens <= k and r.num_scheduled_tokens >= 1 + r.num_spec_tokens or \
+                    r.num_spec_tokens == 0
+                held[r.req_id] += (r.new_block_ids or [[]])[0]
+                start = r.num_computed_tokens
+            computed[r.req_id] = start
+            assert len(held[r.req_id]) * page >= start + r.num_scheduled_tokens
         live = [b for blocks in held.values() for b in blocks]
         assert len(live) == len(set(live)) and all(0 < b < kv["num_blocks"] for b in live)
-        if sample["grammar_bitmask"]:
-            assert sample["grammar_bitmask"]["num_rows"] == len(sample["grammar_bitmask"]["req_ids"])
+        if sample.grammar_bitmask:
+            assert sample.grammar_bitmask.num_rows == len(sample.grammar_bitmask.req_ids)
     assert kinds == {"prefill", "decode", "mixed"} and finished
 
 
@@ -75,28 +76,29 @@ def test_plan_format_and_seed():
     defs = load_schema("expanded-plan")["$defs"]
     validator = jsonschema.Draft202012Validator({"$ref": "#/$defs/step", "$defs": defs})
     first = steps[0][0]
-    assert first["kind"] == "prefill" and first["total_num_scheduled_tokens"] == 8192  # the burst, chunked
+    assert first.kind == "prefill" and first.total_num_scheduled_tokens == 8192  # the burst, chunked
     # Apart from the trace's extensions (per-request prompt and sampling params, finished ids in
     # any step, new and cached entries in one step), steps validate as the plan's do.
     items = {kind: jsonschema.Draft202012Validator({**defs[kind]["properties"]["requests"]["items"], "$defs": defs})
              for kind in ("prefill", "decode")}
     for execute, sample in steps:
-        for r in execute["requests"]:
-            r = {k: v for k, v in r.items() if k not in ("prompt_token_ids", "sampling_params")}
-            items["prefill" if "block_ids" in r else "decode"].validate(r)
-        if execute["kind"] != "mixed":
-            plain = {k: v for k, v in execute.items() if k != "finished_req_ids"}
-            plain["requests"] = [{k: v for k, v in r.items() if k not in ("prompt_token_ids", "sampling_params")}
-                                 for r in plain["requests"]]
-            validator.validate({**plain, "prompt_token_ids": [0]} if execute["kind"] == "prefill" else plain)
-        validator.validate(sample)
+        requests = [{k: v for k, v in thaw(r).items() if k not in ("prompt_token_ids", "sampling_params")}
+                    for r in execute.requests]
+        for r, typed in zip(requests, execute.requests):
+            items["prefill" if isinstance(typed, NewRequest) else "decode"].validate(r)
+        if execute.kind != "mixed":
+            plain = {"id": execute.id, "stage": execute.stage, "kind": execute.kind, "requests": requests,
+                     "total_num_scheduled_tokens": execute.total_num_scheduled_tokens,
+                     "num_common_prefix_blocks": list(execute.num_common_prefix_blocks)}
+            validator.validate({**plain, "prompt_token_ids": [0]} if execute.kind == "prefill" else plain)
+        validator.validate(sample.to_dict())
 
 
 def test_speculative_decodes_carry_drafts():
     engine = load_engine("tests/fixtures/engines/runner-qwen3-30b-a3b-fp8-ngram2.yaml").data
-    spec = [r["num_spec_tokens"] for e, _ in TraceScheduler(engine, TraceConfig(num_steps=60))
-            for r in e["requests"] if "num_computed_tokens" in r and r["num_scheduled_tokens"] > 1
-            and r["num_spec_tokens"]]
+    spec = [r.num_spec_tokens for e, _ in TraceScheduler(engine, TraceConfig(num_steps=60))
+            for r in e.requests if isinstance(r, CachedRequest) and r.num_scheduled_tokens > 1
+            and r.num_spec_tokens]
     assert spec and set(spec) == {2}
 
 
@@ -108,10 +110,10 @@ def launch_keys(steps, engine, graph_sizes: list[int]) -> set:
     scale = engine.data["model"]["attention"][0]["head_size"] ** -0.5
     q, keys = facts.decode_query_len, set()
     for s in steps:
-        if s["kind"] == "cudagraph":
-            keys |= {runner_kernels.prepare_inputs_launch(facts, n, n).key() for n in s["uniform_decode_sizes"]}
-        elif s.get("requests"):
-            tokens = [r["num_scheduled_tokens"] for r in s["requests"]]
+        if s.kind == "cudagraph":
+            keys |= {runner_kernels.prepare_inputs_launch(facts, n, n).key() for n in s.uniform_decode_sizes}
+        elif getattr(s, "requests", None):
+            tokens = [r.num_scheduled_tokens for r in s.requests]
             n, uniform = sum(tokens), all(t == q for t in tokens)
             padded = padded_size(graph_sizes, n) if uniform else None
             keys.add(runner_kernels.prepare_inputs_launch(facts, n, padded or n).key())
@@ -120,8 +122,8 @@ def launch_keys(steps, engine, graph_sizes: list[int]) -> set:
     return keys
 
 
-def planned_runner_keys(plan: dict) -> set:
-    return {k for s in plan["steps"] if s["kind"] == "kernel" for k in s["compile_keys"]}
+def planned_runner_keys(plan) -> set:
+    return {k for s in plan.steps if s.kind == "kernel" for k in s.compile_keys}
 
 
 @pytest.mark.parametrize("name", BENCH_ENGINES)
@@ -132,11 +134,11 @@ def test_reference_plan_covers_the_trace_specializations(name):
     (which the reference plan's extra batch stages covered before that stage existed)."""
     engine = load_engine(name)
     plan = expand(load_plan("plans/reference.yaml"), engine)
-    graph_sizes = sorted(next(s for s in plan["steps"] if s["kind"] == "cudagraph")["uniform_decode_sizes"])
+    graph_sizes = sorted(next(s for s in plan.steps if s.kind == "cudagraph").uniform_decode_sizes)
     trace = [e for e, _ in TraceScheduler(engine.data, TraceConfig(num_steps=500))]
     reached = launch_keys(trace, engine, graph_sizes)
     assert reached <= planned_runner_keys(plan)
-    cold = reached - launch_keys(plan["steps"], engine, graph_sizes)
+    cold = reached - launch_keys(plan.steps, engine, graph_sizes)
     assert {k.split("[")[0] for k in cold} <= {"runner.prepare_inputs", "runner.prefill_attention"}
     assert any("BLOCK_M=64" in k for k in cold)
 
@@ -146,10 +148,10 @@ class RecordingRunner:
         self.calls = []
 
     def execute_model(self, step):
-        self.calls.append(("execute", step["kind"]))
+        self.calls.append(("execute", step.kind))
 
     def sample_tokens(self, step):
-        self.calls.append(("sample", step["kind"]))
+        self.calls.append(("sample", step.kind))
 
 
 def test_run_trace_drives_any_runner():
@@ -186,13 +188,13 @@ def test_pre_40746_variant_leaves_the_prefill_path_cold():
 
     engine = load_engine("tests/fixtures/engines/runner-llama-3.1-8b-fp8-ngram1.yaml")
     plan = expand(load_plan("tests/fixtures/plans/reference-pre-40746.yaml"), engine)
-    graph_sizes = sorted(next(s for s in plan["steps"] if s["kind"] == "cudagraph")["uniform_decode_sizes"])
+    graph_sizes = sorted(next(s for s in plan.steps if s.kind == "cudagraph").uniform_decode_sizes)
     trace = [e for e, _ in TraceScheduler(engine.data, TraceConfig(num_steps=200))]
     assert not planned_runner_keys(plan), "the fixture plans no runner kernels, as vLLM before #40746"
-    missing = launch_keys(trace, engine, graph_sizes) - launch_keys(plan["steps"], engine, graph_sizes)
+    missing = launch_keys(trace, engine, graph_sizes) - launch_keys(plan.steps, engine, graph_sizes)
     attention = {k for k in missing if k.startswith("runner.prefill_attention")}
     assert len(attention) == 1 and "BLOCK_M=64" in attention.pop()
-    assert not any("prefill_attention" in k for k in launch_keys(plan["steps"], engine, graph_sizes))
+    assert not any("prefill_attention" in k for k in launch_keys(plan.steps, engine, graph_sizes))
     findings, _ = lints.run(plan, engine.data)
     assert {f.lint.code for f in findings} == {"E101"}
     builtin = expand(load_plan("plans/reference.yaml"), engine)

@@ -1,0 +1,52 @@
+"""The digests of a plan's inputs: made when a plan is expanded, checked when it is used.
+
+An expanded plan carries the sha256 of exactly the inputs that shaped it, one per input
+(``inputs``), and a digest of those (``digest``): the resolved plan's stages, the engine
+config with defaults applied (name and description excluded), the planner version, and
+the tuned kernel tables its dispatch read (with their names, to read them again). The
+same functions make them (planner.expand) and recompute them for a stale-plan check
+(planner.review.stale), so the two cannot disagree on what an input is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from . import __version__, tables
+
+INPUTS = ("plan", "engine", "planner", "kernel_configs")
+
+
+def digest(value) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def input_digests(plan, engine, consulted: dict | None = None) -> dict:
+    """The inputs of a plan expanded now. `consulted`: {table name: content or None} of the tuned
+    tables the dispatch read (planner.tables.TableReader.consulted)."""
+    inputs = {"plan": digest(plan.shaping_fields()), "engine": digest(engine.shaping_fields()),
+              "planner": __version__}
+    if consulted:
+        # Only plans whose dispatch read tables carry this input (and the names, to re-read them).
+        inputs["kernel_configs"] = digest(consulted)
+        inputs["kernel_config_tables"] = sorted(consulted)
+    return inputs
+
+
+def current_inputs(recorded: dict, engine, plan=None) -> dict:
+    """The recorded inputs' values now, for the engine (and the plan, when given): what
+    ``input_digests`` would record today. The plan is compared only when given."""
+    now = {"engine": digest(engine.shaping_fields()), "planner": __version__}
+    if plan is not None:
+        now["plan"] = digest(plan.shaping_fields())
+    if "kernel_configs" in recorded:
+        now["kernel_configs"] = digest(tables.reread(recorded.get("kernel_config_tables", [])))
+    return now
+
+
+def changed_inputs(recorded: dict, engine, plan=None) -> list[tuple[str, str, str]]:
+    """(input, digest in the plan, digest now) for every input that changed."""
+    now = current_inputs(recorded, engine, plan)
+    return [(key, recorded[key], now[key]) for key in INPUTS if key in now and recorded.get(key) != now[key]]

@@ -1,0 +1,127 @@
+"""The expanded plan as a typed record, its summary, and its plain (JSON/YAML) forms.
+
+``ExpandedPlan`` is what `warmup plan` makes and `warmup execute` runs: a header (the
+plan and engine it was made for, the digest of its inputs) and typed steps
+(planner.steps). ``to_dict`` gives the plain form the renderers write;
+``from_dict`` reads one back, converting the format's earlier version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from .steps import KINDS, Kernel, Launch, Step, Variant, step_from_dict
+
+FORMAT = "warmup-expanded-plan/v1"
+FORMAT_V1 = "warmup-expanded-plan/v1"
+FORMATS = (FORMAT,)
+
+SUMMARY_KEYS = ("requests", "scheduled_tokens", "gemm_shapes", "gemm_calls", "attention_calls", "autotune_runs",
+                "cudagraph_captures")
+
+
+@dataclass(frozen=True)
+class ExpandedPlan:
+    plan: str
+    engine: str
+    planner_version: str
+    digest: str
+    inputs: dict
+    steps: tuple
+    format: str = FORMAT
+
+    @cached_property
+    def summary(self) -> dict:
+        return summarize(self.steps)
+
+    def header(self) -> dict:
+        """What identifies the plan: its name, its engine, its digest and inputs."""
+        return {"plan": self.plan, "engine": self.engine, "digest": self.digest, "inputs": self.inputs}
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "plan": self.plan, "engine": self.engine, "planner_version": self.planner_version,
+                "digest": self.digest, "inputs": self.inputs, "summary": self.summary,
+                "steps": [to_v1(step) for step in self.steps]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ExpandedPlan":
+        """From the plain form (schema-valid, runs decompressed), of either format version."""
+        read = from_v1 if data["format"] == FORMAT_V1 else step_from_dict
+        return cls(plan=data["plan"], engine=data["engine"], planner_version=data["planner_version"],
+                   digest=data["digest"], inputs=dict(data["inputs"]),
+                   steps=tuple(read(s) for s in data["steps"]))
+
+
+def summarize(steps) -> dict:
+    """Totals a reviewer wants first: steps per kind, requests, GEMM calls."""
+    by_kind: dict = {}
+    totals = dict.fromkeys(SUMMARY_KEYS, 0)
+    for step in steps:
+        by_kind[step.kind] = by_kind.get(step.kind, 0) + 1
+        for key, value in step.totals().items():
+            totals[key] += value
+    return {"steps": len(steps), "steps_by_kind": dict(sorted(by_kind.items())), **totals}
+
+
+# --- format v1 -------------------------------------------------------------------------------------------
+#
+# v1 listed `compile_keys` beside the values and paired them by position: in exact mode
+# compile_keys[i] is m_values[i]'s key, otherwise `key_m_values[i]` is the key's first M; an
+# attention step had one key for its num_tokens and `max_tokens` for its range; a kernel step
+# had `variants` (the launches) and `compile_keys` in the same order. Attention steps named
+# no backend: every attention kernel was the triton backend's.
+
+V1_RANGE = {"gemm": "max_m", "grouped_gemm": "max_m", "attention": "max_tokens"}
+
+
+def from_v1(data: dict) -> Step:
+    """A typed step from a v1 step."""
+    kind = data["kind"]
+    if kind not in ("gemm", "grouped_gemm", "attention", "kernel"):
+        return step_from_dict(data)
+    body = dict(data)
+    keys = body.pop("compile_keys", None) or []
+    firsts = body.pop("key_m_values", None)
+    max_value = body.pop(V1_RANGE.get(kind, ""), None)
+    if kind == "kernel":
+        launches = [Launch.from_spec(body["kernel"], spec) for spec in body.pop("variants")]
+        return Kernel(id=body["id"], stage=body["stage"], backend=body["backend"], kernel=body["kernel"],
+                      variants=tuple(map(Variant, keys, launches)))
+    if kind == "attention":
+        body["backend"] = "triton"
+        firsts = [body["num_tokens"]]
+    elif firsts is None:
+        firsts = body["m_values"] if len(keys) == len(body["m_values"]) else []
+    step = KINDS[kind].from_dict(body)
+    exact = bool(keys) and data.get("key_m_values") is None
+    variants = tuple(map(Variant, keys, firsts)) if len(firsts) == len(keys) else ()
+    return step.replace(variants=variants, exact=exact and bool(variants), max_value=max_value)
+
+
+def to_v1(step: Step) -> dict:
+    """The v1 form of a typed step (the field order the v1 planner wrote)."""
+    data = step.to_dict()
+    if step.kind not in ("gemm", "grouped_gemm", "attention", "kernel"):
+        return data
+    variants = data.pop("variants", None)
+    exact = data.pop("exact", None)
+    max_value = data.pop("max_value", None)
+    if step.kind == "kernel":
+        data["variants"] = [v["first"] for v in variants]
+        data["compile_keys"] = [v["key"] for v in variants]
+        return data
+    if step.kind == "attention":
+        del data["backend"]
+    out = {}
+    for name, value in data.items():
+        if name == "m_values" and max_value is not None and step.backend == "triton":
+            out["max_m"] = max_value
+        out[name] = value
+    if variants:
+        out["compile_keys"] = [v["key"] for v in variants]
+        if not exact:
+            out["key_m_values"] = [v["first"] for v in variants]
+    if max_value is not None and V1_RANGE[step.kind] not in out:
+        out[V1_RANGE[step.kind]] = max_value
+    return out

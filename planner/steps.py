@@ -1,0 +1,841 @@
+"""The step model: one typed, frozen record per step kind, shared by planner and executor.
+
+A step is what crosses from the planner to the executor (and to a model runner): the
+stage handlers build these records, the renderers, `warmup diff` and the lints read
+them, and the executor runs them. Each kind owns what its consumers would otherwise
+re-derive from a dict: its calls (``call_values``, ``planned_calls``), its compile-key
+pairing (``variants``: each compile key with the first value that reaches it) and its
+range, the step reduced to one value and its key (``single``), its facts and one-line
+description for `warmup diff`, its detail in the table output, its share of the plan's
+totals, and its (de)serialisation. ``KINDS`` maps a kind to its class: code that
+branches on a kind looks it up there.
+
+Kinds and what runs them:
+
+    prefill, decode, cleanup   the model runner's ``execute_model`` (scheduler steps)
+    sample                     the model runner's ``sample_tokens``
+    cudagraph                  the model runner's ``capture_cudagraphs``
+    gemm, grouped_gemm,        a backend's method of the step's ``family``, once per
+    attention, kernel          value of ``call_values()``
+    autotune                   a backend's ``autotune`` (family "autotune")
+
+Keyed steps (gemm, grouped_gemm, attention, kernel) carry ``variants``: one
+``Variant(key, first)`` per compile key their calls reach, in order of ``first``, the
+first value (an M, an M_sum, a token count, or a runner launch) that reaches the key.
+``exact`` says that the calls are exactly those first values (one call per compiled
+variant); ``max_value`` is the end of the range the step declares it warms (M, M_sum or
+token count; `warmup execute --verify` draws from 1..max_value), where it declares one.
+A step whose kernel the dispatch models do not cover has no variants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from kernel_model.runner_kernels import Launch
+
+from .words import FactChanges, IntSet, count, list_summary, show, spread
+
+
+# --- (de)serialisation --------------------------------------------------------------------------------
+
+_FIELDS: dict = {}  # record class -> its field names, in declaration (and output) order
+
+
+def field_names(cls) -> tuple:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def thaw(value):
+    """Plain data (lists, dicts, scalars) of a record, a tuple or a value."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return [thaw(v) for v in value]
+    if kind is dict:
+        return {k: thaw(v) for k, v in value.items()}
+    if kind is Launch:
+        return value.spec()
+    if hasattr(value, "OMIT"):
+        return record_dict(value)
+    return value
+
+
+def record_dict(record) -> dict:
+    """A record's fields in declaration order, as plain data, without the ones it omits."""
+    out = {}
+    for name in field_names(type(record)):
+        value = getattr(record, name)
+        if not record.omits(name, value):
+            out[name] = thaw(value)
+    return out
+
+
+def freeze(value):
+    """Immutable form of plain data: lists become tuples (dicts keep their keys)."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        return tuple(freeze(v) for v in value)
+    if kind is dict:
+        return {k: freeze(v) for k, v in value.items()}
+    return value
+
+
+def build(cls, data: dict, nested: dict | None = None):
+    """A record of `cls` from plain data: nested records per field (`nested`), the rest frozen."""
+    nested = nested or {}
+    fields = {}
+    for name, value in data.items():
+        if name in nested and value is not None:
+            make = nested[name]
+            fields[name] = tuple(make(v) for v in value) if isinstance(value, (list, tuple)) else make(value)
+        else:
+            fields[name] = freeze(value)
+    return cls(**fields)
+
+
+class Record:
+    """What every record of the model does: keep lists and dicts it is given in frozen form (so
+    that a record built by a planner stage equals the same record read from a file), and leave
+    optional fields out of its plain form when they are unset."""
+
+    __slots__ = ()
+    OMIT: ClassVar[tuple] = ()  # fields written only when set (not None)
+
+    def __post_init__(self) -> None:
+        for name in field_names(type(self)):
+            value = getattr(self, name)
+            if type(value) is list or type(value) is dict:
+                object.__setattr__(self, name, freeze(value))
+
+    def omits(self, name: str, value) -> bool:
+        return value is None and name in self.OMIT
+
+
+# --- records inside steps ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class NewRequest(Record):
+    """A request a prefill step adds (vLLM's NewRequestData): its tokens and block ids per
+    KV-cache group. Serving traces give each its own prompt and sampling params."""
+
+    req_id: str
+    num_scheduled_tokens: int
+    block_ids: tuple            # one tuple of block ids per KV-cache group
+    prompt_token_ids: tuple | None = None
+    sampling_params: dict | None = None
+
+    OMIT: ClassVar[tuple] = ("prompt_token_ids", "sampling_params")
+
+
+@dataclass(frozen=True, slots=True)
+class CachedRequest(Record):
+    """A running request a decode step continues (vLLM's CachedRequestData, one request)."""
+
+    req_id: str
+    num_computed_tokens: int
+    num_scheduled_tokens: int
+    num_spec_tokens: int
+    num_output_tokens: int | None = None
+    new_block_ids: tuple | None = None  # one tuple per KV-cache group, or None: no new block
+
+    OMIT: ClassVar[tuple] = ("num_output_tokens",)
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarBitmask(Record):
+    """The structured-output bitmask of a sample step: num_rows x width int32 words."""
+
+    num_rows: int
+    width: int
+    fill: int | None = None
+    req_ids: tuple | None = None  # the request of each row (serving traces); None: the batch's first rows
+
+    OMIT: ClassVar[tuple] = ("fill", "req_ids")
+
+
+@dataclass(frozen=True, slots=True)
+class TuneShape(Record):
+    """One GEMM shape an autotune step tunes."""
+
+    kernel: str
+    n: int
+    k: int
+
+
+@dataclass(frozen=True, slots=True)
+class Variant(Record):
+    """One compile key of a step and the first value that reaches it: an M (gemm), an M_sum
+    (grouped_gemm), a token count (attention) or a launch of a runner kernel (kernel)."""
+
+    key: str
+    first: Any
+
+
+# --- steps --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Step(Record):
+    """Fields every step has: `id` (STAGE/NAME, stable and unique: diffs match by it) and `stage`."""
+
+    id: str
+    stage: str
+
+    kind: ClassVar[str] = ""
+    family: ClassVar[str | None] = None   # the backend family that runs it; None: the model runner
+    NESTED: ClassVar[dict] = {}           # field -> how to build its records from plain data
+
+    # --- what runs ---
+
+    def planned_calls(self) -> int:
+        """Kernel calls (or runner calls, or graphs) the step makes."""
+        return 1
+
+    def value_count(self) -> int:
+        """The integers the step holds (plans are bounded in it: planner.limits)."""
+        return 0
+
+    def totals(self) -> dict:
+        """This step's share of the plan's summary (planner.expanded.summarize)."""
+        return {}
+
+    def empty(self) -> str | None:
+        """What is missing when the step would do nothing (`warmup check` E108), else None."""
+        return None
+
+    # --- review ---
+
+    def facts(self) -> dict:
+        """The step's content as a reviewer names it: `warmup diff` compares these."""
+        return {}
+
+    def describe(self) -> str:
+        """One line for an added or removed step."""
+        return self.kind
+
+    def change_lines(self, c: FactChanges) -> list[str]:
+        """The lines of `warmup diff` for this step's changed facts `c` (old -> this step)."""
+        return c.remaining()
+
+    @classmethod
+    def table_detail(cls, group: list) -> str:
+        """The detail column of `warmup plan -f table` for a stage's steps of this kind."""
+        return ""
+
+    # --- (de)serialisation ---
+
+    def to_dict(self) -> dict:
+        out = {"id": self.id, "stage": self.stage, "kind": self.kind}
+        for name in field_names(type(self))[2:]:
+            value = getattr(self, name)
+            if not self.omits(name, value):
+                out[name] = thaw(value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Step":
+        return build(cls, {k: v for k, v in data.items() if k != "kind"}, cls.NESTED)
+
+    def replace(self, **changes) -> "Step":
+        return dataclasses.replace(self, **changes)
+
+
+# --- scheduler steps: the model runner runs them ------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Prefill(Step):
+    """A scheduler step that adds new requests (vLLM's SchedulerOutput.scheduled_new_reqs)."""
+
+    requests: tuple                  # NewRequest
+    total_num_scheduled_tokens: int
+    prompt_token_ids: tuple          # the prompt of every request
+    num_common_prefix_blocks: tuple
+
+    kind: ClassVar[str] = "prefill"
+    runner_method: ClassVar[str] = "execute_model"
+    finished_req_ids: ClassVar[tuple] = ()
+    NESTED: ClassVar[dict] = {"requests": lambda r: build(NewRequest, r)}
+
+    def value_count(self) -> int:
+        return len(self.requests) + len(self.prompt_token_ids) + sum(
+            len(ids) for r in self.requests for ids in r.block_ids)
+
+    def totals(self) -> dict:
+        return {"requests": len(self.requests), "scheduled_tokens": self.total_num_scheduled_tokens}
+
+    def empty(self) -> str | None:
+        return batch_empty(self)
+
+    def facts(self) -> dict:
+        reqs = self.requests
+        return {"prompt_len": spread([r.num_scheduled_tokens for r in reqs]) if reqs else 0,
+                "num_reqs": len(reqs), "tokens": self.total_num_scheduled_tokens,
+                "blocks per request": blocks_per_request([r.block_ids for r in reqs])}
+
+    def describe(self) -> str:
+        f = self.facts()
+        return (f"prefill: {f['num_reqs']} requests x {f['prompt_len']} tokens ({f['tokens']} tokens, "
+                f"{f['blocks per request']} blocks per request)")
+
+    def change_lines(self, c: FactChanges) -> list[str]:
+        lines = []
+        if "prompt_len" in c or "num_reqs" in c:
+            main = "prompt_len" if "prompt_len" in c else "num_reqs"
+            other = "num_reqs" if main == "prompt_len" else "prompt_len"
+            first = c.take(main)
+            detail = c.take(other) if other in c else f"{other} {show(c.after[other])}"
+            if "tokens" in c:
+                detail += ", " + c.take("tokens")
+            lines.append(f"prefill: {first} ({detail})")
+        return lines + c.remaining()
+
+    @classmethod
+    def table_detail(cls, group: list) -> str:
+        return batch_detail(group)
+
+
+@dataclass(frozen=True, slots=True)
+class Decode(Step):
+    """A scheduler step of running requests (vLLM's SchedulerOutput.scheduled_cached_reqs)."""
+
+    requests: tuple                  # CachedRequest
+    total_num_scheduled_tokens: int
+    num_common_prefix_blocks: tuple | None = None
+
+    kind: ClassVar[str] = "decode"
+    runner_method: ClassVar[str] = "execute_model"
+    finished_req_ids: ClassVar[tuple] = ()
+    prompt_token_ids: ClassVar[None] = None
+    OMIT: ClassVar[tuple] = ("num_common_prefix_blocks",)
+    NESTED: ClassVar[dict] = {"requests": lambda r: build(CachedRequest, r)}
+
+    def value_count(self) -> int:
+        return len(self.requests) + sum(len(ids) for r in self.requests for ids in (r.new_block_ids or ()))
+
+    def totals(self) -> dict:
+        return {"scheduled_tokens": self.total_num_scheduled_tokens}
+
+    def empty(self) -> str | None:
+        return batch_empty(self)
+
+    def facts(self) -> dict:
+        reqs = self.requests
+
+        def per(values):
+            return spread(values) if reqs else 0
+
+        return {"requests": len(reqs), "tokens": self.total_num_scheduled_tokens,
+                "tokens per request": per([r.num_scheduled_tokens for r in reqs]),
+                "computed tokens per request": per([r.num_computed_tokens for r in reqs]),
+                "spec tokens per request": per([r.num_spec_tokens for r in reqs]),
+                "new blocks": sum(len(ids) for r in reqs for ids in (r.new_block_ids or ()))}
+
+    def describe(self) -> str:
+        f = self.facts()
+        return (f"decode: {count(f['requests'], 'request')}, {count(f['tokens'], 'token')} "
+                f"({f['spec tokens per request']} spec tokens per request)")
+
+    def change_lines(self, c: FactChanges) -> list[str]:
+        if not c.rest:
+            return []
+        context = "" if "requests" in c else f" ({count(c.after['requests'], 'request')})"
+        totals = [c.take(k) for k in ("requests", "tokens", "new blocks") if k in c]
+        if not totals:
+            context = f" ({count(c.after['tokens'], 'token')}, unchanged)"
+            totals = [count(c.after["requests"], "request")]
+        lines = ["decode: " + ", ".join(totals) + context]
+        per = [c.take(k).replace(" per request", "") for k in ("tokens per request", "spec tokens per request",
+                                                              "computed tokens per request") if k in c]
+        if per:
+            lines.append("per request: " + ", ".join(per))
+        return lines + c.remaining()
+
+    @classmethod
+    def table_detail(cls, group: list) -> str:
+        return batch_detail(group)
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanup(Step):
+    """Finishes requests: the scheduler step that names them as finished, and nothing else."""
+
+    finished_req_ids: tuple
+
+    kind: ClassVar[str] = "cleanup"
+    runner_method: ClassVar[str] = "execute_model"
+    requests: ClassVar[tuple] = ()
+    prompt_token_ids: ClassVar[None] = None
+    total_num_scheduled_tokens: ClassVar[int] = 0
+
+    def value_count(self) -> int:
+        return len(self.finished_req_ids)
+
+    def empty(self) -> str | None:
+        return None if self.finished_req_ids else "a cleanup that finishes no request"
+
+    def facts(self) -> dict:
+        return {"finished requests": len(self.finished_req_ids)}
+
+    def describe(self) -> str:
+        return f"cleanup: {len(self.finished_req_ids)} requests finish"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample(Step):
+    """sample_tokens after the execute step before it: every sampler feature the params use,
+    and the grammar bitmask of structured output where the plan asks for it."""
+
+    grammar_bitmask: GrammarBitmask | None
+    sampling_params: dict            # of every request of the batch ({}: each keeps its own)
+    features: tuple
+
+    kind: ClassVar[str] = "sample"
+    runner_method: ClassVar[str] = "sample_tokens"
+    NESTED: ClassVar[dict] = {"grammar_bitmask": lambda g: build(GrammarBitmask, g)}
+
+    def value_count(self) -> int:
+        return len(self.features)
+
+    def facts(self) -> dict:
+        g = self.grammar_bitmask
+        return {"grammar bitmask": f"{g.num_rows} rows x {g.width} words" if g else "none",
+                "features": frozenset(self.features), "sampling_params": thaw(self.sampling_params)}
+
+    def describe(self) -> str:
+        f = self.facts()
+        return f"sample: {len(f['features'])} sampler features, grammar bitmask {f['grammar bitmask']}"
+
+    @classmethod
+    def table_detail(cls, group: list) -> str:
+        return "grammar bitmask" if any(s.grammar_bitmask for s in group) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class CudaGraph(Step):
+    """CUDA-graph capture at the plan's sizes, largest first (graphs share one memory pool)."""
+
+    mode: str
+    sizes: tuple
+    uniform_decode_sizes: tuple = ()
+    decode_query_len: int | None = None
+    num_warmups: int | None = None
+
+    kind: ClassVar[str] = "cudagraph"
+    runner_method: ClassVar[str] = "capture_cudagraphs"
+    OMIT: ClassVar[tuple] = ("decode_query_len", "num_warmups")
+
+    def planned_calls(self) -> int:
+        return len(self.sizes) + len(self.uniform_decode_sizes)
+
+    def value_count(self) -> int:
+        return self.planned_calls()
+
+    def totals(self) -> dict:
+        return {"cudagraph_captures": self.planned_calls()}
+
+    def empty(self) -> str | None:
+        return None if self.planned_calls() else "a CUDA-graph capture without sizes"
+
+    def facts(self) -> dict:
+        out = {"mode": self.mode, "sizes": IntSet(sorted(set(self.sizes))),
+               "uniform_decode_sizes": IntSet(sorted(set(self.uniform_decode_sizes)))}
+        for name in ("decode_query_len", "num_warmups"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+    def describe(self) -> str:
+        return (f"cudagraph {self.mode}: {list_summary(self.sizes, 'sizes')}, "
+                f"{list_summary(self.uniform_decode_sizes, 'uniform decode sizes')}")
+
+    def change_lines(self, c: FactChanges) -> list[str]:
+        lines = [f"{label}: {c.take_set(key)}" for key, label in (("sizes", "cudagraph sizes"),
+                                                                   ("uniform_decode_sizes", "uniform decode sizes"))
+                 if key in c]
+        return lines + c.remaining()
+
+    @classmethod
+    def table_detail(cls, group: list) -> str:
+        s = group[0]
+        return f"{s.mode}, largest {max(s.sizes + s.uniform_decode_sizes)}"
+
+
+# --- kernel steps: a backend runs them ----------------------------------------------------------------
+
+class Keyed:
+    """A step whose calls compile JIT variants: its compile keys paired with values. The
+    fields `variants`, `exact` and `max_value` are declared last by each keyed kind."""
+
+    __slots__ = ()
+    RANGE_NAME: ClassVar[str] = "max_value"  # how `warmup diff` names max_value for this kind
+    NESTED: ClassVar[dict] = {"variants": lambda v: build(Variant, v)}
+
+    @property
+    def compile_keys(self) -> list[str]:
+        return [v.key for v in self.variants]
+
+    def call_values(self) -> list:
+        """The values the backend's family method is called with, one per call."""
+        raise NotImplementedError
+
+    def single(self, variant: Variant):
+        """The step reduced to one call at the variant's first value, paired with its key."""
+        raise NotImplementedError
+
+    def planned_calls(self) -> int:
+        return len(self.call_values())
+
+    def omits(self, name: str, value) -> bool:
+        """A step without variants writes none of its pairing; max_value only where declared."""
+        if name in ("variants", "exact"):
+            return not self.variants
+        return value is None and (name == "max_value" or name in self.OMIT)
+
+    def change_lines(self, c: FactChanges) -> list[str]:
+        lines = self.value_change_lines(c)
+        if "compile_keys" in c:
+            c.drop("variants")  # a kernel step's launches: the key change says it
+            lines.append(f"{self.review_name()}: {c.take_keys()}")
+        return lines + c.remaining()
+
+    def value_change_lines(self, c: FactChanges) -> list[str]:
+        return []
+
+    def review_name(self) -> str:
+        return f"{self.kind} {self.kernel}"
+
+    def shape_key(self) -> tuple:
+        """What compiles whatever the values: two steps with one shape key share their variants."""
+        raise NotImplementedError
+
+    def slug(self) -> str:
+        """The shape in a word (`gemm-n4096-k4096`), for reports."""
+        return f"{self.kind}-{self.kernel}"
+
+    def value_range(self) -> int:
+        """The largest value the step declares it warms: `max_value`, else its largest call."""
+        raise NotImplementedError
+
+    def key_facts(self) -> dict:
+        out = {"compile_keys": frozenset(self.compile_keys)} if self.variants else {}
+        if self.max_value is not None:
+            out[self.RANGE_NAME] = self.max_value
+        return out
+
+
+class GemmLike(Keyed):
+    """gemm and grouped_gemm: a weight shape called once per M (or M_sum)."""
+
+    __slots__ = ()
+    RANGE_NAME: ClassVar[str] = "max_m"
+
+    def call_values(self) -> list:
+        return list(self.m_values)
+
+    def single(self, variant: Variant):
+        return self.replace(m_values=(variant.first,), variants=(variant,), exact=True)
+
+    def value_count(self) -> int:
+        return len(self.m_values) + 2 * len(self.variants)
+
+    def totals(self) -> dict:
+        return {"gemm_shapes": 1, "gemm_calls": len(self.m_values)}
+
+    def empty(self) -> str | None:
+        return None if self.m_values else "a GEMM without M-values"
+
+    def describe(self) -> str:
+        return f"{self.shape_name()} ({self.kernel}, {self.backend}): {list_summary(self.m_values, 'M-values')}"
+
+    def value_change_lines(self, c: FactChanges) -> list[str]:
+        if "m_values" not in c:
+            return []
+        return [f"{self.shape_name()}: {c.take_set('m_values', 'M-values', always_both=True)}"]
+
+    def review_name(self) -> str:
+        return self.shape_name()
+
+    def value_range(self) -> int:
+        return self.max_value or max(self.m_values)
+
+    @classmethod
+    def table_detail(cls, group: list) -> str:
+        return f"{group[0].kernel} ({group[0].backend})"
+
+    def shape_facts(self, *names: str) -> dict:
+        out = {name: getattr(self, name) for name in names}
+        if self.block_size is not None:
+            out["block_size"] = list(self.block_size)
+        return {**out, "layers": frozenset(self.layers), "m_values": IntSet(sorted(set(self.m_values))),
+                **self.key_facts()}
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm(GemmLike, Step):
+    """One GEMM kernel over one weight shape (A is M x K, the weight N x K), once per M-value."""
+
+    kernel: str
+    backend: str
+    n: int
+    k: int
+    block_size: tuple | None = None
+    layers: tuple = ()
+    m_values: tuple = ()
+    exact: bool = False
+    max_value: int | None = None
+    variants: tuple = ()
+
+    kind: ClassVar[str] = "gemm"
+    family: ClassVar[str] = "gemm"
+    OMIT: ClassVar[tuple] = ("block_size",)
+
+    def shape_name(self) -> str:
+        return f"gemm n={self.n} k={self.k}"
+
+    def shape_key(self) -> tuple:
+        return (self.kind, self.kernel, self.n, self.k, self.block_size)
+
+    def slug(self) -> str:
+        return f"gemm-n{self.n}-k{self.k}"
+
+    def facts(self) -> dict:
+        return self.shape_facts("kernel", "backend", "n", "k")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedGemm(GemmLike, Step):
+    """A grouped (MoE) GEMM over the contiguous expert-sorted layout, one step per weight
+    (w13, w2), once per M_sum (total padded rows, a multiple of `alignment`)."""
+
+    kernel: str
+    backend: str
+    weight: str
+    num_groups: int
+    n: int
+    k: int
+    top_k: int
+    alignment: int = 128
+    block_size: tuple | None = None
+    layers: tuple = ()
+    m_values: tuple = ()
+    exact: bool = False
+    max_value: int | None = None
+    variants: tuple = ()
+
+    kind: ClassVar[str] = "grouped_gemm"
+    family: ClassVar[str] = "grouped_gemm"
+    OMIT: ClassVar[tuple] = ("block_size",)
+
+    def shape_name(self) -> str:
+        return f"grouped_gemm {self.weight} experts={self.num_groups} n={self.n} k={self.k}"
+
+    def shape_key(self) -> tuple:
+        return (self.kind, self.kernel, self.weight, self.num_groups, self.n, self.k, self.alignment)
+
+    def slug(self) -> str:
+        return f"grouped_gemm-{self.weight}-e{self.num_groups}-n{self.n}-k{self.k}"
+
+    def facts(self) -> dict:
+        return self.shape_facts("kernel", "backend", "weight", "num_groups", "n", "k", "top_k", "alignment")
+
+
+@dataclass(frozen=True, slots=True)
+class Attention(Keyed, Step):
+    """A direct call of a prefill attention kernel for one layer key, at num_tokens (one sequence)."""
+
+    kernel: str
+    backend: str
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    scale: float
+    logits_soft_cap: float
+    sliding_window: tuple
+    dtype: str
+    num_tokens: int
+    is_causal: bool = True
+    layers: tuple = ()
+    exact: bool = False
+    max_value: int | None = None
+    variants: tuple = ()
+
+    kind: ClassVar[str] = "attention"
+    family: ClassVar[str] = "attention"
+    RANGE_NAME: ClassVar[str] = "max_tokens"
+    LAYER_KEY: ClassVar[tuple] = ("kernel", "num_heads", "num_kv_heads", "head_size", "scale", "logits_soft_cap",
+                                  "dtype", "is_causal", "sliding_window")
+
+    def call_values(self) -> list:
+        return [[self.num_tokens]]  # one batch of one sequence
+
+    def single(self, variant: Variant) -> "Attention":
+        return self.replace(num_tokens=variant.first, variants=(variant,), exact=True)
+
+    def value_count(self) -> int:
+        return 1 + 2 * len(self.variants)
+
+    def totals(self) -> dict:
+        return {"attention_calls": 1}
+
+    def empty(self) -> str | None:
+        return None if self.num_tokens >= 1 else "an attention call without tokens"
+
+    def facts(self) -> dict:
+        out = {name: getattr(self, name) for name in ("kernel", "backend", "num_heads", "num_kv_heads",
+                                                       "head_size", "scale", "logits_soft_cap")}
+        out.update(sliding_window=list(self.sliding_window), dtype=self.dtype, num_tokens=self.num_tokens,
+                   is_causal=self.is_causal, layers=frozenset(self.layers))
+        return {**out, **self.key_facts()}
+
+    def describe(self) -> str:
+        return (f"attention {self.kernel} heads={self.num_heads} kv_heads={self.num_kv_heads} "
+                f"head_size={self.head_size}: {self.num_tokens} tokens")
+
+    def review_name(self) -> str:
+        return f"attention h={self.num_heads} d={self.head_size}"
+
+    def slug(self) -> str:
+        return f"attention-h{self.num_heads}-kv{self.num_kv_heads}-d{self.head_size}"
+
+    def shape_key(self) -> tuple:
+        return (self.kind, *(getattr(self, name) for name in self.LAYER_KEY))
+
+    def value_range(self) -> int:
+        return self.max_value or self.num_tokens
+
+    @classmethod
+    def table_detail(cls, group: list) -> str:
+        keys = {(g.num_heads, g.num_kv_heads, g.head_size) for g in group}
+        return f"{group[0].kernel}, {len(keys)} layer keys"
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel(Keyed, Step):
+    """Compile-only launches of one of the model runner's Triton kernels, one per compile
+    key: each variant's first value is the launch (kernel_model.runner_kernels.Launch)."""
+
+    backend: str
+    kernel: str
+    exact: bool = True
+    max_value: None = None
+    variants: tuple = ()
+
+    kind: ClassVar[str] = "kernel"
+    family: ClassVar[str] = "kernel"
+
+    def call_values(self) -> list:
+        return [v.first for v in self.variants]
+
+    def single(self, variant: Variant) -> "Kernel":
+        return self.replace(variants=(variant,))
+
+    def shape_key(self) -> tuple:
+        return (self.kind, self.kernel)
+
+    def value_count(self) -> int:
+        return len(self.variants)
+
+    def facts(self) -> dict:
+        return {"backend": self.backend, "kernel": self.kernel,
+                "variants": [v.first.spec() for v in self.variants], **self.key_facts()}
+
+    def describe(self) -> str:
+        return f"kernel {self.kernel} ({self.backend}): {count(len(self.variants), 'variant')}"
+
+    @classmethod
+    def table_detail(cls, group: list) -> str:
+        return f"{len(group)} kernels ({group[0].backend})"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Kernel":
+        body = {k: v for k, v in data.items() if k not in ("kind", "variants")}
+        variants = tuple(Variant(v["key"], Launch.from_spec(data["kernel"], v["first"])) for v in data["variants"])
+        return build(cls, {**body, "variants": variants})
+
+
+@dataclass(frozen=True, slots=True)
+class Autotune(Step):
+    """One tuning run of a library (FlashInfer) or of the executor's own kernels."""
+
+    library: str
+    num_tokens: int
+    buckets: tuple | None = None        # the token counts profiled, where the plan models them
+    cache: str | None = None            # FlashInfer: persistent | memory
+    randomize_inputs: bool | None = None
+    shapes: tuple | None = None         # TuneShape: the executor's kernels tune these shapes
+
+    kind: ClassVar[str] = "autotune"
+    family: ClassVar[str] = "autotune"
+    OMIT: ClassVar[tuple] = ("cache", "randomize_inputs", "shapes")
+    NESTED: ClassVar[dict] = {"shapes": lambda s: build(TuneShape, s)}
+
+    @property
+    def backend(self) -> str:
+        return self.library
+
+    def planned_calls(self) -> int:
+        return max(1, len(self.buckets or (1,)) * max(1, len(self.shapes or ())))
+
+    def value_count(self) -> int:
+        return len(self.buckets or ()) + len(self.shapes or ())
+
+    def totals(self) -> dict:
+        return {"autotune_runs": 1}
+
+    def facts(self) -> dict:
+        out = {"library": self.library, "num_tokens": self.num_tokens,
+               "buckets": IntSet(sorted(set(self.buckets))) if self.buckets is not None else None}
+        for name in ("cache", "randomize_inputs"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        if self.shapes is not None:
+            out["shapes"] = frozenset(f"{s.kernel} n={s.n} k={s.k}" for s in self.shapes)
+        return out
+
+    def describe(self) -> str:
+        return (f"autotune {self.library} at {self.num_tokens} tokens"
+                + (f", {list_summary(self.buckets, 'buckets')}" if self.buckets else ""))
+
+    @classmethod
+    def table_detail(cls, group: list) -> str:
+        s = group[0]
+        return f"{s.library} at {s.num_tokens} tokens" + (f", {len(s.buckets)} buckets" if s.buckets else "")
+
+
+KINDS: dict[str, type[Step]] = {cls.kind: cls for cls in (
+    Prefill, Sample, Decode, Cleanup, Gemm, GroupedGemm, Autotune, Attention, CudaGraph, Kernel)}
+
+# Backend families, in one place: the kernel families a backend can implement.
+FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(cls.family for cls in KINDS.values() if cls.family))
+
+
+def step_from_dict(data: dict) -> Step:
+    """A step from its plain form (the expanded plan's, schema-valid)."""
+    return KINDS[data["kind"]].from_dict(data)
+
+
+# --- facts of batch steps -----------------------------------------------------------------------------
+
+def blocks_per_request(block_ids: list) -> object:
+    """Blocks each request holds, per KV group: '3', '2..4', or '3 + 1' for two groups."""
+    per_group = [[len(g) for g in (groups or ())] for groups in block_ids]
+    if not per_group or not per_group[0]:
+        return 0
+    groups = [spread([counts[g] if g < len(counts) else 0 for counts in per_group])
+              for g in range(max(len(c) for c in per_group))]
+    return groups[0] if len(groups) == 1 else " + ".join(str(g) for g in groups)
+
+
+def batch_empty(step) -> str | None:
+    if not step.requests or step.total_num_scheduled_tokens < 1:
+        return "a batch without requests or tokens"
+    return None
+
+
+def batch_detail(group: list) -> str:
+    requests = sum(len(g.requests) for g in group)
+    return f"{requests} requests, {sum(g.total_num_scheduled_tokens for g in group)} tokens"
