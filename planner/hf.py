@@ -6,7 +6,8 @@ shapes, fused-MoE layers and attention layers that one rank of a vLLM server
 runs, after tensor-parallel (and expert-parallel) sharding, plus KV-cache,
 scheduler, parallel and device facts. ``engine_to_yaml`` writes it as YAML.
 
-This module imports only the standard library: ``warmup`` must start fast.
+This module imports only the standard library and the planner's YAML codec, whose
+writer needs nothing else: ``warmup`` must start fast.
 
 Sharding follows vLLM
 ---------------------
@@ -62,7 +63,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .output import yaml_scalar
+from .yamlio import dump
 
 __all__ = ["GPUS", "HFConfigError", "SUPPORTED_ARCHITECTURES", "engine_from_hf", "engine_to_yaml"]
 
@@ -885,46 +886,6 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
                      par=par, gpu=device)
 
 
-# ----------------------------------------------------------------------------
-# YAML text, written by hand (no PyYAML at import, and full control of style)
-
-_FLOW_LISTS = {"linear", "moe", "attention", "groups"}
-_scalar = yaml_scalar  # the expanded-plan writer's scalars: one quoting rule for all our YAML
-
-
-def _flow(value) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_scalar(k)}: {_flow(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_flow(v) for v in value) + "]"
-    return _scalar(value)
-
-
-def _block(value: dict, indent: int, lines: list) -> None:
-    pad = " " * indent
-    for key, item in value.items():
-        k = _scalar(key)
-        if isinstance(item, dict):
-            if item:
-                lines.append(f"{pad}{k}:")
-                _block(item, indent + 2, lines)
-            else:
-                lines.append(f"{pad}{k}: {{}}")
-        elif isinstance(item, (list, tuple)):
-            if not item:
-                lines.append(f"{pad}{k}: []")
-            elif key in _FLOW_LISTS or any(isinstance(x, (dict, list, tuple)) for x in item):
-                lines.append(f"{pad}{k}:")
-                for x in item:
-                    lines.append(f"{pad}  - {_flow(x)}")
-            else:
-                lines.append(f"{pad}{k}: {_flow(item)}")
-        else:
-            lines.append(f"{pad}{k}: {_scalar(item)}")
-
-
 def engine_to_yaml(engine: dict) -> str:
-    """Readable, deterministic YAML: block maps, one flow-style line per list item."""
-    lines: list = []
-    _block(engine, 0, lines)
-    return "\n".join(lines) + "\n"
+    """Readable, deterministic YAML: block maps, one flow-style line per list item (planner.yamlio)."""
+    return dump(engine)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from . import schema
 from .engine import engine_from_document
 from .errors import PlanError
-from .output import decompress
 from .plan import load_plan
-from .yamlio import Document, load_file
+from .yamlio import Document, decompress, load_file
 
 EXPANDED_FORMAT = "warmup-expanded-plan/v1"
 
