@@ -6,7 +6,8 @@ shapes, fused-MoE layers and attention layers that one rank of a vLLM server
 runs, after tensor-parallel (and expert-parallel) sharding, plus KV-cache,
 scheduler, parallel and device facts. ``engine_to_yaml`` writes it as YAML.
 
-This module imports only the standard library: ``warmup`` must start fast.
+This module imports only the standard library and the planner's YAML codec, whose
+writer needs nothing else: ``warmup`` must start fast.
 
 Sharding follows vLLM
 ---------------------
@@ -60,8 +61,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import dataclass
 
-from .output import yaml_scalar
+from .yamlio import dump
 
 __all__ = ["GPUS", "HFConfigError", "SUPPORTED_ARCHITECTURES", "engine_from_hf", "engine_to_yaml"]
 
@@ -99,13 +101,14 @@ DEFAULT_BLOCK_SIZE = 16
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _DTYPE_ALIASES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
                   "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
+_MAX_LEN_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
 
 
 # ----------------------------------------------------------------------------
-# small helpers
+# reading the config; the records passed between the steps of engine_from_hf
 
 class _Ctx:
-    """What every check needs to word its message."""
+    """The config.json being read: typed lookups whose errors name the file and the key."""
 
     def __init__(self, hf: dict, source: str):
         self.hf = hf
@@ -118,19 +121,17 @@ class _Ctx:
         return self.hf.get(key, default)
 
     def pos_int(self, key: str, default=None) -> int:
-        value = self.hf.get(key, default)
-        if value is None:
-            raise self.fail(f"{key} is missing")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.fail(f"{key} must be a positive integer, got {value!r}")
-        return value
+        return self._int(key, default, 1, "a positive integer")
 
     def nonneg_int(self, key: str, default=None) -> int:
+        return self._int(key, default, 0, "a non-negative integer")
+
+    def _int(self, key: str, default, minimum: int, what: str) -> int:
         value = self.hf.get(key, default)
         if value is None:
             raise self.fail(f"{key} is missing")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(f"{key} must be a non-negative integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(f"{key} must be {what}, got {value!r}")
         return value
 
     def div(self, value: int, key: str, by: int, flag: str) -> int:
@@ -140,6 +141,142 @@ class _Ctx:
         return value // by
 
 
+@dataclass
+class _Parallel:
+    """vLLM's ParallelConfig, as far as sharding goes."""
+
+    tp: int
+    dp: int
+    ep: bool  # --enable-expert-parallel
+
+
+@dataclass
+class _Flags:
+    """The command-line flags, checked; None where a flag was not given."""
+
+    parallel: _Parallel
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    num_blocks: int | None
+    block_size: int | None
+    max_model_len: int | None
+
+
+@dataclass
+class _Gpu:
+    name: str
+    num_sms: int
+    capability: str
+    memory_gib: int
+
+
+@dataclass
+class _Model:
+    """vLLM's ModelConfig: what the config.json says about the whole model."""
+
+    architecture: str
+    family: str
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    dtype: str
+    max_model_len: int
+    config_max_len: int | None  # the config's own limit (the default of --max-model-len)
+
+    @property
+    def mla(self) -> bool:  # DeepSeek's multi-head latent attention
+        return self.family == "deepseek_v3"
+
+    @property
+    def dtype_bytes(self) -> int:
+        return _DTYPE_BYTES[self.dtype]
+
+    @property
+    def default_block_size(self) -> int:
+        return MLA_BLOCK_SIZE if self.mla else DEFAULT_BLOCK_SIZE
+
+
+# eq=False: records compare (and hash) by identity, because one object stands for the
+# same weight in every layer that has it; checks dedupe on that.
+@dataclass(eq=False)
+class _Linear:
+    """One GEMM weight of one decoder layer, per rank."""
+
+    role: str                 # entry name
+    modules: list[str]        # HF module names (relative to the layer) fused into it
+    n: int
+    k: int
+    mode: str                 # "column" | "row" | "replicated"
+    parts: list[int] | None = None         # per-rank output partitions of merged GEMMs (None: [n])
+    split_parts: list[bool] | None = None  # which parts TP splits (None: all)
+    quantizable: bool = True
+
+    def sharded_parts(self) -> list[int]:
+        """The output partitions TP splits: each must be a whole number of FP8 blocks."""
+        parts = self.parts or [self.n]
+        return [p for p, split in zip(parts, self.split_parts or [True] * len(parts)) if split]
+
+
+@dataclass(eq=False)
+class _FusedMoE:
+    """The routed experts of one MoE layer, per rank."""
+
+    prefix: str               # HF module name, relative to the layer
+    num_experts: int
+    top_k: int
+    hidden_size: int
+    intermediate_size: int
+
+
+@dataclass
+class _AttentionShape:
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    scale: float
+    head_size_v: int | None = None  # MLA only: V is narrower than the latent K
+
+
+@dataclass
+class _MlaDims:
+    """DeepSeek's multi-head latent attention sizes (heads per rank)."""
+
+    num_heads: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass
+class _DecoderLayers:
+    """What each decoder layer of one rank runs (MoE None in dense layers)."""
+
+    linears: list[list[_Linear]]
+    moes: list[_FusedMoE | None]
+    attention: _AttentionShape
+
+
+@dataclass
+class _QuantConfig:
+    base: dict          # the quant entry of a quantized weight
+    ignored: list[str]  # ignored_layers / modules_to_not_convert patterns
+
+    @property
+    def block(self) -> list[int] | None:
+        return self.base.get("weight_block_size")
+
+
+@dataclass
+class _KvCacheGroup:
+    kind: str                  # "full_attention" | "sliding_window"
+    sliding_window: list[int]  # vLLM's (left, right) window; [-1, -1]: none
+    num_layers: int
+
+
+# ----------------------------------------------------------------------------
+# flags, device, model
+
 def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
     if value is None and allow_none:
         return None
@@ -148,41 +285,256 @@ def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
     return value
 
 
-def _pad(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
+def _check_flags(source: str, *, tp, dp, ep, max_num_seqs, max_num_batched_tokens, num_blocks,
+                 block_size, max_model_len) -> _Flags:
+    parallel = _Parallel(_flag_int(tp, "--tp", source, allow_none=False),
+                         _flag_int(dp, "--dp", source, allow_none=False), bool(ep))
+    return _Flags(parallel,
+                  _flag_int(max_num_seqs, "--max-num-seqs", source),
+                  _flag_int(max_num_batched_tokens, "--max-num-batched-tokens", source),
+                  _flag_int(num_blocks, "--num-blocks", source),
+                  _flag_int(block_size, "--block-size", source),
+                  _flag_int(max_model_len, "--max-model-len", source))
 
 
-class _Lin:
-    """One GEMM weight of one decoder layer (or of the model, for lm_head)."""
-
-    __slots__ = ("role", "modules", "n", "k", "mode", "parts", "split_parts", "quantizable")
-
-    def __init__(self, role, modules, n, k, mode, parts=None, split_parts=None, quantizable=True):
-        self.role = role                  # entry name
-        self.modules = modules            # HF module names (relative to the layer) fused into it
-        self.n = n
-        self.k = k
-        self.mode = mode                  # "column" | "row" | "replicated"
-        self.parts = parts or [n]         # per-rank output partitions (merged GEMMs)
-        self.split_parts = split_parts    # which parts TP splits (None: all)
-        self.quantizable = quantizable
+def _resolve_gpu(gpu: str, source: str) -> _Gpu:
+    for name, facts in GPUS.items():
+        if isinstance(gpu, str) and name.lower() == gpu.lower():
+            return _Gpu(name, **facts)
+    raise HFConfigError(f"{source}: --gpu {gpu!r} is not known; known GPUs: {', '.join(GPUS)}")
 
 
-class _Moe:
-    __slots__ = ("prefix", "num_experts", "top_k", "hidden", "inter")
+def _architecture(ctx: _Ctx) -> tuple[str, str]:
+    """(HF architecture, model family)."""
+    archs = ctx.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise ctx.fail("architectures is missing (expected a list such as [\"LlamaForCausalLM\"])")
+    family = SUPPORTED_ARCHITECTURES.get(archs[0])
+    if family is None:
+        raise ctx.fail(f"architectures: {archs[0]} is not supported; supported: "
+                       f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}")
+    return archs[0], family
 
-    def __init__(self, prefix, num_experts, top_k, hidden, inter):
-        self.prefix, self.num_experts, self.top_k, self.hidden, self.inter = (
-            prefix, num_experts, top_k, hidden, inter)
+
+def _dtype(ctx: _Ctx) -> str:
+    raw = ctx.get("torch_dtype", ctx.get("dtype")) or "bfloat16"
+    dtype = _DTYPE_ALIASES.get(str(raw).replace("torch.", ""))
+    if dtype is None:
+        raise ctx.fail(f"torch_dtype {raw!r} is not supported (bfloat16, float16, float32)")
+    return dtype
+
+
+def _max_model_len(ctx: _Ctx, flag: int | None) -> tuple[int, int | None]:
+    """(max_model_len, the config's own limit): the flag may lower the limit, not raise it."""
+    key = next((k for k in _MAX_LEN_KEYS if ctx.get(k) is not None), None)
+    limit = None if key is None else ctx.pos_int(key)
+    if flag is None:
+        if limit is None:
+            raise ctx.fail("max_position_embeddings is missing; pass --max-model-len")
+        return limit, limit
+    if limit is not None and flag > limit:
+        raise ctx.fail(f"--max-model-len {flag} exceeds {key} ({limit})")
+    return flag, limit
+
+
+def _model_config(ctx: _Ctx, max_model_len: int | None) -> _Model:
+    architecture, family = _architecture(ctx)
+    hidden = ctx.pos_int("hidden_size")
+    num_layers = ctx.pos_int("num_hidden_layers")
+    vocab = ctx.pos_int("vocab_size")
+    dtype = _dtype(ctx)
+    return _Model(architecture, family, hidden, num_layers, vocab, dtype, *_max_model_len(ctx, max_model_len))
+
+
+# ----------------------------------------------------------------------------
+# per-layer structure of each model family
+
+def _dense_attention(ctx: _Ctx, hidden: int, tp: int) -> tuple[list[_Linear], _AttentionShape]:
+    heads = ctx.pos_int("num_attention_heads")
+    kv_heads = ctx.pos_int("num_key_value_heads", heads)
+    if ctx.get("head_dim") is None:
+        head_dim = ctx.div(hidden, "hidden_size", heads, f"num_attention_heads ({heads})")
+    else:
+        head_dim = ctx.pos_int("head_dim")
+    heads_r = ctx.div(heads, "num_attention_heads", tp, f"--tp {tp}")
+    kv_split = kv_heads >= tp
+    if kv_split:
+        kv_r = ctx.div(kv_heads, "num_key_value_heads", tp, f"--tp {tp}")
+    elif tp % kv_heads:
+        raise ctx.fail(f"--tp {tp} is not divisible by num_key_value_heads ({kv_heads}) "
+                       "(vLLM replicates KV heads only when tp is a multiple of them)")
+    else:
+        kv_r = 1
+    q, kv = heads_r * head_dim, kv_r * head_dim
+    projections = [
+        _Linear("qkv_proj", ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+                q + 2 * kv, hidden, "column", [q, kv, kv], [True, kv_split, kv_split]),
+        _Linear("o_proj", ["self_attn.o_proj"], hidden, q, "row"),
+    ]
+    return projections, _AttentionShape(heads_r, kv_r, head_dim, head_dim ** -0.5)
+
+
+def _dense_mlp(ctx: _Ctx, hidden: int, inter: int, key: str, tp: int, prefix: str = "mlp",
+               role_prefix: str = "") -> list[_Linear]:
+    inter_r = ctx.div(inter, key, tp, f"--tp {tp}")
+    return [
+        _Linear(role_prefix + "gate_up_proj", [f"{prefix}.gate_proj", f"{prefix}.up_proj"],
+                2 * inter_r, hidden, "column", [inter_r, inter_r]),
+        _Linear(role_prefix + "down_proj", [f"{prefix}.down_proj"], hidden, inter_r, "row"),
+    ]
+
+
+def _routed_experts(ctx: _Ctx, prefix: str, num_experts: int, experts_key: str, inter_key: str,
+                    hidden: int, par: _Parallel) -> tuple[_Linear, _FusedMoE]:
+    """The router gate and the experts of an MoE layer, sharded as vLLM's FusedMoE does:
+    without EP every rank holds every expert, with I / (tp * dp); with EP whole experts."""
+    top_k = ctx.pos_int("num_experts_per_tok")
+    inter = ctx.pos_int(inter_key)
+    ranks = par.tp * par.dp
+    flag = f"--tp {par.tp}" if par.dp == 1 else f"--tp {par.tp} x --dp {par.dp} ({ranks} ranks)"
+    if par.ep:
+        local = ctx.div(num_experts, experts_key, ranks, flag + " with --enable-expert-parallel")
+    else:
+        local, inter = num_experts, ctx.div(inter, inter_key, ranks, flag)
+    gate = _Linear("gate", [f"{prefix}.gate"], num_experts, hidden, "replicated", quantizable=False)
+    return gate, _FusedMoE(f"{prefix}.experts", local, top_k, hidden, inter)
+
+
+def _stack(attention: _AttentionShape, projections: list[_Linear], is_moe: list[bool],
+           dense_mlp: list[_Linear] | None = None, moe_linears: list[_Linear] | None = None,
+           moe: _FusedMoE | None = None) -> _DecoderLayers:
+    """Every layer runs the attention projections, then its MoE block or its dense MLP."""
+    return _DecoderLayers([projections + (moe_linears if m else dense_mlp) for m in is_moe],
+                          [moe if m else None for m in is_moe], attention)
+
+
+def _dense_layers(ctx: _Ctx, model: _Model, par: _Parallel) -> _DecoderLayers:
+    """Llama, Qwen2, Qwen3: attention and a dense MLP in every layer."""
+    projections, attention = _dense_attention(ctx, model.hidden_size, par.tp)
+    mlp = _dense_mlp(ctx, model.hidden_size, ctx.pos_int("intermediate_size"), "intermediate_size", par.tp)
+    return _stack(attention, projections, [False] * model.num_layers, dense_mlp=mlp)
+
+
+def _mixtral_layers(ctx: _Ctx, model: _Model, par: _Parallel) -> _DecoderLayers:
+    projections, attention = _dense_attention(ctx, model.hidden_size, par.tp)
+    num_experts = ctx.pos_int("num_local_experts")
+    gate, moe = _routed_experts(ctx, "block_sparse_moe", num_experts, "num_local_experts",
+                                "intermediate_size", model.hidden_size, par)
+    return _stack(attention, projections, [True] * model.num_layers, moe_linears=[gate], moe=moe)
+
+
+def _qwen3_moe_layers(ctx: _Ctx, model: _Model, par: _Parallel) -> _DecoderLayers:
+    """MoE every decoder_sparse_step-th layer, except mlp_only_layers (dense)."""
+    projections, attention = _dense_attention(ctx, model.hidden_size, par.tp)
+    num_experts = ctx.nonneg_int("num_experts", 0)
+    step = ctx.pos_int("decoder_sparse_step", 1)
+    mlp_only = ctx.get("mlp_only_layers") or []
+    if not isinstance(mlp_only, list):
+        raise ctx.fail(f"mlp_only_layers must be a list of layer indices, got {mlp_only!r}")
+    is_moe = [num_experts > 0 and i not in mlp_only and (i + 1) % step == 0 for i in range(model.num_layers)]
+    moe_linears = moe = mlp = None
+    if any(is_moe):
+        gate, moe = _routed_experts(ctx, "mlp", num_experts, "num_experts", "moe_intermediate_size",
+                                    model.hidden_size, par)
+        moe_linears = [gate]
+    if not all(is_moe):
+        mlp = _dense_mlp(ctx, model.hidden_size, ctx.pos_int("intermediate_size"), "intermediate_size", par.tp)
+    return _stack(attention, projections, is_moe, dense_mlp=mlp, moe_linears=moe_linears, moe=moe)
+
+
+def _mla_dims(ctx: _Ctx, tp: int) -> _MlaDims:
+    heads = ctx.pos_int("num_attention_heads")
+    kv_lora = ctx.pos_int("kv_lora_rank")
+    nope = ctx.pos_int("qk_nope_head_dim")
+    rope = ctx.pos_int("qk_rope_head_dim")
+    v_dim = ctx.pos_int("v_head_dim")
+    return _MlaDims(ctx.div(heads, "num_attention_heads", tp, f"--tp {tp}"), kv_lora, nope, rope, v_dim)
+
+
+def _mla_projections(ctx: _Ctx, dims: _MlaDims, hidden: int) -> list[_Linear]:
+    heads, kv_lora, rope = dims.num_heads, dims.kv_lora_rank, dims.qk_rope_head_dim
+    qk = dims.qk_nope_head_dim + rope
+    if ctx.get("q_lora_rank") is not None:
+        q_lora = ctx.pos_int("q_lora_rank")
+        projections = [
+            _Linear("fused_qkv_a_proj", ["self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"],
+                    q_lora + kv_lora + rope, hidden, "replicated", [q_lora, kv_lora + rope]),
+            _Linear("q_b_proj", ["self_attn.q_b_proj"], heads * qk, q_lora, "column"),
+        ]
+    else:  # DeepSeek-V2-Lite style: no q compression
+        projections = [
+            _Linear("q_proj", ["self_attn.q_proj"], heads * qk, hidden, "column"),
+            _Linear("kv_a_proj_with_mqa", ["self_attn.kv_a_proj_with_mqa"], kv_lora + rope, hidden, "replicated"),
+        ]
+    return projections + [
+        _Linear("kv_b_proj", ["self_attn.kv_b_proj"], heads * (dims.qk_nope_head_dim + dims.v_head_dim),
+                kv_lora, "column"),
+        _Linear("o_proj", ["self_attn.o_proj"], hidden, heads * dims.v_head_dim, "row"),
+    ]
+
+
+def _mla_scale(ctx: _Ctx, qk_head_dim: int) -> float:
+    scale = qk_head_dim ** -0.5
+    rope = ctx.get("rope_scaling") or ctx.get("rope_parameters")
+    if isinstance(rope, dict) and rope.get("factor") is not None:
+        # vLLM DeepseekV2MLAAttention: yarn_get_mscale(factor, mscale_all_dim) ** 2
+        factor = float(rope["factor"])
+        mscale_all_dim = float(rope.get("mscale_all_dim") or 0.0)
+        mscale = 1.0 if factor <= 1 else 0.1 * mscale_all_dim * math.log(factor) + 1.0
+        scale *= mscale * mscale
+    return scale
+
+
+def _shared_experts(ctx: _Ctx, hidden: int, tp: int) -> list[_Linear]:
+    """DeepSeek's shared experts: one dense MLP of n_shared_experts x moe_intermediate_size."""
+    shared = ctx.nonneg_int("n_shared_experts", 0)
+    if not shared:
+        return []
+    inter = ctx.pos_int("moe_intermediate_size")
+    if inter * shared % tp:
+        raise ctx.fail(f"moe_intermediate_size ({inter}) x n_shared_experts ({shared}) = "
+                       f"{inter * shared} is not divisible by --tp {tp}")
+    return _dense_mlp(ctx, hidden, inter * shared, "moe_intermediate_size", tp,
+                      prefix="mlp.shared_experts", role_prefix="shared_experts.")
+
+
+def _deepseek_layers(ctx: _Ctx, model: _Model, par: _Parallel) -> _DecoderLayers:
+    """MLA in every layer; dense MLPs in the first first_k_dense_replace layers, MoE after."""
+    hidden = model.hidden_size
+    dims = _mla_dims(ctx, par.tp)
+    projections = _mla_projections(ctx, dims, hidden)
+    first_dense = ctx.nonneg_int("first_k_dense_replace", 0)
+    freq = ctx.pos_int("moe_layer_freq", 1)
+    num_experts = ctx.nonneg_int("n_routed_experts", 0)
+    is_moe = [num_experts > 0 and i >= first_dense and i % freq == 0 for i in range(model.num_layers)]
+    mlp = moe_linears = moe = None
+    if not all(is_moe):
+        mlp = _dense_mlp(ctx, hidden, ctx.pos_int("intermediate_size"), "intermediate_size", par.tp)
+    if any(is_moe):
+        gate, moe = _routed_experts(ctx, "mlp", num_experts, "n_routed_experts", "moe_intermediate_size",
+                                    hidden, par)
+        moe_linears = [gate] + _shared_experts(ctx, hidden, par.tp)
+    # the cache holds one latent "head" per token: kv_lora_rank + qk_rope_head_dim wide, V inside it
+    attention = _AttentionShape(dims.num_heads, 1, dims.kv_lora_rank + dims.qk_rope_head_dim,
+                                _mla_scale(ctx, dims.qk_nope_head_dim + dims.qk_rope_head_dim),
+                                head_size_v=dims.kv_lora_rank)
+    return _stack(attention, projections, is_moe, dense_mlp=mlp, moe_linears=moe_linears, moe=moe)
+
+
+_FAMILY_LAYERS = {"mixtral": _mixtral_layers, "qwen3_moe": _qwen3_moe_layers, "deepseek_v3": _deepseek_layers}
+
+
+def _decoder_layers(ctx: _Ctx, model: _Model, par: _Parallel) -> _DecoderLayers:
+    return _FAMILY_LAYERS.get(model.family, _dense_layers)(ctx, model, par)
 
 
 # ----------------------------------------------------------------------------
 # quantization
 
-def _base_quant(ctx: _Ctx) -> tuple[dict, list]:
+def _quant_config(ctx: _Ctx) -> _QuantConfig:
     qc = ctx.get("quantization_config")
     if qc is None:
-        return {"method": "none"}, []
+        return _QuantConfig({"method": "none"}, [])
     if not isinstance(qc, dict):
         raise ctx.fail(f"quantization_config must be an object, got {type(qc).__name__}")
     method = qc.get("quant_method")
@@ -193,14 +545,14 @@ def _base_quant(ctx: _Ctx) -> tuple[dict, list]:
         raise ctx.fail("quantization_config.ignored_layers / modules_to_not_convert must be a list of names")
     block = qc.get("weight_block_size")
     if block is None:
-        return {"method": "fp8_per_tensor"}, list(ignored)
+        return _QuantConfig({"method": "fp8_per_tensor"}, list(ignored))
     if (not isinstance(block, list) or len(block) != 2
             or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
         raise ctx.fail(f"quantization_config.weight_block_size must be two positive integers, got {block!r}")
-    return {"method": "fp8", "weight_block_size": [block[0], block[1]]}, list(ignored)
+    return _QuantConfig({"method": "fp8", "weight_block_size": [block[0], block[1]]}, list(ignored))
 
 
-def _matches(name: str, patterns: list) -> bool:
+def _matches(name: str, patterns: list[str]) -> bool:
     for p in patterns:
         if p.startswith("re:"):
             if re.match(p[3:], name):
@@ -210,27 +562,27 @@ def _matches(name: str, patterns: list) -> bool:
     return False
 
 
-def _linear_quant(ctx: _Ctx, lin: _Lin, layer: int | None, base: dict, ignored: list) -> dict:
-    if not lin.quantizable or base["method"] == "none":
+def _linear_quant(ctx: _Ctx, lin: _Linear, layer: int, quant: _QuantConfig) -> dict:
+    if not lin.quantizable or quant.base["method"] == "none":
         return {"method": "none"}
-    prefix = "" if layer is None else f"model.layers.{layer}."
-    skipped = [_matches(prefix + m, ignored) for m in lin.modules]
+    prefix = f"model.layers.{layer}."
+    skipped = [_matches(prefix + m, quant.ignored) for m in lin.modules]
     if all(skipped):
         return {"method": "none"}
     if any(skipped):
         raise ctx.fail(
             f"quantization_config ignores only some of the modules that vLLM fuses into {lin.role} "
             f"in layer {layer} ({', '.join(prefix + m for m in lin.modules)}); vLLM refuses that")
-    return dict(base)
+    return dict(quant.base)
 
 
-def _moe_quant(moe: _Moe, layer: int, base: dict, ignored: list) -> dict:
-    if base["method"] == "none":
+def _moe_quant(moe: _FusedMoE, layer: int, quant: _QuantConfig) -> dict:
+    if quant.base["method"] == "none":
         return {"method": "none"}
     prefix = f"model.layers.{layer}.{moe.prefix}"
-    if _matches(prefix, ignored) or any(p.startswith(prefix + ".") for p in ignored):
+    if _matches(prefix, quant.ignored) or any(p.startswith(prefix + ".") for p in quant.ignored):
         return {"method": "none"}
-    return dict(base)
+    return dict(quant.base)
 
 
 def _check_block(ctx: _Ctx, what: str, value: int, block: int, dim: str, hint: str = "") -> None:
@@ -240,59 +592,83 @@ def _check_block(ctx: _Ctx, what: str, value: int, block: int, dim: str, hint: s
             f"block_{dim} {block}; vLLM refuses this shard{hint}")
 
 
+def _check_fp8_blocks(ctx: _Ctx, layers: _DecoderLayers, quant: _QuantConfig, par: _Parallel) -> None:
+    """Refuse what vLLM refuses: a sharded N (or K) that is not a whole number of blocks."""
+    block = quant.block
+    if not block:
+        return
+    if par.tp > 1:  # unsharded linears are whole weights, any shape loads
+        for lin in dict.fromkeys(lin for lins in layers.linears for lin in lins if lin.quantizable):
+            if lin.mode == "column":
+                for part in lin.sharded_parts():
+                    _check_block(ctx, f"{lin.role} output partition", part, block[0], "n")
+            elif lin.mode == "row":
+                _check_block(ctx, f"{lin.role} input", lin.k, block[1], "k")
+    hint = "" if par.ep else " (try --enable-expert-parallel)"
+    for moe in dict.fromkeys(moe for moe in layers.moes if moe is not None):
+        _check_block(ctx, "moe_intermediate_size", moe.intermediate_size, block[0], "n", hint)
+        if par.tp * par.dp > 1 and not par.ep:
+            _check_block(ctx, "moe_intermediate_size", moe.intermediate_size, block[1], "k", hint)
+
+
 # ----------------------------------------------------------------------------
-# model families
+# engine entries
 
-def _dense_attention(ctx: _Ctx, hidden: int, tp: int) -> tuple[list, dict]:
-    heads = ctx.pos_int("num_attention_heads")
-    kv_heads = ctx.pos_int("num_key_value_heads", heads)
-    head_dim = ctx.get("head_dim")
-    if head_dim is None:
-        head_dim = ctx.div(hidden, "hidden_size", heads, f"num_attention_heads ({heads})")
-    else:
-        head_dim = ctx.pos_int("head_dim")
-    heads_r = ctx.div(heads, "num_attention_heads", tp, f"--tp {tp}")
-    if kv_heads >= tp:
-        kv_r = ctx.div(kv_heads, "num_key_value_heads", tp, f"--tp {tp}")
-        kv_split = True
-    else:
-        if tp % kv_heads:
-            raise ctx.fail(f"--tp {tp} is not divisible by num_key_value_heads ({kv_heads}) "
-                           "(vLLM replicates KV heads only when tp is a multiple of them)")
-        kv_r = 1
-        kv_split = False
-    q, kv = heads_r * head_dim, kv_r * head_dim
-    lins = [
-        _Lin("qkv_proj", ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-             q + 2 * kv, hidden, "column", [q, kv, kv], [True, kv_split, kv_split]),
-        _Lin("o_proj", ["self_attn.o_proj"], hidden, q, "row"),
-    ]
-    attn = {"num_heads": heads_r, "num_kv_heads": kv_r, "head_size": head_dim,
-            "scale": head_dim ** -0.5}
-    return lins, attn
+def _name_unquantized(entries: list[dict]) -> list[dict]:
+    """A name that is quantized in some layers only: its unquantized entry is <name>.unquantized."""
+    methods: dict = {}
+    for entry in entries:
+        methods.setdefault(entry["name"], set()).add(entry["quant"]["method"])
+    for entry in entries:
+        if len(methods[entry["name"]]) > 1 and entry["quant"]["method"] == "none":
+            entry["name"] += ".unquantized"
+    return entries
 
 
-def _dense_mlp(ctx: _Ctx, hidden: int, inter: int, key: str, tp: int, prefix: str = "mlp",
-               role_prefix: str = "") -> list:
-    inter_r = ctx.div(inter, key, tp, f"--tp {tp}")
-    return [
-        _Lin(role_prefix + "gate_up_proj", [f"{prefix}.gate_proj", f"{prefix}.up_proj"],
-             2 * inter_r, hidden, "column", [inter_r, inter_r]),
-        _Lin(role_prefix + "down_proj", [f"{prefix}.down_proj"], hidden, inter_r, "row"),
-    ]
+def _linear_entries(ctx: _Ctx, layers: _DecoderLayers, quant: _QuantConfig) -> list[dict]:
+    """One entry per (role, shape, quantization), counting the layers that have it."""
+    groups: dict = {}
+    for i, lins in enumerate(layers.linears):
+        for lin in lins:
+            q = _linear_quant(ctx, lin, i, quant)
+            key = (lin.role, lin.n, lin.k, tuple(sorted((k, str(v)) for k, v in q.items())))
+            if key not in groups:
+                groups[key] = {"name": lin.role, "n": lin.n, "k": lin.k, "count": 0, "quant": q}
+            groups[key]["count"] += 1
+    return _name_unquantized(list(groups.values()))
 
 
-def _moe_split(ctx: _Ctx, num_experts: int, experts_key: str, inter: int, inter_key: str,
-               tp: int, dp: int, ep: bool) -> tuple[int, int]:
-    """(experts on this rank, intermediate size per rank) as vLLM's FusedMoE shards them."""
-    ranks = tp * dp
-    flag = f"--tp {tp}" if dp == 1 else f"--tp {tp} x --dp {dp} ({ranks} ranks)"
-    if ep:
-        return ctx.div(num_experts, experts_key, ranks, flag + " with --enable-expert-parallel"), inter
-    return num_experts, ctx.div(inter, inter_key, ranks, flag)
+def _vocab_per_rank(ctx: _Ctx, model: _Model, tp: int) -> int:
+    """lm_head's N: vLLM pads the vocabulary, then splits it over tp (VocabParallelEmbedding)."""
+    padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    return ctx.div(padded, f"vocab_size padded to a multiple of {VOCAB_PADDING}", tp, f"--tp {tp}")
 
 
-def _sliding_layers(ctx: _Ctx, family: str, num_layers: int) -> tuple[int | None, list]:
+def _lm_head(ctx: _Ctx, model: _Model, tp: int) -> dict:
+    return {"name": "lm_head", "n": _vocab_per_rank(ctx, model, tp), "k": model.hidden_size, "count": 1,
+            "quant": {"method": "none"}}
+
+
+def _moe_entries(layers: _DecoderLayers, quant: _QuantConfig) -> list[dict]:
+    """One entry per (experts, intermediate size, quantization), counting the layers."""
+    groups: dict = {}
+    for i, moe in enumerate(layers.moes):
+        if moe is None:
+            continue
+        q = _moe_quant(moe, i, quant)
+        key = (moe.num_experts, moe.intermediate_size, q["method"])
+        if key not in groups:
+            groups[key] = {"name": "experts", "num_experts": moe.num_experts, "top_k": moe.top_k,
+                           "hidden_size": moe.hidden_size, "intermediate_size": moe.intermediate_size,
+                           "count": 0, "quant": q}
+        groups[key]["count"] += 1
+    return _name_unquantized(list(groups.values()))
+
+
+# ----------------------------------------------------------------------------
+# attention and KV cache
+
+def _sliding_layers(ctx: _Ctx, family: str, num_layers: int) -> tuple[int | None, list[bool]]:
     """(window, per-layer flags): which layers use sliding-window attention."""
     window = ctx.get("sliding_window")
     if window is None or window is False:
@@ -311,134 +687,93 @@ def _sliding_layers(ctx: _Ctx, family: str, num_layers: int) -> tuple[int | None
     return window, [True] * num_layers
 
 
-def _build_dense_family(ctx: _Ctx, family: str, hidden: int, num_layers: int, tp: int, dp: int,
-                        ep: bool) -> tuple[list, list, dict]:
-    """Per-layer linears and MoE for Llama / Qwen2 / Qwen3 / Qwen3-MoE / Mixtral."""
-    attn_lins, attn = _dense_attention(ctx, hidden, tp)
-    per_layer_lin, per_layer_moe = [], []
-    if family == "mixtral":
-        num_experts = ctx.pos_int("num_local_experts")
-        top_k = ctx.pos_int("num_experts_per_tok")
-        inter = ctx.pos_int("intermediate_size")
-        local, inter_r = _moe_split(ctx, num_experts, "num_local_experts", inter, "intermediate_size",
-                                    tp, dp, ep)
-        gate = _Lin("gate", ["block_sparse_moe.gate"], num_experts, hidden, "replicated", quantizable=False)
-        moe = _Moe("block_sparse_moe.experts", local, top_k, hidden, inter_r)
-        for _ in range(num_layers):
-            per_layer_lin.append(attn_lins + [gate])
-            per_layer_moe.append(moe)
-    elif family == "qwen3_moe":
-        num_experts = ctx.nonneg_int("num_experts", 0)
-        step = ctx.pos_int("decoder_sparse_step", 1)
-        mlp_only = ctx.get("mlp_only_layers") or []
-        if not isinstance(mlp_only, list):
-            raise ctx.fail(f"mlp_only_layers must be a list of layer indices, got {mlp_only!r}")
-        is_moe = [num_experts > 0 and i not in mlp_only and (i + 1) % step == 0 for i in range(num_layers)]
-        moe = gate = dense = None
-        if any(is_moe):
-            top_k = ctx.pos_int("num_experts_per_tok")
-            inter = ctx.pos_int("moe_intermediate_size")
-            local, inter_r = _moe_split(ctx, num_experts, "num_experts", inter, "moe_intermediate_size",
-                                        tp, dp, ep)
-            gate = _Lin("gate", ["mlp.gate"], num_experts, hidden, "replicated", quantizable=False)
-            moe = _Moe("mlp.experts", local, top_k, hidden, inter_r)
-        if not all(is_moe):
-            dense = _dense_mlp(ctx, hidden, ctx.pos_int("intermediate_size"), "intermediate_size", tp)
-        for i in range(num_layers):
-            if is_moe[i]:
-                per_layer_lin.append(attn_lins + [gate])
-                per_layer_moe.append(moe)
-            else:
-                per_layer_lin.append(attn_lins + dense)
-                per_layer_moe.append(None)
-    else:  # llama, qwen2, qwen3
-        dense = _dense_mlp(ctx, hidden, ctx.pos_int("intermediate_size"), "intermediate_size", tp)
-        for _ in range(num_layers):
-            per_layer_lin.append(attn_lins + dense)
-            per_layer_moe.append(None)
-    return per_layer_lin, per_layer_moe, attn
+def _attention_backend(ctx: _Ctx, model: _Model, gpu: _Gpu, block_size: int) -> tuple[str, int | None, list]:
+    """(vLLM attention backend, sliding window, per-layer sliding flags)."""
+    if not model.mla:
+        window, sliding = _sliding_layers(ctx, model.family, model.num_layers)
+        return "FLASH_ATTN", window, sliding
+    # FlashMLA needs Hopper or later and its own page size; vLLM falls back to Triton MLA
+    major = int(gpu.capability.split(".")[0])
+    backend = "FLASHMLA" if block_size == MLA_BLOCK_SIZE and major >= 9 else "TRITON_MLA"
+    return backend, None, [False] * model.num_layers
 
 
-def _deepseek_scale(ctx: _Ctx, qk_head_dim: int) -> float:
-    scale = qk_head_dim ** -0.5
-    rope = ctx.get("rope_scaling") or ctx.get("rope_parameters")
-    if isinstance(rope, dict) and rope.get("factor") is not None:
-        # vLLM DeepseekV2MLAAttention: yarn_get_mscale(factor, mscale_all_dim) ** 2
-        factor = float(rope["factor"])
-        mscale_all_dim = float(rope.get("mscale_all_dim") or 0.0)
-        mscale = 1.0 if factor <= 1 else 0.1 * mscale_all_dim * math.log(factor) + 1.0
-        scale *= mscale * mscale
-    return scale
+def _kv_cache_groups(window: int | None, sliding: list[bool]) -> list[_KvCacheGroup]:
+    """Full-attention layers first, then sliding-window ones: one KV-cache group per kind."""
+    groups = []
+    n_full = sliding.count(False)
+    if n_full:
+        groups.append(_KvCacheGroup("full_attention", [-1, -1], n_full))
+    if len(sliding) - n_full:
+        groups.append(_KvCacheGroup("sliding_window", [window - 1, 0], len(sliding) - n_full))
+    return groups
 
 
-def _build_deepseek(ctx: _Ctx, hidden: int, num_layers: int, tp: int, dp: int, ep: bool):
-    heads = ctx.pos_int("num_attention_heads")
-    q_lora = ctx.get("q_lora_rank")
-    kv_lora = ctx.pos_int("kv_lora_rank")
-    nope = ctx.pos_int("qk_nope_head_dim")
-    rope = ctx.pos_int("qk_rope_head_dim")
-    v_dim = ctx.pos_int("v_head_dim")
-    heads_r = ctx.div(heads, "num_attention_heads", tp, f"--tp {tp}")
-    qk = nope + rope
-    if q_lora is not None:
-        q_lora = ctx.pos_int("q_lora_rank")
-        attn_lins = [
-            _Lin("fused_qkv_a_proj", ["self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"],
-                 q_lora + kv_lora + rope, hidden, "replicated", [q_lora, kv_lora + rope]),
-            _Lin("q_b_proj", ["self_attn.q_b_proj"], heads_r * qk, q_lora, "column"),
-        ]
-    else:  # DeepSeek-V2-Lite style: no q compression
-        attn_lins = [
-            _Lin("q_proj", ["self_attn.q_proj"], heads_r * qk, hidden, "column"),
-            _Lin("kv_a_proj_with_mqa", ["self_attn.kv_a_proj_with_mqa"], kv_lora + rope, hidden, "replicated"),
-        ]
-    attn_lins += [
-        _Lin("kv_b_proj", ["self_attn.kv_b_proj"], heads_r * (nope + v_dim), kv_lora, "column"),
-        _Lin("o_proj", ["self_attn.o_proj"], hidden, heads_r * v_dim, "row"),
-    ]
-    first_dense = ctx.nonneg_int("first_k_dense_replace", 0)
-    freq = ctx.pos_int("moe_layer_freq", 1)
-    num_experts = ctx.nonneg_int("n_routed_experts", 0)
-    is_moe = [num_experts > 0 and i >= first_dense and i % freq == 0 for i in range(num_layers)]
-    dense = moe_lins = moe = None
-    if not all(is_moe):
-        dense = _dense_mlp(ctx, hidden, ctx.pos_int("intermediate_size"), "intermediate_size", tp)
-    if any(is_moe):
-        top_k = ctx.pos_int("num_experts_per_tok")
-        inter = ctx.pos_int("moe_intermediate_size")
-        local, inter_r = _moe_split(ctx, num_experts, "n_routed_experts", inter, "moe_intermediate_size",
-                                    tp, dp, ep)
-        moe_lins = [_Lin("gate", ["mlp.gate"], num_experts, hidden, "replicated", quantizable=False)]
-        shared = ctx.nonneg_int("n_shared_experts", 0)
-        if shared:
-            shared_inter = inter * shared
-            if shared_inter % tp:
-                raise ctx.fail(f"moe_intermediate_size ({inter}) x n_shared_experts ({shared}) = "
-                               f"{shared_inter} is not divisible by --tp {tp}")
-            moe_lins += _dense_mlp(ctx, hidden, shared_inter, "moe_intermediate_size", tp,
-                                   prefix="mlp.shared_experts", role_prefix="shared_experts.")
-        moe = _Moe("mlp.experts", local, top_k, hidden, inter_r)
-    per_layer_lin, per_layer_moe = [], []
-    for i in range(num_layers):
-        if is_moe[i]:
-            per_layer_lin.append(attn_lins + moe_lins)
-            per_layer_moe.append(moe)
-        else:
-            per_layer_lin.append(attn_lins + dense)
-            per_layer_moe.append(None)
-    attn = {"num_heads": heads_r, "num_kv_heads": 1, "head_size": kv_lora + rope,
-            "head_size_v": kv_lora, "scale": _deepseek_scale(ctx, qk)}
-    return per_layer_lin, per_layer_moe, attn
+def _attention_entry(shape: _AttentionShape, group: _KvCacheGroup, index: int, softcap: float,
+                     backend: str) -> dict:
+    entry = {"name": "attn" if index == 0 else "attn_sliding",
+             "num_heads": shape.num_heads, "num_kv_heads": shape.num_kv_heads, "head_size": shape.head_size}
+    if shape.head_size_v is not None:
+        entry["head_size_v"] = shape.head_size_v
+    entry.update({"count": group.num_layers, "scale": shape.scale, "logits_soft_cap": softcap,
+                  "sliding_window": group.sliding_window, "kv_cache_dtype": "auto", "backend": backend})
+    if index:
+        entry["kv_cache_group"] = index
+    return entry
+
+
+def _attention_and_kv_groups(ctx: _Ctx, model: _Model, shape: _AttentionShape, gpu: _Gpu,
+                             block_size: int) -> tuple[list[dict], list[dict]]:
+    """(attention entries, kv_cache groups): one of each per KV-cache group."""
+    backend, window, sliding = _attention_backend(ctx, model, gpu, block_size)
+    softcap = float(ctx.get("attn_logit_softcapping") or 0.0)
+    groups = _kv_cache_groups(window, sliding)
+    attention = [_attention_entry(shape, group, i, softcap, backend) for i, group in enumerate(groups)]
+    return attention, [{"block_size": block_size, "kind": group.kind} for group in groups]
+
+
+def _weight_bytes(ctx: _Ctx, model: _Model, linear: list[dict], moe: list[dict], tp: int) -> int:
+    """The weights of one rank (see the module docstring): fp8 weights take 1 byte."""
+    def size(quant: dict) -> int:
+        return 1 if quant["method"] in ("fp8", "fp8_per_tensor") else model.dtype_bytes
+    weights = sum(e["n"] * e["k"] * e["count"] * size(e["quant"]) for e in linear)
+    weights += sum(e["count"] * e["num_experts"] * 3 * e["intermediate_size"] * e["hidden_size"]
+                   * size(e["quant"]) for e in moe)
+    if not ctx.get("tie_word_embeddings", False):
+        weights += _vocab_per_rank(ctx, model, tp) * model.hidden_size * model.dtype_bytes
+    return weights
+
+
+def _estimate_num_blocks(ctx: _Ctx, model: _Model, shape: _AttentionShape, linear: list[dict],
+                         moe: list[dict], gpu: _Gpu, block_size: int, tp: int) -> int:
+    """KV blocks that fit beside the weights (the estimate of the module docstring)."""
+    weights = _weight_bytes(ctx, model, linear, moe, tp)
+    free = GPU_MEMORY_UTILIZATION * gpu.memory_gib * 2 ** 30 - weights
+    if model.mla:  # one latent head, no separate V
+        per_block = model.num_layers * block_size * shape.head_size * model.dtype_bytes
+    else:
+        per_block = (model.num_layers * block_size * 2 * shape.num_kv_heads * shape.head_size
+                     * model.dtype_bytes)
+    return max(16, int(max(free, 0) // per_block) // 16 * 16)
 
 
 # ----------------------------------------------------------------------------
-# the public entry points
+# scheduler, names, the engine config
 
-def _resolve_gpu(gpu: str, source: str) -> tuple[str, dict]:
-    for name, facts in GPUS.items():
-        if isinstance(gpu, str) and name.lower() == gpu.lower():
-            return name, facts
-    raise HFConfigError(f"{source}: --gpu {gpu!r} is not known; known GPUs: {', '.join(GPUS)}")
+def _scheduler_config(flags: _Flags, gpu: _Gpu, source: str) -> dict:
+    """vLLM `vllm serve` defaults by GPU memory (reference §2.6), unless the flags set them."""
+    if gpu.memory_gib >= 160:
+        default_tokens, default_seqs = 16384, 1024
+    elif gpu.memory_gib >= 70 and gpu.name != "A100":
+        default_tokens, default_seqs = 8192, 1024
+    else:
+        default_tokens, default_seqs = 2048, 256
+    seqs = flags.max_num_seqs if flags.max_num_seqs is not None else default_seqs
+    tokens = flags.max_num_batched_tokens if flags.max_num_batched_tokens is not None else default_tokens
+    if tokens < seqs:
+        raise HFConfigError(f"{source}: --max-num-batched-tokens ({tokens}) is smaller than "
+                            f"--max-num-seqs ({seqs}); vLLM refuses that")
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
 
 
 def _model_name(hf: dict, source: str) -> str:
@@ -456,6 +791,62 @@ def _model_name(hf: dict, source: str) -> str:
     return str((hf.get("architectures") or ["model"])[0])
 
 
+def _engine_name(hf: dict, source: str, par: _Parallel, gpu: _Gpu) -> str:
+    name = f"{_model_name(hf, source)}-tp{par.tp}"
+    if par.dp > 1:
+        name += f"-dp{par.dp}"
+    if par.ep:
+        name += "-ep"
+    return name + f"-{gpu.name.lower()}"
+
+
+def _description(source: str, model: _Model, flags: _Flags, gpu: _Gpu, block_size: int) -> str:
+    """How to regenerate the config: the command with every flag that is not a default."""
+    par = flags.parallel
+    given = [f"{flag} {value}" for flag, value, default in (
+        ("--tp", par.tp, 1), ("--dp", par.dp, 1), ("--gpu", gpu.name, "H100"),
+        ("--max-model-len", model.max_model_len, model.config_max_len),
+        ("--max-num-seqs", flags.max_num_seqs, None),
+        ("--max-num-batched-tokens", flags.max_num_batched_tokens, None),
+        ("--num-blocks", flags.num_blocks, None),
+        ("--block-size", block_size, model.default_block_size)) if value != default]
+    if par.ep:
+        given.append("--enable-expert-parallel")
+    description = (f"Generated by `warmup engine --from-hf {source}{''.join(' ' + f for f in given)}` "
+                   f"from {model.architecture}; every size is per rank.")
+    if flags.num_blocks is None:
+        description += (f" num_blocks is an estimate ({GPU_MEMORY_UTILIZATION:.0%} of {gpu.memory_gib} GiB "
+                        "minus the weights; see planner/hf.py).")
+    return description
+
+
+def _assemble(*, name: str, description: str, model: _Model, linear: list, moe: list, attention: list,
+              kv_cache: dict, scheduler: dict, par: _Parallel, gpu: _Gpu) -> dict:
+    """The engine config, keys in schema order."""
+    return {
+        "name": name,
+        "description": description,
+        "model": {
+            "architecture": model.architecture,
+            "vocab_size": model.vocab_size,
+            "max_model_len": model.max_model_len,
+            "runner": "generate",
+            "dtype": model.dtype,
+            "hidden_size": model.hidden_size,
+            "num_layers": model.num_layers,
+            "linear": linear,
+            "moe": moe,
+            "attention": attention,
+        },
+        "kv_cache": kv_cache,
+        "scheduler": scheduler,
+        "speculative": {"method": "none", "num_speculative_tokens": 0},
+        "parallel": {"tensor_parallel_size": par.tp, "data_parallel_size": par.dp, "pipeline_parallel_size": 1,
+                     "pipeline_rank": 0, "enable_expert_parallel": par.ep},
+        "device": {"name": gpu.name, "num_sms": gpu.num_sms, "capability": gpu.capability},
+    }
+
+
 def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel: bool = False,
                    max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                    num_blocks: int | None = None, block_size: int | None = None,
@@ -470,266 +861,31 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     if not isinstance(hf, dict):
         raise HFConfigError(f"{source}: expected a JSON object, got {type(hf).__name__}")
     ctx = _Ctx(hf, source)
-    tp = _flag_int(tp, "--tp", source, allow_none=False)
-    dp = _flag_int(dp, "--dp", source, allow_none=False)
-    max_num_seqs = _flag_int(max_num_seqs, "--max-num-seqs", source)
-    max_num_batched_tokens = _flag_int(max_num_batched_tokens, "--max-num-batched-tokens", source)
-    num_blocks = _flag_int(num_blocks, "--num-blocks", source)
-    block_size = _flag_int(block_size, "--block-size", source)
-    max_model_len = _flag_int(max_model_len, "--max-model-len", source)
-    ep = bool(enable_expert_parallel)
-    gpu_name, gpu_facts = _resolve_gpu(gpu, source)
-
-    archs = hf.get("architectures")
-    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
-        raise ctx.fail("architectures is missing (expected a list such as [\"LlamaForCausalLM\"])")
-    arch = archs[0]
-    family = SUPPORTED_ARCHITECTURES.get(arch)
-    if family is None:
-        raise ctx.fail(f"architectures: {arch} is not supported; supported: "
-                       f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}")
-
-    hidden = ctx.pos_int("hidden_size")
-    num_layers = ctx.pos_int("num_hidden_layers")
-    vocab = ctx.pos_int("vocab_size")
-    raw_dtype = hf.get("torch_dtype", hf.get("dtype")) or "bfloat16"
-    dtype = _DTYPE_ALIASES.get(str(raw_dtype).replace("torch.", ""))
-    if dtype is None:
-        raise ctx.fail(f"torch_dtype {raw_dtype!r} is not supported (bfloat16, float16, float32)")
-    act_bytes = _DTYPE_BYTES[dtype]
-
-    derived_len = None
-    for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"):
-        if hf.get(key) is not None:
-            derived_len = ctx.pos_int(key)
-            len_key = key
-            break
-    if max_model_len is None:
-        if derived_len is None:
-            raise ctx.fail("max_position_embeddings is missing; pass --max-model-len")
-        max_model_len = derived_len
-    elif derived_len is not None and max_model_len > derived_len:
-        raise ctx.fail(f"--max-model-len {max_model_len} exceeds {len_key} ({derived_len})")
-
-    # --- per-layer structure -------------------------------------------------
-    mla = family == "deepseek_v3"
-    if mla:
-        per_layer_lin, per_layer_moe, attn = _build_deepseek(ctx, hidden, num_layers, tp, dp, ep)
+    flags = _check_flags(source, tp=tp, dp=dp, ep=enable_expert_parallel, max_num_seqs=max_num_seqs,
+                         max_num_batched_tokens=max_num_batched_tokens, num_blocks=num_blocks,
+                         block_size=block_size, max_model_len=max_model_len)
+    par, device = flags.parallel, _resolve_gpu(gpu, source)
+    model = _model_config(ctx, flags.max_model_len)
+    layers = _decoder_layers(ctx, model, par)
+    quant = _quant_config(ctx)
+    _check_fp8_blocks(ctx, layers, quant, par)
+    linear = _linear_entries(ctx, layers, quant) + [_lm_head(ctx, model, par.tp)]
+    moe = _moe_entries(layers, quant)
+    block_size = flags.block_size if flags.block_size is not None else model.default_block_size
+    attention, kv_groups = _attention_and_kv_groups(ctx, model, layers.attention, device, block_size)
+    if flags.num_blocks is not None:
+        num_blocks = flags.num_blocks
     else:
-        per_layer_lin, per_layer_moe, attn = _build_dense_family(ctx, family, hidden, num_layers, tp, dp, ep)
-
-    base_quant, ignored = _base_quant(ctx)
-    block = base_quant.get("weight_block_size")
-
-    # --- FP8 block shapes vLLM refuses ----------------------------------------
-    if block:
-        seen = set()
-        for lins in per_layer_lin:
-            for lin in lins:
-                if id(lin) in seen or not lin.quantizable:
-                    continue
-                seen.add(id(lin))
-                if tp > 1 and lin.mode == "column":
-                    for part, split in zip(lin.parts, lin.split_parts or [True] * len(lin.parts)):
-                        if split:
-                            _check_block(ctx, f"{lin.role} output partition", part, block[0], "n")
-                if tp > 1 and lin.mode == "row":
-                    _check_block(ctx, f"{lin.role} input", lin.k, block[1], "k")
-        moes = {id(m): m for m in per_layer_moe if m is not None}
-        for moe in moes.values():
-            hint = "" if ep else " (try --enable-expert-parallel)"
-            _check_block(ctx, "moe_intermediate_size", moe.inter, block[0], "n", hint)
-            if tp * dp > 1 and not ep:
-                _check_block(ctx, "moe_intermediate_size", moe.inter, block[1], "k", hint)
-
-    # --- linear entries: group layers by (role, shape, quant) ------------------
-    groups: dict = {}
-    for i, lins in enumerate(per_layer_lin):
-        for lin in lins:
-            quant = _linear_quant(ctx, lin, i, base_quant, ignored)
-            key = (lin.role, lin.n, lin.k, tuple(sorted((k, str(v)) for k, v in quant.items())))
-            if key not in groups:
-                groups[key] = {"name": lin.role, "n": lin.n, "k": lin.k, "count": 0, "quant": quant}
-            groups[key]["count"] += 1
-    linear = list(groups.values())
-    quant_states: dict = {}
-    for entry in linear:
-        quant_states.setdefault(entry["name"], set()).add(entry["quant"]["method"])
-    for entry in linear:
-        if len(quant_states[entry["name"]]) > 1 and entry["quant"]["method"] == "none":
-            entry["name"] += ".unquantized"
-    vocab_padded = _pad(vocab, VOCAB_PADDING)
-    lm_n = ctx.div(vocab_padded, f"vocab_size padded to a multiple of {VOCAB_PADDING}", tp, f"--tp {tp}")
-    linear.append({"name": "lm_head", "n": lm_n, "k": hidden, "count": 1, "quant": {"method": "none"}})
-
-    # --- MoE entries -----------------------------------------------------------
-    moe_groups: dict = {}
-    for i, moe in enumerate(per_layer_moe):
-        if moe is None:
-            continue
-        quant = _moe_quant(moe, i, base_quant, ignored)
-        key = (moe.num_experts, moe.inter, quant["method"])
-        if key not in moe_groups:
-            moe_groups[key] = {"name": "experts", "num_experts": moe.num_experts, "top_k": moe.top_k,
-                               "hidden_size": moe.hidden, "intermediate_size": moe.inter,
-                               "count": 0, "quant": quant}
-        moe_groups[key]["count"] += 1
-    moe_entries = list(moe_groups.values())
-    if len({e["quant"]["method"] for e in moe_entries}) > 1:
-        for e in moe_entries:
-            if e["quant"]["method"] == "none":
-                e["name"] += ".unquantized"
-
-    # --- attention and KV cache ------------------------------------------------
-    if block_size is None:
-        block_size = MLA_BLOCK_SIZE if mla else DEFAULT_BLOCK_SIZE
-    if mla:
-        major = int(gpu_facts["capability"].split(".")[0])
-        backend = "FLASHMLA" if block_size == MLA_BLOCK_SIZE and major >= 9 else "TRITON_MLA"
-        window, sliding = None, [False] * num_layers
-    else:
-        backend = "FLASH_ATTN"
-        window, sliding = _sliding_layers(ctx, family, num_layers)
-    softcap = float(hf.get("attn_logit_softcapping") or 0.0)
-    kinds = []  # (kind, sliding_window, count) in kv_cache group order
-    n_full = sliding.count(False)
-    if n_full:
-        kinds.append(("full_attention", [-1, -1], n_full))
-    if num_layers - n_full:
-        kinds.append(("sliding_window", [window - 1, 0], num_layers - n_full))
-    attention, kv_groups = [], []
-    for group_index, (kind, sw, count) in enumerate(kinds):
-        entry = {"name": "attn" if group_index == 0 else "attn_sliding",
-                 "num_heads": attn["num_heads"], "num_kv_heads": attn["num_kv_heads"],
-                 "head_size": attn["head_size"]}
-        if "head_size_v" in attn:
-            entry["head_size_v"] = attn["head_size_v"]
-        entry.update({"count": count, "scale": attn["scale"], "logits_soft_cap": softcap,
-                      "sliding_window": sw, "kv_cache_dtype": "auto", "backend": backend})
-        if group_index:
-            entry["kv_cache_group"] = group_index
-        attention.append(entry)
-        kv_groups.append({"block_size": block_size, "kind": kind})
-
-    estimated = num_blocks is None
-    if estimated:
-        def wbytes(quant):
-            return 1 if quant["method"] in ("fp8", "fp8_per_tensor") else act_bytes
-        weights = sum(e["n"] * e["k"] * e["count"] * wbytes(e["quant"]) for e in linear)
-        weights += sum(e["count"] * e["num_experts"] * 3 * e["intermediate_size"] * e["hidden_size"]
-                       * wbytes(e["quant"]) for e in moe_entries)
-        if not hf.get("tie_word_embeddings", False):
-            weights += lm_n * hidden * act_bytes
-        free = GPU_MEMORY_UTILIZATION * gpu_facts["memory_gib"] * 2 ** 30 - weights
-        if mla:
-            per_block = num_layers * block_size * attn["head_size"] * act_bytes
-        else:
-            per_block = num_layers * block_size * 2 * attn["num_kv_heads"] * attn["head_size"] * act_bytes
-        num_blocks = max(16, int(max(free, 0) // per_block) // 16 * 16)
-
-    # --- scheduler defaults (vLLM `vllm serve`, reference §2.6) ----------------
-    mem = gpu_facts["memory_gib"]
-    if mem >= 160:
-        default_tokens, default_seqs = 16384, 1024
-    elif mem >= 70 and gpu_name != "A100":
-        default_tokens, default_seqs = 8192, 1024
-    else:
-        default_tokens, default_seqs = 2048, 256
-    seqs = max_num_seqs if max_num_seqs is not None else default_seqs
-    tokens = max_num_batched_tokens if max_num_batched_tokens is not None else default_tokens
-    if tokens < seqs:
-        raise HFConfigError(f"{source}: --max-num-batched-tokens ({tokens}) is smaller than "
-                            f"--max-num-seqs ({seqs}); vLLM refuses that")
-
-    # --- names -------------------------------------------------------------------
+        num_blocks = _estimate_num_blocks(ctx, model, layers.attention, linear, moe, device, block_size, par.tp)
+    scheduler = _scheduler_config(flags, device, source)
     if name is None:
-        name = f"{_model_name(hf, source)}-tp{tp}"
-        if dp > 1:
-            name += f"-dp{dp}"
-        if ep:
-            name += "-ep"
-        name += f"-{gpu_name.lower()}"
-    flags = []
-    for flag, value, default in (("--tp", tp, 1), ("--dp", dp, 1), ("--gpu", gpu_name, "H100"),
-                                 ("--max-model-len", max_model_len, derived_len),
-                                 ("--max-num-seqs", max_num_seqs, None),
-                                 ("--max-num-batched-tokens", max_num_batched_tokens, None),
-                                 ("--num-blocks", None if estimated else num_blocks, None),
-                                 ("--block-size", block_size, MLA_BLOCK_SIZE if mla else DEFAULT_BLOCK_SIZE)):
-        if value != default:
-            flags.append(f"{flag} {value}")
-    if ep:
-        flags.append("--enable-expert-parallel")
-    description = (f"Generated by `warmup engine --from-hf {source}{''.join(' ' + f for f in flags)}` "
-                   f"from {arch}; every size is per rank.")
-    if estimated:
-        description += (f" num_blocks is an estimate ({GPU_MEMORY_UTILIZATION:.0%} of {mem} GiB minus "
-                        "the weights; see planner/hf.py).")
-
-    return {
-        "name": name,
-        "description": description,
-        "model": {
-            "architecture": arch,
-            "vocab_size": vocab,
-            "max_model_len": max_model_len,
-            "runner": "generate",
-            "dtype": dtype,
-            "hidden_size": hidden,
-            "num_layers": num_layers,
-            "linear": linear,
-            "moe": moe_entries,
-            "attention": attention,
-        },
-        "kv_cache": {"num_blocks": num_blocks, "groups": kv_groups},
-        "scheduler": {"max_num_seqs": seqs, "max_num_batched_tokens": tokens},
-        "speculative": {"method": "none", "num_speculative_tokens": 0},
-        "parallel": {"tensor_parallel_size": tp, "data_parallel_size": dp, "pipeline_parallel_size": 1,
-                     "pipeline_rank": 0, "enable_expert_parallel": ep},
-        "device": {"name": gpu_name, "num_sms": gpu_facts["num_sms"], "capability": gpu_facts["capability"]},
-    }
-
-
-# ----------------------------------------------------------------------------
-# YAML text, written by hand (no PyYAML at import, and full control of style)
-
-_FLOW_LISTS = {"linear", "moe", "attention", "groups"}
-_scalar = yaml_scalar  # the expanded-plan writer's scalars: one quoting rule for all our YAML
-
-
-def _flow(value) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_scalar(k)}: {_flow(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_flow(v) for v in value) + "]"
-    return _scalar(value)
-
-
-def _block(value: dict, indent: int, lines: list) -> None:
-    pad = " " * indent
-    for key, item in value.items():
-        k = _scalar(key)
-        if isinstance(item, dict):
-            if item:
-                lines.append(f"{pad}{k}:")
-                _block(item, indent + 2, lines)
-            else:
-                lines.append(f"{pad}{k}: {{}}")
-        elif isinstance(item, (list, tuple)):
-            if not item:
-                lines.append(f"{pad}{k}: []")
-            elif key in _FLOW_LISTS or any(isinstance(x, (dict, list, tuple)) for x in item):
-                lines.append(f"{pad}{k}:")
-                for x in item:
-                    lines.append(f"{pad}  - {_flow(x)}")
-            else:
-                lines.append(f"{pad}{k}: {_flow(item)}")
-        else:
-            lines.append(f"{pad}{k}: {_scalar(item)}")
+        name = _engine_name(hf, source, par, device)
+    return _assemble(name=name, description=_description(source, model, flags, device, block_size),
+                     model=model, linear=linear, moe=moe, attention=attention,
+                     kv_cache={"num_blocks": num_blocks, "groups": kv_groups}, scheduler=scheduler,
+                     par=par, gpu=device)
 
 
 def engine_to_yaml(engine: dict) -> str:
-    """Readable, deterministic YAML: block maps, one flow-style line per list item."""
-    lines: list = []
-    _block(engine, 0, lines)
-    return "\n".join(lines) + "\n"
+    """Readable, deterministic YAML: block maps, one flow-style line per list item (planner.yamlio)."""
+    return dump(engine)

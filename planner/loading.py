@@ -6,9 +6,8 @@ from . import schema
 from .engine import engine_from_document
 from .errors import PlanError
 from .expanded import FORMATS, ExpandedPlan
-from .output import decompress
 from .plan import load_plan
-from .yamlio import Document, load_file
+from .yamlio import Document, decompress, load_file
 
 
 SCHEMAS = {"plan": "plan", "engine": "engine", "expanded plan": "expanded-plan"}

@@ -1,171 +1,26 @@
 """Render an expanded plan: YAML (people, golden files), JSON (tools), table (a summary).
 
-The YAML form is written by hand rather than by a YAML library: it must be
-byte-stable across library versions, fast, and compact where plans are long.
-Compression (lossless, documented in schemas/expanded-plan.schema.json): inside a
-list of integers, a run of four or more values with a constant step is written
-as the string "a..b" (step 1) or "a..b/s" (step s). `expand_runs` undoes it.
+YAML goes through the planner's one YAML codec (planner/yamlio.py), with integer runs
+compressed ("a..b", "a..b/s"; lossless, see schemas/expanded-plan.schema.json).
+`compress_runs`, `expand_runs` and `decompress` live there too and are importable
+from here.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 import tempfile
-from functools import lru_cache
 
-WRAP = 100
-MIN_RUN = 4
-_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
-_RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "~"}  # what PyYAML reads as non-strings
-_INT = {int}  # exact type: bools are ints too, but not M-values
-_RUN = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:/(\d+))?$")
+from .yamlio import compress_runs, decompress, dump, expand_runs  # noqa: F401 - re-exported
+
 HEADER = ("# warmup-planner expanded plan (schemas/expanded-plan.schema.json).\n"
           '# Integer runs are compressed: "a..b" is every integer from a to b, "a..b/s" steps by s.\n')
 
 
-# --- compression -----------------------------------------------------------------
-
-def compress_runs(values: list[int]) -> list:
-    n = len(values)
-    if n >= MIN_RUN and values[1] > values[0]:  # fast path: the whole list is one run (full M-values)
-        stride = values[1] - values[0]
-        if values[-1] - values[0] == stride * (n - 1) and values == list(range(values[0], values[-1] + 1, stride)):
-            return [f"{values[0]}..{values[-1]}" + ("" if stride == 1 else f"/{stride}")]
-    out, i = [], 0
-    while i < n:
-        j = i
-        if i + 1 < n and values[i + 1] > values[i]:
-            stride = values[i + 1] - values[i]
-            while j + 1 < n and values[j + 1] - values[j] == stride:
-                j += 1
-            if j - i + 1 >= MIN_RUN:
-                out.append(f"{values[i]}..{values[j]}" + ("" if stride == 1 else f"/{stride}"))
-                i = j + 1
-                continue
-        out.append(values[i])
-        i += 1
-    return out
-
-
-def expand_runs(items: list) -> list:
-    """Inverse of compress_runs; other strings are left alone."""
-    out: list = []
-    for item in items:
-        m = _RUN.match(item) if isinstance(item, str) else None
-        if m:
-            start, stop, stride = int(m[1]), int(m[2]), int(m[3] or 1)
-            out.extend(range(start, stop + 1, stride))
-        else:
-            out.append(item)
-    return out
-
-
-def decompress(value):
-    """Undo compression everywhere in a loaded YAML plan."""
-    if isinstance(value, dict):
-        return {k: decompress(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [decompress(v) for v in expand_runs(value)]
-    return value
-
-
-# --- YAML --------------------------------------------------------------------------
-
 def to_yaml(plan: dict) -> str:
-    lines = [HEADER.rstrip("\n")]
-    for key, value in plan.items():
-        if key == "steps" and value:
-            lines.append("steps:")
-            for step in value:
-                lines.extend(_step_lines(step))
-        elif isinstance(value, dict):
-            lines.append(f"{key}:")
-            lines.extend(f"  {k}: {_flow(v, len(k) + 4)}" for k, v in value.items())
-        else:
-            lines.append(f"{key}: {_flow(value, len(key) + 2)}")
-    return "\n".join(lines) + "\n"
-
-
-def _step_lines(step: dict) -> list[str]:
-    lines, first = [], True
-    for key, value in step.items():
-        prefix = "- " if first else "  "
-        first = False
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            lines.append(f"{prefix}{key}:")
-            lines.extend(f"  - {_flow(item, 4)}" for item in value)
-        else:
-            lines.append(f"{prefix}{key}: {_flow(value, len(key) + 4)}")
-    return lines
-
-
-def _flow(value, indent: int) -> str:
-    kind = type(value)  # exact types first: this runs once per value of a long plan
-    if kind is int:
-        return str(value)
-    if kind is dict:
-        # Integers inline: a long plan is mostly request mappings of small integers.
-        return "{" + ", ".join([f"{_string(k)}: {v}" if type(v) is int else f"{_string(k)}: {_flow(v, indent)}"
-                                for k, v in value.items()]) + "}"
-    if kind is list:
-        if len(value) >= MIN_RUN and set(map(type, value)) == _INT:  # in C: full M-value lists are long
-            value = compress_runs(value)
-        items = [str(v) if type(v) is int else _flow(v, indent) for v in value]
-        text = "[" + ", ".join(items) + "]"
-        return text if len(text) + indent <= WRAP else _wrap(items, indent)
-    if kind is str:
-        return _string(value)
-    return yaml_scalar(value)
-
-
-def _wrap(items: list[str], indent: int) -> str:
-    """A flow list too long for one line, broken so that long M-value lists diff line by line."""
-    lines, current = [], "["
-    for item in items:
-        if len(current) + len(item) + indent > WRAP and current != "[":
-            lines.append(current.rstrip())
-            current = ""
-        current += item + ", "
-    lines.append(current[:-2] + "]")
-    return ("\n" + " " * indent).join(lines)
-
-
-def yaml_scalar(value) -> str:
-    """One YAML scalar that PyYAML (YAML 1.1) reads back as the same value and type."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _float(value)
-    return _string(str(value))
-
-
-@lru_cache(maxsize=4096)
-def _string(text: str) -> str:
-    """A string scalar, plain when YAML reads it back as the same string, else double-quoted."""
-    if _PLAIN.match(text) and text.lower() not in _RESERVED:
-        return text
-    return json.dumps(text)
-
-
-def _float(value: float) -> str:
-    if math.isnan(value):
-        return ".nan"
-    if math.isinf(value):
-        return ".inf" if value > 0 else "-.inf"
-    text = repr(value)
-    if "e" in text and "." not in text.split("e")[0]:  # YAML 1.1 floats need a dot
-        mantissa, exponent = text.split("e")
-        text = f"{mantissa}.0e{exponent}"
-    return text
+    # Block lists flush with their key: the style every golden plan is written in.
+    return dump(plan, compress=True, header=HEADER, indent_lists=False)
 
 
 # --- JSON and table ---------------------------------------------------------------

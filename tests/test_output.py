@@ -3,6 +3,8 @@
 import os
 import json
 import random
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -120,3 +122,12 @@ def test_write_atomic_gives_the_mode_a_plain_open_would(tmp_path):
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "table.json").st_mode) == 0o644
     assert (tmp_path / "table.json").read_text() == "{}\n"
+
+
+def test_writing_yaml_does_not_import_pyyaml():
+    """The writer is pure stdlib: executor workers import planner.output (write_atomic)."""
+    code = ("import sys\nfrom planner.output import to_yaml\nfrom planner.hf import engine_to_yaml\n"
+            "to_yaml({'steps': [{'m_values': [1, 2, 3, 4]}]}); engine_to_yaml({'a': [{'b': 1}]})\n"
+            "print('yaml' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"

@@ -17,7 +17,9 @@ import pytest
 
 from planner.cli import main
 from kernel_model import deep_gemm as dg
-from planner.output import MIN_RUN, WRAP, _flow, _string, compress_runs, to_json, yaml_scalar
+from planner.output import to_json
+from planner.yamlio import MIN_RUN, WRAP, _string, compress_runs, yaml_scalar
+from planner.yamlio import _flow_compressed as _flow  # the expanded-plan writer
 
 # --- DeepGEMM winners in bulk -------------------------------------------------------
 
@@ -47,7 +49,7 @@ def test_bulk_winners_do_not_depend_on_order_gaps_or_seeds(grouped, n, k, sms):
 # --- YAML writer ----------------------------------------------------------------------
 
 def reference_flow(value, indent: int) -> str:
-    """The generic writer the fast paths replace (planner/output.py before them)."""
+    """The generic writer the fast paths replace (planner/output.py before them; now planner/yamlio.py)."""
     kind = type(value)
     if kind is int:
         return str(value)
