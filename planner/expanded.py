@@ -2,8 +2,11 @@
 
 ``ExpandedPlan`` is what `warmup plan` makes and `warmup execute` runs: a header (the
 plan and engine it was made for, the digest of its inputs) and typed steps
-(planner.steps). ``to_dict`` gives the plain form the renderers write;
-``from_dict`` reads one back, converting the format's earlier version.
+(planner.steps). ``to_dict`` gives the plain form the renderers write (format v2,
+schemas/expanded-plan.schema.json); ``from_dict`` reads one back, and converts a file of
+format v1 (schemas/expanded-plan-v1.schema.json), which users have committed: the same
+plan in either format is the same typed plan, so `warmup diff v1.yaml v2.yaml` of one
+plan shows no change.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from functools import cached_property
 
 from .steps import KINDS, Kernel, Launch, Step, Variant, step_from_dict
 
-FORMAT = "warmup-expanded-plan/v1"
+FORMAT = "warmup-expanded-plan/v2"
 FORMAT_V1 = "warmup-expanded-plan/v1"
-FORMATS = (FORMAT,)
+FORMATS = (FORMAT, FORMAT_V1)  # what is read; FORMAT is what is written
+SCHEMAS = {FORMAT: "expanded-plan", FORMAT_V1: "expanded-plan-v1"}
 
 SUMMARY_KEYS = ("requests", "scheduled_tokens", "gemm_shapes", "gemm_calls", "attention_calls", "autotune_runs",
                 "cudagraph_captures")
@@ -42,7 +46,7 @@ class ExpandedPlan:
     def to_dict(self) -> dict:
         return {"format": FORMAT, "plan": self.plan, "engine": self.engine, "planner_version": self.planner_version,
                 "digest": self.digest, "inputs": self.inputs, "summary": self.summary,
-                "steps": [to_v1(step) for step in self.steps]}
+                "steps": [step.to_dict() for step in self.steps]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ExpandedPlan":
@@ -97,31 +101,3 @@ def from_v1(data: dict) -> Step:
     exact = bool(keys) and data.get("key_m_values") is None
     variants = tuple(map(Variant, keys, firsts)) if len(firsts) == len(keys) else ()
     return step.replace(variants=variants, exact=exact and bool(variants), max_value=max_value)
-
-
-def to_v1(step: Step) -> dict:
-    """The v1 form of a typed step (the field order the v1 planner wrote)."""
-    data = step.to_dict()
-    if step.kind not in ("gemm", "grouped_gemm", "attention", "kernel"):
-        return data
-    variants = data.pop("variants", None)
-    exact = data.pop("exact", None)
-    max_value = data.pop("max_value", None)
-    if step.kind == "kernel":
-        data["variants"] = [v["first"] for v in variants]
-        data["compile_keys"] = [v["key"] for v in variants]
-        return data
-    if step.kind == "attention":
-        del data["backend"]
-    out = {}
-    for name, value in data.items():
-        if name == "m_values" and max_value is not None and step.backend == "triton":
-            out["max_m"] = max_value
-        out[name] = value
-    if variants:
-        out["compile_keys"] = [v["key"] for v in variants]
-        if not exact:
-            out["key_m_values"] = [v["first"] for v in variants]
-    if max_value is not None and V1_RANGE[step.kind] not in out:
-        out[V1_RANGE[step.kind]] = max_value
-    return out

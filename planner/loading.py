@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import schema
 from .engine import engine_from_document
 from .errors import PlanError
-from .expanded import FORMATS, ExpandedPlan
+from .expanded import FORMATS, SCHEMAS as EXPANDED_SCHEMAS, ExpandedPlan
 from .plan import load_plan
 from .yamlio import Document, decompress, load_file
 
@@ -21,7 +21,8 @@ def load_any(path: str, strict: bool = False):
     doc = load_file(path)
     kind = detect(doc)
     if strict:
-        schema.validate_strict(doc, SCHEMAS[kind], decompress(doc.data) if kind == "expanded plan" else None)
+        name = EXPANDED_SCHEMAS.get(doc.data.get("format"), SCHEMAS[kind]) if kind == "expanded plan" else SCHEMAS[kind]
+        schema.validate_strict(doc, name, decompress(doc.data) if kind == "expanded plan" else None)
     if kind == "plan":
         return kind, load_plan(path)
     if kind == "engine":
@@ -54,7 +55,7 @@ def expanded_from_document(doc: Document) -> ExpandedPlan:
         raise doc.error(("format",), f"expected an expanded plan with format {' or '.join(map(repr, FORMATS))}, "
                                      f"got {got!r}")
     data = decompress(doc.data)
-    schema.validate(doc, "expanded-plan", data)
+    schema.validate(doc, EXPANDED_SCHEMAS[data["format"]], data)
     ids = [s["id"] for s in data["steps"]]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)

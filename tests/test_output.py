@@ -79,7 +79,7 @@ def test_digest_tracks_exactly_the_shaping_inputs(tmp_path):
 
 def test_header_and_summary():
     plan = expanded().to_dict()
-    assert plan["format"] == "warmup-expanded-plan/v1" and plan["plan"] == "vllm-head"
+    assert plan["format"] == "warmup-expanded-plan/v2" and plan["plan"] == "vllm-head"
     assert plan["engine"] == "deepseek-v3-fp8-tp8-h200" and plan["digest"].startswith("sha256:")
     s = plan["summary"]
     assert s["steps"] == len(plan["steps"]) == sum(s["steps_by_kind"].values())
