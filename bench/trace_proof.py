@@ -127,9 +127,9 @@ def main(argv=None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1, default=str)
-    failed = [r for r in result.steps if r["status"] == "failed"]
+    failed = [r for r in result.steps if r.status == "failed"]
     for r in failed:
-        print(f"warmup step {r['id']} failed: {r['error']}", file=sys.stderr)
+        print(f"warmup step {r.id} failed: {r.error}", file=sys.stderr)
     if report["trace"]["error"]:
         print(f"trace failed: {report['trace']['error']}", file=sys.stderr)
     if failed or report["trace"]["error"]:
@@ -147,19 +147,19 @@ def warmup_summary(result, expanded) -> dict:
         kinds.setdefault(step.stage, set()).add(step.kind)
     stages = []
     for stage in result.stage_order:
-        records = [r for r in result.steps if r["stage"] == stage]
-        jits = [r.get("jit") or {} for r in records]
+        records = [r for r in result.steps if r.stage == stage]
+        jits = [r.jit or {} for r in records]
         kernels = Counter()
         for j in jits:
             kernels.update(j.get("kernels", {}))
         stages.append({"stage": stage, "kinds": sorted(kinds[stage]), "steps": len(records),
-                       "status": dict(Counter(r["status"] for r in records)),
+                       "status": dict(Counter(r.status for r in records)),
                        "wall_s": round(result.stage_wall.get(stage, 0.0), 3),
                        "jit_misses": sum(j.get("jit_misses", 0) for j in jits),
                        "compiled": sum(j.get("compiled", 0) for j in jits),
                        "kernels": dict(kernels),
-                       "step_walls_s": {r["id"]: r["wall_s"] for r in records},
-                       "precompile_wait_s": round(sum((r.get("precompile") or {}).get("wait_s", 0.0)
+                       "step_walls_s": {r.id: r.wall_s for r in records},
+                       "precompile_wait_s": round(sum((r.precompile or {}).get("wait_s", 0.0)
                                                       for r in records), 3)})
     batch = [s for s in stages if set(s["kinds"]) <= set(BATCH_KINDS)]
     return {"stages": stages, "total_s": round(sum(result.stage_wall.values()), 3),

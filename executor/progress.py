@@ -49,9 +49,9 @@ class Progress:
             self._stage["done"] += n
             self._draw()
 
-    def step_end(self, record: dict) -> None:
-        if record["status"] in ("failed", "unavailable"):
-            self.message(f"{record['status'].upper()} {record['id']}: {record.get('error') or ''}")
+    def step_end(self, record) -> None:
+        if record.status in ("failed", "unavailable"):
+            self.message(f"{record.status.upper()} {record.id}: {record.error or ''}")
 
     def stage_end(self, summary: dict) -> None:
         if not self.enabled:

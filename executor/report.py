@@ -15,8 +15,9 @@ import time
 
 from planner.output import write_atomic
 
+from .records import STATUSES, StepRecord
+
 FORMAT = "warmup-execute-report/v1"
-STATUSES = ("ok", "failed", "unavailable", "skipped")
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
@@ -45,23 +46,23 @@ class Report:
 
     # --- filling in ------------------------------------------------------------------------
 
-    def add_step(self, record: dict) -> None:
-        if record["stage"] not in self.stage_order:
-            self.stage_order.append(record["stage"])
+    def add_step(self, record: StepRecord) -> None:
+        if record.stage not in self.stage_order:
+            self.stage_order.append(record.stage)
         self.steps.append(record)
 
     def stage_summary(self, stage: str) -> dict:
-        recs = [r for r in self.steps if r["stage"] == stage]
+        recs = [r for r in self.steps if r.stage == stage]
         out = {"stage": stage, "steps": len(recs)}
         for status in STATUSES:
-            out[status] = sum(r["status"] == status for r in recs)
+            out[status] = sum(r.status == status for r in recs)
         out["run"] = out["ok"] + out["failed"]
-        out["kernel_calls"] = sum(r.get("kernel_calls") or 0 for r in recs)
-        jits = [r["jit"] for r in recs if r.get("jit") is not None]
+        out["kernel_calls"] = sum(r.kernel_calls or 0 for r in recs)
+        jits = [r.jit for r in recs if r.jit is not None]
         # None (shown as "-") when the JIT monitor was off: nothing was counted.
         main = sum(j["compiled"] for j in jits) if jits else None
-        pres = [r["precompile"]["compiled"] for r in recs
-                if r.get("precompile") and r["precompile"].get("compiled") is not None]
+        pres = [r.precompile["compiled"] for r in recs
+                if r.precompile and r.precompile.get("compiled") is not None]
         pool = sum(pres) if pres else None
         # compiled: the main process's compiles plus the workers' for the keys this stage reaches
         # first (--jobs); disk_loads: the main process's loads from the disk cache.
@@ -69,14 +70,14 @@ class Report:
         out["compiled_main"] = main
         out["compiled_pool"] = pool
         out["disk_loads"] = sum(j["disk_loads"] for j in jits) if jits else None
-        out["wall_s"] = round(self.stage_wall.get(stage, sum(r.get("wall_s") or 0 for r in recs)), 3)
+        out["wall_s"] = round(self.stage_wall.get(stage, sum(r.wall_s for r in recs)), 3)
         return out
 
     def stages(self) -> list[dict]:
         return [self.stage_summary(s) for s in self.stage_order]
 
     def counts(self) -> dict:
-        return {s: sum(r["status"] == s for r in self.steps) for s in STATUSES}
+        return {s: sum(r.status == s for r in self.steps) for s in STATUSES}
 
     def post_seal_compiles(self) -> int:
         return len((self.monitor or {}).get("post_seal_events") or [])
@@ -117,7 +118,7 @@ class Report:
             "environment": self.environment,
             "counts": self.counts(),
             "stages": self.stages(),
-            "steps": self.steps,
+            "steps": [r.to_dict() for r in self.steps],
             "jit_monitor": self.monitor,
             "verify": self.verify,
             "verify_trace": self.verify_trace,
@@ -163,9 +164,9 @@ class Report:
             if i == 0 or i == len(rows) - 2:
                 lines.append("  ".join("-" * w for w in widths))
         out = "\n".join(lines) + "\n"
-        problems = [r for r in self.steps if r["status"] in ("failed", "unavailable")]
+        problems = [r for r in self.steps if r.status in ("failed", "unavailable")]
         for r in problems:
-            out += f"{r['status']}: {r['id']}: {r.get('error') or ''}\n"
+            out += f"{r.status}: {r.id}: {r.error or ''}\n"
         if self.startup and self.startup.get("wall_s", 0) >= 0.05:
             out += (f"startup: {self.startup['wall_s']:.2f} s before the first stage (backends "
                     f"{', '.join(self.startup.get('backends') or {}) or 'none'}"

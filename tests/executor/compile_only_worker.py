@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import executor.worker_preload  # noqa: E402,F401 - what the pool's fork server imports first
 from executor import precompile, run  # noqa: E402
+from executor.precompile import worker  # noqa: E402
 from executor.kernels.jit import stand_in  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
 from planner.expand import expand  # noqa: E402
@@ -33,17 +34,16 @@ def main(plan_name: str, engine_name: str) -> None:
     steps = expand(load_plan(plan_name), engine).steps
     run.use_engine_tables(engine.data)
     jobs = precompile.compile_jobs(steps)
-    specs = {"triton": precompile.WORKER_CLASSES["triton"]}
-    precompile._init_worker(specs, "cuda", "warn", None, {"env": precompile.worker_setup("cpu")["env"],
-                                                          "capability": 90})
+    specs = {"triton": worker.WORKER_CLASSES["triton"]}
+    worker._init_worker(specs, "cuda", "warn", None, {"env": worker.worker_setup("cpu")["env"], "capability": 90})
     stand_in.build_launcher = lambda compiled: LAUNCHERS.append(compiled.hash)
     records = []
     for job in jobs:
         before = len(LAUNCHERS)
-        out = precompile.run_job(job.payload())
-        records.append({"kind": job.kind, "key": job.key, "status": out["status"], "error": out["error"],
-                        "compiled": out["compiled"], "launchers": len(LAUNCHERS) - before})
-    state = precompile._WORKER
+        out = worker.run_job(job)
+        records.append({"kind": job.kind, "key": job.key, "status": out.status, "error": out.error,
+                        "compiled": out.compiled, "launchers": len(LAUNCHERS) - before})
+    state = worker._WORKER
     print(json.dumps({"jobs": records, "target": state["target"], "errors": state["errors"],
                       "torch": "torch" in sys.modules}))
 

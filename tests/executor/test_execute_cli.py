@@ -13,6 +13,7 @@ from execlib import TINY, TINY_PLAN, by_id, load_report, run_cli, run_subprocess
 
 from executor import autotune as at
 from executor.progress import Progress
+from executor.records import StepRecord
 from executor.verify import draw, verify_keys
 from planner.steps import Cleanup, step_from_dict
 
@@ -102,7 +103,7 @@ def test_progress_off_a_terminal_is_one_line_per_stage():
     p.stage_start("s", 1, 10)
     p.step_start(Cleanup("s/a", "s", finished_req_ids=()))
     p.tick(10)
-    p.step_end({"id": "s/a", "status": "failed", "error": "boom"})
+    p.step_end(StepRecord(id="s/a", stage="s", kind="gemm", status="failed", error="boom"))
     p.stage_end({"stage": "s", "steps": 1, "ok": 0, "failed": 1, "unavailable": 0, "skipped": 0,
                  "kernel_calls": 10, "compiled": None, "disk_loads": None, "wall_s": 0.1})
     assert stream.getvalue().splitlines() == [

@@ -27,6 +27,7 @@ from executor import precompile as pc
 from executor import registry
 from executor.backends.base import BaseBackend
 from executor.progress import Progress
+from executor.records import StepRecord
 from executor.report import Report, render_precompile
 from planner import steps as st
 from planner.expanded import ExpandedPlan
@@ -204,7 +205,7 @@ def test_attention_jobs_and_the_release_after_autotune():
 
 
 def test_default_jobs_is_the_cpu_cores_capped():
-    assert 1 <= pc.default_jobs() <= pc.MAX_DEFAULT_JOBS
+    assert 1 <= pc.default_jobs() <= pc.jobs.MAX_DEFAULT_JOBS
 
 
 # --- the manifest --------------------------------------------------------------------------------------
@@ -403,11 +404,11 @@ def test_no_pool_on_cpu_for_gpu_backends_and_with_nothing_keyed(fake_env):
 
 def test_stage_summary_adds_the_workers_compiles_and_the_table_shows_them():
     r = Report(plan())
-    r.add_step({"id": "s/a", "stage": "s", "kind": "gemm", "status": "ok", "kernel_calls": 3, "wall_s": 0.1,
-                "jit": {"compiled": 1, "disk_loads": 4},
-                "precompile": {"keys": 4, "jobs": 3, "compiled": 3, "disk_loads": 0, "failed": 0}})
-    r.add_step({"id": "s/b", "stage": "s", "kind": "gemm", "status": "ok", "kernel_calls": 2, "wall_s": 0.1,
-                "jit": {"compiled": 0, "disk_loads": 2}})
+    r.add_step(StepRecord(id="s/a", stage="s", kind="gemm", status="ok", kernel_calls=3, wall_s=0.1,
+                          jit={"compiled": 1, "disk_loads": 4},
+                          precompile={"keys": 4, "jobs": 3, "compiled": 3, "disk_loads": 0, "failed": 0}))
+    r.add_step(StepRecord(id="s/b", stage="s", kind="gemm", status="ok", kernel_calls=2, wall_s=0.1,
+                          jit={"compiled": 0, "disk_loads": 2}))
     s = r.stage_summary("s")
     assert (s["compiled"], s["compiled_main"], s["compiled_pool"], s["disk_loads"]) == (4, 1, 3, 6)
     r.precompile = {"status": "ran", "reason": None, "jobs": 3, "workers": 2, "compiled": 3, "disk_loads": 0,

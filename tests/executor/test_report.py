@@ -9,14 +9,15 @@ import pytest
 from execlib import TINY, TUNED_PLAN, by_id, load_report, run_cli
 
 from executor import report as report_mod
+from executor.records import StepRecord
 from executor.report import Report
 from planner.expanded import ExpandedPlan
 
 
 def record(i, stage="s", status="ok", calls=3, compiled=1, disk=2):
     jit = None if compiled is None else {"compiled": compiled, "disk_loads": disk}
-    return {"id": f"{stage}/x{i}", "stage": stage, "kind": "gemm", "status": status, "kernel_calls": calls,
-            "wall_s": 0.5, "error": None if status == "ok" else "boom", "jit": jit}
+    return StepRecord(id=f"{stage}/x{i}", stage=stage, kind="gemm", status=status, kernel_calls=calls, wall_s=0.5,
+                      error=None if status == "ok" else "boom", jit=jit)
 
 
 def test_stage_summary_and_table():

@@ -1,0 +1,27 @@
+"""`warmup execute --jobs N`: compile the plan's distinct variants in N worker processes first.
+
+Threads do not help (the GIL serializes Triton's compiles); processes do. Each distinct
+compile key of the plan becomes one *job* (jobs.py): the first step and value that reach
+the key, run in a worker through the backend's family method. For Triton that is its
+compile-only twin (executor/backends/triton_compile.py): the same ``launch`` functions as
+the main process's calls, on stand-in tensors of the same dtypes, shapes and alignment,
+compiled for the GPU's target without torch or a CUDA context (worker.py); DeepGEMM jobs
+run the library itself. Workers share the on-disk caches with the main process (Triton's
+``TRITON_CACHE_DIR``, DeepGEMM's ``DG_JIT_CACHE_DIR``), which write every entry to a
+temporary directory and rename it into place, so concurrent workers leave complete entries.
+The main process then runs every planned step as before, and its launches are disk loads.
+
+    jobs.py      the jobs of a plan, and what became of each (JobResult)
+    manifest.py  the keys known to be cached, and the fingerprint that must match
+    worker.py    a worker's start-up and one job
+    pool.py      the pool of one run (Precompiler), a hook of the executor's loop
+"""
+
+from .jobs import PRECOMPILE_BACKENDS, Job, JobResult, compile_jobs, default_jobs, step_content_key
+from .manifest import MANIFEST_NAME, fingerprint, manifest_path, read_manifest, update_manifest
+from .pool import Precompiler
+from .worker import prime_triton
+
+__all__ = ["MANIFEST_NAME", "PRECOMPILE_BACKENDS", "Job", "JobResult", "Precompiler", "compile_jobs",
+           "default_jobs", "fingerprint", "manifest_path", "prime_triton", "read_manifest", "step_content_key",
+           "update_manifest"]
