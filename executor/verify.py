@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
+from dataclasses import asdict
 
 from .backends.base import Unavailable
+from .runner.trace import TraceConfig, percentile, run_trace
 
 
 def verify_keys(steps: list, backend_name) -> list[dict]:
@@ -95,11 +98,6 @@ def trace_check(report, ctx, n: int, seed: int = 0, overrides: dict | None = Non
     the batch steps warmed, after the seal. Every post-seal event of the monitor during the trace
     is a warmup miss, counted per kernel family; first-step and p50/p99 step latencies (each step
     synchronized on CUDA). Filled into ``report.verify_trace`` as it goes (kept on Ctrl-C)."""
-    from collections import Counter
-    from dataclasses import asdict
-
-    from .runner.trace import TraceConfig, percentile, run_trace
-
     config = TraceConfig(**{**(overrides or {}), "num_steps": n, "seed": seed})
     result = {"steps": 0, "seed": seed, "config": asdict(config), "compiles": 0, "compiles_by_family": {},
               "first_step_ms": None, "p50_ms": None, "p99_ms": None, "max_ms": None, "wall_s": 0.0,
@@ -117,50 +115,59 @@ def trace_check(report, ctx, n: int, seed: int = 0, overrides: dict | None = Non
     sync = _cuda_sync(ctx.device)
     if sync is not None:
         sync()  # the warmup's queued work is not the first step's
-    monitor = ctx.monitor
-    events_before = seen = len(monitor.post_seal_events)
-    stats_before = getattr(runner, "stats", None)
-    stats_before = dict(stats_before) if isinstance(stats_before, dict) else {}
-    kinds: list[str] = []
-    latencies: list[float] = []  # seconds
+    watch = _TraceWatch(ctx.monitor, result, runner)
+    try:
+        run_trace(runner, ctx.engine, config, watch.on_step, sync)
+    except Exception as e:  # noqa: BLE001 - a failing step (in `error` mode: a post-seal compile) ends the trace
+        result["error"] = f"trace step {len(watch.kinds)}: {type(e).__name__}: {e}"
+    finally:
+        watch.finish()
+    return result
 
-    def on_step(i, execute, latency):
-        nonlocal seen
-        counts = monitor.end_step()
-        new_events, seen = len(monitor.post_seal_events) - seen, len(monitor.post_seal_events)
-        latencies.append(latency)
-        result["latency_ms"].append(round(latency * 1e3, 3))
-        kinds.append(execute.kind)
+
+class _TraceWatch:
+    """The JIT monitor around each step of the serving trace, and the trace's totals."""
+
+    def __init__(self, monitor, result: dict, runner):
+        self.monitor, self.result, self.runner = monitor, result, runner
+        self.events_before = self.seen = len(monitor.post_seal_events)
+        stats = getattr(runner, "stats", None)
+        self.stats_before = dict(stats) if isinstance(stats, dict) else {}
+        self.kinds: list[str] = []
+        self.latencies: list[float] = []  # seconds
+        self.start = time.perf_counter()
+        monitor.begin_step("trace/step-0")
+
+    def on_step(self, i: int, execute, latency: float) -> None:
+        counts = self.monitor.end_step()
+        events = self.monitor.post_seal_events
+        new_events, self.seen = len(events) - self.seen, len(events)
+        self.latencies.append(latency)
+        self.result["latency_ms"].append(round(latency * 1e3, 3))
+        self.kinds.append(execute.kind)
         if new_events or (counts is not None and counts.jit_misses):
-            result["steps_with_compiles"].append({
+            self.result["steps_with_compiles"].append({
                 "step": i, "kind": execute.kind, "tokens": execute.total_num_scheduled_tokens,
                 "requests": len(execute.requests), "latency_ms": round(latency * 1e3, 3),
                 "events": new_events, "kernels": dict(counts.kernels) if counts is not None else {}})
-        monitor.begin_step(f"trace/step-{i + 1}")
+        self.monitor.begin_step(f"trace/step-{i + 1}")
 
-    start = time.perf_counter()
-    monitor.begin_step("trace/step-0")
-    try:
-        run_trace(runner, ctx.engine, config, on_step, sync)
-    except Exception as e:  # noqa: BLE001 - a failing step (in `error` mode: a post-seal compile) ends the trace
-        result["error"] = f"trace step {len(kinds)}: {type(e).__name__}: {e}"
-    finally:
-        monitor.end_step()
-        events = monitor.post_seal_events[events_before:]
+    def finish(self) -> None:
+        self.monitor.end_step()
+        events = self.monitor.post_seal_events[self.events_before:]
         families = _kernel_families()
         by_family = Counter(families.get(e.get("kernel"), "other") for e in events)
-        result.update(steps=len(latencies), wall_s=round(time.perf_counter() - start, 3),
-                      kinds=dict(Counter(kinds)), compiles=len(events),
-                      compiles_by_family=dict(sorted(by_family.items())), post_seal_events=events)
-        if latencies:
-            ms = [x * 1e3 for x in latencies]
-            result.update(first_step_ms=round(ms[0], 3), p50_ms=round(percentile(ms, 50), 3),
-                          p99_ms=round(percentile(ms, 99), 3), max_ms=round(max(ms), 3))
-        stats = getattr(runner, "stats", None)
+        self.result.update(steps=len(self.latencies), wall_s=round(time.perf_counter() - self.start, 3),
+                           kinds=dict(Counter(self.kinds)), compiles=len(events),
+                           compiles_by_family=dict(sorted(by_family.items())), post_seal_events=events)
+        if self.latencies:
+            ms = [x * 1e3 for x in self.latencies]
+            self.result.update(first_step_ms=round(ms[0], 3), p50_ms=round(percentile(ms, 50), 3),
+                               p99_ms=round(percentile(ms, 99), 3), max_ms=round(max(ms), 3))
+        stats = getattr(self.runner, "stats", None)
         if isinstance(stats, dict):  # the trace's own counters (the reference runner's paths, graph replays)
-            result["runner_stats"] = {k: v - stats_before.get(k, 0) for k, v in stats.items()
-                                      if isinstance(v, (int, float))}
-    return result
+            self.result["runner_stats"] = {k: v - self.stats_before.get(k, 0) for k, v in stats.items()
+                                           if isinstance(v, (int, float))}
 
 
 def _kernel_families() -> dict:

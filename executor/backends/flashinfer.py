@@ -170,68 +170,18 @@ class FlashInferBackend(BaseBackend):
         if getattr(ctx, "capturing", False) or (
                 str(self.device).startswith("cuda") and torch.cuda.is_current_stream_capturing()):
             raise RuntimeError("refusing to autotune during CUDA-graph capture")
-        num_tokens = step.num_tokens
+        runner, shapes = self._tuning_run_inputs(ctx)
         version = getattr(flashinfer, "__version__", "?")
-        runner = ctx.get_runner(required=False) if hasattr(ctx, "get_runner") else None
-        use_runner = runner is not None and hasattr(runner, "dummy_run")
-        shapes: list = []
-        if not use_runner:
-            engine = getattr(ctx, "engine", None)
-            if not engine:
-                raise Unavailable("flashinfer autotune without a model runner needs the engine config")
-            shapes = fp8_linear_shapes(engine)
-            if not shapes:
-                raise Unavailable("no model runner with dummy_run, and the engine has no FP8 linear layer "
-                                  f"for FlashInfer's FP8 GEMM tuner ({GEMM_OP})")
         tuner = fi_autotuner.AutoTuner.get()
-        details = {"library": "flashinfer", "version": version, "num_tokens": num_tokens,
+        details = {"library": "flashinfer", "version": version, "num_tokens": step.num_tokens,
                    "cache": step.cache or "memory",
                    "plan_buckets": None if step.buckets is None else list(step.buckets)}
-
-        path = None
-        native = False
-        if step.cache == "persistent":
-            device_name = (torch.cuda.get_device_name(self.device)
-                           if str(self.device).startswith("cuda") else str(self.device))
-            path = getattr(self.options, "flashinfer_cache", None) or default_cache_path(version, device_name)
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            details["cache_file"] = path
-            native = "cache" in inspect.signature(fi_autotuner.autotune).parameters
-            details["cache_api"] = ("autotune(cache=...)" if native else
-                                    "load_configs/save_configs" if hasattr(tuner, "save_configs") else None)
+        path, native = self._cache_file(step, tuner, version, details)
         existed = _file_state(path)
         profiles_before = len(getattr(tuner, "profiling_cache", {}) or {})
-
-        kwargs = {}
-        if path is not None and native:
-            kwargs["cache"] = path  # loaded on entry, saved atomically on exit when something was tuned
-        elif path is not None and existed and hasattr(tuner, "load_configs"):
-            details["cache_loaded"] = bool(tuner.load_configs(path))
         counter = _ProfileCounter(tuner)
-        start = time.perf_counter()
-        with counter, torch.inference_mode(), fi_autotuner.autotune(True, **kwargs):
-            if path is not None and native:
-                file_configs = getattr(tuner, "_file_configs", None)
-                details["cache_entries_loaded"] = len(file_configs) if file_configs is not None else None
-            if use_runner:
-                details["tuning_run"] = "runner.dummy_run"
-                runner.dummy_run(num_tokens)
-                calls = 1
-            else:
-                details["tuning_run"] = f"{GEMM_OP} (backend auto) over the engine's FP8 linear shapes"
-                details["shapes"] = [list(s) for s in shapes]
-                calls = self._gemm_run(num_tokens, shapes, step.randomize_inputs is not False)
-            if str(self.device).startswith("cuda"):
-                torch.cuda.synchronize(self.device)
-        details["tune_s"] = round(time.perf_counter() - start, 3)
-
-        if path is not None and not native:
-            if hasattr(tuner, "save_configs"):
-                atomic_save_configs(tuner, path)
-            else:
-                details["cache_error"] = (f"flashinfer {version} has neither autotune(cache=...) nor "
-                                          "AutoTuner.save_configs: tuned in memory only")
-        details["cache_written"] = path is not None and _file_state(path) not in (None, existed)
+        calls = self._tune(step, runner, shapes, tuner, counter, path, native, existed, details)
+        self._save_cache(tuner, path, native, existed, version, details)
         details["profiles_tuned"] = len(getattr(tuner, "profiling_cache", {}) or {}) - profiles_before
         details["tactics_profiled"] = counter.calls
         if counter.by_op:
@@ -239,6 +189,76 @@ class FlashInferBackend(BaseBackend):
         details["calls"] = calls
         tick(counter.calls if counter.calls is not None else calls)
         return details
+
+    def _tuning_run_inputs(self, ctx) -> tuple:
+        """(the model runner, when it has dummy_run: it runs the whole forward; else None and the
+        engine's FP8 linear shapes, for FlashInfer's FP8 GEMM tuner)."""
+        runner = ctx.get_runner(required=False) if hasattr(ctx, "get_runner") else None
+        if runner is not None and hasattr(runner, "dummy_run"):
+            return runner, []
+        engine = getattr(ctx, "engine", None)
+        if not engine:
+            raise Unavailable("flashinfer autotune without a model runner needs the engine config")
+        shapes = fp8_linear_shapes(engine)
+        if not shapes:
+            raise Unavailable("no model runner with dummy_run, and the engine has no FP8 linear layer "
+                              f"for FlashInfer's FP8 GEMM tuner ({GEMM_OP})")
+        return None, shapes
+
+    def _cache_file(self, step, tuner, version: str, details: dict) -> tuple:
+        """(the persistent cache file or None, whether this FlashInfer loads and saves it itself)."""
+        import torch
+        from flashinfer import autotuner as fi_autotuner
+
+        if step.cache != "persistent":
+            return None, False
+        device_name = (torch.cuda.get_device_name(self.device)
+                       if str(self.device).startswith("cuda") else str(self.device))
+        path = getattr(self.options, "flashinfer_cache", None) or default_cache_path(version, device_name)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        details["cache_file"] = path
+        native = "cache" in inspect.signature(fi_autotuner.autotune).parameters
+        details["cache_api"] = ("autotune(cache=...)" if native else
+                                "load_configs/save_configs" if hasattr(tuner, "save_configs") else None)
+        return path, native
+
+    def _tune(self, step, runner, shapes, tuner, counter, path, native: bool, existed, details: dict) -> int:
+        """The one tuning run inside ``autotune(True)``: the runner's dummy_run, or the FP8 GEMMs."""
+        import torch
+        from flashinfer import autotuner as fi_autotuner
+
+        kwargs = {}
+        if path is not None and native:
+            kwargs["cache"] = path  # loaded on entry, saved atomically on exit when something was tuned
+        elif path is not None and existed and hasattr(tuner, "load_configs"):
+            details["cache_loaded"] = bool(tuner.load_configs(path))
+        start = time.perf_counter()
+        with counter, torch.inference_mode(), fi_autotuner.autotune(True, **kwargs):
+            if path is not None and native:
+                file_configs = getattr(tuner, "_file_configs", None)
+                details["cache_entries_loaded"] = len(file_configs) if file_configs is not None else None
+            if runner is not None:
+                details["tuning_run"] = "runner.dummy_run"
+                runner.dummy_run(step.num_tokens)
+                calls = 1
+            else:
+                details["tuning_run"] = f"{GEMM_OP} (backend auto) over the engine's FP8 linear shapes"
+                details["shapes"] = [list(s) for s in shapes]
+                calls = self._gemm_run(step.num_tokens, shapes, step.randomize_inputs is not False)
+            if str(self.device).startswith("cuda"):
+                torch.cuda.synchronize(self.device)
+        details["tune_s"] = round(time.perf_counter() - start, 3)
+        return calls
+
+    def _save_cache(self, tuner, path, native: bool, existed, version: str, details: dict) -> None:
+        """Where FlashInfer does not save the file itself: save it atomically here."""
+        if path is not None and not native:
+            if hasattr(tuner, "save_configs"):
+                atomic_save_configs(tuner, path)
+            else:
+                details["cache_error"] = (f"flashinfer {version} has neither autotune(cache=...) nor "
+                                          "AutoTuner.save_configs: tuned in memory only")
+        details["cache_written"] = path is not None and _file_state(path) not in (None, existed)
 
     def _gemm_run(self, num_tokens: int, shapes: list, randomize: bool) -> int:
         import torch

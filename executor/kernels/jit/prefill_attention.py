@@ -13,8 +13,7 @@ from .stand_in import StandIn
 
 
 def _prefill_attention_kernel(
-    Q, K, V, O, b_start_loc, b_seq_len,
-    sm_scale, softcap, window_left, window_right,
+    Q, K, V, O, b_start_loc, b_seq_len, sm_scale, softcap, window_left, window_right,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
     HEAD_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, QUERIES_PER_KV: tl.constexpr,
     IS_CAUSAL: tl.constexpr, USE_WINDOW_LEFT: tl.constexpr, USE_WINDOW_RIGHT: tl.constexpr,
@@ -29,27 +28,21 @@ def _prefill_attention_kernel(
         return
     seq_start = tl.load(b_start_loc + seq).to(tl.int64)
     kv_head = head // QUERIES_PER_KV
-
     offs_m = first_q + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_n, offs_d = tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_SIZE
     q_mask = (offs_m < seq_len)[:, None] & d_mask[None, :]
-    q_ptrs = Q + (seq_start + offs_m)[:, None] * stride_qt + head * stride_qh + offs_d[None, :]
-    q = tl.load(q_ptrs, mask=q_mask, other=0.0)
+    q = tl.load(Q + (seq_start + offs_m)[:, None] * stride_qt + head * stride_qh + offs_d[None, :], mask=q_mask,
+                other=0.0)
     k_base = K + kv_head * stride_kh + offs_d[:, None]
     v_base = V + kv_head * stride_vh + offs_d[None, :]
-
-    # Key range this block of queries can see; keys outside it are never loaded.
-    lo = 0
-    hi = seq_len
+    lo, hi = 0, seq_len  # the key range this block of queries can see: keys outside it are never loaded
     if IS_CAUSAL:
         hi = tl.minimum(hi, first_q + BLOCK_M)
     if USE_WINDOW_RIGHT:
         hi = tl.minimum(hi, first_q + BLOCK_M + window_right)
     if USE_WINDOW_LEFT:
         lo = (tl.maximum(first_q - window_left, 0) // BLOCK_N) * BLOCK_N
-
     m_i = tl.full((BLOCK_M,), -1.0e30, dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
@@ -76,10 +69,9 @@ def _prefill_attention_kernel(
         v = tl.load(v_base + kv_rows[:, None] * stride_vt, mask=col_ok[:, None] & d_mask[None, :], other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
-
     acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    o_ptrs = O + (seq_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=q_mask)
+    tl.store(O + (seq_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+             acc.to(O.dtype.element_ty), mask=q_mask)
 
 
 KERNEL = LazyKernel(
