@@ -47,25 +47,29 @@ def time_command(argv: list[str], repeat: int) -> list[float]:
     return times
 
 
-def planner_sources() -> tuple[str, list[str]]:
-    """The package `warmup` imports (this interpreter finds the same one) and its modules."""
-    package = os.path.dirname(importlib.util.find_spec("planner").origin)
-    return package, glob.glob(os.path.join(package, "**", "*.py"), recursive=True)
+PACKAGES = ("planner", "kernel_model")  # what `warmup plan` imports of this project
+
+
+def planner_sources() -> tuple[list[str], list[str]]:
+    """The packages `warmup plan` imports (this interpreter finds the same ones) and their modules."""
+    packages = [os.path.dirname(importlib.util.find_spec(name).origin) for name in PACKAGES]
+    return packages, [f for package in packages for f in glob.glob(os.path.join(package, "**", "*.py"), recursive=True)]
 
 
 def bytecode_state(sources: list[str]) -> str:
     cached = sum(os.path.exists(importlib.util.cache_from_source(f)) for f in sources)
-    state = f"planner bytecode: {cached} of {len(sources)} modules have a .pyc"
+    state = f"planner bytecode ({', '.join(PACKAGES)}): {cached} of {len(sources)} modules have a .pyc"
     if cached < len(sources) and sys.flags.dont_write_bytecode:
         state += " (PYTHONDONTWRITEBYTECODE: the others compile from source on every run)"
     return state
 
 
-def compile_planner(package: str, sources: list[str]) -> list[str]:
-    """Byte-compile the planner as an install would; returns the .pyc files that are new."""
+def compile_planner(packages: list[str], sources: list[str]) -> list[str]:
+    """Byte-compile the planner's packages as an install would; returns the .pyc files that are new."""
     new = [pyc for pyc in map(importlib.util.cache_from_source, sources) if not os.path.exists(pyc)]
     # checked-hash: a .pyc is used only while its source is unchanged, whatever the mtimes
-    compileall.compile_dir(package, quiet=1, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    for package in packages:
+        compileall.compile_dir(package, quiet=1, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
     return new
 
 
@@ -76,8 +80,8 @@ def main() -> int:
                         help="byte-compile the planner for the run, as an installed package is")
     args = parser.parse_args()
     warmup = shutil.which("warmup") or sys.exit("install the package first: python3 -m pip install .")
-    package, sources = planner_sources()
-    written = compile_planner(package, sources) if args.compile else []
+    packages, sources = planner_sources()
+    written = compile_planner(packages, sources) if args.compile else []
     try:
         print(bytecode_state(sources) + (" (--compile)" if args.compile else "") + "\n")
         return run(warmup, args.repeat)

@@ -14,7 +14,7 @@ input that differs, the way `terraform apply` refuses a stale saved plan.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .digest import changed_inputs, digest
 from .engine import Engine, load_engine
@@ -33,8 +33,7 @@ WHAT = {"plan": "the plan", "engine": "the engine config", "planner": "the plann
         "kernel_configs": "the tuned kernel config tables"}
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """What a command was pointed at: a plan (`plan` set) or an expanded plan (`expanded` set)."""
 
     path: str

@@ -11,10 +11,9 @@ plan shows no change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
+from typing import NamedTuple
 
-from .steps import KINDS, Kernel, Launch, Step, Variant, step_from_dict
+from .steps import KINDS, Kernel, Step, Variant, step_from_dict
 
 FORMAT = "warmup-expanded-plan/v2"
 FORMAT_V1 = "warmup-expanded-plan/v1"
@@ -25,8 +24,9 @@ SUMMARY_KEYS = ("requests", "scheduled_tokens", "gemm_shapes", "gemm_calls", "at
                 "cudagraph_captures")
 
 
-@dataclass(frozen=True)
-class ExpandedPlan:
+class ExpandedPlan(NamedTuple):
+    """An expanded plan: its header and its typed steps (an immutable record)."""
+
     plan: str
     engine: str
     planner_version: str
@@ -35,7 +35,7 @@ class ExpandedPlan:
     steps: tuple
     format: str = FORMAT
 
-    @cached_property
+    @property
     def summary(self) -> dict:
         return summarize(self.steps)
 
@@ -89,9 +89,8 @@ def from_v1(data: dict) -> Step:
     firsts = body.pop("key_m_values", None)
     max_value = body.pop(V1_RANGE.get(kind, ""), None)
     if kind == "kernel":
-        launches = [Launch.from_spec(body["kernel"], spec) for spec in body.pop("variants")]
         return Kernel(id=body["id"], stage=body["stage"], backend=body["backend"], kernel=body["kernel"],
-                      variants=tuple(map(Variant, keys, launches)))
+                      variants=Kernel.launches(body["kernel"], zip(keys, body.pop("variants"))))
     if kind == "attention":
         body["backend"] = "triton"
         firsts = [body["num_tokens"]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 
 from .yamlio import compress_runs, decompress, dump, expand_runs  # noqa: F401 - re-exported
@@ -67,6 +68,14 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def emit(text: str, output: str | None) -> None:
+    """`-o FILE`: write the file atomically; otherwise stdout."""
+    if output:
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:

@@ -28,20 +28,17 @@ token count; `warmup execute --verify` draws from 1..max_value), where it declar
 A step whose kernel the dispatch models do not cover has no variants.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-from kernel_model.runner_kernels import Launch
+from typing import Any, ClassVar, NamedTuple
 
 from .words import FactChanges, IntSet, count, list_summary, show, spread
 
 
 # --- (de)serialisation --------------------------------------------------------------------------------
 
-_FIELDS: dict = {}  # record class -> its field names, in declaration (and output) order
+_FIELDS: dict = {}  # step class -> its field names, in declaration (and output) order
+_SCALARS = (int, str, float, bool)
 
 
 def field_names(cls) -> tuple:
@@ -51,28 +48,27 @@ def field_names(cls) -> tuple:
     return names
 
 
+def _default(cls, name: str):
+    default = cls.__dataclass_fields__[name].default
+    if default is dataclasses.MISSING:
+        raise TypeError(f"{cls.__name__} needs the field {name!r}")
+    return default
+
+
 def thaw(value):
     """Plain data (lists, dicts, scalars) of a record, a tuple or a value."""
     kind = type(value)
     if kind is tuple or kind is list:
+        if not value or type(value[0]) in _SCALARS:  # M-values, block ids, keys: a flat list
+            return list(value)
         return [thaw(v) for v in value]
     if kind is dict:
         return {k: thaw(v) for k, v in value.items()}
-    if kind is Launch:
+    if hasattr(value, "to_dict"):  # a record
+        return value.to_dict()
+    if hasattr(value, "spec"):  # a runner kernel's launch (kernel_model.runner_kernels.Launch)
         return value.spec()
-    if hasattr(value, "OMIT"):
-        return record_dict(value)
     return value
-
-
-def record_dict(record) -> dict:
-    """A record's fields in declaration order, as plain data, without the ones it omits."""
-    out = {}
-    for name in field_names(type(record)):
-        value = getattr(record, name)
-        if not record.omits(name, value):
-            out[name] = thaw(value)
-    return out
 
 
 def freeze(value):
@@ -98,28 +94,15 @@ def build(cls, data: dict, nested: dict | None = None):
     return cls(**fields)
 
 
-class Record:
-    """What every record of the model does: keep lists and dicts it is given in frozen form (so
-    that a record built by a planner stage equals the same record read from a file), and leave
-    optional fields out of its plain form when they are unset."""
-
-    __slots__ = ()
-    OMIT: ClassVar[tuple] = ()  # fields written only when set (not None)
-
-    def __post_init__(self) -> None:
-        for name in field_names(type(self)):
-            value = getattr(self, name)
-            if type(value) is list or type(value) is dict:
-                object.__setattr__(self, name, freeze(value))
-
-    def omits(self, name: str, value) -> bool:
-        return value is None and name in self.OMIT
+def plain(record) -> dict:
+    """A small record's fields as plain data, without the optional ones left unset."""
+    return {name: thaw(value) for name, value in zip(record._fields, record)
+            if value is not None or name not in record.OMIT}
 
 
-# --- records inside steps ---------------------------------------------------------------------------
+# --- records inside steps: small, numerous, immutable (named tuples: cheap to declare and build) ---------
 
-@dataclass(frozen=True, slots=True)
-class NewRequest(Record):
+class NewRequest(NamedTuple):
     """A request a prefill step adds (vLLM's NewRequestData): its tokens and block ids per
     KV-cache group. Serving traces give each its own prompt and sampling params."""
 
@@ -129,11 +112,15 @@ class NewRequest(Record):
     prompt_token_ids: tuple | None = None
     sampling_params: dict | None = None
 
-    OMIT: ClassVar[tuple] = ("prompt_token_ids", "sampling_params")
+    OMIT = ("prompt_token_ids", "sampling_params")  # written only when set
+
+    def to_dict(self) -> dict:  # by hand: a prefill holds thousands of these
+        out = {"req_id": self.req_id, "num_scheduled_tokens": self.num_scheduled_tokens,
+               "block_ids": [list(ids) for ids in self.block_ids]}
+        return out if self.prompt_token_ids is None and self.sampling_params is None else {**out, **plain(self)}
 
 
-@dataclass(frozen=True, slots=True)
-class CachedRequest(Record):
+class CachedRequest(NamedTuple):
     """A running request a decode step continues (vLLM's CachedRequestData, one request)."""
 
     req_id: str
@@ -143,11 +130,19 @@ class CachedRequest(Record):
     num_output_tokens: int | None = None
     new_block_ids: tuple | None = None  # one tuple per KV-cache group, or None: no new block
 
-    OMIT: ClassVar[tuple] = ("num_output_tokens",)
+    OMIT = ("num_output_tokens",)
+
+    def to_dict(self) -> dict:  # by hand: a decode holds thousands of these
+        new = self.new_block_ids
+        out = {"req_id": self.req_id, "num_computed_tokens": self.num_computed_tokens,
+               "num_scheduled_tokens": self.num_scheduled_tokens, "num_spec_tokens": self.num_spec_tokens}
+        if self.num_output_tokens is not None:
+            out["num_output_tokens"] = self.num_output_tokens
+        out["new_block_ids"] = None if new is None else [list(ids) for ids in new]
+        return out
 
 
-@dataclass(frozen=True, slots=True)
-class GrammarBitmask(Record):
+class GrammarBitmask(NamedTuple):
     """The structured-output bitmask of a sample step: num_rows x width int32 words."""
 
     num_rows: int
@@ -155,39 +150,95 @@ class GrammarBitmask(Record):
     fill: int | None = None
     req_ids: tuple | None = None  # the request of each row (serving traces); None: the batch's first rows
 
-    OMIT: ClassVar[tuple] = ("fill", "req_ids")
+    OMIT = ("fill", "req_ids")
+    to_dict = plain
 
 
-@dataclass(frozen=True, slots=True)
-class TuneShape(Record):
+class TuneShape(NamedTuple):
     """One GEMM shape an autotune step tunes."""
 
     kernel: str
     n: int
     k: int
 
+    OMIT = ()
+    to_dict = plain
 
-@dataclass(frozen=True, slots=True)
-class Variant(Record):
+
+class Variant(NamedTuple):
     """One compile key of a step and the first value that reaches it: an M (gemm), an M_sum
     (grouped_gemm), a token count (attention) or a launch of a runner kernel (kernel)."""
 
     key: str
     first: Any
 
+    OMIT = ()
+    to_dict = plain
+
+
+def step_record(cls):
+    """A step kind: a dataclass (fields, defaults, slots, ``dataclasses.replace``) whose
+    construction, immutability, equality and repr are Step's, shared by every kind: declaring
+    the ten kinds with generated methods cost `warmup plan` about 8 ms of its start-up
+    (bench/RESULTS.md, part A)."""
+    return dataclass(init=False, eq=False, repr=False, slots=True)(cls)
+
 
 # --- steps --------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class Step(Record):
-    """Fields every step has: `id` (STAGE/NAME, stable and unique: diffs match by it) and `stage`."""
+@step_record
+class Step:
+    """Fields every step has: `id` (STAGE/NAME, stable and unique: diffs match by it) and `stage`.
+
+    A step keeps the lists and dicts it is given in frozen form (so that a step built by a
+    planner stage equals the same step read from a file) and leaves its optional fields
+    (OMIT) out of its plain form when they are unset."""
 
     id: str
     stage: str
 
     kind: ClassVar[str] = ""
     family: ClassVar[str | None] = None   # the backend family that runs it; None: the model runner
+    OMIT: ClassVar[tuple] = ()            # fields written only when set (not None)
     NESTED: ClassVar[dict] = {}           # field -> how to build its records from plain data
+
+    def __init__(self, *args, **kwargs):
+        names = field_names(type(self))
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__} takes at most {len(names)} fields, got {len(args)}")
+        values = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name not in names or name in values:
+                raise TypeError(f"{type(self).__name__}: unexpected or repeated field {name!r}")
+            values[name] = value
+        for name in names:
+            value = values[name] if name in values else _default(type(self), name)
+            if type(value) is list or type(value) is dict:
+                value = freeze(value)
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self):  # pickled to precompile workers: rebuilt through __init__
+        return type(self), tuple(getattr(self, name) for name in field_names(type(self)))
+
+    def omits(self, name: str, value) -> bool:
+        return value is None and name in self.OMIT
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and all(
+            getattr(self, name) == getattr(other, name) for name in field_names(type(self)))
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.id))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in field_names(type(self)))
+        return f"{type(self).__name__}({fields})"
 
     # --- what runs ---
 
@@ -246,7 +297,7 @@ class Step(Record):
 
 # --- scheduler steps: the model runner runs them ------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class Prefill(Step):
     """A scheduler step that adds new requests (vLLM's SchedulerOutput.scheduled_new_reqs)."""
 
@@ -298,7 +349,7 @@ class Prefill(Step):
         return batch_detail(group)
 
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class Decode(Step):
     """A scheduler step of running requests (vLLM's SchedulerOutput.scheduled_cached_reqs)."""
 
@@ -359,7 +410,7 @@ class Decode(Step):
         return batch_detail(group)
 
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class Cleanup(Step):
     """Finishes requests: the scheduler step that names them as finished, and nothing else."""
 
@@ -384,7 +435,7 @@ class Cleanup(Step):
         return f"cleanup: {len(self.finished_req_ids)} requests finish"
 
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class Sample(Step):
     """sample_tokens after the execute step before it: every sampler feature the params use,
     and the grammar bitmask of structured output where the plan asks for it."""
@@ -414,7 +465,7 @@ class Sample(Step):
         return "grammar bitmask" if any(s.grammar_bitmask for s in group) else ""
 
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class CudaGraph(Step):
     """CUDA-graph capture at the plan's sizes, largest first (graphs share one memory pool)."""
 
@@ -574,7 +625,7 @@ class GemmLike(Keyed):
                 **self.key_facts()}
 
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class Gemm(GemmLike, Step):
     """One GEMM kernel over one weight shape (A is M x K, the weight N x K), once per M-value."""
 
@@ -606,7 +657,7 @@ class Gemm(GemmLike, Step):
         return self.shape_facts("kernel", "backend", "n", "k")
 
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class GroupedGemm(GemmLike, Step):
     """A grouped (MoE) GEMM over the contiguous expert-sorted layout, one step per weight
     (w13, w2), once per M_sum (total padded rows, a multiple of `alignment`)."""
@@ -643,7 +694,7 @@ class GroupedGemm(GemmLike, Step):
         return self.shape_facts("kernel", "backend", "weight", "num_groups", "n", "k", "top_k", "alignment")
 
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class Attention(Keyed, Step):
     """A direct call of a prefill attention kernel for one layer key, at num_tokens (one sequence)."""
 
@@ -713,7 +764,7 @@ class Attention(Keyed, Step):
         return f"{group[0].kernel}, {len(keys)} layer keys"
 
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class Kernel(Keyed, Step):
     """Compile-only launches of one of the model runner's Triton kernels, one per compile
     key: each variant's first value is the launch (kernel_model.runner_kernels.Launch)."""
@@ -753,11 +804,20 @@ class Kernel(Keyed, Step):
     @classmethod
     def from_dict(cls, data: dict) -> "Kernel":
         body = {k: v for k, v in data.items() if k not in ("kind", "variants")}
-        variants = tuple(Variant(v["key"], Launch.from_spec(data["kernel"], v["first"])) for v in data["variants"])
-        return build(cls, {**body, "variants": variants})
+        pairs = [(v["key"], v["first"]) for v in data["variants"]]
+        return build(cls, {**body, "variants": cls.launches(data["kernel"], pairs)})
+
+    @staticmethod
+    def launches(kernel: str, pairs) -> tuple:
+        """Variants from (key, launch spec) pairs."""
+        # Imported here: the runner kernels' model costs `warmup plan` 7 ms to import, and only
+        # plans with kernel steps need it (`python3 -X importtime -m planner.cli plan ...`).
+        from kernel_model.runner_kernels import Launch
+
+        return tuple(Variant(key, Launch.from_spec(kernel, spec)) for key, spec in pairs)
 
 
-@dataclass(frozen=True, slots=True)
+@step_record
 class Autotune(Step):
     """One tuning run of a library (FlashInfer) or of the executor's own kernels."""
 

@@ -160,12 +160,12 @@ def test_usage_errors_exit_2(capsys):
 
 
 def test_internal_errors_exit_3(monkeypatch, capsys):
-    import planner.expand
+    import planner.api
 
     def boom(*a, **k):
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(planner.expand, "expand", boom)
+    monkeypatch.setattr(planner.api, "expand", boom)
     code, _, err = run(capsys, "plan", "vllm", "--engine", ENGINE)
     assert code == 3
     assert re.search(r"internal error: RuntimeError: simulated bug", err)
@@ -173,12 +173,12 @@ def test_internal_errors_exit_3(monkeypatch, capsys):
 
 
 def test_interrupt_exits_130(monkeypatch, capsys):
-    import planner.expand
+    import planner.api
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(planner.expand, "expand", interrupted)
+    monkeypatch.setattr(planner.api, "expand", interrupted)
     code, _, _ = run(capsys, "plan", "vllm", "--engine", ENGINE)
     assert code == 130
     assert os.path.exists(ENGINE)

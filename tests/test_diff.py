@@ -257,6 +257,8 @@ def test_internal_error_exits_3(capsys, monkeypatch):
     def broken(old, new):
         raise KeyError("steps")
 
-    monkeypatch.setattr(diff, "diff_plans", broken)
+    from planner.review import commands
+
+    monkeypatch.setattr(commands, "diff_plans", broken)
     rc, out, err = warmup(capsys, "diff", "-p", "vllm", "-e", LLAMA, "-e", EAGLE)
     assert (rc, out) == (3, "") and "internal error: KeyError" in err

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
@@ -93,7 +92,7 @@ def test_planner_version_change_is_named(saved, monkeypatch):
 
 
 def test_edited_header_is_refused(saved):
-    edited = dataclasses.replace(saved, inputs={**saved.inputs, "engine": digest("something else")})
+    edited = saved._replace(inputs={**saved.inputs, "engine": digest("something else")})
     assert "does not match its inputs: the header was edited" in refusal(edited, load_engine(EAGLE), None)
 
 

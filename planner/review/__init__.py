@@ -4,11 +4,5 @@
     diff.py      semantic diff of two expanded plans (text, markdown, json)
     lints.py     lints over an expanded plan, with their codes and fixes
 
-Imported on every `warmup` start (planner/cli.py registers the commands), so this
-imports only `commands`, which is cheap: diff and lints load inside the
-commands that use them.
+planner.cli imports `commands` only when `warmup diff` or `warmup check` runs.
 """
-
-from .commands import add_commands
-
-__all__ = ["add_commands"]

@@ -1,8 +1,5 @@
 """The review workflow: `warmup diff` (what a change does to the warmup) and `warmup check` (lints).
 
-Imported on every `warmup` start (through planner/review/__init__.py): the heavy modules
-(.diff, .lints and the planner API) load inside the commands.
-
 Exit codes, like diff(1): `diff` 0 same steps, 1 different; `check` 0 clean (warnings
 allowed unless --strict), 1 lint errors; both 2 invalid input (a stale plan included),
 3 internal error.
@@ -10,19 +7,29 @@ allowed unless --strict), 1 lint errors; both 2 invalid input (a stale plan incl
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import textwrap
+
+from .. import api
+from ..errors import PlanError
+from ..output import write_atomic
+from . import lints
+from .diff import RENDERERS, diff_plans
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_INVALID = 0, 1, 2
 EXIT_CLEAN, EXIT_LINT_ERRORS = 0, 1
 
 
-def add_commands(sub) -> None:
-    """Register the review subcommands on the `warmup` parser."""
-    p = sub.add_parser(
-        "diff", help="compare two expanded plans, or a plan for two engines (exit 1 if they differ)",
-        description=cmd_diff.__doc__,
-        epilog="exit codes: 0 same steps, 1 different, 2 invalid input, 3 internal error")
+def add_command(sub, name: str, help: str) -> None:
+    """Register `warmup diff` or `warmup check` (planner.cli's command table names both)."""
+    (_add_diff if name == "diff" else _add_check)(sub, help)
+
+
+def _add_diff(sub, help: str) -> None:
+    p = sub.add_parser("diff", help=help, description=cmd_diff.__doc__,
+                       epilog="exit codes: 0 same steps, 1 different, 2 invalid input, 3 internal error")
     p.add_argument("files", nargs="*", metavar="FILE", help="OLD and NEW: two expanded plan files (`warmup plan -o`)")
     p.add_argument("--plan", "-p", action="append", default=[],
                    help="built-in plan name or plan YAML; give it twice to compare two plans")
@@ -33,10 +40,11 @@ def add_commands(sub) -> None:
     p.add_argument("--no-color", action="store_true", help="no ANSI colors (also NO_COLOR, or not a terminal)")
     p.set_defaults(func=cmd_diff)
 
-    p = sub.add_parser(
-        "check", help="lint a plan for an engine, or an expanded plan file (exit 1 on lint errors)",
-        description=cmd_check.__doc__, epilog="exit codes: 0 clean, 1 lint errors, 2 invalid input "
-                                              "(a stale plan included), 3 internal error")
+
+def _add_check(sub, help: str) -> None:
+    p = sub.add_parser("check", help=help, description=cmd_check.__doc__,
+                       epilog="exit codes: 0 clean, 1 lint errors, 2 invalid input (a stale plan included), "
+                              "3 internal error")
     p.add_argument("target", nargs="?", metavar="PLAN",
                    help="built-in plan name, plan YAML, or expanded plan file")
     p.add_argument("--engine", "-e", help="built-in engine name or engine YAML (required for a plan; for an "
@@ -62,8 +70,6 @@ def cmd_diff(args) -> int:
     plan change does), or two of each. Steps are matched by id; the output names
     every added, removed and changed step with its semantic change.
     """
-    from .diff import RENDERERS, diff_plans
-
     old, new = _diff_inputs(args)
     result = diff_plans(old, new)
     text = RENDERERS[args.format](result)
@@ -72,9 +78,6 @@ def cmd_diff(args) -> int:
 
 
 def _diff_inputs(args) -> tuple:
-    from .. import api
-    from ..errors import PlanError
-
     plans, engines = args.plan, args.engine
     if args.files:
         if plans or engines:
@@ -102,14 +105,10 @@ def cmd_check(args) -> int:
     made is refused as stale. Without --engine only the lints that need no engine
     facts run. `--list` shows every lint.
     """
-    from . import lints
-
     if args.list:
         _emit(_list_lints(), args, False)
         return EXIT_CLEAN
     if not args.target:
-        from ..errors import PlanError
-
         raise PlanError("expected a plan or an expanded plan to check (or --list)", file="warmup check")
     expanded, engine, notes = _check_inputs(args)
     findings, skipped = lints.run(expanded, engine.data if engine else None)
@@ -126,9 +125,6 @@ def cmd_check(args) -> int:
 
 def _check_inputs(args):
     """(expanded plan, Engine or None, notes) for what the user named; stale plans are refused."""
-    from .. import api
-    from ..errors import PlanError
-
     target = api.load_target(args.target, "check a plan with `warmup check PLAN --engine ENGINE`")
     engine = api.load_engine(args.engine) if args.engine else None
     if target.plan is not None:
@@ -153,10 +149,6 @@ def _check_inputs(args):
 
 
 def _check_text(expanded, findings, skipped, notes, errors, warnings) -> str:
-    import textwrap
-
-    from . import lints
-
     ran = len(lints.LINTS) - len(skipped)
     out = [f"warmup check: {expanded.plan} for {expanded.engine} ({len(expanded.steps)} steps)"]
     out += [f"note: {n}" for n in notes]
@@ -176,10 +168,6 @@ def _check_text(expanded, findings, skipped, notes, errors, warnings) -> str:
 
 
 def _check_json(expanded, findings, skipped, notes, errors, warnings) -> str:
-    import json
-
-    from . import lints
-
     fired = {f.lint.code: f.lint for f in findings}
     data = {
         "format": "warmup-check/v1",
@@ -196,10 +184,6 @@ def _check_json(expanded, findings, skipped, notes, errors, warnings) -> str:
 
 
 def _list_lints() -> str:
-    import textwrap
-
-    from . import lints
-
     out = []
     for item in sorted(lints.LINTS, key=lambda x: x.code):
         engine = "" if item.needs_engine else "  (no engine needed)"
@@ -217,8 +201,6 @@ COLORS = {"+": "32", "-": "31", "~": "33", "ERROR": "31", "WARNING": "33"}
 
 def _emit(text: str, args, colorable: bool) -> None:
     if args.output:
-        from ..output import write_atomic
-
         write_atomic(args.output, text)
         return
     if colorable and _use_color(args):

@@ -1,0 +1,52 @@
+"""`warmup engine --from-hf`: an engine config (schemas/engine.schema.json) from a config.json."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .. import hf
+from ..engine import engine_from_document
+from ..errors import PlanError
+from ..output import emit
+from ..yamlio import load_text, read_text
+
+
+def add_command(sub, name: str, help: str) -> None:
+    p = sub.add_parser("engine", help=help, description=cmd_engine.__doc__)
+    p.add_argument("--from-hf", required=True, metavar="CONFIG_JSON", help="path to a Hugging Face config.json")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel size")
+    p.add_argument("--enable-expert-parallel", action="store_true", help="shard experts over tp*dp ranks")
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--num-blocks", type=int, help="KV blocks (default: estimated from GPU memory)")
+    p.add_argument("--block-size", type=int)
+    p.add_argument("--gpu", default="H100", help="GPU model: sets SM count and capability (default H100)")
+    p.add_argument("--name", help="engine name")
+    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
+    p.set_defaults(func=cmd_engine)
+
+
+def cmd_engine(args) -> int:
+    """Write an engine config (schemas/engine.schema.json) from a Hugging Face config.json."""
+    text = read_text(args.from_hf)
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanError(f"invalid JSON: {e.msg}", file=args.from_hf, line=e.lineno) from None
+    if not isinstance(config, dict):
+        raise PlanError("expected a JSON object (a Hugging Face config.json)", file=args.from_hf)
+    try:
+        engine = hf.engine_from_hf(
+            config, tp=args.tp, dp=args.dp, enable_expert_parallel=args.enable_expert_parallel,
+            max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+            num_blocks=args.num_blocks, block_size=args.block_size, gpu=args.gpu,
+            max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf))
+    except hf.HFConfigError as e:
+        raise PlanError(str(e), file=args.from_hf) from None
+    text = hf.engine_to_yaml(engine)
+    engine_from_document(load_text(text, "<generated engine>"))  # what we write must validate
+    emit(text, args.output)
+    return 0

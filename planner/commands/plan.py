@@ -1,0 +1,39 @@
+"""`warmup plan`: expand a plan for an engine; `warmup plans`: the built-in plans and engines."""
+
+from __future__ import annotations
+
+from .. import api
+from ..output import RENDERERS, emit
+from ..resources import builtin_engines, builtin_plans
+
+
+def add_command(sub, name: str, help: str) -> None:
+    if name == "plans":
+        p = sub.add_parser("plans", help=help, description=cmd_plans.__doc__)
+        p.set_defaults(func=cmd_plans)
+        return
+    p = sub.add_parser("plan", help=help, description=cmd_plan.__doc__)
+    p.add_argument("plan", help="built-in plan name (see `warmup plans`) or path to a plan YAML")
+    p.add_argument("--engine", "-e", required=True, help="built-in engine name or path to an engine YAML")
+    p.add_argument("--format", "-f", choices=("yaml", "json", "table"), default="yaml")
+    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args) -> int:
+    """Expand PLAN for ENGINE into explicit steps and print them (nothing runs)."""
+    expanded = api.expand(api.load_plan(args.plan), api.load_engine(args.engine))
+    emit(RENDERERS[args.format](expanded), args.output)
+    return 0
+
+
+def cmd_plans(args) -> int:
+    """List the built-in plans (with their descriptions) and engine configs."""
+    print("Plans:")
+    for name in builtin_plans():
+        first = api.load_plan(name).description.strip().split("\n")[0]
+        print(f"  {name:<12} {first}")
+    print("Engines:")
+    for name in builtin_engines():
+        print(f"  {name}")
+    return 0
