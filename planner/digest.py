@@ -5,22 +5,32 @@ An expanded plan carries the sha256 of exactly the inputs that shaped it, one pe
 config with defaults applied (name and description excluded), the planner version, and
 the tuned kernel tables its dispatch read (with their names, to read them again). The
 same functions make them (planner.expand) and recompute them for a stale-plan check
-(planner.review.stale), so the two cannot disagree on what an input is.
+(planner.api.check_fresh), so the two cannot disagree on what an input is.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 from . import __version__, tables
+
+# The interpreter's own SHA-256, imported directly as the standard library's random.py does with
+# _sha512: hashlib loads OpenSSL first, a measurable share of `warmup plan` (bench/RESULTS.md,
+# part A4). The digests are the same.
+try:
+    from _sha256 import sha256  # Python <= 3.11
+except ImportError:
+    try:
+        from _sha2 import sha256  # Python >= 3.12
+    except ImportError:
+        from hashlib import sha256
 
 INPUTS = ("plan", "engine", "planner", "kernel_configs")
 
 
 def digest(value) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return "sha256:" + sha256(text.encode()).hexdigest()
 
 
 def input_digests(plan, engine, consulted: dict | None = None) -> dict:

@@ -28,8 +28,7 @@ token count; `warmup execute --verify` draws from 1..max_value), where it declar
 A step whose kernel the dispatch models do not cover has no variants.
 """
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
 from typing import Any, ClassVar, NamedTuple
 
 from .words import FactChanges, IntSet, count, list_summary, show, spread
@@ -37,22 +36,17 @@ from .words import FactChanges, IntSet, count, list_summary, show, spread
 
 # --- (de)serialisation --------------------------------------------------------------------------------
 
-_FIELDS: dict = {}  # step class -> its field names, in declaration (and output) order
 _SCALARS = (int, str, float, bool)
+_MISSING = object()
 
 
 def field_names(cls) -> tuple:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
+    """A step kind's fields, in declaration (and output) order: the base's first."""
+    return cls._fields
 
 
-def _default(cls, name: str):
-    default = cls.__dataclass_fields__[name].default
-    if default is dataclasses.MISSING:
-        raise TypeError(f"{cls.__name__} needs the field {name!r}")
-    return default
+def _is_classvar(annotation) -> bool:
+    return annotation is ClassVar or getattr(annotation, "__origin__", None) is ClassVar
 
 
 def thaw(value):
@@ -176,17 +170,8 @@ class Variant(NamedTuple):
     to_dict = plain
 
 
-def step_record(cls):
-    """A step kind: a dataclass (fields, defaults, slots, ``dataclasses.replace``) whose
-    construction, immutability, equality and repr are Step's, shared by every kind: declaring
-    the ten kinds with generated methods cost `warmup plan` about 8 ms of its start-up
-    (bench/RESULTS.md, part A)."""
-    return dataclass(init=False, eq=False, repr=False, slots=True)(cls)
-
-
 # --- steps --------------------------------------------------------------------------------------------
 
-@step_record
 class Step:
     """Fields every step has: `id` (STAGE/NAME, stable and unique: diffs match by it) and `stage`.
 
@@ -198,12 +183,26 @@ class Step:
     stage: str
 
     kind: ClassVar[str] = ""
+    _fields: ClassVar[tuple] = ("id", "stage")
+    _defaults: ClassVar[dict] = {}
     family: ClassVar[str | None] = None   # the backend family that runs it; None: the model runner
     OMIT: ClassVar[tuple] = ()            # fields written only when set (not None)
     NESTED: ClassVar[dict] = {}           # field -> how to build its records from plain data
 
+    def __init_subclass__(cls, **kwargs):
+        """A kind's fields: its annotations (not ClassVar) after its bases', with their defaults.
+
+        Declared by hand, not with dataclasses: generating each kind's methods cost `warmup
+        plan` measurable start-up (bench/RESULTS.md, part A4); every kind shares Step's."""
+        super().__init_subclass__(**kwargs)
+        own = {name: cls.__dict__.get(name, _MISSING)
+               for name, annotation in cls.__dict__.get("__annotations__", {}).items()
+               if not _is_classvar(annotation)}
+        cls._fields = tuple(dict.fromkeys(cls._fields + tuple(own)))
+        cls._defaults = {**cls._defaults, **{n: d for n, d in own.items() if d is not _MISSING}}
+
     def __init__(self, *args, **kwargs):
-        names = field_names(type(self))
+        names = type(self)._fields
         if len(args) > len(names):
             raise TypeError(f"{type(self).__name__} takes at most {len(names)} fields, got {len(args)}")
         values = dict(zip(names, args))
@@ -212,16 +211,22 @@ class Step:
                 raise TypeError(f"{type(self).__name__}: unexpected or repeated field {name!r}")
             values[name] = value
         for name in names:
-            value = values[name] if name in values else _default(type(self), name)
+            value = values[name] if name in values else self._default(name)
             if type(value) is list or type(value) is dict:
                 value = freeze(value)
             object.__setattr__(self, name, value)
 
+    def _default(self, name: str):
+        default = self._defaults.get(name, _MISSING)
+        if default is _MISSING:
+            raise TypeError(f"{type(self).__name__} needs the field {name!r}")
+        return default
+
     def __setattr__(self, name, value):
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name):
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __reduce__(self):  # pickled to precompile workers: rebuilt through __init__
         return type(self), tuple(getattr(self, name) for name in field_names(type(self)))
@@ -292,12 +297,11 @@ class Step:
         return build(cls, {k: v for k, v in data.items() if k != "kind"}, cls.NESTED)
 
     def replace(self, **changes) -> "Step":
-        return dataclasses.replace(self, **changes)
+        return type(self)(**{**{name: getattr(self, name) for name in self._fields}, **changes})
 
 
 # --- scheduler steps: the model runner runs them ------------------------------------------------------
 
-@step_record
 class Prefill(Step):
     """A scheduler step that adds new requests (vLLM's SchedulerOutput.scheduled_new_reqs)."""
 
@@ -349,7 +353,6 @@ class Prefill(Step):
         return batch_detail(group)
 
 
-@step_record
 class Decode(Step):
     """A scheduler step of running requests (vLLM's SchedulerOutput.scheduled_cached_reqs)."""
 
@@ -410,7 +413,6 @@ class Decode(Step):
         return batch_detail(group)
 
 
-@step_record
 class Cleanup(Step):
     """Finishes requests: the scheduler step that names them as finished, and nothing else."""
 
@@ -435,7 +437,6 @@ class Cleanup(Step):
         return f"cleanup: {len(self.finished_req_ids)} requests finish"
 
 
-@step_record
 class Sample(Step):
     """sample_tokens after the execute step before it: every sampler feature the params use,
     and the grammar bitmask of structured output where the plan asks for it."""
@@ -465,7 +466,6 @@ class Sample(Step):
         return "grammar bitmask" if any(s.grammar_bitmask for s in group) else ""
 
 
-@step_record
 class CudaGraph(Step):
     """CUDA-graph capture at the plan's sizes, largest first (graphs share one memory pool)."""
 
@@ -521,7 +521,6 @@ class Keyed:
     """A step whose calls compile JIT variants: its compile keys paired with values. The
     fields `variants`, `exact` and `max_value` are declared last by each keyed kind."""
 
-    __slots__ = ()
     RANGE_NAME: ClassVar[str] = "max_value"  # how `warmup diff` names max_value for this kind
     NESTED: ClassVar[dict] = {"variants": lambda v: build(Variant, v)}
 
@@ -581,7 +580,6 @@ class Keyed:
 class GemmLike(Keyed):
     """gemm and grouped_gemm: a weight shape called once per M (or M_sum)."""
 
-    __slots__ = ()
     RANGE_NAME: ClassVar[str] = "max_m"
 
     def call_values(self) -> list:
@@ -625,7 +623,6 @@ class GemmLike(Keyed):
                 **self.key_facts()}
 
 
-@step_record
 class Gemm(GemmLike, Step):
     """One GEMM kernel over one weight shape (A is M x K, the weight N x K), once per M-value."""
 
@@ -657,7 +654,6 @@ class Gemm(GemmLike, Step):
         return self.shape_facts("kernel", "backend", "n", "k")
 
 
-@step_record
 class GroupedGemm(GemmLike, Step):
     """A grouped (MoE) GEMM over the contiguous expert-sorted layout, one step per weight
     (w13, w2), once per M_sum (total padded rows, a multiple of `alignment`)."""
@@ -694,7 +690,6 @@ class GroupedGemm(GemmLike, Step):
         return self.shape_facts("kernel", "backend", "weight", "num_groups", "n", "k", "top_k", "alignment")
 
 
-@step_record
 class Attention(Keyed, Step):
     """A direct call of a prefill attention kernel for one layer key, at num_tokens (one sequence)."""
 
@@ -764,7 +759,6 @@ class Attention(Keyed, Step):
         return f"{group[0].kernel}, {len(keys)} layer keys"
 
 
-@step_record
 class Kernel(Keyed, Step):
     """Compile-only launches of one of the model runner's Triton kernels, one per compile
     key: each variant's first value is the launch (kernel_model.runner_kernels.Launch)."""
@@ -817,7 +811,6 @@ class Kernel(Keyed, Step):
         return tuple(Variant(key, Launch.from_spec(kernel, spec)) for key, spec in pairs)
 
 
-@step_record
 class Autotune(Step):
     """One tuning run of a library (FlashInfer) or of the executor's own kernels."""
 

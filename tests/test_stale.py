@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
 import pytest
@@ -20,6 +22,13 @@ HERE = os.path.dirname(__file__)
 EAGLE = os.path.join(HERE, "fixtures", "engines", "review-llama-eagle1.yaml")
 PRE_40746 = os.path.join(HERE, "fixtures", "plans", "pre-40746.yaml")
 SHA = r"sha256:[0-9a-f]{12}…"
+
+
+def test_digest_is_sha256_of_canonical_json():
+    value = {"b": [1, 2], "a": "é"}
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert digest(value) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    assert digest({"a": "é", "b": [1, 2]}) == digest(value) != digest({"a": "e", "b": [1, 2]})
 
 
 def engine(**changes):

@@ -1,0 +1,96 @@
+"""The step model (planner.steps): construction, immutability, equality, (de)serialisation."""
+
+from __future__ import annotations
+
+import pickle
+import re
+from dataclasses import FrozenInstanceError
+from pathlib import Path
+
+import pytest
+
+from planner import steps
+from planner.engine import load_engine
+from planner.steps import KINDS, Gemm, Prefill, Variant, step_from_dict
+from tests.factories import steps_of
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Plans and engines that between them produce every step kind.
+PLAN_ENGINES = [("vllm", "deepseek-v3-fp8-tp8-h200"), ("vllm-head", "qwen3-30b-a3b-fp8-h100"),
+                ("triton", "qwen3-30b-a3b-fp8-h100"), ("reference", "llama-3.1-8b-fp8-h100")]
+
+
+def gemm(**changes) -> Gemm:
+    fields = dict(id="deep_gemm/qkv", stage="deep_gemm", kernel="fp8_gemm_nt", backend="deep_gemm",
+                  n=6144, k=4096, m_values=[1, 2, 3])
+    return Gemm(**{**fields, **changes})
+
+
+@pytest.fixture(scope="module")
+def every_step() -> list:
+    out = []
+    for plan, engine in PLAN_ENGINES:
+        out += steps_of(plan, load_engine(engine))
+    return out
+
+
+def test_fields_in_declaration_order_bases_first():
+    assert steps.field_names(Gemm)[:6] == ("id", "stage", "kernel", "backend", "n", "k")
+    assert steps.field_names(Gemm)[-3:] == ("exact", "max_value", "variants")
+    assert "kind" not in steps.field_names(Gemm) and "RANGE_NAME" not in steps.field_names(Gemm)
+
+
+def test_defaults_freezing_and_required_fields():
+    g = gemm()
+    assert g.m_values == (1, 2, 3) and g.variants == () and g.exact is False and g.max_value is None
+    with pytest.raises(TypeError, match="needs the field 'n'"):
+        Gemm(id="a/b", stage="a", kernel="k", backend="b", k=1)
+    with pytest.raises(TypeError, match="unexpected or repeated field 'bogus'"):
+        gemm(bogus=1)
+    with pytest.raises(TypeError, match="at most"):
+        Gemm(*range(len(steps.field_names(Gemm)) + 1))
+
+
+def test_steps_are_frozen():
+    g = gemm()
+    with pytest.raises(FrozenInstanceError):
+        g.n = 1
+    with pytest.raises(FrozenInstanceError):
+        del g.n
+
+
+def test_equality_hash_replace_and_pickle():
+    g = gemm()
+    assert g == gemm() and hash(g) == hash(gemm()) and g != gemm(n=1)
+    assert g != Prefill(id=g.id, stage=g.stage, requests=(), total_num_scheduled_tokens=0,
+                        prompt_token_ids=(), num_common_prefix_blocks=())
+    keyed = g.replace(variants=[Variant("k1", 1)], exact=True)
+    assert keyed.variants == (Variant("k1", 1),) and keyed.exact and g.variants == ()
+    assert pickle.loads(pickle.dumps(keyed)) == keyed
+    assert repr(g).startswith("Gemm(id='deep_gemm/qkv', stage='deep_gemm', kernel='fp8_gemm_nt'")
+
+
+def test_kinds_table_covers_the_ten_kinds():
+    assert sorted(KINDS) == sorted(["prefill", "sample", "decode", "cleanup", "gemm", "grouped_gemm",
+                                    "attention", "kernel", "autotune", "cudagraph"])
+    assert all(cls.kind == kind for kind, cls in KINDS.items())
+
+
+def test_every_kind_round_trips_through_its_plain_form(every_step):
+    assert {s.kind for s in every_step} == set(KINDS)
+    for step in every_step:
+        plain = step.to_dict()
+        assert plain["kind"] == step.kind and list(plain)[:3] == ["id", "stage", "kind"]
+        assert step_from_dict(plain) == step, step.id
+
+
+def test_kind_branches_stay_in_the_step_model():
+    """Issue 15's target: at most 5 step-kind comparisons outside planner/steps.py."""
+    kinds = "|".join(KINDS)
+    pattern = re.compile(rf"""kind\s*[!=]=\s*["']({kinds})["']""")
+    found = [f"{path.relative_to(ROOT)}:{n}"
+             for package in ("planner", "executor", "kernel_model")
+             for path in sorted((ROOT / package).rglob("*.py")) if path.name != "steps.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert len(found) <= 5, found
