@@ -55,6 +55,8 @@ def thaw(value):
     if kind is tuple or kind is list:
         if not value or type(value[0]) in _SCALARS:  # M-values, block ids, keys: a flat list
             return list(value)
+        if hasattr(value[0], "OMIT"):  # records of one type (a batch's requests): thousands
+            return [v.to_dict() for v in value]
         return [thaw(v) for v in value]
     if kind is dict:
         return {k: thaw(v) for k, v in value.items()}

@@ -100,8 +100,8 @@ class BlockAllocator:
 
 
 def prefill_step(scope: Scope, prompt_len: int, held: list, alloc: BlockAllocator, num_groups: int) -> Prefill:
-    requests = tuple(NewRequest(req_id(i), prompt_len, tuple(alloc.take(n) for n in counts))
-                     for i, counts in enumerate(held))
+    requests = tuple([NewRequest(req_id(i), prompt_len, tuple([alloc.take(n) for n in counts]))
+                      for i, counts in enumerate(held)])
     return scope.new(Prefill, "prefill", requests=requests, total_num_scheduled_tokens=prompt_len * len(held),
                      prompt_token_ids=tuple(range(prompt_len)), num_common_prefix_blocks=(0,) * num_groups)
 
