@@ -18,6 +18,9 @@ import os
 
 import pytest
 
+from . import api
+from .output import RENDERERS
+
 MAX_DIFF_LINES = 80
 
 
@@ -29,12 +32,7 @@ def pytest_addoption(parser):
 
 def render_plan(plan: str, engine: str, fmt: str = "yaml") -> str:
     """The expanded plan text, exactly as `warmup plan PLAN --engine ENGINE -f FMT` writes it."""
-    from .engine import load_engine
-    from .expand import expand
-    from .output import RENDERERS
-    from .plan import load_plan
-
-    return RENDERERS[fmt](expand(load_plan(plan), load_engine(engine)))
+    return RENDERERS[fmt](api.expand(api.load_plan(plan), api.load_engine(engine)))
 
 
 def compare_golden(obtained: str, golden_path: str, update: bool) -> None:

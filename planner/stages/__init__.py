@@ -1,7 +1,9 @@
 """Stage kinds: each turns one plan stage plus the engine into concrete steps.
 
 One kind, one small module, found through this explicit registry. A module is imported
-when a plan first uses its kind (`warmup plan` pays only for the stages it expands).
+when a plan first uses its kind: `warmup plan` pays only for the stages it expands, and the
+others (the runner-kernel models above all) are a measurable share of its start-up
+(bench/RESULTS.md, part A4).
 """
 
 from __future__ import annotations
