@@ -179,8 +179,8 @@ class Variant(NamedTuple):
 def step_record(cls):
     """A step kind: a dataclass (fields, defaults, slots, ``dataclasses.replace``) whose
     construction, immutability, equality and repr are Step's, shared by every kind: declaring
-    the ten kinds with generated methods cost `warmup plan` about 8 ms of its start-up
-    (bench/RESULTS.md, part A)."""
+    the ten kinds with generated methods would cost `warmup plan` start-up time
+    (bench/RESULTS.md, part A3)."""
     return dataclass(init=False, eq=False, repr=False, slots=True)(cls)
 
 
@@ -810,8 +810,8 @@ class Kernel(Keyed, Step):
     @staticmethod
     def launches(kernel: str, pairs) -> tuple:
         """Variants from (key, launch spec) pairs."""
-        # Imported here: the runner kernels' model costs `warmup plan` 7 ms to import, and only
-        # plans with kernel steps need it (`python3 -X importtime -m planner.cli plan ...`).
+        # Imported here: the runner kernels' model costs `warmup plan` import time
+        # (bench/RESULTS.md, part A3), and only plans with kernel steps need it.
         from kernel_model.runner_kernels import Launch
 
         return tuple(Variant(key, Launch.from_spec(kernel, spec)) for key, spec in pairs)
