@@ -5,9 +5,10 @@
 
 For each DeepGEMM shape of each engine (default: DeepSeek-V3 TP8 and Qwen3-30B-A3B FP8): the
 kernels that dense M = 1..max_num_batched_tokens compile, and for the grouped GEMM the kernels
-of the M_sums each vLLM formula produces (v0.11, HEAD) and of v0.11's warmup range
-(block_m .. MAX_M). Also the calls each mode plans, and the kernels that vLLM's `relax`
-M-values miss (dense; grouped, (h): HEAD's relaxed M_sums against all its formula produces). No GPU; bench/deep_gemm_gpu.py checks the
+of the M_sums each vLLM formula produces (v0.11, and main at 017e9f4448b7: plans/vllm-head.yaml,
+"HEAD" in the output) and of v0.11's warmup range (block_m .. MAX_M). Also the calls each mode
+plans, and the kernels that vLLM's `relax` M-values miss (dense; grouped, (h): 017e9f4448b7's
+relaxed M_sums against all its formula produces). No GPU; bench/deep_gemm_gpu.py checks the
 same numbers on one.
 """
 
@@ -55,7 +56,7 @@ def main() -> int:
                 missed = set(s.compile_keys) - set(relax[step_id].compile_keys)
                 print(f"  {step_id:36} {len(s.compile_keys):>7} {len(s.m_values):>12} "
                       f"{len(relax[step_id].m_values):>6} {len(missed):>12}")
-            else:  # HEAD's relaxed M_sums against every M_sum its formula produces
+            else:  # 017e9f4448b7's relaxed M_sums against every M_sum its formula produces
                 missed = set(head[step_id].compile_keys) - set(head_relax[step_id].compile_keys)
                 print(f"  {step_id:36} {len(s.compile_keys):>7} {len(s.m_values):>12} "
                       f"{len(relax[step_id].m_values):>6} {len(missed):>9} (h)   {len(s.compile_keys)} / "

@@ -321,8 +321,8 @@ class FlashInferWatcher(Watcher):
     FlashInfer 0.6 declares ``JitSpec.build`` abstract and ``JitSpecNvcc`` implements it, so
     every class in the hierarchy that defines ``build`` is wrapped. Every process calls
     ``build()`` when it loads a module and ninja finds nothing to do when the ``.so`` is up to
-    date (measured on an H100, 2026-11-23): a build counts as a compile only when the module's
-    library file is new or newer afterwards."""
+    date (bench/RESULTS.md, part F, "Found on the way"): a build counts as a compile only when
+    the module's library file is new or newer afterwards."""
 
     library = "flashinfer"
 

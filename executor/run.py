@@ -93,9 +93,8 @@ def _monitor_mode(options: Options, report: Report) -> str:
 
 
 def _after_seal(report: Report, ctx: Context, kept: list) -> None:
-    # Imported here, not at the top: executor.verify imports the serving trace and numpy (0.1 s on
-    # this project's machine, `python3 -X importtime -c "import executor.verify"`), which would
-    # delay the precompile pool of every run.
+    # Imported here, not at the top: executor.verify imports the serving trace and numpy
+    # (bench/RESULTS.md, part A3), which would delay the precompile pool of every run.
     from .verify import hot_path_check, trace_check
 
     if ctx.options.verify:

@@ -2,12 +2,12 @@
 
 A worker compiles Triton variants from their sizes (executor/backends/triton_compile.py):
 it needs Triton and the executor's kernel sources, not torch. So the fork server imports
-Triton (0.2-0.3 s on an H100 host, 2026-11-23) and not torch (4.0-4.9 s there, and the reason
-workers used to start 4.6-6.5 s after the pool); the pool adds torch to the preload list
-only when DeepGEMM jobs need it. Triton's native argument specializer imports torch at
-its first call, for an optional fast path on ``torch.Tensor``: that first call is made
-here with torch hidden, so it never imports it in a worker. Triton's hash of its own sources and libtriton (part of
-every cache key) is computed here once, and the workers inherit it. Forking is safe:
+Triton and not torch, whose import dominates a worker's start-up (bench/RESULTS.md, part P);
+the pool adds torch to the preload list only when DeepGEMM jobs need it. Triton's native
+argument specializer imports torch at its first call, for an optional fast path on
+``torch.Tensor``: that first call is made here with torch hidden, so it never imports it in
+a worker. Triton's hash of its own sources and libtriton (part of every cache key) is
+computed here once, and the workers inherit it. Forking is safe:
 nothing here creates a CUDA context (CUDA forbids only forking a process that has one).
 """
 

@@ -56,11 +56,10 @@ compiler (emulated here exactly, assuming IEEE single precision without fast-mat
 DeepGEMM's setup.py does not enable). Only the scale tensors' row-major layout is assumed
 for the transpose kernel: scales already MN-major and TMA-aligned skip it.
 
-Checked on the GPU by bench/deep_gemm_gpu.py (H100, DeepGEMM built from 54e2261, NVCC 13.0):
-every M of the 13 DeepSeek-V3 TP8 and Qwen3-30B-A3B shapes, 210 kernels compiled where and as
-predicted (their kernel.cu template arguments equal the keys), and DeepGEMM's printed
-configuration, cycle count included, equal to ``dense_layout`` / ``grouped_contiguous_layout``
-for all 76,538 calls.
+Checked on the GPU by bench/deep_gemm_gpu.py against DeepGEMM built from 54e2261: every
+kernel compiled where and as predicted (its kernel.cu template arguments equal the key), and
+DeepGEMM's printed configuration, cycle count included, equal to ``dense_layout`` /
+``grouped_contiguous_layout`` for every call (bench/RESULTS.md, part D).
 """
 
 from __future__ import annotations

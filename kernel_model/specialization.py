@@ -1,4 +1,8 @@
-"""Triton 3.6's specialization of integer arguments (triton-and-peers.md §3.3).
+"""Triton 3.6's specialization of integer arguments.
+
+Source: triton-lang/triton v3.6.0, python/src/specialize.cc `native_specialize_impl` (the
+value and alignment rules) and python/triton/runtime/jit.py `create_function_from_signature`
+(``do_not_specialize``, ``do_not_specialize_on_alignment``).
 
 An int argument enters a kernel's compile key as ``constexpr=1`` when it is 1, else as
 its type (i32 / i64 / u64) plus ``D`` when it is a multiple of 16; in

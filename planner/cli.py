@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _without_cyclic_gc() -> None:
     """A planner command is one short pass over data without reference cycles, where the cyclic
-    garbage collector only costs time: about 10 ms of `warmup plan vllm`, most of it in the
-    collections at interpreter exit. Off for the run, and everything frozen at exit so that
+    garbage collector only costs time, in the run and in the collections at interpreter exit
+    (bench/RESULTS.md, part A3). Off for the run, and everything frozen at exit so that
     those collections skip it (objects are still freed, output flushed, atexit handlers run).
     Plugin commands (`warmup execute`) run long and keep the collector."""
     gc.disable()

@@ -761,7 +761,8 @@ def _estimate_num_blocks(ctx: _Ctx, model: _Model, shape: _AttentionShape, linea
 # scheduler, names, the engine config
 
 def _scheduler_config(flags: _Flags, gpu: _Gpu, source: str) -> dict:
-    """vLLM `vllm serve` defaults by GPU memory (reference §2.6), unless the flags set them."""
+    """vLLM `vllm serve` defaults by GPU memory (`EngineArgs`, vllm/engine/arg_utils.py lines
+    2590-2620, vLLM @ 017e9f4448b7), unless the flags set them."""
     if gpu.memory_gib >= 160:
         default_tokens, default_seqs = 16384, 1024
     elif gpu.memory_gib >= 70 and gpu.name != "A100":

@@ -7,9 +7,9 @@ their declared defaults, so the rest of the planner sees one canonical form.
 NOTE: two validators read the same schemas.
 - ``validate`` (every command) interprets the subset of JSON Schema our schemas
   use, and refuses to load a schema with any other keyword, so it can never skip
-  a rule silently. It exists for start-up time: importing the jsonschema library
-  (with PyYAML: 2.4x-4.3x a bare interpreter here, bench/RESULTS.md) would take most or
-  all of `warmup plan`'s 3x budget.
+  a rule silently. It exists for start-up time: importing the jsonschema library (with
+  PyYAML) would take most or all of `warmup plan`'s 3x budget (bench/RESULTS.md, parts A
+  and A2).
 - ``validate_strict`` (`warmup validate`, and the tests, as the oracle that the
   subset agrees with) runs the jsonschema library's full Draft 2020-12 validator.
 """

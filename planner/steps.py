@@ -806,8 +806,8 @@ class Kernel(Keyed, Step):
     @staticmethod
     def launches(kernel: str, pairs) -> tuple:
         """Variants from (key, launch spec) pairs."""
-        # Imported here: the runner kernels' model costs `warmup plan` 7 ms to import, and only
-        # plans with kernel steps need it (`python3 -X importtime -m planner.cli plan ...`).
+        # Imported here: the runner kernels' model costs `warmup plan` import time
+        # (bench/RESULTS.md, part A3), and only plans with kernel steps need it.
         from kernel_model.runner_kernels import Launch
 
         return tuple(Variant(key, Launch.from_spec(kernel, spec)) for key, spec in pairs)

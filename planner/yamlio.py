@@ -105,7 +105,7 @@ def _pyyaml():
     """PyYAML and its fastest safe loader (imported here: see the module docstring)."""
     import yaml
 
-    try:  # libyaml's parser is several times faster; fall back to pure Python
+    try:  # libyaml's C parser when this PyYAML build has it; fall back to pure Python
         return yaml, yaml.CSafeLoader
     except AttributeError:  # pragma: no cover - depends on the pyyaml build
         return yaml, yaml.SafeLoader
@@ -251,7 +251,7 @@ def _flow_writer(compress: bool):
                                     for k, v in value.items()]) + "}"
         if kind is list:
             # the type test runs in C (full M-value lists are long); the length test first
-            # skips the flag for the many short lists, which measured faster
+            # skips it for the many short lists
             if len(value) >= MIN_RUN and compress and set(map(type, value)) == _INT:
                 value = compress_runs(value)
             items = [str(v) if type(v) is int else flow(v, indent) for v in value]

@@ -12,7 +12,8 @@ from planner.stages.triton_gemm import bucket_m_values, nearest_key_intervals
 FP8 = {"method": "fp8", "weight_block_size": [128, 128]}
 
 
-# vllm-warmup.md §3.2: counts computed with S=132; 292 and 288 match PR #30903's progress bars.
+# vLLM 017e9f4448b7's _generate_optimal_warmup_m_values (deep_gemm_warmup.py): counts computed
+# with S=132; 292 and 288 match PR #30903's progress bars.
 @pytest.mark.parametrize("n,counts", [(7168, (132, 292, 429)), (36864, (190, 288, 416)), (4096, (118, 286, 436))])
 def test_relax_m_value_counts(n, counts):
     assert tuple(len(relax_m_values(t, n, 132)) for t in (2048, 8192, 16384)) == counts
@@ -62,7 +63,8 @@ def test_grouped_gemm_v011_block_m_steps():
     steps = steps_of("vllm", make_engine(**MOE), kind="grouped_gemm")
     assert [(s["weight"], s["n"], s["k"], s["num_groups"], s["top_k"]) for s in steps] == [
         ("w13", 512, 7168, 256, 8), ("w2", 7168, 256, 256, 8)]
-    # MAX_M = round_up(8192 * 8 + 256 * 127, 128) = 98048 -> 766 calls per weight (vllm-warmup.md §3.2)
+    # MAX_M = round_up(8192 * 8 + 256 * 127, 128) = 98048 -> 766 calls per weight (vLLM 0d21b9b51,
+    # deep_gemm_warmup.py)
     assert steps[0]["m_values"] == list(range(128, 98049, 128)) and len(steps[1]["m_values"]) == 766
 
 

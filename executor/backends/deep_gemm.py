@@ -1,11 +1,15 @@
-"""`deep_gemm`: DeepGEMM's JIT warmup, as vLLM does it (vllm-warmup.md §3.2).
+"""`deep_gemm`: DeepGEMM's JIT warmup, as vLLM does it.
+
+vLLM @ 017e9f4448b7, vllm/model_executor/warmup/deep_gemm_warmup.py:
+`_deepgemm_fp8_gemm_nt_warmup` and `_deepgemm_grouped_fp8_gemm_nt_contiguous_warmup`.
 
 Dense: ``fp8_gemm_nt((a[:m], a_scales[:m]), (w, w_scales), out[:m])`` per M-value;
 grouped: ``m_grouped_fp8_gemm_nt_contiguous((a[:m], s[:m]), (w, ws), out[:m], m_indices[:m])``
 per M_sum. DeepGEMM 1.x names them ``gemm_fp8_fp8_bf16_nt`` and
 ``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous`` with the same arguments. Tensors are
 allocated once at the largest M and sliced per M-value. The activations are empty
-and the scales zeros (vLLM HEAD); the weights zeros with unit scales.
+and the scales zeros (vLLM 017e9f4448b7; torch.empty at 0d21b9b51); the weights zeros with
+unit scales.
 
 DeepGEMM comes from PyPI as ``sgl-deep-gemm`` (a wheel built against one torch) or from
 deepseek-ai/DeepGEMM built into the environment: when ``import deep_gemm`` fails the backend

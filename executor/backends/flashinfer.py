@@ -1,4 +1,8 @@
-"""`flashinfer`: FlashInfer's autotuner around one tuning run (vllm-warmup.md §4.2, §5).
+"""`flashinfer`: FlashInfer's autotuner around one tuning run.
+
+vLLM's `flashinfer_autotune` (vllm/model_executor/warmup/kernel_warmup.py, vLLM @ 017e9f4448b7,
+as last changed by PR #50892, f18e10a7e) around FlashInfer's `AutoTuner`
+(flashinfer/autotuner/autotuner.py, FlashInfer @ fb28d7242b35, v0.6.18).
 
 The `autotune` step (library flashinfer) does what vLLM's ``flashinfer_autotune`` does: one
 run at ``num_tokens`` inside ``flashinfer.autotuner.autotune(True)``, in inference mode, never
@@ -14,10 +18,8 @@ What runs inside the context:
   ``fp8_gemm``; on SM90 its cuBLASLt runner, whose tactics are the cuBLASLt algorithms, plus
   the cuDNN runner when cudnn-frontend is installed), once at num_tokens for every distinct
   (N, K) of the engine's FP8 linear layers. That is the FlashInfer-tuned op of a dense FP8
-  model whose JIT build is small (three source files); the op vLLM tunes on Hopper, the
-  CUTLASS fused MoE, needs a module of 794 CUTLASS kernel instantiations
-  (bench/RESULTS.md, part F). Run on an H100 with FlashInfer 0.6.16.post3 by
-  bench/flashinfer_gpu.py.
+  model whose JIT build is small; the op vLLM tunes on Hopper, the CUTLASS fused MoE, needs a
+  far larger JIT module (both measured by bench/flashinfer_gpu.py: bench/RESULTS.md, part F).
 
 ``cache: persistent`` (the file is ``--flashinfer-cache`` or, by default,
 ``~/.cache/warmup-planner/flashinfer_autotune/<version>/<gpu>/autotune_configs.json``):

@@ -7,7 +7,8 @@ K must be a multiple of 128 (the scale group, as in vLLM); M and N are free: the
 kernel wraps out-of-range rows/columns on load (``% M``, ``% N``, as vLLM does)
 and masks them on store.
 
-Specialization (Triton 3.6 rules, triton-and-peers.md §3.3). A launch's compile key holds:
+Specialization (Triton v3.6.0 rules: python/src/specialize.cc `native_specialize_impl`,
+python/triton/runtime/jit.py `create_function_from_signature`). A launch's compile key holds:
 
 * pointers a, b (fp8), out (bf16), a_scales, b_scales (fp32): dtype and 16-byte
   alignment. Row slices ``x[:m]`` of a buffer allocated at max M keep both.

@@ -14,7 +14,8 @@ The grid is (M_sum / BLOCK_SIZE_M, N / BLOCK_SIZE_N); BLOCK_SIZE_M must divide
 GROUP_SIZE_M of the config is unused (the N tile is the slow grid axis, so
 consecutive programs share an expert's weight tile).
 
-Specialization (Triton 3.6, triton-and-peers.md §3.3): ``M`` (M_sum) is in
+Specialization (Triton v3.6.0: python/src/specialize.cc `native_specialize_impl`,
+python/triton/runtime/jit.py `create_function_from_signature`): ``M`` (M_sum) is in
 ``do_not_specialize``; ``expert_ids`` is in ``do_not_specialize_on_alignment`` (only
 scalar loads read it); N, K and the strides are specialized but fixed per layer;
 constexprs are the config plus CHUNK_M (= block_m). As for ``fp8_gemm``, the

@@ -12,7 +12,8 @@ softcap > 0. Any head size works: D is padded to the next power of two with mask
 
 Grid: (cdiv(max_input_len, BLOCK_M), H, B); programs past their sequence's end exit.
 
-Specialization (Triton 3.6 rules, triton-and-peers.md §3.3):
+Specialization (Triton v3.6.0 rules: python/src/specialize.cc `native_specialize_impl`,
+python/triton/runtime/jit.py `create_function_from_signature`):
 
 =====================  ===========================  ===========================================
 argument               how Triton treats it          varies with

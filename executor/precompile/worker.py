@@ -147,8 +147,8 @@ def _init_worker(specs: dict, device: str, monitor_mode: str, options, setup: di
 
 def build_cuda_utils() -> float:
     """Build Triton's CUDA utils module (C, compiled with gcc into the shared cache; no CUDA
-    call) for the main process, which would otherwise build it at its first kernel: 0.7-0.9 s
-    on an empty cache (H100 host, 2026-11-23). Workers compiling offline never need it."""
+    call) for the main process, which would otherwise build it at its first kernel (its cost:
+    bench/RESULTS.md, part P). Workers compiling offline never need it."""
     began = time.perf_counter()
     from triton.backends.nvidia.driver import CudaUtils
 

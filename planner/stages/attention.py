@@ -1,6 +1,8 @@
 """prefill_attention: direct calls of a prefill attention kernel, one per layer key.
 
-NOTE: seeds/vllm-kernel-warmup.txt `_warmup_triton_nvfp4_prefill_kernels`: the
+NOTE: vLLM's `_warmup_triton_nvfp4_prefill_kernels`
+(vllm/model_executor/warmup/kernel_warmup.py of a vLLM release or fork build; not on vLLM
+main as of 017e9f4448b7, and no upstream commit, tag or PR is known for it): the
 NVFP4 Triton path calls context_attention_fwd directly for pure prefill, so each
 distinct (num_heads, num_kv_heads, head_size, scale, logits_soft_cap,
 sliding_window, dtype) needs its own call; a token count <= 0 skips the stage.

@@ -1,8 +1,10 @@
 """Autotune stages: FlashInfer's tuning run, and the tuning of the executor's own kernels.
 
 FlashInfer profiles every GEMM op at the token buckets it derives from the one
-num_tokens it sees (vllm-warmup.md §5.3); the plan lists those buckets so a
-reviewer can see what gets tuned, and a lint can compare them with the batches.
+num_tokens it sees (`_generate_optimization_profiles` in flashinfer/autotuner/autotuner.py,
+buckets from `get_hybrid_num_tokens_buckets` in flashinfer/fused_moe/utils.py; FlashInfer @
+fb28d7242b35, v0.6.18); the plan lists those buckets so a reviewer can see what gets tuned,
+and a lint can compare them with the batches.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """synthetic_batches: vLLM's `warmup_kernels` as explicit scheduler steps.
 
-NOTE: the algorithm (seeds/vllm-v1-worker-gpu-warmup.txt with PR #40746, and
-vLLM@HEAD's variant, vllm-warmup.md §2.2-§2.3):
+NOTE: the algorithm of vLLM's `warmup_kernels` (vllm/v1/worker/gpu/warmup.py): vLLM @
+b35468652 (PR #36280) with the PR #40746 fix (e9f331d72), and its variant at vLLM main @
+017e9f4448b7:
   1. prefill: num_reqs new requests of prompt_len tokens, blocks from 1 (0 is
      the null block), allocated sequentially per request and per KV group;
   2. sample: every sampling feature, plus an all-ones grammar bitmask on the
      last pipeline rank (not for pooling models);
-  3. decode: one step of all requests (`single`), or HEAD's spec / non-spec
+  3. decode: one step of all requests (`single`), or PR #49903's spec / non-spec
      subsets (`subsets`), each followed by a sample step without grammar;
   4. cleanup: every request finished.
 prompt_len must exceed decode_query_len, or the engine classifies the prefill
@@ -20,7 +21,8 @@ from ..limits import MAX_REQUESTS_PER_STEP
 from ..steps import CachedRequest, Cleanup, Decode, GrammarBitmask, NewRequest, Prefill, Sample
 from .scope import Scope
 
-# SamplingParams.for_sampler_warmup() (vllm/sampling_params.py): every sampler feature at once.
+# SamplingParams.for_sampler_warmup() (vllm/sampling_params.py, vLLM 017e9f4448b7; unchanged
+# since PR #35172): every sampler feature at once.
 FOR_SAMPLER_WARMUP = {
     "temperature": 0.9, "top_p": 0.9, "top_k": 50, "min_p": 0.1,
     "frequency_penalty": 0.5, "presence_penalty": 0.5, "repetition_penalty": 1.2,
@@ -62,8 +64,9 @@ def expand(scope: Scope) -> list:
 class BlockCounter:
     """Blocks a request of n tokens holds in one KV group.
 
-    Without `reserve_lookahead` this is the seed's plain cdiv(n, block_size). With
-    it, it is what vLLM@HEAD's scheduler reserves (#51438): the token range plus the
+    Without `reserve_lookahead` this is the plain cdiv(n, block_size) of `warmup_kernels`
+    before PR #51438 (vLLM @ e9f331d72). With it, it is what vLLM's scheduler reserves
+    (`_reserved_block_count`, vllm/v1/worker/gpu/warmup.py, d608dfabf): the token range plus the
     speculator's lookahead, capped at max_model_len; cross-attention groups cover the
     encoder; Mamba groups add their speculative blocks.
     """
@@ -137,8 +140,8 @@ def decode_subsets(mode: str, num_reqs: int, names: dict) -> list[list[tuple[int
     everyone = [(i, spec) for i in range(num_reqs)]
     if mode == "single":
         return [everyone]
-    # vLLM@HEAD (#49903): mixed spec / non-spec subsets, because GDN and KDA reclassify
-    # a non-spec decode as a prefill and split the batch.
+    # vLLM PR #49903 (0d0504b54): mixed spec / non-spec subsets, because GDN and KDA
+    # reclassify a non-spec decode as a prefill and split the batch.
     subsets = [everyone]
     if num_reqs >= 2:
         subsets.append([(0, spec), (1, False)])

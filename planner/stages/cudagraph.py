@@ -1,4 +1,9 @@
-"""cudagraph_capture: the CUDA-graph sizes vLLM captures (vllm-warmup.md §2.6).
+"""cudagraph_capture: the CUDA-graph sizes vLLM captures.
+
+As vLLM @ 017e9f4448b7 computes them: `VllmConfig._set_cudagraph_sizes` (vllm/config/vllm.py),
+`CompilationConfig.resolve_cudagraph_mode_and_sizes` (vllm/config/compilation.py; V1's
+`adjust_cudagraph_sizes_for_spec_decode`) and V2's `CudaGraphManager._init_candidates`
+(vllm/v1/worker/gpu/cudagraph_utils.py).
 
 Sizes are listed in capture order, largest first, as graphs share one memory pool
 that the largest graph sizes. FULL uniform-decode graphs exist only at token

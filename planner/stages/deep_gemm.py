@@ -1,22 +1,26 @@
 """deep_gemm: DeepGEMM's JIT warmup as explicit (kernel, shape, M-values) steps.
 
-NOTE: formulas from seeds/vllm-deep-gemm-warmup.txt and vllm-warmup.md §3.2:
+NOTE: formulas from vLLM's vllm/model_executor/warmup/deep_gemm_warmup.py at 0d21b9b51
+(PR #25619, the v0.11-era code) and at vLLM main 017e9f4448b7
+(`_generate_optimal_warmup_m_values`, `_get_grouped_gemm_params`;
+`compute_aligned_M_and_alignment` in vllm/model_executor/layers/fused_moe/deep_gemm_utils.py):
 - fp8_gemm_nt runs once per distinct (N, K) of every block-FP8 linear whose block
   is [block_m, block_m] and whose N and K are multiples of block_m;
 - `relax` M-values are where DeepGEMM's (block_m, block_n, waves) choice can
   change, for the device's SM count (an input: planning needs no GPU);
 - the grouped contiguous MoE GEMM runs for w13 (N = 2*I, K = H) and w2 (N = H,
   K = I) of every distinct expert shape, with M-values either in block_m steps up
-  to MAX_M (v0.11) or vLLM@HEAD's aligned M_sum of the relaxed request sizes.
+  to MAX_M (v0.11, 0d21b9b51) or the aligned M_sum of the relaxed request sizes
+  (vLLM 017e9f4448b7, PR #43477).
 
 `exact` plans one call per distinct DeepGEMM kernel, from the SM90 model of
 kernel_model/deep_gemm.py: dense, the smallest M of each kernel over 1..max_tokens;
 grouped, the smallest M_sum of each kernel among the M_sums the engine produces, which are
 the grouped_m_values formula's M_sum of every request size 1..T (block_m_steps: v0.11's
 round_up(T*top_k + E*(block_m-1)), T up to min(dp*max_tokens, moe_chunk_size); aligned_sum:
-HEAD's, with at most min(T*top_k, E) active experts, T up to dp*max_tokens). Paths that sum
-per-expert padded counts instead (DeepEP high-throughput: expert_tokens_meta) can produce
-other multiples of block_m, which only block_m_steps warms.
+vLLM 017e9f4448b7's, with at most min(T*top_k, E) active experts, T up to dp*max_tokens).
+Paths that sum per-expert padded counts instead (DeepEP high-throughput: expert_tokens_meta)
+can produce other multiples of block_m, which only block_m_steps warms.
 
 Every gemm and grouped_gemm step pairs the distinct kernels its M-values reach with the
 first M of each (`variants`, in order of that M; in `exact` mode those first Ms are its
@@ -173,7 +177,8 @@ def grouped_m_values(scope: Scope, max_tokens: int, block_m: int, num_experts: i
 
 def aligned_sum_m_values(tokens: int, top_k: int, num_experts: int, alignment: int, relax_n: int,
                          num_sms: int) -> list[int]:
-    """vLLM@HEAD _get_grouped_gemm_params: the M_sum of each relaxed request size.
+    """vLLM's _get_grouped_gemm_params (017e9f4448b7, PR #43477): the M_sum of each relaxed
+    request size.
 
     At most min(m*top_k, E) experts are active, each padded to the alignment. On
     Hopper DeepGEMM's theoretical alignment never shrinks below 128, so the

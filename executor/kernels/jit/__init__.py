@@ -1,8 +1,8 @@
 """The executor's ``@triton.jit`` kernels and their launch-argument lists, importable without torch.
 
 A precompile worker compiles variants from their sizes alone: it imports these modules
-and Triton (0.2-0.3 s on an H100 host), never torch (4.0-4.9 s there, 2026-11-23), and compiles
-for a fixed GPU target without creating a CUDA context (``stand_in``). The torch-facing
+and Triton, never torch (what each costs: bench/RESULTS.md, part P), and compiles for a
+fixed GPU target without creating a CUDA context (``stand_in``). The torch-facing
 modules (``executor.kernels.fp8_gemm`` ...) check arguments, allocate scratch tensors and
 call the same ``launch`` functions, so a worker's compile-only call and a real launch
 build their argument lists with one piece of code.

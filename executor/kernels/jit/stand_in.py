@@ -11,8 +11,8 @@ stand-ins as from real tensors of the same dtypes, shapes and alignment
 target) with "device 0, no stream, cuda:<capability>", so ``JITFunction.warmup`` runs the
 real binder and compiler (TTIR -> cubin with the bundled ptxas) and writes the disk
 cache under the same key a process with a CUDA context computes for that GPU. Creating a
-CUDA context costs little (0.03-0.25 s, also sixteen at once, H100 host, 2026-11-23); what the
-offline path saves is torch, whose import Triton's own CUDA driver needs (4.0-4.9 s).
+CUDA context costs little, also sixteen at once; what the offline path saves is torch, whose
+import Triton's own CUDA driver needs (bench/RESULTS.md, part P).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def use_offline_driver(capability: int) -> OfflineDriver:
 
 def build_launcher(compiled) -> None:
     """Build (or find in the disk cache) the launcher of a compiled variant: a C module Triton
-    compiles with the host compiler per signature at the first launch (0.2-0.45 s, H100 host)."""
+    compiles with the host compiler per signature at the first launch (bench/RESULTS.md, part P)."""
     from triton.runtime.driver import driver
 
     if compiled is not None and hasattr(compiled, "src"):
