@@ -22,7 +22,7 @@ import sys
 
 from planner.steps import FAMILIES
 
-EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+from .report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, Report  # one definition of the exit codes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,8 +89,6 @@ def cmd_execute(args) -> int:
     runner missing here) or skipped. With --jobs N (default: the CPU cores, at most 32) the
     plan's distinct variants are first compiled in N worker processes sharing the disk caches;
     the summary then shows what the workers compiled ("pool") and the speed-up."""
-    from .report import Report
-
     report = Report(options={"argv": sys.argv[1:]})
     try:
         return _execute(args, report)

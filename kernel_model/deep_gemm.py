@@ -41,8 +41,8 @@ ceil(M / 64) above: that is what this module memoizes.
 Also compiled on a call, not by M: the activation scales arrive row-major, so on SM90
 ``get_mn_major_tma_aligned_tensor`` builds ``transpose_fp32<512, 64, K / 128>`` to make them
 MN-major and TMA-aligned (csrc/jit_kernels/impls/smxx_layout.hpp); one kernel per distinct K,
-shared by the dense and the grouped GEMM (``sf_transpose_key``). It is not in
-``compile_keys``: the first call of any M compiles it. The weight scales need no transform.
+shared by the dense and the grouped GEMM. It is not in ``compile_keys``: the first call of
+any M compiles it. The weight scales need no transform.
 
 Not modelled: SM100 (a different heuristic and kernels), FP32 output, C accumulation,
 1D1D (per-channel B scales), masked / psum / K-grouped layouts, ``set_block_size_multiple_of``
@@ -67,7 +67,7 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 from itertools import chain
-from typing import Callable, Collection, Iterable, NamedTuple
+from typing import Collection, Iterable, NamedTuple
 
 VERSION = "54e2261"                      # deepseek-ai/DeepGEMM v2.6.1
 DENSE_KERNEL = "sm90_fp8_gemm_1d2d"
@@ -167,7 +167,7 @@ class _Space(NamedTuple):
 
 @lru_cache(maxsize=None)
 def _space(dense: bool, n: int, k: int, num_sms: int, mk_alignment: int = 128) -> _Space:
-    """Every layout either GEMM may weigh; _select drops block_m 16 and 32 where M is too large."""
+    """Every layout either GEMM may weigh; _select_each drops block_m 16 and 32 where M is too large."""
     block_ms = block_m_candidates(1, not dense, mk_alignment)
     l1_bw, l2_bw = 128 * num_sms, int(min(64.0 * num_sms, L2_BYTES_PER_CYCLE_CAP))
     out = []
@@ -207,13 +207,8 @@ def _cycles(space: _Space, c: _Candidate, m: int) -> int:
     return int(_f32(_f32(cycles) / efficiency))
 
 
-def _select(space: _Space, m: int, hint: _Candidate | None = None) -> _Candidate:
-    """get_best_config: the first candidate (enumeration order) with the strictly smallest count."""
-    return _select_each(space, (m,), hint)[0]
-
-
 def _select_each(space: _Space, ms: Iterable[int], hint: _Candidate | None = None) -> list[_Candidate]:
-    """_select for each M of `ms`, in one loop: a plan asks for hundreds of classes per shape.
+    """get_best_config for each M of `ms`, in one loop: a plan asks for hundreds of classes per shape.
 
     Exact, and pruned for speed. With E the count in double precision (floors included), the
     float32 steps put the true count in E * (1 +- 4e-7) - [0, 1). A count is at least
@@ -256,12 +251,6 @@ def _select_each(space: _Space, ms: Iterable[int], hint: _Candidate | None = Non
                 shortlist, key=lambda c: (_cycles(space, c, m), c.order))
         winners.append(hint)
     return winners
-
-
-def _select_all(space: _Space, m: int) -> _Candidate:
-    """The same choice without pruning: every candidate counted exactly (a reference for tests)."""
-    allowed = block_m_candidates(m, not space.dense, space.candidates[0].block_m)
-    return min((c for c in space.candidates if c.block_m in allowed), key=lambda c: (_cycles(space, c, m), c.order))
 
 
 def _check(m: int, n: int, k: int, num_sms: int) -> None:
@@ -369,25 +358,6 @@ def _key(kernel: str, dims: str, c: _Candidate, num_sms: int) -> str:
             f"stages={c.stages},multicast={_multicast(c.cluster_m, c.cluster_n)},sms={num_sms}")
 
 
-def dense_kernel_key(m: int, n: int, k: int, num_sms: int, compiled_dims: str = "nk") -> str:
-    """The JIT kernel ``fp8_gemm_nt`` compiles for M rows, e.g.
-    ``sm90_fp8_gemm_1d2d:n=7168,k=2048,block_m=64,block_n=112,block_k=128,stages=9,multicast=1,sms=132``."""
-    _check(m, n, k, num_sms)
-    model = _model(False, n, k, num_sms)
-    return _key(DENSE_KERNEL, _compiled(m, n, k, compiled_dims), model.winner(model.m_class(m)), num_sms)
-
-
-def grouped_contiguous_kernel_key(m_sum: int, n: int, k: int, num_groups: int, num_sms: int,
-                                  mk_alignment: int = 128, compiled_dims: str = "nk") -> str:
-    """The JIT kernel ``m_grouped_fp8_gemm_nt_contiguous`` compiles for M_sum rows over G groups."""
-    if num_groups < 1:
-        raise ValueError(f"num_groups must be positive, got {num_groups}")
-    _check(m_sum, n, k, num_sms)
-    model = _model(True, n, k, num_sms, mk_alignment)
-    dims = f"groups={num_groups}," + _compiled(m_sum, n, k, compiled_dims)
-    return _key(GROUPED_KERNEL, dims, model.winner(model.m_class(m_sum)), num_sms)
-
-
 def _keys(model: _Model, ms: Iterable[int], kernel: str, prefix: str, compiled_dims: str) -> dict[str, int]:
     first = model.first_m_by_class(ms)
     if first and min(first) < 1:
@@ -403,8 +373,10 @@ def _keys(model: _Model, ms: Iterable[int], kernel: str, prefix: str, compiled_d
 
 
 def dense_keys(ms: Iterable[int], n: int, k: int, num_sms: int, compiled_dims: str = "nk") -> dict[str, int]:
-    """The distinct ``dense_kernel_key`` of `ms`: key -> its first M, keys in order of that M.
+    """The distinct kernel keys of `ms`: key -> its first M, keys in order of that M.
 
+    A key names the JIT kernel ``fp8_gemm_nt`` compiles, e.g.
+    ``sm90_fp8_gemm_1d2d:n=7168,k=2048,block_m=64,block_n=112,block_k=128,stages=9,multicast=1,sms=132``.
     Computed once per class of M; a ``range`` is not even expanded.
     """
     return _keys(_model(False, n, k, num_sms), ms, DENSE_KERNEL, "", compiled_dims)
@@ -412,21 +384,8 @@ def dense_keys(ms: Iterable[int], n: int, k: int, num_sms: int, compiled_dims: s
 
 def grouped_contiguous_keys(m_sums: Iterable[int], n: int, k: int, num_groups: int, num_sms: int,
                             mk_alignment: int = 128, compiled_dims: str = "nk") -> dict[str, int]:
-    """The distinct ``grouped_contiguous_kernel_key`` of `m_sums`: key -> its first M_sum."""
+    """The distinct kernel keys of `m_sums`: key -> its first M_sum."""
     if num_groups < 1:
         raise ValueError(f"num_groups must be positive, got {num_groups}")
     model = _model(True, n, k, num_sms, mk_alignment)
     return _keys(model, m_sums, GROUPED_KERNEL, f"groups={num_groups},", compiled_dims)
-
-
-def sf_transpose_key(k: int) -> str:
-    """The helper kernel that makes row-major 1x128 activation scales MN-major (one per K)."""
-    return f"transpose_fp32:num_threads=512,block_mn=64,sf_k={_cdiv(k, BLOCK_K)}"
-
-
-def enumerate_keys(ms: Iterable[int], key_fn: Callable[[int], str]) -> dict[str, list[int]]:
-    """key -> the M-values that reach it, keys in order of their first M (one call per M)."""
-    out: dict[str, list[int]] = {}
-    for m in ms:
-        out.setdefault(key_fn(m), []).append(m)
-    return out

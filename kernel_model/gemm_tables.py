@@ -67,11 +67,6 @@ def validate_config(config: Mapping[str, int]) -> None:
         raise ValueError(f"kernel config {dict(config)}: GROUP_SIZE_M and num_stages must be >= 1")
 
 
-def config_key(config: Mapping[str, int]) -> tuple[int, ...]:
-    """Hashable form of a config, in CONFIG_KEYS order."""
-    return tuple(int(config[key]) for key in CONFIG_KEYS)
-
-
 def config_label(config: Mapping[str, int]) -> str:
     """``64x128x128 g8 w4 s3``: tile M x N x K, GROUP_SIZE_M, num_warps, num_stages."""
     return (f"{config['BLOCK_SIZE_M']}x{config['BLOCK_SIZE_N']}x{config['BLOCK_SIZE_K']} "

@@ -105,8 +105,3 @@ def first_value_per_key(values, key_of) -> tuple[list[int], list[str]]:
         seen.setdefault(key_of(v), v)
     reps = sorted(seen.items(), key=lambda kv: kv[1])
     return [v for _, v in reps], [k for k, _ in reps]
-
-
-def distinct_keys(values, key_of) -> list[str]:
-    """The distinct keys the values reach, in order of their first value."""
-    return first_value_per_key(values, key_of)[1]

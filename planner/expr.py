@@ -104,17 +104,6 @@ def trace(text: str | int | bool, names: dict) -> tuple[object, set[str]]:
         raise ExprError(f"expression too deeply nested: {text[:40]!r}...") from None
 
 
-def names_in(text: str | int | bool) -> set[str]:
-    """Names an expression refers to (used to evaluate stage-local names in order)."""
-    if not isinstance(text, str):
-        return set()
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
-        return set()
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-
-
 class _Evaluator:
     def __init__(self, names: dict):
         self.names = names

@@ -44,11 +44,6 @@ def detect(doc: Document) -> str:
                         "an expanded plan `format` and `steps`")
 
 
-def load_expanded(path: str) -> ExpandedPlan:
-    """An expanded plan file (YAML or JSON; JSON is YAML), validated, runs decompressed."""
-    return expanded_from_document(load_file(path))
-
-
 def expanded_from_document(doc: Document) -> ExpandedPlan:
     if not isinstance(doc.data, dict) or doc.data.get("format") not in FORMATS:
         got = doc.data.get("format") if isinstance(doc.data, dict) else None

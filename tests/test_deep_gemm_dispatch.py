@@ -5,6 +5,7 @@ M_sum the engine produces for the grouped GEMM, must compile a kernel the exact 
 The hand-checked cases recompute SM90ArchSpec's formulas (DeepGEMM 54e2261) by hand.
 """
 
+import deep_gemm_oracle as oracle
 import pytest
 from factories import make_engine, steps_of, write_plan
 
@@ -49,7 +50,7 @@ def test_every_dense_m_compiles_a_planned_kernel(exact_plans, engine):
         assert len(keys) == len(set(keys)) == len(m_values) and m_values == sorted(m_values)
         first = {}
         for m in range(1, max_tokens + 1):
-            key = dg.dense_kernel_key(m, s.n, s.k, sms)
+            key = oracle.dense_kernel_key(m, s.n, s.k, sms)
             first.setdefault(key, m)
         # exactly the kernels 1..max_tokens reach, each at its smallest M, in that order
         assert list(first) == keys and list(first.values()) == m_values, (s.n, s.k)
@@ -71,7 +72,7 @@ def test_every_aligned_m_sum_compiles_a_planned_kernel(exact_plans, base, engine
         assert s.max_value == max_m
         first = {}
         for m_sum in range(128, max_m + 1, 128):
-            key = dg.grouped_contiguous_kernel_key(m_sum, s.n, s.k, s.num_groups, sms)
+            key = oracle.grouped_contiguous_kernel_key(m_sum, s.n, s.k, s.num_groups, sms)
             first.setdefault(key, m_sum)
         assert list(first) == s.compile_keys and list(first.values()) == list(s.m_values)
 
@@ -85,9 +86,9 @@ def test_compile_keys_of_relax_and_full_plans(base, engine, tmp_path):
     for plan in (base, full):
         for s in steps_of(plan, load_engine(engine), stage="deep_gemm"):
             if s.kind == "gemm":
-                keys = [dg.dense_kernel_key(m, s.n, s.k, sms) for m in list(s.m_values)]
+                keys = [oracle.dense_kernel_key(m, s.n, s.k, sms) for m in list(s.m_values)]
             else:
-                keys = [dg.grouped_contiguous_kernel_key(m, s.n, s.k, s.num_groups, sms)
+                keys = [oracle.grouped_contiguous_kernel_key(m, s.n, s.k, s.num_groups, sms)
                         for m in list(s.m_values)]
             assert s.compile_keys == list(dict.fromkeys(keys))
             first = {}
@@ -114,17 +115,18 @@ SHAPES = [(3072, 1536), (4096, 512), (7168, 2048), (4608, 7168), (7168, 2304), (
 
 @pytest.mark.parametrize("sms", [132, 114, 78, 16])
 def test_pruned_selection_equals_the_full_enumeration(sms):
-    """_select prunes by bounds; _select_all counts every candidate exactly, as DeepGEMM does."""
+    """_select_each prunes by bounds; the oracle's select_all counts every candidate exactly, as
+    DeepGEMM does."""
     for n, k in SHAPES:
         model = dg._model(False, n, k, sms)
         for m_class in range(1, 2 + 8192 // 64 + 1):
             m = model.largest_m(m_class)
-            assert model.winner(m_class) == dg._select_all(model.space, m), (n, k, sms, m)
+            assert model.winner(m_class) == oracle.select_all(model.space, m), (n, k, sms, m)
     for n, k in [(512, 7168), (7168, 256), (1536, 2048), (2048, 768)]:
         model = dg._model(True, n, k, sms)
         for m_class in range(1, 800):
             m = model.largest_m(m_class)
-            assert model.winner(m_class) == dg._select_all(model.space, m), (n, k, sms, m)
+            assert model.winner(m_class) == oracle.select_all(model.space, m), (n, k, sms, m)
 
 
 def test_m_classes_are_sound():
@@ -132,7 +134,7 @@ def test_m_classes_are_sound():
     for n, k in [(7168, 2048), (512, 7168), (2048, 4096)]:
         space = dg._space(True, n, k, 132)
         for m in [*range(1, 300), *range(300, 8193, 61)]:
-            c = dg._select_all(space, m)
+            c = oracle.select_all(space, m)
             assert dg.dense_layout(m, n, k, 132)[:5] == (c.block_m, c.block_n, c.cluster_m, c.cluster_n, c.stages)
 
 
@@ -161,7 +163,7 @@ def test_one_row_picks_the_cheapest_block_that_fits_one_wave():
     # Clusters are disabled (one wave), block_m 16 is allowed (M <= 16).
     layout = dg.dense_layout(1, 7168, 2048, 132)
     assert layout == dg.Layout(16, 64, 1, 1, 16, 3558)
-    assert dg.dense_kernel_key(1, 7168, 2048, 132) == (
+    assert oracle.dense_kernel_key(1, 7168, 2048, 132) == (
         "sm90_fp8_gemm_1d2d:n=7168,k=2048,block_m=16,block_n=64,block_k=128,stages=16,multicast=1,sms=132")
     # From M = 17 block_m 16 is no longer a candidate; from M = 33 neither is 32.
     assert dg.dense_layout(17, 7168, 2048, 132).block_m == 32
@@ -180,24 +182,24 @@ def test_multicast_needs_more_than_one_wave_and_names_its_side():
         assert dg.dense_layout(m, 7168, 2048, 132).multicast == "1"
     big = dg.dense_layout(8192, 7168, 2048, 132)
     assert (big.block_m, big.block_n, big.cluster_m, big.cluster_n, big.multicast) == (256, 128, 1, 2, "2(a)")
-    assert "multicast=2(a)" in dg.dense_kernel_key(8192, 7168, 2048, 132)
+    assert "multicast=2(a)" in oracle.dense_kernel_key(8192, 7168, 2048, 132)
     assert dg.Layout(64, 96, 2, 1, 10, 0).multicast == "2(b)"
 
 
 def test_grouped_key_uses_the_alignment_as_block_m_and_names_the_groups():
-    key = dg.grouped_contiguous_kernel_key(98048, 512, 7168, 256, 132)
+    key = oracle.grouped_contiguous_kernel_key(98048, 512, 7168, 256, 132)
     assert key.startswith("sm90_m_grouped_fp8_gemm_contiguous_1d2d:groups=256,n=512,k=7168,block_m=128,")
     # M_sum only matters through ceil(M_sum / 128) * ceil(N / block_n) blocks; the group count not at all.
     assert (dg.grouped_contiguous_layout(1000, 512, 7168, 132)
             == dg.grouped_contiguous_layout(1024, 512, 7168, 132))
-    assert key.replace("groups=256", "groups=8") == dg.grouped_contiguous_kernel_key(98048, 512, 7168, 8, 132)
+    assert key.replace("groups=256", "groups=8") == oracle.grouped_contiguous_kernel_key(98048, 512, 7168, 8, 132)
 
 
 def test_compiled_dims_and_the_scale_transpose():
-    assert dg.dense_kernel_key(5, 4096, 4096, 132, compiled_dims="").split(":")[1].startswith("block_m=16,")
-    assert dg.dense_kernel_key(5, 4096, 4096, 132, compiled_dims="mnk").split(":")[1].startswith("m=5,n=4096,k=4096,")
+    assert oracle.dense_kernel_key(5, 4096, 4096, 132, compiled_dims="").split(":")[1].startswith("block_m=16,")
+    assert oracle.dense_kernel_key(5, 4096, 4096, 132, compiled_dims="mnk").split(":")[1].startswith("m=5,n=4096,k=4096,")
     assert len(dg.dense_keys(range(1, 100), 4096, 4096, 132, compiled_dims="mnk")) == 99
-    assert dg.sf_transpose_key(7168) == "transpose_fp32:num_threads=512,block_mn=64,sf_k=56"
+    assert oracle.sf_transpose_key(7168) == "transpose_fp32:num_threads=512,block_mn=64,sf_k=56"
 
 
 def test_float32_steps_are_emulated():
@@ -207,9 +209,11 @@ def test_float32_steps_are_emulated():
 
 def test_bad_inputs():
     with pytest.raises(ValueError, match="even SM count"):
-        dg.dense_kernel_key(1, 4096, 4096, 133)
+        dg.dense_layout(1, 4096, 4096, 133)
+    with pytest.raises(ValueError, match="even SM count"):
+        dg.dense_keys([1], 4096, 4096, 133)
     with pytest.raises(ValueError, match="positive"):
-        dg.dense_kernel_key(0, 4096, 4096, 132)
+        dg.dense_layout(0, 4096, 4096, 132)
     with pytest.raises(ValueError, match="positive"):
         dg.dense_keys([3, 0], 4096, 4096, 132)
 
@@ -217,7 +221,7 @@ def test_bad_inputs():
 def test_bulk_keys_equal_one_call_per_m():
     ms = [70, 3, 900, 64, 65, 3, 1, 8000, 17]
     assert dg.dense_keys(ms, 4096, 4096, 132) == {
-        k: v[0] for k, v in dg.enumerate_keys(ms, lambda m: dg.dense_kernel_key(m, 4096, 4096, 132)).items()}
+        k: v[0] for k, v in oracle.enumerate_keys(ms, lambda m: oracle.dense_kernel_key(m, 4096, 4096, 132)).items()}
     assert dg.dense_keys(range(5, 3000), 4096, 4096, 132) == dg.dense_keys(list(range(5, 3000)), 4096, 4096, 132)
 
 

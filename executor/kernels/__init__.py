@@ -1,10 +1,10 @@
-"""The executor's own Triton kernels, each with a torch reference.
+"""The executor's own Triton kernels (their torch references: tests/executor/kernel_refs.py).
 
 * ``fp8_gemm``          block-scaled FP8 GEMM (vLLM's ``w8a8_block_fp8_matmul``)
 * ``grouped_gemm``      grouped MoE FP8 GEMM, contiguous expert-sorted layout (DeepGEMM semantics)
 * ``prefill_attention`` varlen causal prefill attention (vLLM's ``context_attention_fwd``)
 * ``configs``           launch configs and their per-(N, K, device) tables (pure Python)
-* ``reference``         float64 torch references and vLLM-style FP8 quantizers
+* ``reference``         vLLM-style FP8 quantizers and dequantizers
 * ``jit``               the ``@triton.jit`` sources and launch functions of the three kernels,
                         importable without torch (precompile workers compile from sizes alone)
 

@@ -5,7 +5,7 @@ planner shares: it lives in ``kernel_model.gemm_tables`` (pure Python) and is
 re-exported here, so planned and launched configs come from one function; where the
 tables live is the planner's ``planner.tables.config_root`` (one default for
 planning and launching). This module adds what only the executor needs: the autotuning
-candidates, the tuner loop and the atomic table writer.
+candidates, the atomic table writer and the tables a process's launches read.
 
 Every distinct config is a distinct Triton compile (its values are constexprs and
 launch options), so the configs a table can return for the hot path's M values are
@@ -18,12 +18,11 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Mapping
 
 from kernel_model import gemm_tables
 from kernel_model.gemm_tables import (  # noqa: F401 - re-exported for the kernels and the tuner
-    CONFIG_KEYS, SCALE_BLOCK, Config, config_key, default_config, device_key, make_config, next_power_of_2,
-    validate_config,
+    CONFIG_KEYS, SCALE_BLOCK, Config, default_config, device_key, make_config, next_power_of_2, validate_config,
 )
 from planner.output import write_atomic
 from planner.tables import CONFIG_DIR_ENV, TABLE_DEVICE_ENV, config_root, table_path  # noqa: F401 - re-exported
@@ -46,28 +45,12 @@ def load_table(path) -> dict[int, Config]:
     return gemm_tables.load_table(path).entries
 
 
-def select_config(table: Mapping[int, Config], M: int) -> Config:
-    """The entry whose key is nearest to M; on a tie, the smaller key (a copy)."""
-    return gemm_tables.Table(table).select(M)
-
-
 def save_table_atomic(path: str | os.PathLike, table: Mapping[int, Mapping[str, int]]) -> None:
     """Write a table so that readers see the old file or the new one, never a partial one."""
     for config in table.values():
         validate_config(config)
     payload = {str(m): {k: int(table[m][k]) for k in CONFIG_KEYS} for m in sorted(table)}
     write_atomic(Path(path), json.dumps(payload, indent=2) + "\n")
-
-
-def tune_table(Ms: Iterable[int], candidates: Iterable[Config],
-               bench: Callable[[int, Config], float]) -> dict[int, Config]:
-    """For each M, the candidate with the lowest ``bench(M, config)`` time (any unit)."""
-    candidates = list(candidates)
-    table = {}
-    for m in sorted(set(Ms)):
-        timings = [(bench(m, config), i) for i, config in enumerate(candidates)]
-        table[m] = dict(candidates[min(timings)[1]])
-    return table
 
 
 def cdiv(a: int, b: int) -> int:

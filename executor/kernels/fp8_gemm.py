@@ -36,10 +36,9 @@ from kernel_model import triton_kernels as dispatch
 
 from . import configs
 from .configs import SCALE_BLOCK, cdiv, clear_table_cache, device_name, lookup_table  # noqa: F401 - re-exported
-from .jit import fp8_gemm as jit
+from .jit import fp8_gemm as jit  # the @triton.jit kernel and its launch (no torch)
 
 KERNEL_NAME = dispatch.FP8_GEMM
-KERNEL = jit.KERNEL  # the @triton.jit kernel and its launch live in executor.kernels.jit (no torch)
 
 
 def check_gemm_args(a, a_scales, b, b_scales) -> tuple[int, int, int]:

@@ -33,10 +33,9 @@ from kernel_model import triton_kernels as dispatch
 from . import configs
 from .configs import SCALE_BLOCK, cdiv, lookup_table
 from .fp8_gemm import check_fp8_operands, check_out
-from .jit import grouped_gemm as jit
+from .jit import grouped_gemm as jit  # the @triton.jit kernel and its launch (no torch)
 
 KERNEL_NAME = dispatch.GROUPED_FP8_GEMM
-KERNEL = jit.KERNEL  # the @triton.jit kernel and its launch live in executor.kernels.jit (no torch)
 
 
 def check_grouped_args(a, a_scales, b, b_scales, expert_ids, block_m) -> tuple[int, int, int, int]:
@@ -68,10 +67,6 @@ def grouped_config(M: int, N: int, K: int, block_m: int, device=None) -> configs
     return dispatch.grouped_gemm_config(M, N, K, block_m, table)
 
 
-def candidate_configs(block_m: int = 128) -> list[configs.Config]:
-    return [dict(c) for c in configs.CANDIDATE_CONFIGS if block_m % c["BLOCK_SIZE_M"] == 0]
-
-
 def grouped_fp8_gemm(a, a_scales, b, b_scales, expert_ids, block_m: int = 128, out=None, config=None):
     """out[rows of chunk c] = (a * a_scales)[rows] @ (b[e] * b_scales[e]).T, e = expert_ids[c * block_m]."""
     M, N, K, _ = check_grouped_args(a, a_scales, b, b_scales, expert_ids, block_m)
@@ -99,27 +94,7 @@ def specialization_classes(Ms, N: int, K: int, block_m: int = 128, table=None) -
     return classes
 
 
-# --- layout and warmup helpers ---------------------------------------------------------------------
-
-def contiguous_layout(rows_per_expert, block_m: int = 128, total_rows: int | None = None,
-                      pad_id: int = -1) -> tuple[torch.Tensor, list[int]]:
-    """expert_ids for experts with the given row counts, each padded to block_m.
-
-    Padding rows inside an expert's last chunk carry ``pad_id`` (DeepGEMM marks them -1;
-    the kernel reads only a chunk's first row). ``total_rows`` pads the end with whole
-    -1 chunks. Returns (expert_ids int32 on CPU, start row of each expert).
-    """
-    ids, starts = [], []
-    for expert, n in enumerate(rows_per_expert):
-        starts.append(len(ids))
-        padded = cdiv(n, block_m) * block_m
-        ids += [expert] * n + [pad_id] * (padded - n)
-    if total_rows is not None:
-        if total_rows < len(ids) or total_rows % block_m:
-            raise ValueError(f"total_rows={total_rows} must be a multiple of {block_m} and >= {len(ids)}")
-        ids += [-1] * (total_rows - len(ids))
-    return torch.tensor(ids, dtype=torch.int32), starts
-
+# --- inputs and warmup helpers ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class GroupedInputs:

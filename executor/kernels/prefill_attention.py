@@ -28,9 +28,11 @@ HEAD_SIZE, BLOCK_D,    constexpr                     model shape (head size, H /
 QUERIES_PER_KV
 IS_CAUSAL, USE_WINDOW_ constexpr                     layer (causal, window on/off, softcap on/off)
 LEFT/RIGHT, USE_SOFTCAP
-BLOCK_M, BLOCK_N,      constexpr / launch options    head size only (``launch_params``)
+BLOCK_M, BLOCK_N,      constexpr / launch options    head size only (``attention_launch_params``)
 num_warps, num_stages
 =====================  ===========================  ===========================================
+
+``attention_launch_params`` is in kernel_model.triton_kernels, whose attention key uses it too.
 
 No argument depends on the number of tokens, the number of sequences or
 max_input_len: they only size the grid, which is not part of the compile key. So
@@ -50,13 +52,7 @@ import torch
 
 from kernel_model import triton_kernels as dispatch
 
-from .jit import prefill_attention as jit
-
-KERNEL_NAME = dispatch.PREFILL_ATTENTION
-
-
-KERNEL = jit.KERNEL  # the @triton.jit kernel and its launch live in executor.kernels.jit (no torch)
-launch_params = jit.launch_params  # by padded head size (head size only)
+from .jit import prefill_attention as jit  # the @triton.jit kernel and its launch (no torch)
 
 
 def _check_attention_args(q, k, v, o, b_start_loc, b_seq_len):
@@ -84,7 +80,8 @@ def _check_attention_args(q, k, v, o, b_start_loc, b_seq_len):
 def context_attention_fwd(q, k, v, o, b_start_loc, b_seq_len, max_input_len, is_causal=True,
                           softmax_scale=None, softcap=0.0, sliding_window_q=-1, sliding_window_k=-1,
                           config=None):
-    """Write attention of the packed sequences into o; ``config`` overrides ``launch_params(D)``."""
+    """Write attention of the packed sequences into o; ``config`` overrides
+    ``attention_launch_params(D)`` (kernel_model.triton_kernels)."""
     _check_attention_args(q, k, v, o, b_start_loc, b_seq_len)
     if q.shape[0] > 0 and b_seq_len.shape[0] > 0 and max_input_len > 0:
         _launch(q, k, v, o, b_start_loc, b_seq_len, max_input_len, is_causal, softmax_scale, softcap,

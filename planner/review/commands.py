@@ -18,7 +18,7 @@ from ..output import write_atomic
 from . import lints
 from .diff import RENDERERS, diff_plans
 
-EXIT_SAME, EXIT_DIFFERENT, EXIT_INVALID = 0, 1, 2
+EXIT_SAME, EXIT_DIFFERENT = 0, 1
 EXIT_CLEAN, EXIT_LINT_ERRORS = 0, 1
 
 

@@ -1,4 +1,5 @@
-"""Helpers for the executor tests: run `warmup execute` in-process or in a subprocess."""
+"""Helpers for the executor tests: run `warmup execute` in-process or in a subprocess; name a
+kernel config (no torch, no Triton)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+
+from kernel_model.gemm_tables import CONFIG_KEYS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -40,3 +43,8 @@ def load_report(path) -> dict:
 
 def by_id(report: dict) -> dict:
     return {s["id"]: s for s in report["steps"]}
+
+
+def config_key(config) -> tuple[int, ...]:
+    """Hashable form of a kernel config, in CONFIG_KEYS order (test ids, set members, JSON rows)."""
+    return tuple(int(config[key]) for key in CONFIG_KEYS)

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from triton import knobs  # noqa: E402
 
+from execlib import config_key  # noqa: E402 - this script's directory is on sys.path
 from executor.kernels import configs  # noqa: E402
 from executor.kernels import fp8_gemm as gemm  # noqa: E402
 from executor.kernels import grouped_gemm as grouped  # noqa: E402
@@ -51,12 +52,12 @@ def main() -> None:
     N, K = 4096, 7168
     inputs = gemm.alloc_gemm_inputs(4096, N, K, "cpu")
     for config in configs.CANDIDATE_CONFIGS:
-        record("fp8_gemm", {"M": 1000, "config": configs.config_key(config)},
+        record("fp8_gemm", {"M": 1000, "config": config_key(config)},
                lambda: gemm.precompile(1000, N, K, "cpu", inputs, config),
                lambda: jit_gemm.compile_variant(1000, N, K, config))
     for M in (1, 16, 17, 33, 4096):  # default configs: one compile per distinct config
         config = gemm.resolve_config(M, N, K, "cpu")
-        record("fp8_gemm", {"M": M, "config": configs.config_key(config)},
+        record("fp8_gemm", {"M": M, "config": config_key(config)},
                lambda: gemm.precompile(M, N, K, "cpu", inputs), lambda: jit_gemm.compile_variant(M, N, K, config))
     record("fp8_gemm", {"M": 17, "N": 1000, "K": 640}, lambda: gemm.precompile(17, 1000, 640, "cpu"),
            lambda: jit_gemm.compile_variant(17, 1000, 640, gemm.resolve_config(17, 1000, 640, "cpu")))

@@ -130,6 +130,20 @@ def test_tune_picks_the_fastest_candidate_and_skips_broken_ones():
     assert timings[1]["2"] is None
 
 
+def test_tune_keeps_the_earlier_of_equal_candidates_once_per_m():
+    cands = [{"id": 0}, {"id": 1}, {"id": 2}]
+    fake_times = {(1, 0): 1.0, (1, 1): 2.0, (1, 2): 3.0, (512, 0): 9.0, (512, 1): 4.0, (512, 2): 4.0}
+    calls = []
+
+    def bench(m, config):
+        calls.append(m)
+        return fake_times[(m, config["id"])]
+
+    table, _ = at.tune_shape([512, 1, 1], cands, bench)
+    assert table == {1: {"id": 0}, 512: {"id": 1}}  # equal times: the earlier candidate
+    assert list(table) == [1, 512] and len(calls) == 6  # buckets sorted, each benchmarked once
+
+
 def test_tune_step_writes_then_loads(tmp_path):
     cfg = configs_module()
     step = step_from_dict({"id": "t/a", "stage": "t", "kind": "autotune", "library": "triton", "num_tokens": 16,

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from execlib import config_key
 from executor.kernels import configs
 from executor.kernels.configs import make_config
+from kernel_model import gemm_tables
 
 REPO = Path(__file__).resolve().parents[2]
 A = make_config(16, 64, 1, 4, 3)
@@ -27,16 +29,16 @@ TABLE = {1: A, 64: B, 1024: C}
                                         (544, B), (545, C), (100_000, C)])
 def test_select_config_picks_nearest_key(M, expected):
     # 32: |32-1| = 31 < |32-64| = 32; 544 is equidistant from 64 and 1024, so the smaller key wins
-    assert configs.select_config(TABLE, M) == expected
+    assert gemm_tables.Table(TABLE).select(M) == expected
 
 
 def test_select_config_tie_goes_to_smaller_key():
-    assert configs.select_config({10: A, 20: B}, 15) == A
-    assert configs.select_config({20: B, 10: A}, 15) == A
+    assert gemm_tables.Table({10: A, 20: B}).select(15) == A
+    assert gemm_tables.Table({20: B, 10: A}).select(15) == A
 
 
 def test_select_config_returns_a_copy():
-    configs.select_config(TABLE, 1)["BLOCK_SIZE_M"] = 999
+    gemm_tables.Table(TABLE).select(1)["BLOCK_SIZE_M"] = 999
     assert TABLE[1]["BLOCK_SIZE_M"] == 16
 
 
@@ -93,18 +95,10 @@ def test_default_and_candidate_configs_are_valid():
     for config in configs.CANDIDATE_CONFIGS:
         configs.validate_config(config)
     assert 6 <= len(configs.CANDIDATE_CONFIGS) <= 10
-    assert len({configs.config_key(c) for c in configs.CANDIDATE_CONFIGS}) == len(configs.CANDIDATE_CONFIGS)
+    assert len({config_key(c) for c in configs.CANDIDATE_CONFIGS}) == len(configs.CANDIDATE_CONFIGS)
     for M in (1, 16, 17, 128, 1000, 4096):
         configs.validate_config(configs.default_config(M, 4096, 7168))
     assert configs.default_config(1, 20, 128)["BLOCK_SIZE_N"] == 32
-
-
-def test_tune_table_keeps_the_fastest_candidate_per_m():
-    candidates = [A, B, C]
-    fake_times = {(1, 0): 1.0, (1, 1): 2.0, (1, 2): 3.0, (512, 0): 9.0, (512, 1): 4.0, (512, 2): 4.0}
-    table = configs.tune_table([512, 1, 1], candidates,
-                               lambda m, c: fake_times[(m, candidates.index(c))])
-    assert table == {1: A, 512: B}  # equal times: the earlier candidate
 
 
 def test_resolve_config_reads_the_table_for_the_device(tmp_path, monkeypatch):

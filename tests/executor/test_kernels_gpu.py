@@ -17,15 +17,20 @@ pytest.importorskip("triton")
 
 pytestmark = pytest.mark.gpu  # skipped without CUDA by tests/conftest.py
 
+from execlib import config_key  # noqa: E402
 from executor.kernels import configs  # noqa: E402
 from executor.kernels import fp8_gemm as gemm  # noqa: E402
 from executor.kernels import grouped_gemm as grouped  # noqa: E402
 from executor.kernels import prefill_attention as attn  # noqa: E402
-from executor.kernels.reference import (  # noqa: E402
+from executor.kernels.jit import fp8_gemm as gemm_jit  # noqa: E402
+from executor.kernels.jit import grouped_gemm as grouped_jit  # noqa: E402
+from executor.kernels.jit import prefill_attention as attn_jit  # noqa: E402
+from executor.kernels.reference import quantize_fp8_per_token_group  # noqa: E402
+from kernel_refs import (  # noqa: E402
+    contiguous_layout,
     ref_fp8_gemm,
     ref_grouped_fp8_gemm,
     ref_prefill_attention,
-    quantize_fp8_per_token_group,
 )
 
 TOL = 2e-2
@@ -88,7 +93,7 @@ def test_fp8_gemm_default_configs(gemm_inputs, M):
     assert_written_and_close(part.out, ref_fp8_gemm(*part.args()))
 
 
-@pytest.mark.parametrize("config", configs.CANDIDATE_CONFIGS, ids=lambda c: "-".join(map(str, configs.config_key(c))))
+@pytest.mark.parametrize("config", configs.CANDIDATE_CONFIGS, ids=lambda c: "-".join(map(str, config_key(c))))
 def test_fp8_gemm_every_candidate_config(gemm_inputs, config):
     part = gemm_inputs.rows(1000)
     part.out.fill_(float("nan"))
@@ -101,7 +106,7 @@ def test_fp8_gemm_variants_are_the_configs():
     full = gemm.alloc_gemm_inputs(max(MS) + 3, N, K, DEVICE)
     Ms = MS + [2, 15, 31, 33, 4097]
     classes = gemm.specialization_classes(Ms, N, K, table=gemm.lookup_table(gemm.KERNEL_NAME, N, K, DEVICE))
-    with CompileWatch(gemm.KERNEL) as watch:
+    with CompileWatch(gemm_jit.KERNEL) as watch:
         for ms in classes.values():
             gemm.warmup(ms[0], N, K, DEVICE, inputs=full)
         torch.cuda.synchronize()
@@ -132,8 +137,8 @@ def grouped_weights():
 @pytest.mark.parametrize("block_m", [64, 128])
 def test_grouped_fp8_gemm(grouped_weights, rows, block_m):
     w = grouped_weights
-    used = len(grouped.contiguous_layout(rows, block_m)[0])
-    expert_ids = grouped.contiguous_layout(rows, block_m, used + block_m)[0].to(DEVICE)  # + a padding chunk
+    used = len(contiguous_layout(rows, block_m)[0])
+    expert_ids = contiguous_layout(rows, block_m, used + block_m)[0].to(DEVICE)  # + a padding chunk
     total, K = len(expert_ids), w.b.shape[2]
     gen = torch.Generator(device=DEVICE).manual_seed(total)
     a, a_scales = quantize_fp8_per_token_group(torch.randn(total, K, generator=gen, device=DEVICE))
@@ -150,7 +155,7 @@ def test_grouped_variants_are_the_configs(grouped_weights):
     Ms = [128, 256, 384, 1024, 2048, 4096]
     table = gemm.lookup_table(grouped.KERNEL_NAME, N, K, DEVICE)
     classes = grouped.specialization_classes(Ms, N, K, block_m, table=table)
-    with CompileWatch(grouped.KERNEL) as watch:
+    with CompileWatch(grouped_jit.KERNEL) as watch:
         for ms in classes.values():
             grouped.warmup(ms[0], N, K, E, DEVICE, block_m, inputs=full)
         torch.cuda.synchronize()
@@ -195,7 +200,7 @@ def test_prefill_attention_one_variant_for_all_token_counts():
     counts = [1, 2, 16, 17, 100, 1000, 4096, 8192]
     assert len(attn.specialization_classes(counts, H, KVH, D)) == 1
     inputs = attn.alloc_attention_inputs(max(counts), H, KVH, D, torch.bfloat16, DEVICE)
-    with CompileWatch(attn.KERNEL) as watch:
+    with CompileWatch(attn_jit.KERNEL) as watch:
         attn.warmup(counts[3], H, KVH, D, inputs=inputs)
         torch.cuda.synchronize()
         variants, loads = watch.variants(), len(watch.loads)

@@ -21,8 +21,14 @@ pytest.importorskip("triton")
 from executor.kernels import fp8_gemm as gemm  # noqa: E402
 from executor.kernels import grouped_gemm as grouped  # noqa: E402
 from executor.kernels import prefill_attention as attn  # noqa: E402
-from executor.kernels.configs import make_config  # noqa: E402
-from executor.kernels.reference import (  # noqa: E402
+from executor.kernels.configs import CANDIDATE_CONFIGS, make_config  # noqa: E402
+from executor.kernels.jit import fp8_gemm as gemm_jit  # noqa: E402
+from executor.kernels.jit import grouped_gemm as grouped_jit  # noqa: E402
+from executor.kernels.jit import prefill_attention as attn_jit  # noqa: E402
+from kernel_model import gemm_tables  # noqa: E402
+from kernel_model import triton_kernels as dispatch  # noqa: E402
+from kernel_refs import (  # noqa: E402
+    contiguous_layout,
     ref_fp8_gemm,
     ref_grouped_fp8_gemm,
     ref_prefill_attention,
@@ -109,7 +115,7 @@ GROUPED_CASES = [
 @pytest.mark.parametrize("rows,block_m,total,N,K,config,pad", GROUPED_CASES)
 def test_grouped_fp8_gemm_matches_reference(kernel_device, seed, rows, block_m, total, N, K, config, pad):
     E = len(rows)
-    expert_ids, _ = grouped.contiguous_layout(rows, block_m, total)
+    expert_ids, _ = contiguous_layout(rows, block_m, total)
     if pad == "expert":  # every row of a chunk carries the chunk's expert
         expert_ids = expert_ids.view(-1, block_m)[:, :1].expand(-1, block_m).reshape(-1).contiguous()
     inputs = grouped.alloc_grouped_inputs(len(expert_ids), N, K, E, kernel_device, block_m,
@@ -139,8 +145,13 @@ def test_grouped_fp8_gemm_rejects_tile_larger_than_chunk(kernel_device):
         grouped.grouped_fp8_gemm(*inputs.args(), block_m=16, config=make_config(32, 32, 1, 4, 2))
 
 
-def test_grouped_candidates_fit_the_chunk():
-    assert all(32 % c["BLOCK_SIZE_M"] == 0 for c in grouped.candidate_configs(32))
+def test_grouped_configs_fit_the_chunk():
+    # Whatever config a table holds (here each tuning candidate), the launched BLOCK_SIZE_M
+    # must divide the chunk: each program reads one expert id.
+    for config in CANDIDATE_CONFIGS:
+        for block_m in (16, 32, 64, 128):
+            chosen = dispatch.grouped_gemm_config(4096, 4096, 7168, block_m, gemm_tables.Table({1: config}))
+            assert block_m % chosen["BLOCK_SIZE_M"] == 0, (config, block_m)
     assert grouped.grouped_config(4096, 4096, 7168, block_m=32)["BLOCK_SIZE_M"] <= 32
 
 
@@ -218,7 +229,7 @@ def test_gemm_variants_follow_the_config_only():
     assert list(classes.values()) == [[1, 2, 16, 17, 31, 32], [33, 100, 4096]]
 
 
-@pytest.mark.parametrize("module", [gemm, grouped, attn])
+@pytest.mark.parametrize("module", [gemm_jit, grouped_jit, attn_jit])
 def test_unspecialized_args_exist_in_the_kernel(module):
     params = inspect.signature(module.KERNEL.fn).parameters
     for key in ("do_not_specialize", "do_not_specialize_on_alignment"):
