@@ -22,7 +22,7 @@ from typing import Mapping
 
 from kernel_model import gemm_tables
 from kernel_model.gemm_tables import (  # noqa: F401 - re-exported for the kernels and the tuner
-    CONFIG_KEYS, SCALE_BLOCK, Config, default_config, device_key, make_config, next_power_of_2, validate_config,
+    CONFIG_KEYS, SCALE_BLOCK, Config, default_config, make_config, next_power_of_2, validate_config,
 )
 from planner.output import write_atomic
 from planner.tables import CONFIG_DIR_ENV, TABLE_DEVICE_ENV, config_root, table_path  # noqa: F401 - re-exported
