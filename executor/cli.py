@@ -7,9 +7,10 @@
 
 Registered as a `warmup.commands` plugin (pyproject), so the planner never imports
 the executor. Importing this module imports neither torch nor triton: the run does,
-lazily. Exit codes: 0 every step ok or skipped; 1 a step failed, a step was
-unavailable (unless --allow-missing), or the hot-path check or the serving trace
-(--verify-trace) saw a compile; 2 invalid input; 3 internal error; 130 interrupted.
+when a backend or the runner needs them. Exit codes: 0 every step ok or skipped; 1 a
+step failed, a step was unavailable (unless --allow-missing), or the hot-path check or
+the serving trace (--verify-trace) saw a compile; 2 invalid input; 3 internal error;
+130 interrupted.
 The report (--report) is written in every one of these cases.
 """
 
@@ -20,9 +21,15 @@ import os
 import signal
 import sys
 
+from planner import api
+from planner.errors import PlanError
 from planner.steps import FAMILIES
 
+from .precompile import default_jobs
+from .progress import Progress
+from .registry import BACKENDS, backend_families
 from .report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, Report  # one definition of the exit codes
+from .run import INJECT_KINDS, Options, execute
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,8 +104,6 @@ def cmd_execute(args) -> int:
         print("warmup: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - invalid input (PlanError) or a bug: report it, then exit
-        from planner.errors import PlanError
-
         if isinstance(e, PlanError):
             report.error, report.error_kind = str(e), "invalid"
             print(f"warmup: error: {e}", file=sys.stderr)
@@ -132,10 +137,6 @@ def _write_report(report, path: str) -> None:
 
 
 def parse_backends(items: list[str], dry_run: bool) -> dict:
-    from planner.errors import PlanError
-
-    from .registry import BACKENDS, backend_families
-
     chosen = {"all": "null"} if dry_run else {}
     for item in items:
         family, sep, name = item.partition("=")
@@ -153,10 +154,6 @@ def parse_backends(items: list[str], dry_run: bool) -> dict:
 
 
 def parse_inject(items: list[str]) -> dict:
-    from planner.errors import PlanError
-
-    from .run import INJECT_KINDS
-
     out = {}
     for item in items:
         step_id, _, kind = item.partition("=")
@@ -169,9 +166,6 @@ def parse_inject(items: list[str]) -> dict:
 
 def load_input(args):
     """(expanded plan, Engine, source description): plan first, or load and check an expanded file."""
-    from planner import api
-    from planner.errors import PlanError
-
     target = api.load_target(args.plan)
     if target.expanded is not None:
         engine, plan = _sources_of(target.expanded, args, target.path)
@@ -188,9 +182,6 @@ def load_input(args):
 def _sources_of(expanded, args, path: str):
     """The engine (--engine, else the built-in one the plan names) and the plan (--source-plan, else
     the built-in one it names) to check an expanded plan against; refused when either is missing."""
-    from planner import api
-    from planner.errors import PlanError
-
     try:
         engine = api.load_engine(args.engine or expanded.engine)
         plan = api.source_plan(expanded, args.source_plan, file=path)
@@ -203,15 +194,11 @@ def _sources_of(expanded, args, path: str):
 
 
 def _execute(args, report) -> int:
-    from .progress import Progress
-    from .run import Options, execute
-
     backends = parse_backends(args.backend, args.dry_run)
     inject = parse_inject(args.inject_failure)
     jobs = _jobs(args)
     for flag, value in (("--verify", args.verify), ("--verify-trace", args.verify_trace)):
         if value < 0:
-            from planner.errors import PlanError
             raise PlanError(f"{flag} must be >= 0, got {value}")
     device = args.device or ("cpu" if args.dry_run else "cuda")
     _set_kernel_config_dir(args.kernel_config_dir)
@@ -220,7 +207,6 @@ def _execute(args, report) -> int:
     expanded, engine, source = load_input(args)
     unknown = sorted(set(inject) - {s.id for s in expanded.steps})
     if unknown:
-        from planner.errors import PlanError
         raise PlanError(f"--inject-failure: no step {unknown[0]!r} in the plan")
     options = Options(backends=backends, on_error=args.on_error, jit_monitor=args.jit_monitor,
                       jit_log=args.jit_log, verify=args.verify, verify_seed=args.verify_seed,
@@ -238,13 +224,10 @@ def _execute(args, report) -> int:
 
 
 def _jobs(args) -> int:
-    from .precompile import default_jobs
-
     jobs = getattr(args, "jobs", None)
     if jobs is None:
         return default_jobs()
     if jobs < 0:
-        from planner.errors import PlanError
         raise PlanError(f"--jobs must be >= 0, got {jobs}")
     return jobs
 
