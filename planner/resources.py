@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from .errors import PlanError
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -54,6 +56,5 @@ def resolve(name_or_path: str, kind: str) -> str:
     if os.path.exists(name_or_path):
         return name_or_path
     known = builtin_plans() if kind == "plan" else builtin_engines()
-    from .errors import PlanError
     raise PlanError(f"no built-in {kind} named {name_or_path!r} and no such file; built-in: {', '.join(known)}",
                     file=name_or_path)
