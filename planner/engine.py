@@ -7,7 +7,7 @@ names of `expression_names`, which follow vLLM's vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import schema
 from .errors import PlanError, format_path
@@ -18,9 +18,8 @@ from .yamlio import Document, load_file
 COSMETIC_KEYS = ("name", "description")
 
 
-@dataclass
-class Engine:
-    """A loaded engine config. (With a docstring, @dataclass skips an inspect.signature call.)"""
+class Engine(NamedTuple):
+    """A loaded engine config."""
 
     doc: Document  # where every value came from, for error messages
     data: dict     # canonical form: schema defaults applied

@@ -10,7 +10,7 @@ from, so an expression error deep in a child plan still points at its line.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import schema
 from .errors import PlanError, format_path
@@ -20,8 +20,7 @@ from .yamlio import Document, load_file
 MAX_EXTENDS_DEPTH = 8
 
 
-@dataclass
-class Origin:
+class Origin(NamedTuple):
     """Where a value was written: for error messages."""
 
     file: str
@@ -32,8 +31,7 @@ class Origin:
         return PlanError(message, file=self.file, line=self.line, path=format_path(self.path))
 
 
-@dataclass
-class Stage:
+class Stage(NamedTuple):
     """One stage of a merged plan, its parameters with defaults applied."""
 
     name: str
@@ -41,14 +39,13 @@ class Stage:
     when: object                 # bool or expression
     params: dict                 # `with`, defaults applied
     origin: Origin               # the stage entry itself
-    param_origins: dict = field(default_factory=dict)  # param (or 'when') -> Origin
+    param_origins: dict          # param (or 'when') -> Origin
 
     def where(self, param: str) -> Origin:
         return self.param_origins.get(param, self.origin)
 
 
-@dataclass
-class Plan:
+class Plan(NamedTuple):
     """A plan with its `extends` chain resolved: the stages in order, overrides merged."""
 
     name: str

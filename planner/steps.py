@@ -28,7 +28,6 @@ token count; `warmup execute --verify` draws from 1..max_value), where it declar
 A step whose kernel the dispatch models do not cover has no variants.
 """
 
-from dataclasses import FrozenInstanceError
 from typing import Any, ClassVar, NamedTuple
 
 from .words import FactChanges, IntSet, count, list_summary, show, spread
@@ -38,6 +37,10 @@ from .words import FactChanges, IntSet, count, list_summary, show, spread
 
 _SCALARS = (int, str, float, bool)
 _MISSING = object()
+
+
+class FrozenStepError(AttributeError):
+    """A step's fields cannot be assigned or deleted: planner, executor and runner share it."""
 
 
 def field_names(cls) -> tuple:
@@ -225,10 +228,10 @@ class Step:
         return default
 
     def __setattr__(self, name, value):
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        raise FrozenStepError(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name):
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
+        raise FrozenStepError(f"cannot delete field {name!r}")
 
     def __reduce__(self):  # pickled to precompile workers: rebuilt through __init__
         return type(self), tuple(getattr(self, name) for name in field_names(type(self)))

@@ -42,8 +42,8 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 from .errors import PlanError, format_path
 
@@ -56,21 +56,21 @@ _SCALAR_TAGS = {
 }
 
 
-@dataclass
-class Document:
+class Document(NamedTuple):
     """A loaded YAML file: plain data plus the line of every path in it."""
 
     data: object
     file: str
-    lines: dict = field(default_factory=dict)  # path tuple -> 1-based line
+    lines: dict | None = None  # path tuple -> 1-based line (None: none known)
 
     def line(self, path: tuple) -> int | None:
         """Line of `path`, or of its nearest ancestor that has one."""
+        lines = self.lines or {}
         while path:
-            if path in self.lines:
-                return self.lines[path]
+            if path in lines:
+                return lines[path]
             path = path[:-1]
-        return self.lines.get(())
+        return lines.get(())
 
     def error(self, path: tuple, message: str) -> PlanError:
         return PlanError(message, file=self.file, line=self.line(path), path=format_path(path))
@@ -121,11 +121,10 @@ def load_text(text: str, file: str) -> Document:
         raise PlanError(f"invalid YAML: {e.problem or e.context}", file=file, line=line) from None
     except yaml.YAMLError as e:
         raise PlanError(f"invalid YAML: {e}", file=file) from None
-    doc = Document(data=None, file=file)
     if node is None:
         raise PlanError("empty file, expected a YAML mapping", file=file, line=1)
-    doc.data = _Builder(doc, yaml).build(node, (), 0)
-    return doc
+    doc = Document(data=None, file=file, lines={})  # the builder records the lines as it goes
+    return doc._replace(data=_Builder(doc, yaml).build(node, (), 0))
 
 
 class _Builder:

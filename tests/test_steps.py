@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pickle
 import re
-from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
 
 from planner import steps
 from planner.engine import load_engine
-from planner.steps import KINDS, Gemm, Prefill, Variant, step_from_dict
+from planner.steps import KINDS, FrozenStepError, Gemm, Prefill, Variant, step_from_dict
 from tests.factories import steps_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,9 +53,9 @@ def test_defaults_freezing_and_required_fields():
 
 def test_steps_are_frozen():
     g = gemm()
-    with pytest.raises(FrozenInstanceError):
+    with pytest.raises(FrozenStepError):
         g.n = 1
-    with pytest.raises(FrozenInstanceError):
+    with pytest.raises(FrozenStepError):
         del g.n
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ..engine import Engine
 from ..errors import PlanError, location
 from ..expr import ExprError, trace
@@ -11,17 +9,20 @@ from ..limits import MAX_VALUES_PER_LIST
 from ..plan import Stage
 
 
-@dataclass
 class Scope:
-    stage: Stage
-    engine: Engine
-    names: dict  # engine expression names (engine.expression_names())
-    # param -> the engine names its value came from, so a refused value blames the engine
-    # file when an engine field made it absurd, and the plan when only the plan did.
-    sources: dict = field(default_factory=dict)
-    # Tuned kernel config tables (planner.tables.TableReader): an input of
-    # planning wherever a kernel's dispatch depends on them.
-    tables: object = None
+    """One stage being expanded: its parameters, the engine's names, what each value came from."""
+
+    __slots__ = ("stage", "engine", "names", "sources", "tables")
+
+    def __init__(self, stage: Stage, engine: Engine, names: dict, tables=None):
+        self.stage, self.engine = stage, engine
+        self.names = names  # engine expression names (engine.expression_names())
+        # param -> the engine names its value came from, so a refused value blames the engine
+        # file when an engine field made it absurd, and the plan when only the plan did.
+        self.sources: dict = {}
+        # Tuned kernel config tables (planner.tables.TableReader): an input of
+        # planning wherever a kernel's dispatch depends on them.
+        self.tables = tables
 
     @property
     def params(self) -> dict:
