@@ -291,7 +291,7 @@ def phase_executor(args, which: str) -> dict:
     path = args.exec_cache
     if which == "exec1" and os.path.exists(path):
         os.unlink(path)
-    one = dict(expanded, steps=[step])
+    one = expanded._replace(steps=(step,))
     # Record FlashInfer's JIT builds here too, to compare with what the executor's monitor counts.
     import flashinfer.jit.core as core
     builds = Recorder(None)
