@@ -201,7 +201,7 @@ class Step:
         plan` measurable start-up (bench/RESULTS.md, part A4); every kind shares Step's."""
         super().__init_subclass__(**kwargs)
         own = {name: cls.__dict__.get(name, _MISSING)
-               for name, annotation in cls.__dict__.get("__annotations__", {}).items()
+               for name, annotation in cls.__annotations__.items()  # its own (Python >= 3.10)
                if not _is_classvar(annotation)}
         cls._fields = tuple(dict.fromkeys(cls._fields + tuple(own)))
         cls._defaults = {**cls._defaults, **{n: d for n, d in own.items() if d is not _MISSING}}
