@@ -180,8 +180,33 @@ def cache_summary(path: str) -> dict:
 
 
 def phase_library(args, which: str) -> dict:
+    """`tune` (from an empty cache file) or `load` (from the one tune wrote): FlashInfer's own
+    autotune context around one bmm_fp8 call per shape, then the numerics outside it."""
     t_start = time.perf_counter()
     res: dict = {"phase": which}
+    torch, bmm_fp8, autotune, tuner, rec = import_library(res)
+    build_jit_modules(res)
+    _, step, engine = plan_step(args.plan, args.engine)
+    sys.path.insert(0, REPO)
+    from executor.backends.flashinfer import fp8_linear_shapes
+    shapes = fp8_linear_shapes(engine)
+    num_tokens = step.num_tokens
+    res.update(step=step.to_dict(), shapes=[list(s) for s in shapes], num_tokens=num_tokens)
+    path = prepare_cache(res, args.cache, fresh=which == "tune")
+    tuning_run(res, torch, bmm_fp8, autotune, tuner, rec, shapes, num_tokens, path)
+    tuner_outcome(res, tuner, rec, path)
+    # Outside the context: the tuned (or loaded) tactic is used; check the numbers.
+    rec.lookups = {"hit": 0, "miss": 0}
+    res["numerics"] = numerics(torch, bmm_fp8, shapes, sorted({1, 100, 3000, num_tokens}))
+    res["numerics_lookups"] = dict(rec.lookups)
+    res["jit"] = rec.jit
+    res["jit_compiled_modules"] = [j["module"] for j in rec.jit if j["compiled"]]
+    res["wall_s"] = round(time.perf_counter() - t_start, 3)
+    return res
+
+
+def import_library(res: dict):
+    """(torch, bmm_fp8, autotune, the tuner, its Recorder): the import timed, versions recorded."""
     import torch
 
     t0 = time.perf_counter()
@@ -198,9 +223,11 @@ def phase_library(args, which: str) -> dict:
     except Exception as e:  # noqa: BLE001
         res["versions"]["tvm_ffi"] = repr(e)
     tuner = AutoTuner.get()
-    rec = Recorder(tuner).install()
+    return torch, bmm_fp8, autotune, tuner, Recorder(tuner).install()
 
-    # JIT modules the op and the tuner need, built (or found) before tuning, timed on their own.
+
+def build_jit_modules(res: dict) -> None:
+    """The JIT modules the op and the tuner need, built (or found) before tuning, timed on their own."""
     t0 = time.perf_counter()
     from flashinfer.gemm.gemm_base import get_gemm_module
     from flashinfer.tllm_utils import get_trtllm_utils_module
@@ -208,19 +235,18 @@ def phase_library(args, which: str) -> dict:
     get_trtllm_utils_module()
     res["jit_s"] = round(time.perf_counter() - t0, 3)
 
-    _, step, engine = plan_step(args.plan, args.engine)
-    sys.path.insert(0, REPO)
-    from executor.backends.flashinfer import fp8_linear_shapes
-    shapes = fp8_linear_shapes(engine)
-    num_tokens = step.num_tokens
-    res.update(step=step.to_dict(), shapes=[list(s) for s in shapes], num_tokens=num_tokens)
-    path = args.cache
-    if which == "tune" and os.path.exists(path):
+
+def prepare_cache(res: dict, path: str, fresh: bool) -> str:
+    if fresh and os.path.exists(path):
         os.unlink(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     res["cache_file"] = path
     res["cache_before"] = {"exists": os.path.exists(path), "sha256": sha256(path)}
+    return path
 
+
+def tuning_run(res, torch, bmm_fp8, autotune, tuner, rec, shapes, num_tokens: int, path: str) -> None:
+    """One bmm_fp8 call per shape inside FlashInfer's autotune context (tunes, or loads `path`)."""
     inputs = {s: tensors(torch, num_tokens, s[0], s[1], seed=1) for s in shapes}
     one = torch.ones((), device="cuda", dtype=torch.float32)
     torch.cuda.synchronize()
@@ -238,6 +264,10 @@ def phase_library(args, which: str) -> dict:
     res["tune_s"] = round(t_ctx - t0, 3)            # the tuning run (calls inside the context)
     res["save_s"] = round(time.perf_counter() - t_ctx, 3)  # leaving the context: save_configs
     res["per_shape_s"] = per_shape_s
+
+
+def tuner_outcome(res: dict, tuner, rec, path: str) -> None:
+    """What the run left: how the cache file was written, the tuner's counts, tactics per bucket."""
     res["replaces"] = [(os.path.basename(s), d) for s, d in rec.replaces]
     res["atomic_write"] = any(d == os.path.abspath(path) and os.path.dirname(os.path.abspath(s)) ==
                               os.path.dirname(os.path.abspath(path)) for s, d in rec.replaces)
@@ -248,8 +278,19 @@ def phase_library(args, which: str) -> dict:
     res["stats"] = {"tuned_op_total_configs": dict(tuner.stats.tuned_op_total_configs),
                     "tuned_op_successful_configs": dict(tuner.stats.tuned_op_successful_configs),
                     "failed_tactics": {k: len(v) for k, v in tuner.stats.failed_tactics.items()}}
+    res["tactics_per_bucket"] = tactics_per_bucket(rec.profiles)
+    res["profiles"] = rec.profiles
+    res["runners"] = sorted({p["runner"] for p in rec.profiles})
+    res["cache_after"] = {"exists": os.path.exists(path), "sha256": sha256(path),
+                          "bytes": os.path.getsize(path) if os.path.exists(path) else None}
+    if os.path.exists(path):
+        res["cache_content"] = cache_summary(path)
+
+
+def tactics_per_bucket(profiles: list) -> dict:
+    """shape -> bucket M -> tactics tried, failed, best / worst / tactic-0 times and the gain over tactic 0."""
     buckets: dict = {}
-    for p in rec.profiles:
+    for p in profiles:
         b = buckets.setdefault(f"N={p['n']},K={p['k']}", {}).setdefault(
             p["m"], {"tactics": 0, "failed": 0, "best_ms": None, "worst_ms": None, "tactic0_ms": None})
         b["tactics"] += 1
@@ -264,22 +305,7 @@ def phase_library(args, which: str) -> dict:
         for b in per.values():
             if b["best_ms"] and b["tactic0_ms"]:
                 b["gain_vs_tactic0"] = round(b["tactic0_ms"] / b["best_ms"], 3)
-    res["tactics_per_bucket"] = {s: dict(sorted(v.items())) for s, v in buckets.items()}
-    res["profiles"] = rec.profiles
-    res["runners"] = sorted({p["runner"] for p in rec.profiles})
-    res["cache_after"] = {"exists": os.path.exists(path), "sha256": sha256(path),
-                          "bytes": os.path.getsize(path) if os.path.exists(path) else None}
-    if os.path.exists(path):
-        res["cache_content"] = cache_summary(path)
-    del inputs
-    # Outside the context: the tuned (or loaded) tactic is used; check the numbers.
-    rec.lookups = {"hit": 0, "miss": 0}
-    res["numerics"] = numerics(torch, bmm_fp8, shapes, sorted({1, 100, 3000, num_tokens}))
-    res["numerics_lookups"] = dict(rec.lookups)
-    res["jit"] = rec.jit
-    res["jit_compiled_modules"] = [j["module"] for j in rec.jit if j["compiled"]]
-    res["wall_s"] = round(time.perf_counter() - t_start, 3)
-    return res
+    return {s: dict(sorted(v.items())) for s, v in buckets.items()}
 
 
 def phase_executor(args, which: str) -> dict:
@@ -340,7 +366,7 @@ def run_child(args, phase: str, log, timeout: float) -> dict:
     return res
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--plan", default="vllm-head")
@@ -354,24 +380,41 @@ def main() -> int:
                     help="exec1 reuses the JIT modules built by tune (default: exec1 builds its own)")
     ap.add_argument("--budget", type=float, default=370.0,
                     help="seconds for all phases: a phase gets what is left, and none starts with < 20 s")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def main() -> int:
+    args = parse_args()
     if args.phase:
-        try:
-            res = (phase_library if args.phase in ("tune", "load") else phase_executor)(args, args.phase)
-        except BaseException as e:  # noqa: BLE001 - the parent reports it
-            import traceback
-            traceback.print_exc()
-            res = {"phase": args.phase, "error": f"{type(e).__name__}: {e}"}
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1, default=str)
-        return 0 if not res.get("error") else 1
+        return run_phase_here(args)
+    summary = run_phases(args)
+    checks = summary["checks"] = check(summary["phases"])
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1, default=str)
+    print_summary(summary["phases"], checks)
+    return 0 if all(checks.values()) else 1
 
+
+def run_phase_here(args) -> int:
+    """A child: one phase in this process, its result to --json."""
+    try:
+        res = (phase_library if args.phase in ("tune", "load") else phase_executor)(args, args.phase)
+    except BaseException as e:  # noqa: BLE001 - the parent reports it
+        import traceback
+        traceback.print_exc()
+        res = {"phase": args.phase, "error": f"{type(e).__name__}: {e}"}
+    with open(args.json, "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    return 0 if not res.get("error") else 1
+
+
+def run_phases(args) -> dict:
+    """The parent: each phase in a fresh process within the budget; summary.json after each."""
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(WORK, exist_ok=True)
+    setup_log = os.environ.get("FI_SETUP_LOG", "/tmp/fi-setup.log")
     summary: dict = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv[1:],
-                     "setup_log": open(os.environ.get("FI_SETUP_LOG", "/tmp/fi-setup.log")).read()
-                     if os.path.exists(os.environ.get("FI_SETUP_LOG", "/tmp/fi-setup.log")) else None,
+                     "setup_log": open(setup_log).read() if os.path.exists(setup_log) else None,
                      "phases": {}}
     t_parent = time.perf_counter()
     with open(os.path.join(args.out, "logs.txt"), "w") as log:
@@ -388,12 +431,13 @@ def main() -> int:
                 shutil.copy(args.cache, os.path.join(args.out, "autotune_configs.json"))
             if phase == "tune" and "error" in res:
                 break
+    return summary
 
-    # checks and a short summary
-    ph = summary["phases"]
+
+def check(ph: dict) -> dict:
     t, l = ph.get("tune", {}), ph.get("load", {})
     e1, e2 = ph.get("exec1", {}), ph.get("exec2", {})
-    checks = {
+    return {
         "tune: profiled tactics": (t.get("profiling_calls") or 0) > 0,
         "tune: cache written atomically (mkstemp + os.replace in its directory)": bool(t.get("atomic_write")),
         "tune: numerics": bool(t.get("numerics")) and all(x["ok"] for x in t["numerics"]),
@@ -406,42 +450,44 @@ def main() -> int:
         "exec2: ok, 0 tactics profiled": e2.get("status") == "ok"
         and (e2.get("details") or {}).get("tactics_profiled") == 0,
     }
-    summary["checks"] = checks
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1, default=str)
 
-    def g(d, *keys):
-        for key in keys:
-            d = (d or {}).get(key) if isinstance(d, dict) else None
-        return d
 
-    print(f"== flashinfer {g(t, 'versions', 'flashinfer')} tvm_ffi {g(t, 'versions', 'tvm_ffi')} "
-          f"torch {g(t, 'versions', 'torch')} cuda {g(t, 'versions', 'cuda')} on {g(t, 'versions', 'gpu')} "
-          f"sm{g(t, 'versions', 'capability')}")
+def _get(d, *keys):
+    for key in keys:
+        d = (d or {}).get(key) if isinstance(d, dict) else None
+    return d
+
+
+def print_summary(ph: dict, checks: dict) -> None:
+    t = ph.get("tune", {})
+    print(f"== flashinfer {_get(t, 'versions', 'flashinfer')} tvm_ffi {_get(t, 'versions', 'tvm_ffi')} "
+          f"torch {_get(t, 'versions', 'torch')} cuda {_get(t, 'versions', 'cuda')} on {_get(t, 'versions', 'gpu')} "
+          f"sm{_get(t, 'versions', 'capability')}")
     print(f"== op flashinfer.gemm.bmm_fp8 (fp8_gemm), shapes {t.get('shapes')} at num_tokens {t.get('num_tokens')}")
     for name, r in ph.items():
-        if name in ("tune", "load"):
-            print(f"{name:5s} rc={r.get('rc')} wall={r.get('process_wall_s')}s import={r.get('import_s')}s "
-                  f"jit={r.get('jit_s')}s (compiled: {r.get('jit_compiled_modules')}) tune={r.get('tune_s')}s "
-                  f"save={r.get('save_s')}s profiled={r.get('profiling_calls')} tactics "
-                  f"loaded={r.get('file_configs_loaded')} entries runners={r.get('runners')} "
-                  f"cache={g(r, 'cache_after', 'bytes')}B {g(r, 'cache_content', 'entries')} entries "
-                  f"{'error=' + str(r.get('error')) if r.get('error') else ''}")
-        else:
-            d = r.get("details") or {}
-            built = [j["module"] for j in r.get("jit_builds_seen_by_bench") or [] if j["compiled"]]
-            print(f"{name:5s} rc={r.get('rc')} status={r.get('status')} wall={r.get('process_wall_s')}s "
-                  f"step={r.get('wall_s_step')}s tune={d.get('tune_s')}s tactics={d.get('tactics_profiled')} "
-                  f"profiles={d.get('profiles_tuned')} loaded={d.get('cache_entries_loaded')} "
-                  f"written={d.get('cache_written')} compiled={built} "
-                  f"monitor.flashinfer_jit={g(r, 'jit', 'flashinfer_jit')} "
-                  f"{'error=' + str(r.get('error')) if r.get('error') else ''}")
+        print(phase_line(name, r))
     for shape, per in (t.get("tactics_per_bucket") or {}).items():
         print(f"  {shape} bucket:tactics(gain over tactic 0): "
               + " ".join(f"{m}:{v['tactics']}({v.get('gain_vs_tactic0')})" for m, v in per.items()))
     for name, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAIL'}] {name}")
-    return 0 if all(checks.values()) else 1
+
+
+def phase_line(name: str, r: dict) -> str:
+    error = f"{'error=' + str(r.get('error')) if r.get('error') else ''}"
+    if name in ("tune", "load"):
+        return (f"{name:5s} rc={r.get('rc')} wall={r.get('process_wall_s')}s import={r.get('import_s')}s "
+                f"jit={r.get('jit_s')}s (compiled: {r.get('jit_compiled_modules')}) tune={r.get('tune_s')}s "
+                f"save={r.get('save_s')}s profiled={r.get('profiling_calls')} tactics "
+                f"loaded={r.get('file_configs_loaded')} entries runners={r.get('runners')} "
+                f"cache={_get(r, 'cache_after', 'bytes')}B {_get(r, 'cache_content', 'entries')} entries {error}")
+    d = r.get("details") or {}
+    built = [j["module"] for j in r.get("jit_builds_seen_by_bench") or [] if j["compiled"]]
+    return (f"{name:5s} rc={r.get('rc')} status={r.get('status')} wall={r.get('process_wall_s')}s "
+            f"step={r.get('wall_s_step')}s tune={d.get('tune_s')}s tactics={d.get('tactics_profiled')} "
+            f"profiles={d.get('profiles_tuned')} loaded={d.get('cache_entries_loaded')} "
+            f"written={d.get('cache_written')} compiled={built} "
+            f"monitor.flashinfer_jit={_get(r, 'jit', 'flashinfer_jit')} {error}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def family(kernel: str) -> str:
     return KERNEL_FAMILIES.get(kernel, "other")
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engine", required=True)
     g = p.add_mutually_exclusive_group(required=True)
@@ -70,7 +70,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be >= 1")
+    return args
 
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     t0 = time.perf_counter()
     engine_obj = load_engine(args.engine)
     engine = engine_obj.data
@@ -86,25 +90,7 @@ def main(argv=None) -> int:
     timeline = {"plan_ready_s": round(time.perf_counter() - t0, 3)}
     pre = run.start_precompile(expanded, engine, options) if args.plan and args.jobs > 1 else None
     timeline["precompile_started_s"] = round(time.perf_counter() - t0, 3)
-
-    import torch
-
-    from executor.runner import ReferenceRunner
-
-    sync = torch.cuda.synchronize if args.device.startswith("cuda") else None
-    report = {"engine": engine["name"], "plan": args.plan, "steps": args.steps, "seed": args.seed,
-              "num_layers": args.num_layers, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-              "device": torch.cuda.get_device_name() if sync else args.device,
-              "versions": {"torch": torch.__version__, "triton": _triton_version()},
-              "speculative": engine["speculative"]}
-
-    start = time.perf_counter()
-    runner = ReferenceRunner(engine, device=args.device, seed=args.seed, num_layers=args.num_layers)
-    if sync:
-        sync()
-    report["runner_init_s"] = round(time.perf_counter() - start, 3)
-    timeline["runner_ready_s"] = round(time.perf_counter() - t0, 3)
-
+    report, runner = start_runner(args, engine, timeline, t0)
     result = run.execute(expanded, engine, options, runner=runner, precompiler=pre)  # the runner stays ours
     report["timeline"] = timeline
     report["precompile"] = result.precompile
@@ -121,7 +107,32 @@ def main(argv=None) -> int:
     report["graph_sizes"] = list(runner.graphs.sizes) if runner.graphs else []
     report["trace"] = summarize_trace(result.verify_trace)
     runner.close()
+    return finish(args, report, result)
 
+
+def start_runner(args, engine: dict, timeline: dict, t0: float):
+    """(the report's header, the reference runner): torch is imported here, after the pool started."""
+    import torch
+
+    from executor.runner import ReferenceRunner
+
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else None
+    report = {"engine": engine["name"], "plan": args.plan, "steps": args.steps, "seed": args.seed,
+              "num_layers": args.num_layers, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "device": torch.cuda.get_device_name() if sync else args.device,
+              "versions": {"torch": torch.__version__, "triton": _triton_version()},
+              "speculative": engine["speculative"]}
+    start = time.perf_counter()
+    runner = ReferenceRunner(engine, device=args.device, seed=args.seed, num_layers=args.num_layers)
+    if sync:
+        sync()
+    report["runner_init_s"] = round(time.perf_counter() - start, 3)
+    timeline["runner_ready_s"] = round(time.perf_counter() - t0, 3)
+    return report, runner
+
+
+def finish(args, report: dict, result) -> int:
+    """Print and write the report; the exit code: 1 on a failed step, a trace error, or (--expect-zero) a compile."""
     print_summary(report)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
