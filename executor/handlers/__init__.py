@@ -2,7 +2,7 @@
 
 A handler is ``handle(step, ctx) -> dict`` with at least ``kernel_calls`` and
 ``backend``; it raises ``Unavailable`` / ``Skipped`` (executor.backends.base) for
-those statuses and anything else for `failed`. executor.registry maps step kinds to them.
+those statuses and anything else for `failed`. executor.registry maps step classes to them.
 
     family.py     gemm, grouped_gemm, attention, kernel: the backend method of the step's family
     autotune.py   autotune: the backend tunes (never during CUDA-graph capture)
