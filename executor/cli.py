@@ -23,6 +23,7 @@ import sys
 
 from planner import api
 from planner.errors import PlanError
+from planner.output import check_writable
 from planner.steps import FAMILIES
 
 from .precompile import default_jobs
@@ -97,6 +98,22 @@ def cmd_execute(args) -> int:
     plan's distinct variants are first compiled in N worker processes sharing the disk caches;
     the summary then shows what the workers compiled ("pool") and the speed-up."""
     report = Report(options={"argv": sys.argv[1:]})
+    if args.report:
+        try:  # a report path that cannot be written is refused before the run, not after it
+            check_writable(args.report)
+        except PlanError as e:
+            print(f"warmup: error: {e}", file=sys.stderr)
+            return EXIT_INVALID
+    try:
+        code = _run(args, report)
+    finally:
+        written = not args.report or _write_report(report, args.report)
+    # A report that could not be written is a refused write (exit 2), unless the run already failed worse.
+    return code if written or code not in (0, 1) else EXIT_INVALID
+
+
+def _run(args, report) -> int:
+    """The run, its failures recorded in the report and turned into exit codes."""
     try:
         return _execute(args, report)
     except KeyboardInterrupt:
@@ -114,12 +131,10 @@ def cmd_execute(args) -> int:
         print(f"warmup: internal error: {type(e).__name__}: {e} (set WARMUP_DEBUG=1 for a traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL
-    finally:
-        if args.report:
-            _write_report(report, args.report)
 
 
-def _write_report(report, path: str) -> None:
+def _write_report(report, path: str) -> bool:
+    """Write the report; False (and one error line) when it cannot be written."""
     # A second Ctrl-C must not leave the report half written (the write is atomic anyway).
     previous = signal.getsignal(signal.SIGINT)
     try:
@@ -129,8 +144,10 @@ def _write_report(report, path: str) -> None:
     try:
         report.write(path)
         print(f"report: {path}", file=sys.stderr)
-    except OSError as e:
-        print(f"warmup: cannot write the report {path}: {e}", file=sys.stderr)
+        return True
+    except OSError as e:  # planner.errors.WriteError, which names the path and the reason
+        print(f"warmup: error: {e}", file=sys.stderr)
+        return False
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
