@@ -102,9 +102,9 @@ def read_text(path: str) -> str:
     if len(raw) > MAX_FILE_BYTES:
         limit, what = ((MAX_EXPANDED_PLAN_BYTES, "expanded plans") if _EXPANDED_HEAD.match(raw, 0, 4096)
                        else (MAX_FILE_BYTES, "plans, engine configs and config.json files"))
-        if len(raw) > limit:
-            raise PlanError(f"{_size(len(raw), more=len(raw) > MAX_EXPANDED_PLAN_BYTES)} is over the "
-                            f"{_size(limit)} limit for {what}", file=path)
+        if len(raw) > limit:  # (reading stops past the larger limit: the true size may be more)
+            size = "the file" if len(raw) > MAX_EXPANDED_PLAN_BYTES else _size(len(raw))
+            raise PlanError(f"{size} is over the {_size(limit)} limit for {what}", file=path)
     if b"\0" in raw:
         raise PlanError("binary data (NUL byte), expected YAML text", file=path)
     try:
@@ -123,10 +123,9 @@ def check_plan_size(text: str, file: str) -> None:
                         "plan fewer values (mode: relax or exact, fewer tokens or requests)", file=file)
 
 
-def _size(count: int, more: bool = False) -> str:
-    """'1.5 MiB' ('more than 32 MiB' where reading stopped at the limit)."""
-    text = f"{count / 2 ** 20:.1f} MiB".replace(".0 MiB", " MiB")
-    return f"more than {_size(MAX_EXPANDED_PLAN_BYTES)}" if more else text
+def _size(count: int) -> str:
+    """'1.5 MiB', '32 MiB'."""
+    return f"{count / 2 ** 20:.1f} MiB".replace(".0 MiB", " MiB")
 
 
 def load_file(path: str) -> Document:
