@@ -335,6 +335,21 @@ def _model(grouped: bool, n: int, k: int, num_sms: int, mk_alignment: int = 128)
     return _Model(grouped, n, k, num_sms, mk_alignment)
 
 
+def max_k(n: int, num_sms: int, grouped: bool = False, mk_alignment: int = 128) -> int:
+    """The largest K the SM90 kernels take for this N: past it no layout's pipeline fits in shared
+    memory (the K-long scale factors of B grow with K) and the library refuses the shape, as
+    the model does ("no SM90 layout"). Fewer stages never fit a longer K, so a bisection finds it."""
+    lo, hi = 0, 1 << 40  # the engine schema's largest K
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            _space(not grouped, n, mid, num_sms, mk_alignment)
+            lo = mid
+        except ValueError:
+            hi = mid - 1
+    return lo
+
+
 def dense_layout(m: int, n: int, k: int, num_sms: int) -> Layout:
     """The layout ``fp8_gemm_nt`` picks for an [m, k] x [n, k] GEMM on SM90."""
     _check(m, n, k, num_sms)
