@@ -189,7 +189,9 @@ def _space(dense: bool, n: int, k: int, num_sms: int, mk_alignment: int = 128) -
                 rate = max(l1 / l1_bw, l2 / l2_bw) * n_blocks / block_m
                 out.append(_Candidate(len(out), block_m, block_n, cluster_m, cluster_n, stages,
                                       n_blocks, l1, l2, rate, cluster_m * cluster_n > 1))
-    if not out:
+    # Every M needs a layout: block_m 16 and 32 serve small M only, clustered ones more than one
+    # wave only. Past the K where shared memory holds none of the rest, DeepGEMM has no kernel.
+    if not any(c.block_m >= 64 and not c.clustered for c in out):
         raise ValueError(f"DeepGEMM has no SM90 layout for n={n} k={k}")
     by_rate = tuple(sorted(out, key=lambda c: (c.rate, c.order)))
     return _Space(tuple(out), by_rate, num_sms, l1_bw, l2_bw, dense)

@@ -9,22 +9,28 @@ from planner.cli import main
 
 LLAMA = "plans/engines/llama-3.1-8b-fp8-h100.yaml"
 QWEN = "plans/engines/qwen3-30b-a3b-fp8-h100.yaml"
+LARGEST_K = 6_021_120
 
 
 def test_max_k_is_where_the_model_stops_having_a_kernel():
     for grouped in (False, True):
         largest = deep_gemm.max_k(4096, 132, grouped=grouped)
         keys = deep_gemm.grouped_contiguous_keys if grouped else deep_gemm.dense_keys
-        assert keys([1, 128], 4096, largest, 132)  # the largest K still has a kernel ...
-        with pytest.raises(ValueError, match="no SM90 layout"):  # ... one more has none
-            keys([1, 128], 4096, largest + 1, 132)
-    assert deep_gemm.max_k(4096, 132) == 6_856_704  # shared memory, at 4 bytes of B scales per 128 of K
+        args = (4096, 8, 132) if grouped else (4096, 132)
+        ms = range(128, 1 << 16, 128)
+        for k in (largest, largest - 1000):  # every M has a kernel up to the largest K ...
+            assert keys(ms, args[0], k, *args[1:])
+        with pytest.raises(ValueError, match="no SM90 layout"):  # ... and none past it
+            keys(ms, args[0], largest + 1, *args[1:])
+    dense_ms = range(1, 1 << 16)
+    assert deep_gemm.dense_keys(dense_ms, 4096, deep_gemm.max_k(4096, 132) - 1000, 132)
+    assert deep_gemm.max_k(4096, 132) == LARGEST_K  # shared memory: B's scales take 4 bytes per 128 of K
 
 
 @pytest.mark.parametrize("engine,old,new,where", [
     (LLAMA, "k: 14336", "k: 100000000", ":15: model.linear[3].k: k = 100,000,000: DeepGEMM has no SM90 layout "
                                         "for n=4096 k=100000000; DeepGEMM 54e2261's SM90 kernels take K up to "
-                                        "6,856,704 (in the deep_gemm stage, "),
+                                        "6,021,120 (in the deep_gemm stage, "),
     (QWEN, "intermediate_size: 768", "intermediate_size: 100000000",
      ":17: model.moe[0].intermediate_size: intermediate_size = 100,000,000: DeepGEMM has no SM90 layout"),
     (QWEN, "hidden_size: 2048, intermediate", "hidden_size: 100000000, intermediate",

@@ -163,7 +163,8 @@ def modelled(scope: Scope, num_sms: int, block_m: int) -> bool:
     capability = scope.names["device_capability"]
     why = ("" if capability // 10 == 9 else f"the device is SM{capability}, not SM90") or \
           ("" if num_sms >= 2 and num_sms % 2 == 0 else f"num_sms {num_sms} is odd (DeepGEMM needs it even)") or \
-          ("" if block_m % 16 == 0 else f"block_m {block_m} is no multiple of 16 (DeepGEMM's block sizes)")
+          ("" if block_m % 16 == 0 else f"block_m {block_m} is no multiple of 16 (DeepGEMM's block sizes)") or \
+          ("" if block_m >= 64 else f"block_m {block_m} is under 64 (DeepGEMM's smallest SM90 block for every M)")
     if why and scope.params["mode"] == "exact":
         raise scope.stage.where("mode").error(
             f"exact models DeepGEMM {model.VERSION}'s SM90 kernel selection only, and {why}")
