@@ -3,9 +3,9 @@
 and what `warmup plan -o` writes, `warmup check` reads.
 
 The worker (tests/fuzz_worker.py) runs every command in one process, so the cost is the
-commands, not start-ups: 72 documents, about 220 commands, 15-40 s on a 2-core machine (seed 19
-at 72 documents finds the first bug below on the commit before issue 19: exit 3 for a stage name
-that is a mapping).
+commands, not start-ups: 72 documents, about 220 commands, 15-40 s on a 2-core machine. Seed 19
+at 72 documents finds a bug of the commit before issue 19 (exit 3 for a plan stage whose name
+is a mapping, fixed with it).
 WARMUP_FUZZ_DOCUMENTS and WARMUP_FUZZ_SEED run a longer or another campaign; the seed makes
 any failure reproducible with `python tests/fuzz_worker.py SEED DOCUMENTS FOLDER`.
 """
