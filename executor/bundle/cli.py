@@ -153,6 +153,10 @@ def key_report(manifest) -> list[str]:
         lines += [f"  extra: {k}" for k in sorted(have - want)[:20]]
     if helpers:
         lines.append(f"deep_gemm helper kernels (no plan key, compiled with the first call): {', '.join(helpers)}")
+    legacy = [k for k in manifest.deep_gemm if k.layout == dg_install.LEGACY]
+    if legacy:
+        movable = sum(k.context is not None for k in legacy)
+        lines.append(f"deep_gemm 2.5/2.6 entries re-keyable for another install path: {movable} of {len(legacy)}")
     return lines
 
 

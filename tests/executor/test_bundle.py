@@ -236,6 +236,7 @@ def test_inspect_lists_keys_present_missing_extra(built, capsys):
     assert dg.startswith("deep_gemm: 1 of ") and "missing" in dg and ", 0 extra" in dg
     assert "helper kernels (no plan key, compiled with the first call): transpose_fp32" in text
     assert "triton: 0 of 0 plan keys present, 0 missing, 1 extra" in text
+    assert "re-keyable for another install path: 2 of 2" in text
 
 
 def test_verify_installs_fresh_and_fails_on_any_compile(built, monkeypatch, capsys):
