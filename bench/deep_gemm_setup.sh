@@ -7,6 +7,9 @@
 #   DG_VERSION=2.8.1 source bench/deep_gemm_setup.sh   # on the GPU: unpack under $DG_ROOT/<version>
 #                                                # (default /tmp/dg) and put it first on PYTHONPATH
 #
+# DG_VERSION=2.6.1 is upstream deepseek-ai/DeepGEMM 54e2261, built on the GPU machine by
+# bench/deep_gemm_build.sh (about 85 s; `prepare` here also packs its sources, .dg/src-2.6.1.tar.xz).
+#
 # vLLM 0.25.0 vendors DeepGEMM 2.5.0 (one _C per Python version: only cp312's is kept, the GPU
 # machine runs Python 3.12), vLLM 0.33.0 vendors 2.8.1 (one _C_extension.abi3.so). Only the
 # deep_gemm package is taken from each wheel; nothing of it enters the repository (.dg is
@@ -35,10 +38,20 @@ dg_prepare() {
         rm -rf "$tmp"
         echo "$HERE/.dg/$version.tar.xz: $(du -h "$HERE/.dg/$version.tar.xz" | cut -f1)"
     done
+    (cd "$HERE" && bash bench/deep_gemm_build.sh prepare)
+}
+
+dg_build_261() {  # upstream 2.6.1 is built, not unpacked: no wheel of it runs on torch 2.11
+    local root=$1
+    (cd "$HERE" && DG_PREFIX=$root/2.6.1 DG_TARBALL=$HERE/.dg/src-2.6.1.tar.xz \
+        bash bench/deep_gemm_build.sh install >&2) || return 1
+    export PYTHONPATH="$root/2.6.1/src${PYTHONPATH:+:$PYTHONPATH}"
+    echo "deep_gemm_setup: DeepGEMM 2.6.1 at $root/2.6.1/src/deep_gemm"
 }
 
 dg_select() {
-    local version=${DG_VERSION:?set DG_VERSION=2.5.0 or 2.8.1} root=${DG_ROOT:-/tmp/dg}
+    local version=${DG_VERSION:?set DG_VERSION=2.5.0, 2.6.1 or 2.8.1} root=${DG_ROOT:-/tmp/dg}
+    [ "$version" = 2.6.1 ] && { dg_build_261 "$root"; return; }
     local archive=$HERE/.dg/$version.tar.xz
     [ -f "$archive" ] || { echo "deep_gemm_setup: $archive missing (carry .dg)" >&2; return 1; }
     if [ ! -f "$root/$version/deep_gemm/__init__.py" ]; then

@@ -25,8 +25,8 @@
 # probe      bench/worker_start_probe.py: what a precompile worker's start-up costs (imports,
 #            CUDA utils, cuInit x16, an offline compile and its launcher), $RES/worker-probe.log
 # pytest     pytest -m gpu tests/executor
-# dgversions issue 18: for each DeepGEMM in $DG_VERSIONS (default "2.5.0 2.8.1", the copies vLLM 0.25.0 and
-#            0.33.0 vendor; carry .dg, made by `bash bench/deep_gemm_setup.sh prepare`): the ground truth
+# dgversions issue 18: for each DeepGEMM in $DG_VERSIONS (default "2.5.0 2.6.1 2.8.1": the copies vLLM 0.25.0
+#            and 0.33.0 vendor, and upstream 2.6.1 built there; carry .dg, made by `bash bench/deep_gemm_setup.sh prepare`): the ground truth
 #            (bench/deep_gemm_gpu.py: which M compiles a kernel, against the model; DG_QUICK=1: 3 shapes)
 #            and a planted post-seal miss the monitor must report (bench/dg_post_seal_miss.py)
 # bundle-build   issue 18, call 1 (DG_VERSION, default 2.5.0, at DG_ROOT, default /tmp/dg): `warmup bundle
@@ -178,7 +178,7 @@ dg_setup() { source bench/deep_gemm_setup.sh > "$WORK/dg-setup.log" 2>&1; local 
 
 if part dgversions; then
 # 9. Issue 18: every DeepGEMM users have, one after the other (each in a subshell: its own PYTHONPATH).
-for v in ${DG_VERSIONS:-2.5.0 2.8.1}; do
+for v in ${DG_VERSIONS:-2.5.0 2.6.1 2.8.1}; do
     (
         DG_VERSION=$v dg_setup || exit 0
         export DG_JIT_CACHE_DIR=$WORK/dg-versions-$v
