@@ -53,6 +53,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from executor import dg_install  # noqa: E402
 from kernel_model import deep_gemm as model  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
 from planner.expr import round_up  # noqa: E402
@@ -113,27 +114,14 @@ def model_layout(job: dict, m: int, num_sms: int) -> tuple:
 # --- reading DeepGEMM's cache -----------------------------------------------------------
 
 def kernel_dirs(cache_dir: str) -> set[str]:
-    path = os.path.join(cache_dir, "cache")
-    return {d for d in os.listdir(path) if d.startswith("kernel.")} if os.path.isdir(path) else set()
+    """Complete kernel entries, in every DeepGEMM layout (executor.dg_install: 2.5/2.6 and 2.8)."""
+    return {entry.dirname for entry in dg_install.scan(cache_dir)}
 
 
 def key_from_source(path: str) -> str | None:
     """The model's key format, from the template arguments in a generated kernel.cu."""
     with open(path) as f:
-        code = f.read()
-    match = re.search(r"sm90_fp8_gemm_1d2d_impl<(.*?)>\s*\)", code, re.S)
-    if not match:
-        return None
-    args = [a.strip() for a in match.group(1).split(",")]
-    # major_sfb, M, N, K, groups, block m/n/k, swizzle a/b/cd, stages, tma/math threads,
-    # multicast, on A, num_sms, gemm type, cd type, epilogue
-    (_, m, n, k, groups, bm, bn, bk, _, _, _, stages, _, _, multicast, on_a, sms, gemm_type) = args[:18]
-    name = model.GROUPED_KERNEL if "MGroupedContiguous" in gemm_type else model.DENSE_KERNEL
-    dims = (f"groups={groups}," if name == model.GROUPED_KERNEL else "") + "".join(
-        f"{d}={v}," for d, v in (("m", m), ("n", n), ("k", k)) if v != "0")
-    mc = "1" if multicast == "1" else f"{multicast}({'a' if on_a == 'true' else 'b'})"
-    return (f"{name}:{dims}block_m={bm},block_n={bn},block_k={bk},stages={stages},"
-            f"multicast={mc},sms={sms}")
+        return model.key_from_source(f.read())
 
 
 # --- the worker: one process, one cache dir, some jobs ----------------------------------
@@ -186,10 +174,11 @@ def run_job(job, cache_dir, log_path, num_sms, dg, torch) -> dict:
             compile_s += time.perf_counter() - start
             for d in sorted(now - seen):
                 src = os.path.join(cache_dir, "cache", d, "kernel.cu")
-                if d.startswith("kernel.sm90_"):
+                name = dg_install.parse_entry(d)[1]
+                if name.startswith("sm90_"):
                     new_gemm.setdefault(m, []).append(key_from_source(src) or d)
                 else:
-                    new_other.setdefault(m, []).append(d.split(".")[1])
+                    new_other.setdefault(m, []).append(name)
             seen = now
         if i % 256 == 255:
             torch.cuda.synchronize()

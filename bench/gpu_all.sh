@@ -25,6 +25,16 @@
 # probe      bench/worker_start_probe.py: what a precompile worker's start-up costs (imports,
 #            CUDA utils, cuInit x16, an offline compile and its launcher), $RES/worker-probe.log
 # pytest     pytest -m gpu tests/executor
+# dgversions issue 18: for each DeepGEMM in $DG_VERSIONS (default "2.5.0 2.6.1 2.8.1": the copies vLLM 0.25.0
+#            and 0.33.0 vendor, and upstream 2.6.1 built there; carry .dg, made by `bash bench/deep_gemm_setup.sh prepare`): the ground truth
+#            (bench/deep_gemm_gpu.py: which M compiles a kernel, against the model; DG_QUICK=1: 3 shapes)
+#            and a planted post-seal miss the monitor must report (bench/dg_post_seal_miss.py)
+# bundle-build   issue 18, call 1 (DG_VERSION, default 2.5.0, at DG_ROOT, default /tmp/dg): `warmup bundle
+#            build` of DeepSeek-V3 TP8's exact DeepGEMM stage and of the triton plan on Llama-3.1-8B into
+#            $OUT/bundles, then the in-place baseline: each plan cold, then warm, in one cache dir
+# bundle-verify  issue 18, call 2 (bundles carried in $BUNDLES, default .bundles; DG_ROOT default
+#            /tmp/dg-elsewhere: another install path): verify each bundle, install it into fresh caches,
+#            run the plan warm with --verify 2000; a truncated and a foreign file must be refused (exit 2)
 #
 # Logs, JSON reports and the JIT-miss logs go to $OUT/results.tgz, one line per run to
 # $OUT/summary.txt, re-packed after each run so that a timeout still returns what ran.
@@ -38,6 +48,7 @@ mkdir -p "$RES"
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 EX=${EX:-"python3 -m executor.cli execute"}
+BUNDLE=${BUNDLE:-"python3 -m executor.cli bundle"}
 PARTS=${PARTS:-"tables executor deepgemm flashinfer runner pytest"}  # EX="... --dry-run": check without a GPU
 JOBS=${JOBS:-16}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -160,6 +171,65 @@ PY
 run dg-shared-third 0 $EX bench/plans/deep-gemm-exact.yaml --engine qwen3-30b-a3b-fp8-h100 --runner none --jobs 1 \
     --report "$RES/dg-shared-third.json"
 unset DG_JIT_CACHE_DIR TRITON_CACHE_DIR
+fi
+
+# DeepGEMM as vLLM vendors it, on PYTHONPATH (bench/deep_gemm_setup.sh), said in the summary.
+dg_setup() { source bench/deep_gemm_setup.sh > "$WORK/dg-setup.log" 2>&1; local rc=$?; say "$(cat "$WORK/dg-setup.log")"; return $rc; }
+
+if part dgversions; then
+# 9. Issue 18: every DeepGEMM users have, one after the other (each in a subshell: its own PYTHONPATH).
+for v in ${DG_VERSIONS:-2.5.0 2.6.1 2.8.1}; do
+    (
+        DG_VERSION=$v dg_setup || exit 0
+        export DG_JIT_CACHE_DIR=$WORK/dg-versions-$v
+        run "dg-ground-truth-$v" any python3 bench/deep_gemm_gpu.py --out "$RES/dg-$v" ${DG_QUICK:+--quick}
+        run "dg-post-seal-miss-$v" 0 python3 bench/dg_post_seal_miss.py --out "$RES"
+    )
+done
+fi
+
+# The two plans of the bundle proof: name, plan, engine, runner.
+BUNDLE_PLANS=("dsv3-dg bench/plans/deep-gemm-exact.yaml deepseek-v3-fp8-tp8-h200 none"
+              "llama-triton triton llama-3.1-8b-fp8-h100 reference")
+
+if part bundle-build; then
+# 10. Issue 18, call 1: build the bundles, and the in-place warm baseline they are compared with.
+DG_VERSION=${DG_VERSION:-2.5.0} dg_setup
+mkdir -p "$OUT/bundles"
+for spec in "${BUNDLE_PLANS[@]}"; do
+    read -r name plan eng runner <<< "$spec"
+    run "bundle-build-$name" 0 $BUNDLE build "$plan" --engine "$eng" --runner "$runner" --jobs "$JOBS" \
+        -o "$OUT/bundles/$name.warmup"
+    run "bundle-inspect-$name" 0 $BUNDLE inspect "$OUT/bundles/$name.warmup"
+    export DG_JIT_CACHE_DIR=$WORK/inplace-$name/dg TRITON_CACHE_DIR=$WORK/inplace-$name/triton
+    for temp in cold warm; do
+        run "inplace-$name-$temp" 0 $EX "$plan" --engine "$eng" --runner "$runner" --jobs "$JOBS" --verify 2000 \
+            --report "$RES/inplace-$name-$temp.json"
+    done
+    unset DG_JIT_CACHE_DIR TRITON_CACHE_DIR
+done
+ls -la "$OUT/bundles" | tee -a "$SUMMARY"
+fi
+
+if part bundle-verify; then
+# 11. Issue 18, call 2: another machine, another install path.
+DG_VERSION=${DG_VERSION:-2.5.0} DG_ROOT=${DG_ROOT:-/tmp/dg-elsewhere} dg_setup
+B=${BUNDLES:-.bundles}
+for spec in "${BUNDLE_PLANS[@]}"; do
+    read -r name plan eng runner <<< "$spec"
+    run "bundle-verify-$name" 0 $BUNDLE verify "$B/$name.warmup" --runner "$runner" \
+        --report "$RES/bundle-verify-$name.json"
+    export DG_JIT_CACHE_DIR=$WORK/installed/dg TRITON_CACHE_DIR=$WORK/installed/triton
+    run "bundle-install-$name" 0 $BUNDLE install "$B/$name.warmup" --flashinfer-cache "$WORK/installed/fi.json"
+    run "bundle-warm-$name" 0 $EX "$plan" --engine "$eng" --runner "$runner" --jobs "$JOBS" --verify 2000 \
+        --report "$RES/bundle-warm-$name.json"
+    unset DG_JIT_CACHE_DIR TRITON_CACHE_DIR
+done
+head -c 200000 "$B/dsv3-dg.warmup" > "$WORK/truncated.warmup"
+run bundle-truncated 2 $BUNDLE install "$WORK/truncated.warmup" --deep-gemm-cache "$WORK/refused/dg" \
+    --triton-cache "$WORK/refused/triton"
+run bundle-foreign 2 $BUNDLE install bench/gpu_all.sh --deep-gemm-cache "$WORK/refused/dg"
+run bundle-refused-nothing-written 0 test ! -e "$WORK/refused/dg/cache"
 fi
 
 if part flashinfer && [ -d .whl-fi ]; then

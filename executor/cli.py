@@ -26,6 +26,7 @@ from planner.errors import PlanError
 from planner.output import check_writable
 from planner.steps import FAMILIES
 
+from . import dg_install
 from .precompile import default_jobs
 from .progress import Progress
 from .registry import BACKENDS, backend_families
@@ -84,6 +85,10 @@ def add_commands(sub) -> None:
                         "on-disk caches), then run every step, which only loads them; 0 or 1: compile in this "
                         "process. Skipped when a manifest in the Triton cache lists every key "
                         "(default: the CPU cores, at most 32)")
+    p.add_argument("--expect-cached", action="store_true",
+                   help="seal the JIT monitor before the first step: every kernel must load from the disk caches "
+                        "(a prepared cache, an installed bundle), and one compiled is a post-seal compile "
+                        "(with --jit-monitor error its step fails); use with --jobs 0")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     p.add_argument("--inject-failure", action="append", default=[], metavar="STEP_ID[=error|oom|interrupt]",
                    help="testing: make a step fail with an exception, a CUDA OOM or a Ctrl-C")
@@ -184,16 +189,19 @@ def parse_inject(items: list[str]) -> dict:
 def load_input(args):
     """(expanded plan, Engine, source description): plan first, or load and check an expanded file."""
     target = api.load_target(args.plan)
+    installed = dg_install.find_install()
+    deep_gemm = installed.label() if installed is not None else None  # the DeepGEMM this run would use
     if target.expanded is not None:
         engine, plan = _sources_of(target.expanded, args, target.path)
-        api.check_fresh(target.expanded, engine, plan, file=target.path)
+        api.check_fresh(target.expanded, engine, plan, file=target.path, deep_gemm=deep_gemm)
         return target.expanded, engine, {"kind": "expanded plan", "file": target.path,
                                          "freshness": "planner.api.check_fresh"}
     if not args.engine:
         raise PlanError("--engine is required to plan and execute a plan (or pass an expanded plan file)",
                         file=args.plan)
     engine = api.load_engine(args.engine)
-    return api.expand(target.plan, engine), engine, {"kind": "plan", "plan": args.plan, "engine": args.engine}
+    return (api.expand(target.plan, engine, deep_gemm), engine,
+            {"kind": "plan", "plan": args.plan, "engine": args.engine})
 
 
 def _sources_of(expanded, args, path: str):
@@ -230,7 +238,7 @@ def _execute(args, report) -> int:
                       verify_trace=args.verify_trace,
                       allow_missing=args.allow_missing, runner="none" if args.dry_run else args.runner,
                       device=device, retune=args.retune, flashinfer_cache=args.flashinfer_cache, inject=inject,
-                      jobs=jobs)
+                      jobs=jobs, expect_cached=args.expect_cached)
     report.__init__(expanded, {**options.public(), "argv": sys.argv[1:]})
     report.source = source
     progress = Progress(enabled=not args.no_progress)
@@ -262,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     add_commands(sub)
+    from .bundle.cli import add_commands as add_bundle_commands  # `python3 -m executor.cli bundle ...`
+
+    add_bundle_commands(sub)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     return args.func(args)
 

@@ -38,6 +38,7 @@ class Options:
     inject: dict = field(default_factory=dict)     # step id -> error | oom | interrupt (tests)
     keep_monitor: bool = False                     # leave the sealed monitor installed afterwards
     jobs: int = 0                                  # worker processes that precompile (0 or 1: none)
+    expect_cached: bool = False                    # sealed before the first step: a compile is a miss
     precompile_backends: tuple = PRECOMPILE_BACKENDS  # backends whose variants workers compile
 
     def public(self) -> dict:

@@ -20,7 +20,9 @@ installed):
 * ``DynamoWatcher``: torch.compile, through Dynamo's compile-start callback (only when
   ``torch._dynamo`` is already imported);
 * ``DeepGemmWatcher``: DeepGEMM has no compile hook, so it counts the kernels that appear
-  in its JIT cache (``$DG_JIT_CACHE_DIR/cache/kernel.<name>.<hash>/``) at step boundaries;
+  in its JIT cache at step boundaries, in every layout in use (2.5 and 2.6:
+  ``cache/kernel.<name>.<hash>/``; 2.8: ``cache/<name>.<hash>/`` with its ``.committed``
+  marker; executor.dg_install), and the loads where the layout records them (2.8);
 * ``FlashInferWatcher``: ``flashinfer.jit`` module builds (``JitSpec.build`` wrapped).
 
 ``Monitor`` owns the watchers and the counts: per step, before and after the seal. After
@@ -42,11 +44,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from . import dg_install
+
 log = logging.getLogger("executor.jit_monitor")
 
 MODES = ("off", "warn", "error")
 COUNTERS = ("jit_misses", "compiled", "disk_loads", "module_loads", "dynamo_compiles",
-            "deep_gemm_jit", "flashinfer_jit")
+            "deep_gemm_jit", "deep_gemm_loads", "flashinfer_jit")
 
 
 class JitAfterSealError(RuntimeError):
@@ -63,21 +67,26 @@ class StepCounts:
     module_loads: int = 0     # first launches that loaded a module onto the GPU
     dynamo_compiles: int = 0  # torch.compile frames compiled (first compiles and recompiles)
     deep_gemm_jit: int = 0    # new DeepGEMM kernels in its JIT cache
+    deep_gemm_loads: int | None = None  # DeepGEMM kernels loaded from it (None: the layout cannot tell)
     flashinfer_jit: int = 0   # FlashInfer JIT module builds
     compile_ms: float = 0.0   # Triton compile time (listener), real compiles and disk loads
     kernels: dict = field(default_factory=dict)  # kernel name -> in-memory misses
+    deep_gemm_entries: list = field(default_factory=list)  # the cache entries of deep_gemm_jit
 
     def add(self, other: "StepCounts") -> None:
         for name in COUNTERS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            setattr(self, name, _plus(getattr(self, name), getattr(other, name)))
         self.compile_ms += other.compile_ms
         for k, v in other.kernels.items():
             self.kernels[k] = self.kernels.get(k, 0) + v
+        self.deep_gemm_entries += other.deep_gemm_entries
 
     def as_dict(self) -> dict:
         out = {name: getattr(self, name) for name in COUNTERS}
         out["compile_ms"] = round(self.compile_ms, 3)
         out["kernels"] = dict(sorted(self.kernels.items()))
+        if self.deep_gemm_entries:
+            out["deep_gemm_entries"] = list(self.deep_gemm_entries)
         return out
 
 
@@ -185,7 +194,7 @@ class TritonWatcher(Watcher):
         name = getattr(fn, "name", None) or "?"
         self._in_jit.value = True
         m._count("jit_misses", kernel=name)
-        if not m.sealed:
+        if not m.sealed or m.loads_ok:  # loads_ok: the listener says whether it really compiled
             return
         if not kw.get("is_manual_warmup"):
             with m._lock:
@@ -205,7 +214,11 @@ class TritonWatcher(Watcher):
         hit = bool(kw.get("cache_hit"))
         total_us = getattr(kw.get("times"), "total", 0) or 0
         m._count("disk_loads" if hit else "compiled", compile_ms=total_us / 1000.0)
-        if m.sealed and not getattr(self._in_jit, "value", False):
+        if m.sealed and m.loads_ok and not hit:
+            meta = kw.get("metadata") or {}
+            m._post_seal({"backend": "triton", "event": "kernel compiled (not in the disk cache)",
+                          "kernel": meta.get("name", "?"), "cache_hit": False})
+        elif m.sealed and not m.loads_ok and not getattr(self._in_jit, "value", False):
             # Not behind a @triton.jit miss: torch-Inductor, preload(), or a direct triton.compile.
             meta = kw.get("metadata") or {}
             m._post_seal({"backend": "triton", "event": "triton.compile (not via @triton.jit)",
@@ -214,7 +227,7 @@ class TritonWatcher(Watcher):
     def on_module_load(self, module, function, name, metadata_group, hash_) -> None:
         m = self.monitor
         m._count("module_loads")
-        if not m.sealed:
+        if not m.sealed or m.loads_ok:
             return
         with m._lock:
             if self._pending_loads:
@@ -248,13 +261,16 @@ class DynamoWatcher(Watcher):
 
 
 def deep_gemm_cache_dir() -> str:
-    """Where DeepGEMM keeps its JIT cache (csrc/jit/compiler.hpp: $DG_JIT_CACHE_DIR or ~/.deep_gemm)."""
-    return os.environ.get("DG_JIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".deep_gemm")
+    """Where DeepGEMM writes its kernels: the first root of $DG_JIT_CACHE_DIR (executor.dg_install)."""
+    return dg_install.writable_root()
 
 
 def deep_gemm_kernel_name(entry: str) -> str:
-    """'kernel.sm90_fp8_gemm_1d2d.5b0c...' -> 'sm90_fp8_gemm_1d2d' (the hash is the last part)."""
-    rest = entry[len("kernel."):]
+    """'kernel.sm90_fp8_gemm_1d2d.5b0c...' (2.5, 2.6) or 'sm90_fp8_gemm_1d2d.5b0c...' (2.8) -> the name."""
+    parsed = dg_install.parse_entry(entry)
+    if parsed is not None:
+        return parsed[1]
+    rest = entry[len("kernel."):] if entry.startswith("kernel.") else entry
     name, dot, _hash = rest.rpartition(".")
     return name if dot else rest
 
@@ -263,51 +279,70 @@ _VERIFY_STEP = re.compile(r"verify/(?P<shape>[^/]+)/m(?P<m>\d+)")
 
 
 class DeepGemmWatcher(Watcher):
-    """DeepGEMM kernels: counted as complete entries appearing in its JIT cache directory.
+    """DeepGEMM kernels: compiles are complete entries appearing in its JIT cache, loads are
+    entries whose ``.committed`` marker a hit touched (executor.dg_install has the layouts).
 
-    DeepGEMM (2.x) compiles each kernel in ``tmp/<uuid>/`` and renames the directory to
-    ``cache/kernel.<name>.<hash>/`` holding ``kernel.cu`` and ``kernel.cubin``. So one kernel
-    is one directory (counting files would count it twice, or more while nvcc writes its
-    temporaries), and a directory without its cubin is a compile not finished yet: it is
-    counted at the first boundary that sees it complete. The cache directory may not exist
-    until the first compile creates it, and an entry that cannot be read is skipped (and
-    looked at again next time), so neither breaks a step."""
+    One kernel is one directory, counted once it is complete: with its cubin (2.5, 2.6), and
+    its ``.committed`` marker (2.8), at the first step boundary that sees it so. Every root of
+    ``DG_JIT_CACHE_DIR`` is watched. Loads are counted where the layout records them (2.8
+    touches the marker on every disk hit, once per kernel and process); 2.5 and 2.6 leave no
+    trace of a load, so there the count stays None (shown "-"), never a false 0. The cache may
+    not exist until the first compile, and an unreadable entry is looked at again next time."""
 
-    library = "deep_gemm"
+    library = dg_install.MODULES
 
     def __init__(self, monitor: "Monitor"):
         super().__init__(monitor)
-        self.root: str | None = None
-        self.seen: set[str] = set()  # complete entries already counted (or there at attach)
+        self.roots: list[str] = []
+        self.seen: dict[str, int | None] = {}  # entry path -> marker mtime (None: legacy)
+        self.records_loads = False           # a deepjit entry was seen: loads are observable
+
+    def ready(self) -> bool:
+        return any(name in sys.modules for name in self.library)
 
     def _attach(self) -> None:
-        self.root = deep_gemm_cache_dir()
-        self.seen = self.complete_entries()
+        self.roots = dg_install.cache_roots()
+        self.seen = {e.path: e.mtime_ns for e in self._entries()}
+        self.records_loads = any(m is not None for m in self.seen.values())
         self.monitor._watch("deep_gemm.cache_dir")
 
-    def complete_entries(self) -> set[str]:
-        """Names of the cache/kernel.* directories that hold a kernel.cubin, not yet in seen."""
-        cache = os.path.join(self.root, "cache")
-        try:
-            names = os.listdir(cache)
-        except OSError:  # not created yet, or unreadable: nothing new this time
-            return set()
-        return {name for name in names if name.startswith("kernel.") and name not in self.seen
-                and os.path.isfile(os.path.join(cache, name, "kernel.cubin"))}  # isfile: False on OSError
+    def _entries(self) -> list:
+        return [e for root in self.roots for e in dg_install.scan(root)]
+
+    def absorb(self, dirnames) -> None:
+        """Entries compiled elsewhere (the precompile pool): seen, not this process's compiles."""
+        with self.monitor._lock:
+            for entry in self._entries():
+                if entry.dirname in dirnames:
+                    self.seen[entry.path] = entry.mtime_ns
 
     def poll(self) -> None:
         m = self.monitor
+        if m.pool_busy is not None and m.pool_busy():
+            return  # the precompile pool is compiling into the same cache: its kernels, not ours
         with m._lock:  # steps may end on several threads: each entry is counted once
-            new = sorted(self.complete_entries())
-            self.seen.update(new)
-        if not new:
-            return
-        m._count("deep_gemm_jit", len(new))
-        m._post_seal(*(self.event(entry) for entry in new))
+            new, loaded = self._changes()
+            m._step.deep_gemm_entries += [entry.dirname for entry in new]
+        if loaded or self.records_loads:
+            m._count("deep_gemm_loads", len(loaded))
+        if new:
+            m._count("deep_gemm_jit", len(new))
+            m._post_seal(*(self.event(entry.dirname, entry.root) for entry in new))
 
-    def event(self, entry: str) -> dict:
+    def _changes(self) -> tuple[list, list]:
+        new, loaded = [], []
+        for entry in self._entries():
+            if entry.path not in self.seen:
+                new.append(entry)
+            elif entry.mtime_ns is not None and entry.mtime_ns != self.seen[entry.path]:
+                loaded.append(entry)
+            self.seen[entry.path] = entry.mtime_ns
+            self.records_loads = self.records_loads or entry.mtime_ns is not None
+        return new, loaded
+
+    def event(self, entry: str, root: str | None = None) -> dict:
         out = {"backend": "deep_gemm", "event": "JIT compilation", "kernel": deep_gemm_kernel_name(entry),
-               "cache_entry": entry, "cache_dir": self.root}
+               "cache_entry": entry, "cache_dir": root or (self.roots[0] if self.roots else None)}
         # The hot-path check names its calls verify/<shape key>/m<M>: the GEMM that compiled it.
         match = _VERIFY_STEP.fullmatch(self.monitor.step_id or "")
         if match:
@@ -386,6 +421,7 @@ class Monitor:
         self.jsonl_path = jsonl_path
         self.verbose = verbose
         self.sealed = False
+        self.loads_ok = False                # sealed with loads_ok (see seal)
         self.sealed_at: float | None = None
         self.installed = False
         self.watching: list[str] = []        # what is hooked, for the report
@@ -393,6 +429,7 @@ class Monitor:
         self.after_seal = StepCounts()       # after the seal
         self.post_seal_events: list[dict] = []
         self.step_id: str | None = None
+        self.pool_busy = None                # callable: True while precompile workers compile DeepGEMM
         self.watchers = [cls(self) for cls in WATCHERS]
         self._step = StepCounts()
         self._lock = threading.RLock()
@@ -417,6 +454,13 @@ class Monitor:
             if not watcher.attached and watcher.ready():
                 watcher.attach()
 
+    def absorb_deep_gemm(self, dirnames) -> None:
+        """DeepGEMM kernels another process compiled (the precompile pool, which counts them):
+        not this process's compiles when they show up in the cache."""
+        for watcher in self.watchers:
+            if isinstance(watcher, DeepGemmWatcher) and watcher.attached:
+                watcher.absorb(set(dirnames))
+
     def _watch(self, label: str) -> None:
         if label not in self.watching:
             self.watching.append(label)
@@ -427,7 +471,7 @@ class Monitor:
         """Add to the running step and to the before- or after-seal totals."""
         with self._lock:
             for target in (self._step, self.after_seal if self.sealed else self.totals):
-                setattr(target, name, getattr(target, name) + n)
+                setattr(target, name, (getattr(target, name) or 0) + n)
                 target.compile_ms += compile_ms
                 if kernel is not None and name == "jit_misses":
                     target.kernels[kernel] = target.kernels.get(kernel, 0) + n
@@ -488,11 +532,16 @@ class Monitor:
                 self.step_id = None
         return counts
 
-    def seal(self) -> None:
-        """From now on every compile is a warmup miss: logged (warn) or raised (error)."""
+    def seal(self, loads_ok: bool = False) -> None:
+        """From now on every compile is a warmup miss: logged (warn) or raised (error).
+
+        `loads_ok`: sealed before a warmup that must find every kernel in the disk caches
+        (``warmup execute --expect-cached``): a kernel compiled is an event, one loaded from
+        the disk cache (and its first launch) is not."""
         if self.mode == "off":
             return
         self._poll()
+        self.loads_ok = loads_ok
         self.sealed = True
         self.sealed_at = time.time()
 
@@ -502,6 +551,11 @@ class Monitor:
             "before_seal": self.totals.as_dict(), "after_seal": self.after_seal.as_dict(),
             "post_seal_events": list(self.post_seal_events), "jsonl": self.jsonl_path,
         }
+
+
+def _plus(a, b):
+    """a + b where None means "not counted" (unlike 0): None only when both are."""
+    return None if a is None and b is None else (a or 0) + (b or 0)
 
 
 def _plain(value):

@@ -15,6 +15,9 @@ import time
 
 from planner.output import write_atomic
 
+from kernel_model.deep_gemm import CHECKED_VERSIONS
+
+from . import dg_install
 from .records import STATUSES, StepRecord
 
 FORMAT = "warmup-execute-report/v1"
@@ -59,8 +62,9 @@ class Report:
         out["run"] = out["ok"] + out["failed"]
         out["kernel_calls"] = sum(r.kernel_calls or 0 for r in recs)
         jits = [r.jit for r in recs if r.jit is not None]
-        # None (shown as "-") when the JIT monitor was off: nothing was counted.
-        main = sum(j["compiled"] for j in jits) if jits else None
+        # None (shown as "-") when the JIT monitor was off: nothing was counted. A variant is a
+        # Triton kernel or a DeepGEMM one: both count as compiled, and as loaded from disk.
+        main = sum(j["compiled"] + j.get("deep_gemm_jit", 0) for j in jits) if jits else None
         pres = [r.precompile["compiled"] for r in recs
                 if r.precompile and r.precompile.get("compiled") is not None]
         pool = sum(pres) if pres else None
@@ -69,7 +73,8 @@ class Report:
         out["compiled"] = None if main is None and pool is None else (main or 0) + (pool or 0)
         out["compiled_main"] = main
         out["compiled_pool"] = pool
-        out["disk_loads"] = sum(j["disk_loads"] for j in jits) if jits else None
+        out["disk_loads"] = sum(j["disk_loads"] + (j.get("deep_gemm_loads") or 0) for j in jits) if jits else None
+        out.update(_deep_gemm_counts(recs, jits))
         out["wall_s"] = round(self.stage_wall.get(stage, sum(r.wall_s for r in recs)), 3)
         return out
 
@@ -190,6 +195,16 @@ class Report:
         return out
 
 
+def _deep_gemm_counts(recs: list, jits: list) -> dict:
+    """A stage's DeepGEMM kernels compiled (main process + pool) and loaded (None: not counted)."""
+    pool = sum((r.precompile or {}).get("deep_gemm_compiled") or 0 for r in recs)
+    loads = [j.get("deep_gemm_loads") for j in jits if j.get("deep_gemm_loads") is not None]
+    if not any(r.backend == "deep_gemm" or r.planned_backend == "deep_gemm" for r in recs):
+        return {}
+    return {"deep_gemm_compiled": (sum(j.get("deep_gemm_jit", 0) for j in jits) + pool) if jits else None,
+            "deep_gemm_loaded": sum(loads) if loads else None}
+
+
 def render_precompile(p: dict | None) -> str:
     """One line for the precompile phase (empty when it was off with nothing to say)."""
     if not p:
@@ -259,9 +274,14 @@ def environment(device: str | None = None) -> dict:
                 env["num_sms"] = torch.cuda.get_device_properties(idx).multi_processor_count
         except Exception:  # noqa: BLE001
             pass
-    for name in ("triton", "deep_gemm", "flashinfer"):
+    for name in ("triton", "flashinfer"):
         mod = sys.modules.get(name)
         if mod is not None:
             env[name] = getattr(mod, "__version__", "?")
+    install = dg_install.find_install()
+    if install is not None:
+        env["deep_gemm"] = install.version or "?"
+        env["deep_gemm_install"] = {"module": install.module, "root": install.root,
+                                    "checked_by_model": install.version in CHECKED_VERSIONS}
     env["device"] = device
     return env

@@ -31,7 +31,7 @@ import traceback
 from planner.errors import PlanError
 from planner.tables import TABLE_DEVICE_ENV
 
-from . import registry
+from . import dg_install, registry
 from .backends.base import Skipped, Unavailable, is_oom
 from .context import Context, Options, backend_name
 from .hooks import ProgressHook, ReportHook
@@ -59,6 +59,7 @@ def execute(expanded, engine: dict | None = None, options: Options | None = None
     `precompiler`: the pool ``start_precompile`` started earlier (a serving engine starts it
     before loading its weights and builds its runner meanwhile); execute finishes it."""
     options = options or Options()
+    dg_install.use_vllm_cache_dir()  # vLLM's DeepGEMM cache when unset, before DeepGEMM or a worker reads it
     if options.verify_trace and options.runner == "none":
         raise PlanError("--verify-trace runs a serving trace on the model runner: it cannot be used with "
                         "--runner none (or --dry-run)")
@@ -69,9 +70,12 @@ def execute(expanded, engine: dict | None = None, options: Options | None = None
     tables_before = use_engine_tables(engine)  # before any kernel (or worker) reads a tuned table
     pre = precompiler or _start_precompile(expanded.steps, options, progress)  # before torch and triton
     pre.progress = pre.progress or progress
+    monitor.pool_busy, pre.absorb = pre.deep_gemm_busy, monitor.absorb_deep_gemm  # the pool's DeepGEMM kernels
     monitor.install()
     try:
         report.startup = start_up(ctx, expanded.steps)  # while the workers start up too
+        if options.expect_cached:
+            monitor.seal(loads_ok=True)  # every kernel must come from the disk caches
         kept = run_steps(expanded.steps, ctx, [pre, ReportHook(report), ProgressHook(progress, report)])
         pre.close()  # the workers are gone (and their GPU memory) before the seal and the checks
         monitor.seal()
@@ -310,6 +314,7 @@ def start_precompile(expanded, engine: dict | None, options: Options) -> Precomp
     Imports neither torch nor triton here. Points this process and the workers at the
     engine's tuned tables (WARMUP_TABLE_DEVICE), as execute does."""
     use_engine_tables(engine)
+    dg_install.use_vllm_cache_dir()
     return _start_precompile(expanded.steps, options, None)
 
 

@@ -64,12 +64,17 @@ DeepGEMM's printed configuration, cycle count included, equal to ``dense_layout`
 
 from __future__ import annotations
 
+import re
 import struct
 from functools import lru_cache
 from itertools import chain
 from typing import Collection, Iterable, NamedTuple
 
 VERSION = "54e2261"                      # deepseek-ai/DeepGEMM v2.6.1
+# DeepGEMM versions whose kernel choice was checked against this model on the GPU, every M of
+# every shape (bench/deep_gemm_gpu.py, bench/RESULTS.md part D). The executor warns when the
+# installed version is not one of them: its keys may then name other kernels than it compiles.
+CHECKED_VERSIONS = ("2.6.1",)
 DENSE_KERNEL = "sm90_fp8_gemm_1d2d"
 GROUPED_KERNEL = "sm90_m_grouped_fp8_gemm_contiguous_1d2d"
 
@@ -406,3 +411,26 @@ def grouped_contiguous_keys(m_sums: Iterable[int], n: int, k: int, num_groups: i
         raise ValueError(f"num_groups must be positive, got {num_groups}")
     model = _model(True, n, k, num_sms, mk_alignment)
     return _keys(model, m_sums, GROUPED_KERNEL, f"groups={num_groups},", compiled_dims)
+
+
+_IMPL_ARGS = re.compile(r"sm90_fp8_gemm_1d2d_impl<(.*?)>\s*\)", re.S)
+
+
+def key_from_source(code: str) -> str | None:
+    """The key of the kernel a generated ``kernel.cu`` instantiates (None: not a 1D2D GEMM).
+
+    Its template arguments begin, in 2.5, 2.6 and 2.8 alike: major_sfb, M, N, K (0 when not
+    compiled in), num_groups, block m/n/k, swizzles a/b/cd, stages, TMA and math threads, the
+    multicast and whether it is on A, num_sms, the GEMM type."""
+    match = _IMPL_ARGS.search(code)
+    if not match:
+        return None
+    args = [a.strip() for a in match.group(1).split(",")]
+    if len(args) < 18:
+        return None
+    (_, m, n, k, groups, bm, bn, bk, _, _, _, stages, _, _, multicast, on_a, sms, gemm_type) = args[:18]
+    name = GROUPED_KERNEL if "MGroupedContiguous" in gemm_type else DENSE_KERNEL
+    dims = (f"groups={groups}," if name == GROUPED_KERNEL else "") + "".join(
+        f"{d}={v}," for d, v in (("m", m), ("n", n), ("k", k)) if v != "0")
+    mc = "1" if multicast == "1" else f"{multicast}({'a' if on_a == 'true' else 'b'})"
+    return f"{name}:{dims}block_m={bm},block_n={bn},block_k={bk},stages={stages},multicast={mc},sms={sms}"

@@ -30,7 +30,8 @@ __all__ = ["Target", "check_fresh", "expand", "load_engine", "load_expanded", "l
            "source_plan"]
 
 WHAT = {"plan": "the plan", "engine": "the engine config", "planner": "the planner version",
-        "kernel_configs": "the tuned kernel config tables"}
+        "kernel_configs": "the tuned kernel config tables", "deep_gemm": "the DeepGEMM install"}
+VERSIONED = ("planner", "deep_gemm")  # inputs recorded as they are, not as a digest
 
 
 class Target(NamedTuple):
@@ -77,7 +78,8 @@ def source_plan(expanded: ExpandedPlan, ref: str | None, *, file: str) -> Plan |
     return plan
 
 
-def check_fresh(expanded: ExpandedPlan, engine: Engine, plan: Plan | None, *, file: str | None = None) -> None:
+def check_fresh(expanded: ExpandedPlan, engine: Engine, plan: Plan | None, *, file: str | None = None,
+                deep_gemm: str | None = None) -> None:
     """Raise PlanError (exit 2) if `expanded` was not made from `engine` (and `plan`, when given).
 
     With plan None only the engine config, the planner version and the tuned tables are
@@ -86,18 +88,28 @@ def check_fresh(expanded: ExpandedPlan, engine: Engine, plan: Plan | None, *, fi
     if digest(expanded.inputs) != expanded.digest:
         raise PlanError(f"the plan's digest {short(expanded.digest)} does not match its inputs: the header "
                         "was edited; re-run `warmup plan` to make a plan that can be checked", file=file)
-    changed = changed_inputs(expanded.inputs, engine, plan)
+    changed = changed_inputs(expanded.inputs, engine, plan, deep_gemm)
     if not changed:
         return
     names = [WHAT[key] for key, _, _ in changed]
     what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    details = [f"{key} {'version' if key == 'planner' else 'digest'} {short(old)} -> {short(new)}"
+    details = [f"{key} {'version' if key in VERSIONED else 'digest'} {short(old)} -> {short(new)}"
                for key, old, new in changed]
     if expanded.engine != engine.name:
         details.append(f"made for engine {expanded.engine!r}, given {engine.name!r}")
     raise PlanError(f"stale plan: {what} changed since this plan was made ({'; '.join(details)}); re-run "
                     f"`warmup plan {expanded.plan} --engine {engine_ref(engine)}` and review the change "
                     "with `warmup diff`", file=file)
+
+
+def parse_deep_gemm(value: str) -> str:
+    """``VERSION[@INCLUDE_DIR]`` as given to --deep-gemm; the include directory absolute."""
+    version, at, include = value.partition("@")
+    if not version.strip() or any(c.isspace() for c in value) or (at and not os.path.isabs(include)):
+        raise PlanError(f"--deep-gemm {value!r}: expected VERSION or VERSION@INCLUDE_DIR with an absolute "
+                        "directory, e.g. 2.8.1@/opt/venv/lib/python3.12/site-packages/deep_gemm/include",
+                        file="command line")
+    return f"{version}@{os.path.normpath(include)}" if at else version
 
 
 def engine_ref(engine: Engine) -> str:

@@ -2,8 +2,12 @@
 
 An expanded plan carries the sha256 of exactly the inputs that shaped it, one per input
 (``inputs``), and a digest of those (``digest``): the resolved plan's stages, the engine
-config with defaults applied (name and description excluded), the planner version, and
-the tuned kernel tables its dispatch read (with their names, to read them again). The
+config with defaults applied (name and description excluded), the planner version, the
+tuned kernel tables its dispatch read (with their names, to read them again), and, for a
+plan with DeepGEMM steps when it is known, the DeepGEMM install (``VERSION@INCLUDE_DIR``:
+2.5 and 2.6 put the include path in every kernel's cache key). The planner imports no
+DeepGEMM: ``warmup plan --deep-gemm`` states it, and ``warmup execute`` passes the one it
+would run, so a plan saved for one DeepGEMM is stale under another. The
 same functions make them (planner.expand) and recompute them for a stale-plan check
 (planner.api.check_fresh), so the two cannot disagree on what an input is.
 """
@@ -25,7 +29,7 @@ except ImportError:
     except ImportError:
         from hashlib import sha256
 
-INPUTS = ("plan", "engine", "planner", "kernel_configs")
+INPUTS = ("plan", "engine", "planner", "kernel_configs", "deep_gemm")
 
 
 def digest(value) -> str:
@@ -33,30 +37,36 @@ def digest(value) -> str:
     return "sha256:" + sha256(text.encode()).hexdigest()
 
 
-def input_digests(plan, engine, consulted: dict | None = None) -> dict:
+def input_digests(plan, engine, consulted: dict | None = None, deep_gemm: str | None = None) -> dict:
     """The inputs of a plan expanded now. `consulted`: {table name: content or None} of the tuned
-    tables the dispatch read (planner.tables.TableReader.consulted)."""
+    tables the dispatch read (planner.tables.TableReader.consulted); `deep_gemm`: the DeepGEMM
+    install its DeepGEMM steps are for (``VERSION@INCLUDE_DIR``), recorded as it is."""
     inputs = {"plan": digest(plan.shaping_fields()), "engine": digest(engine.shaping_fields()),
               "planner": __version__}
     if consulted:
         # Only plans whose dispatch read tables carry this input (and the names, to re-read them).
         inputs["kernel_configs"] = digest(consulted)
         inputs["kernel_config_tables"] = sorted(consulted)
+    if deep_gemm:
+        inputs["deep_gemm"] = deep_gemm
     return inputs
 
 
-def current_inputs(recorded: dict, engine, plan=None) -> dict:
+def current_inputs(recorded: dict, engine, plan=None, deep_gemm: str | None = None) -> dict:
     """The recorded inputs' values now, for the engine (and the plan, when given): what
-    ``input_digests`` would record today. The plan is compared only when given."""
+    ``input_digests`` would record today. The plan and the DeepGEMM install are compared only
+    when given."""
     now = {"engine": digest(engine.shaping_fields()), "planner": __version__}
     if plan is not None:
         now["plan"] = digest(plan.shaping_fields())
     if "kernel_configs" in recorded:
         now["kernel_configs"] = digest(tables.reread(recorded.get("kernel_config_tables", [])))
+    if "deep_gemm" in recorded and deep_gemm is not None:
+        now["deep_gemm"] = deep_gemm
     return now
 
 
-def changed_inputs(recorded: dict, engine, plan=None) -> list[tuple[str, str, str]]:
+def changed_inputs(recorded: dict, engine, plan=None, deep_gemm: str | None = None) -> list[tuple[str, str, str]]:
     """(input, digest in the plan, digest now) for every input that changed."""
-    now = current_inputs(recorded, engine, plan)
+    now = current_inputs(recorded, engine, plan, deep_gemm)
     return [(key, recorded[key], now[key]) for key in INPUTS if key in now and recorded.get(key) != now[key]]

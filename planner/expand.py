@@ -20,7 +20,9 @@ from .stages.scope import Scope
 from .tables import TableReader
 
 
-def expand(plan: Plan, engine: Engine) -> ExpandedPlan:
+def expand(plan: Plan, engine: Engine, deep_gemm: str | None = None) -> ExpandedPlan:
+    """`deep_gemm`: the DeepGEMM install (``VERSION@INCLUDE_DIR``) the plan is for, recorded
+    among its inputs when it has DeepGEMM steps (planner.digest)."""
     names = engine.expression_names()
     tables = TableReader(engine.data["device"]["name"])
     steps: list = []
@@ -29,7 +31,8 @@ def expand(plan: Plan, engine: Engine) -> ExpandedPlan:
             continue
         steps += handler(stage.kind)(Scope(stage, engine, names, tables=tables))
         _check_size(stage, steps)
-    inputs = input_digests(plan, engine, tables.consulted())
+    uses_dg = any(getattr(step, "backend", None) == "deep_gemm" for step in steps)
+    inputs = input_digests(plan, engine, tables.consulted(), deep_gemm if uses_dg else None)
     return ExpandedPlan(plan=plan.name, engine=engine.name, planner_version=__version__, digest=digest(inputs),
                         inputs=inputs, steps=tuple(steps))
 

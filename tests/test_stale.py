@@ -131,3 +131,46 @@ def test_check_refuses_a_stale_plan(capsys, tmp_path):
     assert err.startswith(f"warmup: error: {saved_path}: stale plan: the engine config changed since this plan "
                           "was made (engine digest sha256:")
     assert err.count("\n") == 1
+
+
+# --- the DeepGEMM install: an input of plans with DeepGEMM steps (issue 18) ------------------------
+
+DG_A = "2.5.0@/venv/lib/python3.12/site-packages/vllm/third_party/deep_gemm/include"
+DG_B = "2.8.1@/other/vllm/third_party/deep_gemm/include"
+DSV3 = "deepseek-v3-fp8-tp8-h200"
+
+
+def test_deep_gemm_install_is_an_input_of_plans_with_deep_gemm_steps():
+    plan, eng = load_plan("vllm"), load_engine(DSV3)
+    without = expand(plan, eng)
+    with_a = expand(plan, eng, DG_A)
+    assert "deep_gemm" not in without.inputs  # stated nowhere: nothing recorded, goldens unchanged
+    assert with_a.inputs["deep_gemm"] == DG_A and with_a.digest != without.digest
+    assert expand(plan, eng, DG_A).digest == with_a.digest  # deterministic
+    assert "deep_gemm" not in expand(load_plan("triton"), load_engine("llama-3.1-8b-fp8-h100"), DG_A).inputs
+
+
+def test_another_deep_gemm_makes_the_plan_stale_naming_both():
+    plan, eng = load_plan("vllm"), load_engine(DSV3)
+    saved_a = expand(plan, eng, DG_A)
+    stale.check_fresh(saved_a, eng, plan, deep_gemm=DG_A)
+    stale.check_fresh(saved_a, eng, plan)  # nothing installed here: not compared
+    with pytest.raises(PlanError) as caught:
+        stale.check_fresh(saved_a, eng, plan, file="saved.yaml", deep_gemm=DG_B)
+    message = str(caught.value)
+    assert message.startswith("saved.yaml: stale plan: the DeepGEMM install changed since this plan was made "
+                              f"(deep_gemm version {DG_A} -> {DG_B})")
+    assert "\n" not in message
+
+
+def test_plan_cli_records_deep_gemm_and_refuses_a_bad_value(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert cli.main(["plan", "vllm", "--engine", DSV3, "-f", "json", "-o", str(out), "--deep-gemm", DG_A]) == 0
+    assert json.loads(out.read_text())["inputs"]["deep_gemm"] == DG_A
+    bad = tmp_path / "bad.json"
+    assert cli.main(["plan", "vllm", "--engine", DSV3, "-o", str(bad), "--deep-gemm", "2.8.1@relative/x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("warmup: error: command line: --deep-gemm '2.8.1@relative/x': expected VERSION")
+    assert err.count("\n") == 1 and not bad.exists()
+    assert stale.parse_deep_gemm("2.6.1") == "2.6.1"
+    assert stale.parse_deep_gemm("2.6.1@/a/b/../include") == "2.6.1@/a/include"

@@ -11,16 +11,22 @@ allocated once at the largest M and sliced per M-value. The activations are empt
 and the scales zeros (vLLM 017e9f4448b7; torch.empty at 0d21b9b51); the weights zeros with
 unit scales.
 
-DeepGEMM comes from PyPI as ``sgl-deep-gemm`` (a wheel built against one torch) or from
-deepseek-ai/DeepGEMM built into the environment: when ``import deep_gemm`` fails the backend
-is unavailable and its steps say why; nothing here imports it before ``available()``.
+DeepGEMM is imported the way vLLM imports it: a top-level ``deep_gemm`` (PyPI's
+``sgl-deep-gemm``, or deepseek-ai/DeepGEMM built into the environment), else the copy vLLM
+vendors, ``vllm.third_party.deep_gemm`` (executor.dg_install); DG_JIT_CACHE_DIR is vLLM's when
+unset (executor.run sets it). When neither imports the backend is unavailable and its steps say
+why; nothing here imports it before ``available()``. A version the dispatch model was not
+checked against (kernel_model.deep_gemm.CHECKED_VERSIONS) is run, with a warning.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import sys
 
+from kernel_model.deep_gemm import CHECKED_VERSIONS
+
+from .. import dg_install
 from .base import BaseBackend, Unavailable, torch_cuda_available
 
 DENSE_NAMES = ("fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt")
@@ -38,16 +44,18 @@ class DeepGemmBackend(BaseBackend):
         self._buffers: dict = {}
 
     def available(self) -> tuple[bool, str]:
-        if importlib.util.find_spec("deep_gemm") is None:
-            return False, ("deep_gemm is not installed (pip install sgl-deep-gemm with a wheel built for "
-                           "this torch, or build deepseek-ai/DeepGEMM into this environment)")
+        install = dg_install.find_install()
+        if install is None:
+            return False, ("deep_gemm is not installed (neither deep_gemm nor vllm.third_party.deep_gemm: "
+                           "install vLLM, sgl-deep-gemm built for this torch, or deepseek-ai/DeepGEMM)")
         ok, why = torch_cuda_available(self.device)
         if not ok:
             return ok, why
         try:
-            self._dg = importlib.import_module("deep_gemm")
+            self._dg = importlib.import_module(install.module)
         except Exception as e:  # noqa: BLE001 - a broken build must not crash the run
-            return False, f"deep_gemm failed to import ({type(e).__name__}: {e})"
+            return False, f"{install.module} failed to import ({type(e).__name__}: {e})"
+        warn_unchecked(install)
         import torch
         major, _ = torch.cuda.get_device_capability(self.device)
         if major < 9:
@@ -133,3 +141,24 @@ class DeepGemmBackend(BaseBackend):
 
     def close(self) -> None:
         self._buffers.clear()
+
+
+_warned: set = set()
+
+
+def unchecked_warning(install) -> str | None:
+    """The warning for a version the dispatch model was not checked against (None: checked)."""
+    if install.version in CHECKED_VERSIONS:
+        return None
+    return (f"warmup: warning: DeepGEMM {install.version or '(version unknown)'} ({install.module} at "
+            f"{install.root}) is not a version the dispatch model was checked against "
+            f"({', '.join(CHECKED_VERSIONS)}): an exact plan's keys may not be the kernels it compiles; "
+            "the JIT monitor counts what it does compile")
+
+
+def warn_unchecked(install) -> None:
+    """Say it once per process and install, on stderr."""
+    line = unchecked_warning(install)
+    if line and install.root not in _warned:
+        _warned.add(install.root)
+        print(line, file=sys.stderr)

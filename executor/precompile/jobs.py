@@ -66,6 +66,8 @@ class JobResult:
     disk_loads: int | None = None
     compile_ms: float | None = None
     deep_gemm_jit: int | None = None
+    deep_gemm_loads: int | None = None
+    deep_gemm_entries: list = field(default_factory=list)  # the DeepGEMM cache entries it saw appear
     start: float = field(default_factory=time.time)
     end: float | None = None
     wall_s: float = 0.0
@@ -83,7 +85,8 @@ class JobResult:
 
     def public(self, created: float | None) -> dict:
         """The record for the report: times relative to the pool's start, the number of keys."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("start", "end", "keys", "oom")}
+        out = {k: v for k, v in asdict(self).items()
+               if k not in ("start", "end", "keys", "oom", "deep_gemm_entries")}
         if self.oom:
             out["oom"] = True
         out["keys"] = len(self.keys)

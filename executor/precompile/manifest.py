@@ -19,6 +19,7 @@ import time
 
 from planner.output import write_atomic
 
+from .. import dg_install
 from ..jit_monitor import deep_gemm_cache_dir
 
 MANIFEST_NAME = "warmup-precompiled.json"
@@ -106,9 +107,19 @@ def fingerprint() -> dict:
     """What must match for a manifest's keys to still be in the disk cache."""
     skip = ("TRITON_CACHE_DIR", "TRITON_HOME", "DG_JIT_CACHE_DIR")
     return {"triton": _dist_version("triton"), "torch": _dist_version("torch"),
-            "deep_gemm": _dist_version("deep_gemm"), "sources": sources_digest(), "gpus": gpu_models(),
+            "deep_gemm": deep_gemm_fingerprint(), "sources": sources_digest(), "gpus": gpu_models(),
             "env": {k: v for k, v in sorted(os.environ.items())
                     if k.startswith(("TRITON_", "DG_")) and k not in skip}}
+
+
+def deep_gemm_fingerprint() -> dict | None:
+    """The DeepGEMM vLLM would import: version, where its headers live (2.5/2.6 put that path in
+    every kernel's key) and their content (2.8 keys on it)."""
+    install = dg_install.find_install()
+    if install is None:
+        return None
+    return {"version": install.version, "include_dir": install.include_dir,
+            "headers": dg_install.headers_digest(install.include_dir)}
 
 
 def _deep_gemm_cache_id() -> list | None:

@@ -94,6 +94,8 @@ class Precompiler:
         self._announced = False
         self._dg_barrier_done = False
         self._released = -2
+        self.absorb = None                 # callable(dirnames): the main monitor's absorb_deep_gemm
+        self._absorbed = False
 
     # --- start -----------------------------------------------------------------------------
 
@@ -290,6 +292,7 @@ class Precompiler:
             wait(futures)
         for slot in [self.by_key[k] for k in info.keys if k in self.by_key]:
             self._settle(slot)
+        self._absorb_deep_gemm()
         waited = time.perf_counter() - start
         self._maybe_finish()
         return waited
@@ -298,6 +301,24 @@ class Precompiler:
         """Done callbacks run on the pool's thread: make sure the result is here."""
         if slot.result is None and slot.future is not None and slot.future.done():
             self._on_done(slot, slot.future)
+
+    def deep_gemm_busy(self) -> bool:
+        """Workers may still add DeepGEMM kernels to the shared cache (the main monitor waits)."""
+        return any(s.job.backend == "deep_gemm" and s.result is None
+                   and not (s.future is not None and s.future.done()) for s in self.slots)
+
+    def deep_gemm_entries(self) -> set:
+        """The DeepGEMM cache entries the workers compiled (each once, whichever worker saw it)."""
+        return {e for r in self.results() for e in r.deep_gemm_entries}
+
+    def _absorb_deep_gemm(self) -> None:
+        """Once every DeepGEMM job is done, tell the main monitor which kernels the pool compiled."""
+        if self._absorbed or self.absorb is None or self.deep_gemm_busy():
+            return
+        for slot in self.slots:
+            self._settle(slot)
+        self._absorbed = True
+        self.absorb(self.deep_gemm_entries())
 
     def _maybe_finish(self) -> None:
         if self.pool is None or not self._started.is_set():
@@ -316,9 +337,11 @@ class Precompiler:
         if info is None or self.status != "ran":
             return
         results = [s.result for s in info.jobs if s.result is not None]
+        dg = {e for r in results for e in r.deep_gemm_entries}
         record.precompile = {
             "keys": len(info.keys), "jobs": len(info.jobs),
-            "compiled": _sum(r.compiled for r in results),
+            "compiled": _sum([r.compiled for r in results] + ([len(dg)] if dg else [])),
+            "deep_gemm_compiled": len(dg),
             "disk_loads": _sum(r.disk_loads for r in results),
             "compile_s": round(sum(r.wall_s for r in results), 4),
             "failed": sum(r.status != "ok" for r in results),
@@ -391,6 +414,7 @@ class Precompiler:
         wait([s.future for s in self.slots if s.future is not None])
         for slot in self.slots:
             self._settle(slot)
+        self._absorb_deep_gemm()
         self._shutdown(wait=False)
         self._announce()
 
@@ -434,8 +458,14 @@ class Precompiler:
     def _counts(self) -> dict:
         """What the jobs compiled and loaded, their statuses, and each job's record."""
         results = self.results()
-        out = {"compiled": _sum(r.compiled for r in results), "disk_loads": _sum(r.disk_loads for r in results),
-               "deep_gemm_jit": _sum(r.deep_gemm_jit for r in results)}
+        dg = self.deep_gemm_entries()
+        dg_loads = _sum(r.deep_gemm_loads for r in results)
+        # DeepGEMM kernels count with Triton's: compiled is every variant compiled, loaded every one
+        # read from a disk cache (DeepGEMM loads only where its layout records them: 2.8).
+        out = {"compiled": _sum([r.compiled for r in results] + ([len(dg)] if dg else [])),
+               "disk_loads": _sum([r.disk_loads for r in results] + [dg_loads]),
+               "deep_gemm_jit": len(dg) if any(r.backend == "deep_gemm" for r in results) else None,
+               "deep_gemm_loads": dg_loads}
         for status in ("ok", "failed", "unavailable", "cancelled"):
             out[status] = sum(r.status == status for r in results)
         out["records"] = [r.public(self.created) for r in results]

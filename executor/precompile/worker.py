@@ -210,6 +210,7 @@ def run_job(job: Job) -> JobResult:
         if counts is not None:
             out.compiled, out.disk_loads = counts.compiled, counts.disk_loads
             out.compile_ms, out.deep_gemm_jit = round(counts.compile_ms, 3), counts.deep_gemm_jit
+            out.deep_gemm_loads, out.deep_gemm_entries = counts.deep_gemm_loads, list(counts.deep_gemm_entries)
         _free(backend, job.step, state["device"])
     return out
 

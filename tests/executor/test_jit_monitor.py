@@ -347,3 +347,132 @@ def test_works_without_triton():
             "jit_monitor.seal(); print(m.sealed, m.watching)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:2] == ["0", "True []"]
+
+
+# --- DeepGEMM 2.8 (DeepJIT: cache/<name>.<hash>/ + .committed), vLLM's vendored copy, loads ----------
+
+DJ_GEMM = "sm90_fp8_gemm_1d2d.5b0c29cdac95fd74b26b4316a7f7e6a6"
+
+
+def dj_kernel(root, entry, committed=True):
+    """What one DeepGEMM 2.8 compile leaves: kernel.cu, kernel.cubin, meta.json, then .committed."""
+    path = dg_kernel(root, entry)
+    (path / "meta.json").write_text("{}")
+    if committed:
+        (path / ".committed").write_text("")
+    return path
+
+
+def touch_marker(path, ns):
+    os.utime(path / ".committed", ns=(ns, ns))
+
+
+def test_deep_gemm_28_entry_counts_once_committed_and_after_seal(dg, monitor):
+    monitor.begin_step("a")
+    entry = dj_kernel(dg, DJ_GEMM, committed=False)
+    assert monitor.end_step().deep_gemm_jit == 0  # DeepJIT's miss until the marker is there
+    monitor.seal()
+    monitor.begin_step("verify/gemm-n7168-k2048/m5")
+    (entry / ".committed").write_text("")
+    counts = monitor.end_step()
+    assert counts.deep_gemm_jit == 1 and counts.deep_gemm_entries == [DJ_GEMM]
+    [event] = monitor.post_seal_events
+    assert (event["kernel"], event["cache_entry"], event["m"]) == ("sm90_fp8_gemm_1d2d", DJ_GEMM, 5)
+
+
+def test_deep_gemm_28_loads_are_marker_touches(dg):
+    entry = dj_kernel(dg, DJ_GEMM)
+    touch_marker(entry, 1_000_000_000)
+    m = Monitor("warn").install()
+    try:
+        m.begin_step("load")
+        touch_marker(entry, 2_000_000_000)  # a disk hit: DeepJIT touches the marker
+        counts = m.end_step()
+        assert (counts.deep_gemm_jit, counts.deep_gemm_loads) == (0, 1)
+        m.begin_step("again")
+        assert m.end_step().deep_gemm_loads == 0  # observable: a real 0, not "not counted"
+        assert m.totals.as_dict()["deep_gemm_loads"] == 1
+    finally:
+        m.uninstall()
+
+
+def test_deep_gemm_legacy_loads_are_not_a_false_zero(dg, monitor):
+    monitor.begin_step("a")
+    dg_kernel(dg, GEMM)
+    counts = monitor.end_step()
+    assert counts.deep_gemm_jit == 1 and counts.deep_gemm_loads is None
+    assert monitor.totals.as_dict()["deep_gemm_loads"] is None
+
+
+def test_deep_gemm_every_root_of_the_list_is_watched(tmp_path, monkeypatch):
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", f"{tmp_path / 'w'}:{tmp_path / 'ro'}")
+    monkeypatch.setitem(sys.modules, "deep_gemm", ModuleType("deep_gemm"))
+    m = Monitor("warn").install()
+    try:
+        m.begin_step("a")
+        dj_kernel(tmp_path / "w", DJ_GEMM)
+        dj_kernel(tmp_path / "ro", "transpose_fp32.021add834ef71b5bca08b3e1d31c2d75")
+        assert m.end_step().deep_gemm_jit == 2
+    finally:
+        m.uninstall()
+
+
+def test_vllm_vendored_deep_gemm_is_watched(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "deep_gemm", raising=False)
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    m = Monitor("warn").install()
+    try:
+        monkeypatch.setitem(sys.modules, "vllm.third_party.deep_gemm", ModuleType("vllm.third_party.deep_gemm"))
+        m.begin_step("a")
+        dj_kernel(tmp_path, DJ_GEMM)
+        assert m.end_step().deep_gemm_jit == 1 and "deep_gemm.cache_dir" in m.watching
+    finally:
+        m.uninstall()
+
+
+def test_deep_gemm_pool_kernels_are_the_pools_not_the_main_process(dg, monitor):
+    busy = [True]
+    monitor.pool_busy = lambda: busy[0]
+    monitor.begin_step("triton/a")
+    dg_kernel(dg, GEMM)  # a worker compiles meanwhile
+    assert monitor.end_step().deep_gemm_jit == 0
+    busy[0] = False
+    monitor.absorb_deep_gemm({GEMM})  # the pool's results name it
+    monitor.begin_step("deep_gemm/b")
+    dg_kernel(dg, TRANSPOSE)  # this one the main process compiled itself
+    counts = monitor.end_step()
+    assert counts.deep_gemm_entries == [TRANSPOSE] and monitor.totals.deep_gemm_jit == 1
+
+
+# --- sealed before the warmup (--expect-cached): compiles are misses, loads are not ---------------
+
+def test_expect_cached_reports_compiles_not_disk_loads(tmp_path):
+    m = Monitor("warn", str(tmp_path / "m.jsonl")).install()
+    try:
+        m.seal(loads_ok=True)
+        m.begin_step("gemm")
+        fn = SimpleNamespace(module="m", name="cached_kernel", jit_function=None)
+        knobs.runtime.jit_cache_hook(key="k", repr="cached_kernel", fn=fn, compile={}, is_manual_warmup=False,
+                                     already_compiled=False)
+        knobs.compilation.listener(src=None, metadata={"name": "cached_kernel"}, metadata_group={},
+                                   times=None, cache_hit=True)
+        knobs.runtime.jit_post_compile_hook(key="k", repr="", fn=fn, compile={}, is_manual_warmup=False,
+                                            already_compiled=False)
+        knobs.runtime.kernel_load_start_hook(None, None, "cached_kernel", {}, "hash")
+        assert m.post_seal_events == []
+        fire_jit_miss("cold_kernel")
+        m.end_step()
+        assert [(e["kernel"], e["event"]) for e in m.post_seal_events] == [
+            ("cold_kernel", "kernel compiled (not in the disk cache)")]
+    finally:
+        m.uninstall()
+
+
+def test_expect_cached_error_mode_raises_on_a_compile():
+    m = Monitor("error").install()
+    try:
+        m.seal(loads_ok=True)
+        with pytest.raises(JitAfterSealError, match="cold_kernel"):
+            fire_jit_miss("cold_kernel")
+    finally:
+        m.uninstall()

@@ -91,3 +91,52 @@ def test_report_written_on_invalid_input(tmp_path, capsys):
     assert code == 2 and "no built-in engine" in err
     rep = load_report(out)
     assert rep["status"] == "invalid input" and rep["exit_code"] == 2 and "no-such-engine" in rep["error"]
+
+
+def _dg_record(step_id, jit, precompile=None):
+    from executor.records import StepRecord
+
+    rec = StepRecord(id=step_id, stage="deep_gemm", kind="gemm", backend="deep_gemm", planned_backend="deep_gemm",
+                     kernel_calls=1, jit=jit, precompile=precompile)
+    return rec
+
+
+def test_deep_gemm_compiles_and_loads_are_counted_in_the_stage_and_summary():
+    """Issue 18: the summary said "0 compiled" although 141 DeepGEMM kernels were compiled."""
+    from executor.jit_monitor import StepCounts
+    from executor.report import Report
+
+    report = Report()
+    main = StepCounts(deep_gemm_jit=1, deep_gemm_loads=None).as_dict()
+    loaded = StepCounts(deep_gemm_loads=3).as_dict()
+    report.add_step(_dg_record("deep_gemm/a", main, {"compiled": 2, "deep_gemm_compiled": 2}))
+    report.add_step(_dg_record("deep_gemm/b", loaded))
+    [stage] = report.stages()
+    assert (stage["compiled"], stage["compiled_main"], stage["compiled_pool"]) == (3, 1, 2)
+    assert (stage["deep_gemm_compiled"], stage["deep_gemm_loaded"], stage["disk_loads"]) == (3, 3, 3)
+    total = report.render_summary().splitlines()[-2].split()
+    assert total[0] == "total" and total[-3:-1] == ["3", "3"]  # compiled, disk
+
+
+def test_deep_gemm_loads_not_counted_stay_none():
+    from executor.jit_monitor import StepCounts
+    from executor.report import Report
+
+    report = Report()
+    report.add_step(_dg_record("deep_gemm/a", StepCounts(deep_gemm_jit=0).as_dict()))
+    [stage] = report.stages()
+    assert stage["deep_gemm_loaded"] is None and stage["deep_gemm_compiled"] == 0
+
+
+def test_precompile_line_counts_deep_gemm_kernels_once():
+    from executor.precompile.jobs import JobResult
+    from executor.precompile.pool import Precompiler, _Slot
+
+    pre = Precompiler([], None, lambda step: step.backend)
+    results = [JobResult(key=f"k{i}", keys=[f"k{i}"], step="s", backend="deep_gemm", kind="gemm", whole_step=False,
+                         values=1, pid=1, compiled=0, disk_loads=0, deep_gemm_jit=2,
+                         deep_gemm_entries=[f"kernel.a.{i}", "kernel.transpose_fp32.0"]) for i in range(3)]
+    pre.slots = [_Slot(job=None, result=r) for r in results]
+    counts = pre._counts()
+    assert (counts["compiled"], counts["deep_gemm_jit"]) == (4, 4)  # 3 GEMMs + the shared transpose
+    assert "4 compiled" in report_mod.render_precompile({"status": "ran", "jobs": 3, "workers": 3, **counts})

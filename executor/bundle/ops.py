@@ -1,0 +1,266 @@
+"""Build, install and verify a warmup bundle (the commands are in executor/bundle/cli.py).
+
+* build: run the plan's warmup (``warmup execute`` in a fresh process) into fresh cache
+  directories, so that everything in them is the plan's, then pack them with the manifest.
+* install: check the fingerprint (one line naming the field and both values), extract into a
+  temporary directory and check every file's sha256, re-key DeepGEMM 2.5/2.6 entries for this
+  install path (executor.dg_rekey), then place each entry with one rename under an fcntl lock:
+  an entry already there and complete wins, a concurrent installer or DeepGEMM compiling the
+  same kernel is harmless, and nothing half-written is ever visible. The Triton precompile
+  manifest is rewritten for this machine, so a warm start skips the pool.
+* verify: install into a fresh directory, then ``warmup execute --expect-cached --jit-monitor
+  error`` in a fresh process: 0 compiles, or it fails.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from kernel_model.deep_gemm import key_from_source
+from planner.errors import PlanError
+
+from .. import dg_install, dg_rekey
+from ..precompile import manifest as precompile_manifest
+from . import archive, environment
+from .archive import FORMAT, FileRecord, KernelRecord, Manifest
+
+LOCK = ".warmup-bundle.lock"
+
+
+class CacheDirs(NamedTuple):
+    """Where the three caches live: DeepGEMM's writable root, Triton's cache, FlashInfer's file."""
+
+    deep_gemm: str
+    triton: str
+    flashinfer: str
+
+    @classmethod
+    def fresh(cls, work: str) -> "CacheDirs":
+        return cls(os.path.join(work, "deep_gemm"), os.path.join(work, "triton"),
+                   os.path.join(work, "flashinfer", "autotune.json"))
+
+    def env(self) -> dict:
+        return {"DG_JIT_CACHE_DIR": self.deep_gemm, "TRITON_CACHE_DIR": self.triton}
+
+
+class Placed(NamedTuple):
+    new: int = 0
+    kept: int = 0      # already there (an existing complete entry wins)
+    rekeyed: int = 0
+
+
+# --- running the plan ------------------------------------------------------------------------------
+
+def run_execute(plan: str, engine: str, dirs: CacheDirs, extra: list, report_path: str) -> tuple[int, dict]:
+    """``warmup execute`` in a fresh process on these cache directories: (exit code, report)."""
+    cmd = [sys.executable, "-m", "executor.cli", "execute", plan, "--engine", engine, "--report", report_path,
+           "--flashinfer-cache", dirs.flashinfer, "--no-progress", *extra]
+    os.makedirs(os.path.dirname(dirs.flashinfer), exist_ok=True)  # verify's fresh directory too
+    env = {**os.environ, **dirs.env(), "PYTHONPATH": environment._pythonpath()}
+    code = subprocess.run(cmd, env=env).returncode
+    try:
+        with open(report_path, encoding="utf-8") as f:
+            return code, json.load(f)
+    except (OSError, ValueError):
+        return code, {}
+
+
+# --- build -----------------------------------------------------------------------------------------
+
+def build(plan: str, engine: str, out: str, extra: list) -> Manifest:
+    work = tempfile.mkdtemp(prefix="warmup-bundle-build-")
+    try:
+        dirs = CacheDirs.fresh(work)
+        os.makedirs(os.path.dirname(dirs.flashinfer))
+        code, report = run_execute(plan, engine, dirs, extra, os.path.join(work, "report.json"))
+        if code != 0:
+            raise PlanError(f"the warmup failed (exit {code}, {report.get('status')}): no bundle written", file=out)
+        fp = environment.measure()
+        kernels, sources = collect_deep_gemm(dirs.deep_gemm, fp)
+        sources.update(collect_tree(dirs.triton, "triton"))
+        if os.path.isfile(dirs.flashinfer):
+            sources[f"flashinfer/{os.path.basename(dirs.flashinfer)}"] = dirs.flashinfer
+        files = [FileRecord(name, archive.sha256_file(path), os.path.getsize(path)) for name, path in sorted(sources.items())]
+        manifest = Manifest(FORMAT, plan, engine, report.get("digest") or "", fp, files, kernels, _cached_keys(dirs))
+        archive.write_bundle(out, manifest, sources)
+        return manifest
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def collect_tree(base: str, prefix: str) -> dict:
+    """member name -> file, for every regular file under `base` (links and the rest skipped)."""
+    out = {}
+    for folder, dirs, files in os.walk(base):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not os.path.islink(path) and not name.endswith(".lock"):
+                out[f"{prefix}/{os.path.relpath(path, base)}"] = path
+    return out
+
+
+def collect_deep_gemm(root: str, fp: dict) -> tuple[list, dict]:
+    """The kernels of a fresh DeepGEMM cache, with their plan keys and (2.5/2.6) re-key contexts."""
+    contexts = dg_rekey.candidates(fp.get("nvcc") or "", dg_rekey.arch_of(fp.get("capability") or "9.0"),
+                                   int(os.environ.get("DG_JIT_CPP_STANDARD", 20)))
+    kernels, sources = [], {}
+    for entry in dg_install.scan(root):
+        with open(os.path.join(entry.path, dg_install.SOURCE), "rb") as f:
+            code = f.read()
+        context = None
+        if entry.layout == dg_install.LEGACY:
+            found = dg_rekey.find_context(entry.name, entry.hash, code, fp.get("deep_gemm_include_dir") or "", contexts)
+            context = list(found) if found else None
+        kernels.append(KernelRecord(entry.dirname, entry.name, entry.layout,
+                                    key_from_source(code.decode("utf-8", "replace")), context))
+        sources.update(collect_tree(entry.path, f"deep_gemm/{entry.dirname}"))
+    return kernels, sources
+
+
+def _cached_keys(dirs: CacheDirs) -> dict:
+    try:
+        with open(os.path.join(dirs.triton, precompile_manifest.MANIFEST_NAME), encoding="utf-8") as f:
+            return json.load(f).get("keys") or {}
+    except (OSError, ValueError):
+        return {}
+
+
+# --- install ---------------------------------------------------------------------------------------
+
+def install(path: str, dirs: CacheDirs, here: dict) -> dict:
+    """Install a bundle into `dirs`; returns what was placed per cache. PlanError (one line) when
+    the bundle is foreign, corrupted, or made for another environment."""
+    manifest = archive.read_manifest(path)
+    problem = environment.mismatch(manifest.fingerprint, here)
+    if problem:
+        raise PlanError(f"refused: the bundle was built for another environment ({problem})", file=path)
+    names = rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path)
+    staging = tempfile.mkdtemp(prefix="warmup-bundle-")
+    try:
+        archive.extract_verified(path, manifest, staging)
+        with _locked(dirs.deep_gemm):
+            dg = _place_deep_gemm(manifest, names, staging, dirs.deep_gemm, here.get("deep_gemm_include_dir"))
+            return {"deep_gemm": dg,
+                    "triton": _place_children(os.path.join(staging, "triton"), dirs.triton),
+                    "flashinfer": _place_flashinfer(staging, dirs.flashinfer),
+                    "manifest_keys": _write_precompile_manifest(manifest, dirs)}
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def rekeyed_names(manifest: Manifest, include_dir: str | None, path: str) -> dict:
+    """entry -> its directory name here: 2.5/2.6 entries re-keyed for this include directory."""
+    built = manifest.fingerprint.get("deep_gemm_include_dir")
+    names = {}
+    for kernel in manifest.deep_gemm:
+        if kernel.layout != dg_install.LEGACY or include_dir in (None, built):
+            names[kernel.entry] = kernel.entry
+            continue
+        if kernel.context is None:
+            raise PlanError(f"refused: DeepGEMM entry {kernel.entry} is keyed with the include path {built} and "
+                            f"its key cannot be reproduced for {include_dir}; install DeepGEMM at {built} or "
+                            "rebuild the bundle here", file=path)
+        names[kernel.entry] = None  # computed from the code once extracted
+    return names
+
+
+def _place_deep_gemm(manifest: Manifest, names: dict, staging: str, root: str, include_dir: str | None) -> Placed:
+    cache = os.path.join(root, "cache")
+    os.makedirs(cache, exist_ok=True)
+    placed = Placed()
+    for kernel in manifest.deep_gemm:
+        src = os.path.join(staging, "deep_gemm", kernel.entry)
+        name = names[kernel.entry] or _rekey(kernel, src, include_dir)
+        outcome = place(src, os.path.join(cache, name))
+        placed = placed._replace(new=placed.new + outcome, kept=placed.kept + (not outcome),
+                                 rekeyed=placed.rekeyed + (name != kernel.entry))
+    return placed
+
+
+def _rekey(kernel: KernelRecord, src: str, include_dir: str) -> str:
+    with open(os.path.join(src, dg_install.SOURCE), "rb") as f:
+        code = f.read()
+    return f"kernel.{kernel.name}.{dg_rekey.LegacyContext(*kernel.context).key(kernel.name, code, include_dir)}"
+
+
+def place(src: str, dest: str) -> bool:
+    """Copy `src` (a file or a directory) next to `dest`, then rename it into place. False when
+    `dest` is already there (it wins: DeepGEMM and Triton only ever publish complete entries)."""
+    if os.path.lexists(dest):
+        return False
+    parent = os.path.dirname(dest)
+    os.makedirs(parent, exist_ok=True)
+    staged = tempfile.mkdtemp(prefix=".warmup-staging-", dir=parent)
+    try:
+        target = os.path.join(staged, "x")
+        (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, target)
+        if os.path.isdir(src):
+            os.rename(target, dest)  # a directory: atomic, and refused when another one won meanwhile
+        else:
+            os.link(target, dest)    # a file: never replaces one that appeared meanwhile
+        return True
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if os.path.lexists(dest):
+            return False
+        raise PlanError(f"cannot install {dest}: {e}") from None
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _place_children(src_dir: str, dest_dir: str) -> Placed:
+    placed = Placed()
+    if not os.path.isdir(src_dir):
+        return placed
+    for name in sorted(os.listdir(src_dir)):
+        if name == precompile_manifest.MANIFEST_NAME:
+            continue  # rewritten for this machine
+        outcome = place(os.path.join(src_dir, name), os.path.join(dest_dir, name))
+        placed = placed._replace(new=placed.new + outcome, kept=placed.kept + (not outcome))
+    return placed
+
+
+def _place_flashinfer(staging: str, dest: str) -> Placed:
+    folder = os.path.join(staging, "flashinfer")
+    files = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    if not files:
+        return Placed()
+    outcome = place(os.path.join(folder, files[0]), dest)
+    return Placed(new=int(outcome), kept=int(not outcome))
+
+
+def _write_precompile_manifest(manifest: Manifest, dirs: CacheDirs) -> int:
+    """The keys the bundle holds, for this machine's fingerprint, so that a warm start skips the pool."""
+    saved = {k: os.environ.get(k) for k in ("DG_JIT_CACHE_DIR", "TRITON_CACHE_DIR")}
+    os.environ.update(dirs.env())
+    try:
+        add = {backend: set(keys) for backend, keys in manifest.keys.items()}
+        return precompile_manifest.update_manifest(precompile_manifest.manifest_path(), add)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextmanager
+def _locked(root: str):
+    """One installer at a time per DeepGEMM cache (others wait): fcntl, released on exit or crash."""
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, LOCK), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,265 @@
+"""Warmup bundles on CPU: caches planted in temporary directories the way each DeepGEMM version and
+Triton write them; the warmup itself is stood in for (a fake `run_execute` that fills the fresh caches)
+and so is the GPU part of the fingerprint. What is real: the tar, the manifest, the checks, the
+re-keying of DeepGEMM 2.5/2.6 entries for another install path, placement under the lock."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import tarfile
+
+import pytest
+
+from executor import dg_install, dg_rekey
+from executor.bundle import archive, cli, environment, ops
+from executor.precompile import manifest as precompile_manifest
+
+OLD_INC = "/build/site-packages/vllm/third_party/deep_gemm/include"
+NEW_INC = "/serve/other/deep_gemm/include"
+CODE = (b"// Includes' hash value: 0123\n#include <deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh>\n"
+        b"auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_impl<\n cute::UMMA::Major::K,\n 0, 7168, 2048,\n"
+        b" 1,\n 64, 112, 128,\n 128, 128, 64,\n 9,\n 128, 128,\n 1, false,\n 132, GemmType::Normal,\n"
+        b" cutlass::bfloat16_t, EpilogueIdentity\n>);\n")
+KEY = "sm90_fp8_gemm_1d2d:n=7168,k=2048,block_m=64,block_n=112,block_k=128,stages=9,multicast=1,sms=132"
+CONTEXT = dg_rekey.candidates("13.0", "90a")[0]
+
+
+def fingerprint(version="2.5.0", include=OLD_INC, **changes):
+    fp = {"gpu": "NVIDIA H100 80GB HBM3", "num_sms": 132, "capability": "9.0", "driver_major": "580",
+          "cuda": "13.0", "nvcc": "13.0", "torch": "2.11.0+cu130", "triton": "3.6.0", "flashinfer": None,
+          "deep_gemm_version": version, "deep_gemm_headers": "sha256:h", "deep_gemm_include_dir": include}
+    return {**fp, **changes}
+
+
+def legacy_entry(root, name="sm90_fp8_gemm_1d2d", code=CODE, include=OLD_INC):
+    """A 2.5/2.6 entry named by the hash DeepGEMM gives it (dg_rekey reproduces the formula)."""
+    path = root / "cache" / f"kernel.{name}.{CONTEXT.key(name, code, include)}"
+    path.mkdir(parents=True)
+    (path / "kernel.cu").write_bytes(code)
+    (path / "kernel.cubin").write_bytes(b"\x7fELF" + name.encode())
+    return path
+
+
+def deepjit_entry(root, name="sm90_fp8_gemm_1d2d", digest="ab" * 16):
+    path = root / "cache" / f"{name}.{digest}"
+    path.mkdir(parents=True)
+    for f, data in (("kernel.cu", CODE), ("kernel.cubin", b"\x7fELF"), ("meta.json", b"{}"), (".committed", b"")):
+        (path / f).write_bytes(data)
+    return path
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch):
+    """build() with a stand-in warmup that fills the fresh caches as a 2.5.0 run would."""
+    def fake_run(plan, engine, dirs, extra, report_path):
+        root = type(tmp_path)(dirs.deep_gemm)
+        legacy_entry(root)
+        legacy_entry(root, "transpose_fp32", code=b"// transpose_fp32<512, 64, 16>\n")
+        (root / "tmp").mkdir()
+        os.makedirs(os.path.join(dirs.triton, "TRITONHASH1"))
+        with open(os.path.join(dirs.triton, "TRITONHASH1", "k.cubin"), "wb") as f:
+            f.write(b"cubin")
+        with open(os.path.join(dirs.triton, precompile_manifest.MANIFEST_NAME), "w") as f:
+            json.dump({"keys": {"triton": ["fp8_gemm:BM=64"], "deep_gemm": [KEY]}}, f)
+        with open(dirs.flashinfer, "w") as f:
+            f.write("{}")
+        return 0, {"digest": "sha256:" + "d" * 64, "status": "ok"}
+
+    monkeypatch.setattr(ops, "run_execute", fake_run)
+    monkeypatch.setattr(environment, "measure", lambda: fingerprint())
+    out = tmp_path / "b.warmup"
+    manifest = ops.build("vllm", "deepseek-v3-fp8-tp8-h200", str(out), [])
+    return out, manifest
+
+
+def test_build_packs_the_plans_caches_with_a_typed_manifest(built):
+    out, manifest = built
+    assert archive.read_manifest(str(out)) == manifest
+    assert manifest.plan_digest == "sha256:" + "d" * 64 and manifest.fingerprint == fingerprint()
+    kernels = {k.name: k for k in manifest.deep_gemm}
+    assert kernels["sm90_fp8_gemm_1d2d"].key == KEY and kernels["transpose_fp32"].key is None
+    assert kernels["sm90_fp8_gemm_1d2d"].context == list(CONTEXT)  # the hash was reproduced
+    paths = [f.path for f in manifest.files]
+    assert "triton/TRITONHASH1/k.cubin" in paths and "flashinfer/autotune.json" in paths
+    assert not any("/tmp/" in p for p in paths)
+    assert manifest.keys == {"triton": ["fp8_gemm:BM=64"], "deep_gemm": [KEY]}
+
+
+def dirs_in(tmp_path, name="dest"):
+    return ops.CacheDirs(str(tmp_path / name / "dg"), str(tmp_path / name / "triton"),
+                         str(tmp_path / name / "fi" / "autotune.json"))
+
+
+def test_install_at_the_same_path(built, tmp_path):
+    out, manifest = built
+    dirs = dirs_in(tmp_path)
+    placed = ops.install(str(out), dirs, fingerprint())
+    assert (placed["deep_gemm"].new, placed["deep_gemm"].rekeyed, placed["triton"].new) == (2, 0, 1)
+    assert sorted(e.dirname for e in dg_install.scan(dirs.deep_gemm)) == sorted(k.entry for k in manifest.deep_gemm)
+    assert os.path.isfile(dirs.flashinfer)
+    doc = json.load(open(os.path.join(dirs.triton, precompile_manifest.MANIFEST_NAME)))
+    assert doc["keys"]["triton"] == ["fp8_gemm:BM=64"]
+    assert not [n for n in os.listdir(dirs.deep_gemm + "/cache") if n.startswith(".warmup")]
+
+
+def test_install_at_another_path_rekeys_legacy_entries(built, tmp_path):
+    out, manifest = built
+    dirs = dirs_in(tmp_path)
+    placed = ops.install(str(out), dirs, fingerprint(include=NEW_INC))
+    assert placed["deep_gemm"].rekeyed == 2
+    names = {e.name: e.dirname for e in dg_install.scan(dirs.deep_gemm)}
+    assert names["sm90_fp8_gemm_1d2d"] == f"kernel.sm90_fp8_gemm_1d2d.{CONTEXT.key('sm90_fp8_gemm_1d2d', CODE, NEW_INC)}"
+    assert names["sm90_fp8_gemm_1d2d"] not in {k.entry for k in manifest.deep_gemm}
+
+
+def test_an_unreproducible_legacy_key_is_refused_at_another_path(built, tmp_path):
+    out, manifest = built
+    kernels = [k._replace(context=None) for k in manifest.deep_gemm]
+    bad = tmp_path / "bad.warmup"
+    rewrite(out, bad, manifest._replace(deep_gemm=kernels))
+    with pytest.raises(Exception, match="cannot be reproduced for /serve/other/deep_gemm/include"):
+        ops.install(str(bad), dirs_in(tmp_path), fingerprint(include=NEW_INC))
+    ops.install(str(bad), dirs_in(tmp_path, "same"), fingerprint())  # at the same path: fine
+
+
+def test_deepjit_entries_need_no_rekeying(tmp_path, monkeypatch):
+    def fake_run(plan, engine, dirs, extra, report_path):
+        deepjit_entry(type(tmp_path)(dirs.deep_gemm))
+        return 0, {"digest": "sha256:x"}
+
+    monkeypatch.setattr(ops, "run_execute", fake_run)
+    monkeypatch.setattr(environment, "measure", lambda: fingerprint("2.8.1"))
+    out = tmp_path / "b.warmup"
+    ops.build("vllm", "e", str(out), [])
+    dirs = dirs_in(tmp_path)
+    placed = ops.install(str(out), dirs, fingerprint("2.8.1", include=NEW_INC))
+    assert (placed["deep_gemm"].new, placed["deep_gemm"].rekeyed) == (1, 0)
+    [entry] = dg_install.scan(dirs.deep_gemm)
+    assert entry.layout == "deepjit" and entry.dirname == "sm90_fp8_gemm_1d2d." + "ab" * 16
+
+
+@pytest.mark.parametrize("field, value", [("gpu", "NVIDIA H200"), ("deep_gemm_version", "2.8.1"),
+                                          ("driver_major", "575"), ("deep_gemm_headers", "sha256:other")])
+def test_fingerprint_mismatch_is_one_line_naming_field_and_values(built, tmp_path, capsys, monkeypatch, field, value):
+    out, _ = built
+    monkeypatch.setattr(environment, "measure", lambda: fingerprint(**{field: value}))
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "dest"))
+    code = cli.cmd_bundle(parse(["install", str(out), "--triton-cache", str(tmp_path / "t")]))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"({field}: bundle {fingerprint()[field]!r}, here {value!r})" in err
+    assert not (tmp_path / "dest" / "cache").exists() and not (tmp_path / "t").exists()
+
+
+def parse(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_commands(parser.add_subparsers())
+    return parser.parse_args(["bundle", *argv])
+
+
+def rewrite(src, dest, manifest, drop=None, corrupt=None):
+    """A copy of the bundle with another manifest, a member dropped or a member's bytes changed."""
+    with tarfile.open(src) as tin, tarfile.open(dest, "w:gz") as tout:
+        for member in tin:
+            data = tin.extractfile(member).read()
+            if member.name == archive.MANIFEST:
+                data = manifest.to_json().encode()
+            if member.name == drop:
+                continue
+            if member.name == corrupt:
+                data = data[:-1] + b"!"
+            member.size = len(data)
+            import io
+            tout.addfile(member, io.BytesIO(data))
+
+
+def test_truncated_corrupted_and_foreign_files_are_one_line_and_write_nothing(built, tmp_path):
+    out, manifest = built
+    cubin = next(f.path for f in manifest.files if f.path.endswith("kernel.cubin"))
+    cases = {"truncated": out.read_bytes()[: out.stat().st_size // 2], "foreign": b"hello\n"}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+    rewrite(out, tmp_path / "corrupted", manifest, corrupt=cubin)
+    rewrite(out, tmp_path / "missing", manifest, drop=cubin)
+    for name, why in (("truncated", "truncated or corrupted|not a readable"), ("foreign", "not a readable"),
+                      ("corrupted", "does not match its sha256"), ("missing", "listed files missing")):
+        dirs = dirs_in(tmp_path, "d-" + name)
+        with pytest.raises(Exception, match=why) as caught:
+            ops.install(str(tmp_path / name), dirs, fingerprint())
+        assert "\n" not in str(caught.value)
+        assert not os.path.exists(os.path.join(dirs.deep_gemm, "cache")) or not os.listdir(
+            os.path.join(dirs.deep_gemm, "cache"))
+
+
+def test_an_existing_complete_entry_wins(built, tmp_path):
+    out, manifest = built
+    dirs = dirs_in(tmp_path)
+    legacy = next(k for k in manifest.deep_gemm if k.key)
+    mine = os.path.join(dirs.deep_gemm, "cache", legacy.entry)
+    os.makedirs(mine)
+    with open(os.path.join(mine, "kernel.cubin"), "wb") as f:
+        f.write(b"theirs")
+    placed = ops.install(str(out), dirs, fingerprint())
+    assert (placed["deep_gemm"].new, placed["deep_gemm"].kept) == (1, 1)
+    assert open(os.path.join(mine, "kernel.cubin"), "rb").read() == b"theirs"
+
+
+def _install_in_child(path, dirs):
+    ops.install(path, ops.CacheDirs(*dirs), fingerprint())
+
+
+def test_concurrent_installers_leave_complete_entries_once(built, tmp_path):
+    out, manifest = built
+    dirs = dirs_in(tmp_path)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_install_in_child, args=(str(out), tuple(dirs))) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    entries = dg_install.scan(dirs.deep_gemm)
+    assert sorted(e.dirname for e in entries) == sorted(k.entry for k in manifest.deep_gemm)
+    assert not [n for n in os.listdir(os.path.join(dirs.deep_gemm, "cache")) if n.startswith(".warmup")]
+
+
+def test_inspect_lists_keys_present_missing_extra(built, capsys):
+    out, _ = built
+    assert cli.cmd_bundle(parse(["inspect", str(out)])) == 0
+    text = capsys.readouterr().out
+    assert "plan vllm, engine deepseek-v3-fp8-tp8-h200" in text and "deep_gemm_version=2.5.0" in text
+    dg = next(line for line in text.splitlines() if line.startswith("deep_gemm:"))
+    assert dg.startswith("deep_gemm: 1 of ") and "missing" in dg and ", 0 extra" in dg
+    assert "helper kernels (no plan key, compiled with the first call): transpose_fp32" in text
+    assert "triton: 0 of 0 plan keys present, 0 missing, 1 extra" in text
+    assert "re-keyable for another install path: 2 of 2" in text
+
+
+def test_verify_installs_fresh_and_fails_on_any_compile(built, monkeypatch, capsys):
+    out, _ = built
+    runs = []
+
+    def fake_run(plan, engine, dirs, extra, report_path):
+        runs.append((plan, engine, extra, sorted(e.dirname for e in dg_install.scan(dirs.deep_gemm))))
+        return 0, {"stages": [{"stage": "deep_gemm", "wall_s": 0.08}], "jit_monitor": {"post_seal_events": []}}
+
+    monkeypatch.setattr(ops, "run_execute", fake_run)
+    assert cli.cmd_bundle(parse(["verify", str(out), "--runner", "none"])) == 0
+    [(plan, engine, extra, entries)] = runs
+    assert (plan, engine, len(entries)) == ("vllm", "deepseek-v3-fp8-tp8-h200", 2)
+    assert {"--expect-cached", "error", "0"} <= set(extra)
+    assert "bundle verify: ok: 0 compiles" in capsys.readouterr().out
+    report = {"jit_monitor": {"post_seal_events": [{"kernel": "sm90_fp8_gemm_1d2d"}]}}
+    assert cli.verdict(1, report) == 1
+    assert "FAILED: 1 compiles (sm90_fp8_gemm_1d2d)" in capsys.readouterr().out
+
+
+def test_fingerprint_fields_and_mismatch():
+    assert environment.mismatch(fingerprint(), fingerprint(include=NEW_INC)) is None  # handled by re-keying
+    assert environment.mismatch(fingerprint(), fingerprint(nvcc="12.9")) == "nvcc: bundle '13.0', here '12.9'"
+    assert {"gpu", "num_sms", "capability", "driver_major", "cuda", "nvcc", "torch", "triton", "deep_gemm_version",
+            "deep_gemm_headers", "flashinfer"} == set(environment.FIELDS)
