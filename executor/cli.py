@@ -24,6 +24,7 @@ import sys
 from planner import api
 from planner.errors import PlanError
 from planner.output import check_writable
+from planner.tables import table_path
 from planner.steps import FAMILIES
 
 from . import dg_install
@@ -230,6 +231,8 @@ def _execute(args, report) -> int:
     if not str(device).startswith("cuda") and not args.dry_run and "triton" not in sys.modules:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: Triton must be imported in interpreter mode
     expanded, engine, source = load_input(args)
+    if not args.dry_run:
+        _check_table_folder(expanded, engine.data)
     unknown = sorted(set(inject) - {s.id for s in expanded.steps})
     if unknown:
         raise PlanError(f"--inject-failure: no step {unknown[0]!r} in the plan")
@@ -246,6 +249,19 @@ def _execute(args, report) -> int:
     sys.stdout.write(report.render_summary())
     sys.stdout.flush()
     return report.exit_code()
+
+
+def _check_table_folder(expanded, engine: dict) -> None:
+    """A plan that tunes the executor's kernels writes their tables at the end of its stage:
+    a folder they cannot be written to is refused now (exit 2), not after the tuning."""
+    if not any(step.kind == "autotune" and step.library != "flashinfer" for step in expanded.steps):
+        return
+    probe = table_path("probe", 1, 1, engine["device"]["name"])  # a table's name: never written
+    try:
+        check_writable(probe)
+    except PlanError as e:
+        raise PlanError(f"the tuned tables (--kernel-config-dir, $WARMUP_KERNEL_CONFIG_DIR) cannot be written "
+                        f"here: {e.message.removeprefix('cannot write: ')}", file=str(probe.parent)) from None
 
 
 def _jobs(args) -> int:

@@ -171,3 +171,19 @@ def test_execute_whose_report_cannot_be_written_at_the_end_is_exit_2(tmp_path, c
     err = capsys.readouterr().err
     assert code == 2 and f"warmup: error: {path}: cannot write: No space left on device" in err
     assert not path.exists()
+
+
+def test_execute_refuses_a_table_folder_it_cannot_write_before_tuning(tmp_path, capsys, monkeypatch):
+    from executor.cli import main as execute_main
+
+    # --kernel-config-dir sets this variable for the process: recorded here, so that it is restored
+    monkeypatch.setenv("WARMUP_KERNEL_CONFIG_DIR", str(tmp_path / "unused"))
+    blocker = tmp_path / "tables"
+    blocker.write_text("a file where the tables would go")
+    code = execute_main(["execute", "triton-tune", "--engine", ENGINE, "--no-progress", "--jobs", "0",
+                         "--device", "cpu", "--kernel-config-dir", str(blocker)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err == (f"warmup: error: {blocker}: the tuned tables (--kernel-config-dir, $WARMUP_KERNEL_CONFIG_DIR) "
+                   f"cannot be written here: {blocker} is not a directory\n")
+    assert blocker.read_text() == "a file where the tables would go"
