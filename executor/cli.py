@@ -23,6 +23,8 @@ import sys
 
 from planner import api
 from planner.errors import PlanError
+from planner.output import check_writable
+from planner.tables import table_path
 from planner.steps import FAMILIES
 
 from . import dg_install
@@ -102,6 +104,22 @@ def cmd_execute(args) -> int:
     plan's distinct variants are first compiled in N worker processes sharing the disk caches;
     the summary then shows what the workers compiled ("pool") and the speed-up."""
     report = Report(options={"argv": sys.argv[1:]})
+    if args.report:
+        try:  # a report path that cannot be written is refused before the run, not after it
+            check_writable(args.report)
+        except PlanError as e:
+            print(f"warmup: error: {e}", file=sys.stderr)
+            return EXIT_INVALID
+    try:
+        code = _run(args, report)
+    finally:
+        written = not args.report or _write_report(report, args.report)
+    # A report that could not be written is a refused write (exit 2), unless the run already failed worse.
+    return code if written or code not in (0, 1) else EXIT_INVALID
+
+
+def _run(args, report) -> int:
+    """The run, its failures recorded in the report and turned into exit codes."""
     try:
         return _execute(args, report)
     except KeyboardInterrupt:
@@ -119,12 +137,10 @@ def cmd_execute(args) -> int:
         print(f"warmup: internal error: {type(e).__name__}: {e} (set WARMUP_DEBUG=1 for a traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL
-    finally:
-        if args.report:
-            _write_report(report, args.report)
 
 
-def _write_report(report, path: str) -> None:
+def _write_report(report, path: str) -> bool:
+    """Write the report; False (and one error line) when it cannot be written."""
     # A second Ctrl-C must not leave the report half written (the write is atomic anyway).
     previous = signal.getsignal(signal.SIGINT)
     try:
@@ -134,8 +150,10 @@ def _write_report(report, path: str) -> None:
     try:
         report.write(path)
         print(f"report: {path}", file=sys.stderr)
-    except OSError as e:
-        print(f"warmup: cannot write the report {path}: {e}", file=sys.stderr)
+        return True
+    except OSError as e:  # planner.errors.WriteError, which names the path and the reason
+        print(f"warmup: error: {e}", file=sys.stderr)
+        return False
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -213,6 +231,8 @@ def _execute(args, report) -> int:
     if not str(device).startswith("cuda") and not args.dry_run and "triton" not in sys.modules:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: Triton must be imported in interpreter mode
     expanded, engine, source = load_input(args)
+    if not args.dry_run:
+        _check_table_folder(expanded, engine.data)
     unknown = sorted(set(inject) - {s.id for s in expanded.steps})
     if unknown:
         raise PlanError(f"--inject-failure: no step {unknown[0]!r} in the plan")
@@ -229,6 +249,19 @@ def _execute(args, report) -> int:
     sys.stdout.write(report.render_summary())
     sys.stdout.flush()
     return report.exit_code()
+
+
+def _check_table_folder(expanded, engine: dict) -> None:
+    """A plan that tunes the executor's kernels writes their tables at the end of its stage:
+    a folder they cannot be written to is refused now (exit 2), not after the tuning."""
+    if not any(step.kind == "autotune" and step.library != "flashinfer" for step in expanded.steps):
+        return
+    probe = table_path("probe", 1, 1, engine["device"]["name"])  # a table's name: never written
+    try:
+        check_writable(probe)
+    except PlanError as e:
+        raise PlanError(f"the tuned tables (--kernel-config-dir, $WARMUP_KERNEL_CONFIG_DIR) cannot be written "
+                        f"here: {e.message.removeprefix('cannot write: ')}", file=str(probe.parent)) from None
 
 
 def _jobs(args) -> int:

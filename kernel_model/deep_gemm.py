@@ -194,7 +194,9 @@ def _space(dense: bool, n: int, k: int, num_sms: int, mk_alignment: int = 128) -
                 rate = max(l1 / l1_bw, l2 / l2_bw) * n_blocks / block_m
                 out.append(_Candidate(len(out), block_m, block_n, cluster_m, cluster_n, stages,
                                       n_blocks, l1, l2, rate, cluster_m * cluster_n > 1))
-    if not out:
+    # Every M needs a layout: block_m 16 and 32 serve small M only, clustered ones more than one
+    # wave only. Past the K where shared memory holds none of the rest, DeepGEMM has no kernel.
+    if not any(c.block_m >= 64 and not c.clustered for c in out):
         raise ValueError(f"DeepGEMM has no SM90 layout for n={n} k={k}")
     by_rate = tuple(sorted(out, key=lambda c: (c.rate, c.order)))
     return _Space(tuple(out), by_rate, num_sms, l1_bw, l2_bw, dense)
@@ -338,6 +340,21 @@ def _model(grouped: bool, n: int, k: int, num_sms: int, mk_alignment: int = 128)
     if grouped and (mk_alignment < 16 or mk_alignment % 16):
         raise ValueError(f"the contiguous-layout alignment must be a positive multiple of 16, got {mk_alignment}")
     return _Model(grouped, n, k, num_sms, mk_alignment)
+
+
+def max_k(n: int, num_sms: int, grouped: bool = False, mk_alignment: int = 128) -> int:
+    """The largest K the SM90 kernels take for this N: past it no layout's pipeline fits in shared
+    memory (the K-long scale factors of B grow with K) and the library refuses the shape, as
+    the model does ("no SM90 layout"). Fewer stages never fit a longer K, so a bisection finds it."""
+    lo, hi = 0, 1 << 40  # the engine schema's largest K
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            _space(not grouped, n, mid, num_sms, mk_alignment)
+            lo = mid
+        except ValueError:
+            hi = mid - 1
+    return lo
 
 
 def dense_layout(m: int, n: int, k: int, num_sms: int) -> Layout:

@@ -21,6 +21,15 @@ class PlanError(Exception):
         return f"{where}: {self.message}"
 
 
+class WriteError(PlanError, OSError):
+    """An output file that cannot be written (`-o`, `--report`, tuned tables, the precompile
+    manifest): exit 2 at the command line, like any bad input, and still an OSError for the
+    library callers that already treat a failed write as one (the manifest is best effort)."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"cannot write: {reason}", file=path)
+
+
 def location(file: str | None, line: int | None) -> str:
     """'FILE:LINE', or 'FILE' when the line is unknown."""
     where = file or "<input>"

@@ -50,10 +50,15 @@ A rough upper bound of what vLLM's memory profiling finds, with
                 * head_size * dtype bytes
                 (MLA: num_layers * block_size * (kv_lora_rank + qk_rope_head_dim)
                  * dtype bytes, a single latent "head" and no separate V)
-    num_blocks = max(16, floor(free / per_block) rounded down to a multiple of 16)
+    num_blocks = floor(free / per_block) rounded down to a multiple of 16
 
 It ignores activation memory, CUDA graphs and the sampler, so a real server
-finds somewhat fewer blocks; pass ``num_blocks`` to pin the number.
+finds somewhat fewer blocks; pass ``num_blocks`` to pin the number. Where vLLM
+would refuse to start (no free memory, or fewer blocks than one request of
+max_model_len needs: its check_enough_kv_cache_memory), the config is refused with
+the numbers and what to change (it used to get num_blocks 16, a warmup of 15
+requests that every check passed); ``ignore_memory`` writes it anyway, with room
+for one max_model_len request, and a warning.
 """
 
 from __future__ import annotations
@@ -63,13 +68,21 @@ import os
 import re
 from dataclasses import dataclass
 
+from .limits import MAX_BLOCKS, MAX_SEQS, MAX_TOKENS, MAX_VOCAB
 from .yamlio import dump
 
 __all__ = ["GPUS", "HFConfigError", "SUPPORTED_ARCHITECTURES", "engine_from_hf", "engine_to_yaml"]
 
 
 class HFConfigError(ValueError):
-    """A config.json (or a flag next to it) that cannot become an engine config."""
+    """A config.json (or a flag next to it) that cannot become an engine config.
+
+    `key` is the config.json key at fault where there is one (so that `warmup engine` can
+    point at its line), and `reason` the message without the file in front."""
+
+    def __init__(self, message: str, key: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.key, self.reason = key, reason
 
 
 # name -> device facts. memory_gib is the nominal size (used for scheduler
@@ -103,6 +116,26 @@ _DTYPE_ALIASES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float1
                   "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
 _MAX_LEN_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
 
+# The largest value read from each config.json key, and why. Every count and size is bounded
+# at its key before anything is built from it: the layers and experts are built in loops, so a
+# num_hidden_layers of 10^7 (a typo) used to run for minutes and 10^30 out of memory.
+_LAYERS = (1 << 12, "no model has more than a few hundred decoder layers")
+_HEADS = (1 << 12, "no model has more than a few hundred attention heads")
+_EXPERTS = (1 << 14, "no model has more than a few hundred experts")
+_BOUNDS: dict[str, tuple[int, str]] = {
+    "num_hidden_layers": _LAYERS, "first_k_dense_replace": _LAYERS, "max_window_layers": _LAYERS,
+    "decoder_sparse_step": _LAYERS, "moe_layer_freq": _LAYERS,
+    "num_attention_heads": _HEADS, "num_key_value_heads": _HEADS,
+    "num_experts": _EXPERTS, "num_local_experts": _EXPERTS, "n_routed_experts": _EXPERTS,
+    "num_experts_per_tok": _EXPERTS, "n_shared_experts": _EXPERTS,
+    "vocab_size": (MAX_VOCAB, "the engine schema's vocab_size bound"),
+    "sliding_window": (MAX_TOKENS, "a token count, bounded as max_model_len"),
+}
+# Widths (hidden, intermediate, head and LoRA ranks): the largest real ones are tens of thousands.
+_WIDTH = (1 << 20, "no model has a hidden, intermediate or head dimension past 2^20")
+# The config's own context limit may exceed what a server runs (--max-model-len lowers it).
+_CONTEXT = (1 << 62, "a context length")
+
 
 # ----------------------------------------------------------------------------
 # reading the config; the records passed between the steps of engine_from_hf
@@ -114,8 +147,8 @@ class _Ctx:
         self.hf = hf
         self.source = source
 
-    def fail(self, message: str) -> HFConfigError:
-        return HFConfigError(f"{self.source}: {message}")
+    def fail(self, message: str, key: str | None = None) -> HFConfigError:
+        return _fail(self.source, message, key)
 
     def get(self, key: str, default=None):
         return self.hf.get(key, default)
@@ -131,14 +164,37 @@ class _Ctx:
         if value is None:
             raise self.fail(f"{key} is missing")
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(f"{key} must be {what}, got {value!r}")
+            raise self.fail(f"{key} must be {what}, got {_short(value)}", key)
+        maximum, why = _BOUNDS.get(key, _CONTEXT if key in _MAX_LEN_KEYS else _WIDTH)
+        if value > maximum:
+            raise self.fail(f"{key} = {_short(value)} is over the bound of {maximum:,} ({why})", key)
         return value
+
+    def number(self, value, key: str) -> float:
+        """A finite JSON number (not a bool, a string or 10^400)."""
+        try:
+            ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        except OverflowError:
+            ok = False
+        if not ok:
+            raise self.fail(f"{key} must be a finite number, got {_short(value)}", key.split(".")[0])
+        return float(value)
 
     def div(self, value: int, key: str, by: int, flag: str) -> int:
         """value / by, or an error naming the config key and the flag."""
         if value % by:
             raise self.fail(f"{key} ({value}) is not divisible by {flag}")
         return value // by
+
+
+def _fail(source: str, message: str, key: str | None = None) -> HFConfigError:
+    return HFConfigError(f"{source}: {message}", key, message)
+
+
+def _short(value) -> str:
+    """A value for an error message, cut short (a typo may be thousands of digits long)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass
@@ -277,11 +333,20 @@ class _KvCacheGroup:
 # ----------------------------------------------------------------------------
 # flags, device, model
 
+# Each flag's bound: the engine schema's, for the field the flag sets.
+_FLAG_BOUNDS = {"--tp": MAX_SEQS, "--dp": MAX_SEQS, "--max-num-seqs": MAX_SEQS,
+                "--max-num-batched-tokens": MAX_TOKENS, "--num-blocks": MAX_BLOCKS, "--block-size": MAX_TOKENS,
+                "--max-model-len": MAX_TOKENS}
+
+
 def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise HFConfigError(f"{source}: {flag} must be a positive integer, got {value!r}")
+        raise _fail(source, f"{flag} must be a positive integer, got {_short(value)}")
+    if value > _FLAG_BOUNDS[flag]:
+        raise _fail(source, f"{flag} {value} is over the bound of {_FLAG_BOUNDS[flag]:,} "
+                            "(schemas/engine.schema.json says why)")
     return value
 
 
@@ -301,7 +366,7 @@ def _resolve_gpu(gpu: str, source: str) -> _Gpu:
     for name, facts in GPUS.items():
         if isinstance(gpu, str) and name.lower() == gpu.lower():
             return _Gpu(name, **facts)
-    raise HFConfigError(f"{source}: --gpu {gpu!r} is not known; known GPUs: {', '.join(GPUS)}")
+    raise _fail(source, f"--gpu {gpu!r} is not known; known GPUs: {', '.join(GPUS)}")
 
 
 def _architecture(ctx: _Ctx) -> tuple[str, str]:
@@ -337,13 +402,23 @@ def _max_model_len(ctx: _Ctx, flag: int | None) -> tuple[int, int | None]:
     return flag, limit
 
 
+def _bounded_context(ctx: _Ctx, lengths: tuple[int, int | None]) -> tuple[int, int | None]:
+    """The engine schema bounds max_model_len: a longer config limit needs --max-model-len."""
+    if lengths[0] > MAX_TOKENS:
+        key = next(k for k in _MAX_LEN_KEYS if ctx.get(k) is not None)
+        raise ctx.fail(f"{key} = {lengths[0]:,} is over the bound of {MAX_TOKENS:,} tokens for max_model_len; "
+                       "pass --max-model-len", key)
+    return lengths
+
+
 def _model_config(ctx: _Ctx, max_model_len: int | None) -> _Model:
     architecture, family = _architecture(ctx)
     hidden = ctx.pos_int("hidden_size")
     num_layers = ctx.pos_int("num_hidden_layers")
     vocab = ctx.pos_int("vocab_size")
     dtype = _dtype(ctx)
-    return _Model(architecture, family, hidden, num_layers, vocab, dtype, *_max_model_len(ctx, max_model_len))
+    return _Model(architecture, family, hidden, num_layers, vocab, dtype,
+                  *_bounded_context(ctx, _max_model_len(ctx, max_model_len)))
 
 
 # ----------------------------------------------------------------------------
@@ -478,10 +553,12 @@ def _mla_scale(ctx: _Ctx, qk_head_dim: int) -> float:
     rope = ctx.get("rope_scaling") or ctx.get("rope_parameters")
     if isinstance(rope, dict) and rope.get("factor") is not None:
         # vLLM DeepseekV2MLAAttention: yarn_get_mscale(factor, mscale_all_dim) ** 2
-        factor = float(rope["factor"])
-        mscale_all_dim = float(rope.get("mscale_all_dim") or 0.0)
+        factor = ctx.number(rope["factor"], "rope_scaling.factor")
+        mscale_all_dim = ctx.number(rope.get("mscale_all_dim") or 0.0, "rope_scaling.mscale_all_dim")
         mscale = 1.0 if factor <= 1 else 0.1 * mscale_all_dim * math.log(factor) + 1.0
         scale *= mscale * mscale
+    if not 0 < scale < math.inf:
+        raise ctx.fail(f"rope_scaling gives a softmax scale of {scale!r}, expected a positive finite number")
     return scale
 
 
@@ -726,7 +803,9 @@ def _attention_and_kv_groups(ctx: _Ctx, model: _Model, shape: _AttentionShape, g
                              block_size: int) -> tuple[list[dict], list[dict]]:
     """(attention entries, kv_cache groups): one of each per KV-cache group."""
     backend, window, sliding = _attention_backend(ctx, model, gpu, block_size)
-    softcap = float(ctx.get("attn_logit_softcapping") or 0.0)
+    softcap = ctx.number(ctx.get("attn_logit_softcapping") or 0.0, "attn_logit_softcapping")
+    if softcap < 0:
+        raise ctx.fail(f"attn_logit_softcapping must be >= 0, got {softcap!r}", "attn_logit_softcapping")
     groups = _kv_cache_groups(window, sliding)
     attention = [_attention_entry(shape, group, i, softcap, backend) for i, group in enumerate(groups)]
     return attention, [{"block_size": block_size, "kind": group.kind} for group in groups]
@@ -744,17 +823,67 @@ def _weight_bytes(ctx: _Ctx, model: _Model, linear: list[dict], moe: list[dict],
     return weights
 
 
-def _estimate_num_blocks(ctx: _Ctx, model: _Model, shape: _AttentionShape, linear: list[dict],
-                         moe: list[dict], gpu: _Gpu, block_size: int, tp: int) -> int:
+@dataclass
+class _KvRoom:
+    """What the KV-cache estimate weighs, in bytes, for the error that says it does not fit."""
+
+    weights: int        # one rank's weights
+    budget: float       # GPU_MEMORY_UTILIZATION of the GPU's memory
+    per_block: int      # one KV block across every layer
+    num_blocks: int     # blocks that fit beside the weights, rounded down to a multiple of 16
+    needed: int         # blocks of one max_model_len request, which vLLM refuses to start without
+
+
+def _kv_room(ctx: _Ctx, model: _Model, shape: _AttentionShape, linear: list[dict], moe: list[dict],
+             gpu: _Gpu, block_size: int, tp: int) -> _KvRoom:
     """KV blocks that fit beside the weights (the estimate of the module docstring)."""
     weights = _weight_bytes(ctx, model, linear, moe, tp)
-    free = GPU_MEMORY_UTILIZATION * gpu.memory_gib * 2 ** 30 - weights
+    budget = GPU_MEMORY_UTILIZATION * gpu.memory_gib * 2 ** 30
     if model.mla:  # one latent head, no separate V
         per_block = model.num_layers * block_size * shape.head_size * model.dtype_bytes
     else:
         per_block = (model.num_layers * block_size * 2 * shape.num_kv_heads * shape.head_size
                      * model.dtype_bytes)
-    return max(16, int(max(free, 0) // per_block) // 16 * 16)
+    blocks = min(int(max(budget - weights, 0) // per_block) // 16 * 16, MAX_BLOCKS)
+    return _KvRoom(weights, budget, per_block, blocks, -(-model.max_model_len // block_size))
+
+
+def _gib(count: float) -> str:
+    return f"{count / 2 ** 30:.1f} GiB"
+
+
+def _does_not_fit(room: _KvRoom, model: _Model, gpu: _Gpu, par: _Parallel, block_size: int) -> str | None:
+    """Why vLLM would refuse to start this model on this GPU, or None when the estimate fits."""
+    budget = (f"the {_gib(room.budget)} budget ({GPU_MEMORY_UTILIZATION:.0%} of the {gpu.name}'s "
+              f"{gpu.memory_gib} GiB)")
+    fixes = (f"use more tensor parallelism (--tp, now {par.tp}) or a GPU with more memory (--gpu), or pass "
+             "--num-blocks with the count your server reports")
+    if room.weights >= room.budget:
+        return (f"the weights do not fit: {_gib(room.weights)} per rank against {budget}, which leaves no "
+                f"room for the KV cache; {fixes}")
+    if room.num_blocks < room.needed:
+        longest = room.num_blocks * block_size
+        return (f"the KV cache does not hold one request of max_model_len {model.max_model_len}: "
+                f"{_gib(room.weights)} of weights per rank leave {_gib(room.budget - room.weights)} of {budget}, "
+                f"{room.num_blocks} blocks of {block_size} tokens where one request needs {room.needed} (vLLM "
+                f"refuses to start); lower --max-model-len to at most {longest}, {fixes}")
+    return None
+
+
+def _estimate_num_blocks(ctx: _Ctx, model: _Model, layers: _DecoderLayers, linear: list[dict], moe: list[dict],
+                         gpu: _Gpu, block_size: int, par: _Parallel, warn) -> tuple[int, str | None]:
+    """(num_blocks, why the model does not fit or None). A model that does not fit is refused,
+    or with `warn` (--ignore-memory) given room for one max_model_len request and a loud warning."""
+    room = _kv_room(ctx, model, layers.attention, linear, moe, gpu, block_size, par.tp)
+    reason = _does_not_fit(room, model, gpu, par, block_size)
+    if reason is None:
+        return room.num_blocks, None
+    if warn is None:
+        raise ctx.fail(reason + "; or --ignore-memory to write the engine config anyway")
+    num_blocks = min(max(room.needed, 16), MAX_BLOCKS)
+    warn(f"{reason}. --ignore-memory: writing num_blocks {num_blocks} (one max_model_len request), "
+         "a configuration vLLM would refuse on this GPU")
+    return num_blocks, reason
 
 
 # ----------------------------------------------------------------------------
@@ -772,7 +901,7 @@ def _scheduler_config(flags: _Flags, gpu: _Gpu, source: str) -> dict:
     seqs = flags.max_num_seqs if flags.max_num_seqs is not None else default_seqs
     tokens = flags.max_num_batched_tokens if flags.max_num_batched_tokens is not None else default_tokens
     if tokens < seqs:
-        raise HFConfigError(f"{source}: --max-num-batched-tokens ({tokens}) is smaller than "
+        raise _fail(source, f"--max-num-batched-tokens ({tokens}) is smaller than "
                             f"--max-num-seqs ({seqs}); vLLM refuses that")
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
 
@@ -801,7 +930,8 @@ def _engine_name(hf: dict, source: str, par: _Parallel, gpu: _Gpu) -> str:
     return name + f"-{gpu.name.lower()}"
 
 
-def _description(source: str, model: _Model, flags: _Flags, gpu: _Gpu, block_size: int) -> str:
+def _description(source: str, model: _Model, flags: _Flags, gpu: _Gpu, block_size: int,
+                 unfit: str | None = None) -> str:
     """How to regenerate the config: the command with every flag that is not a default."""
     par = flags.parallel
     given = [f"{flag} {value}" for flag, value, default in (
@@ -813,9 +943,14 @@ def _description(source: str, model: _Model, flags: _Flags, gpu: _Gpu, block_siz
         ("--block-size", block_size, model.default_block_size)) if value != default]
     if par.ep:
         given.append("--enable-expert-parallel")
+    if unfit:
+        given.append("--ignore-memory")
     description = (f"Generated by `warmup engine --from-hf {source}{''.join(' ' + f for f in given)}` "
                    f"from {model.architecture}; every size is per rank.")
-    if flags.num_blocks is None:
+    if unfit:
+        description += (f" The model does not fit ({unfit.split(';')[0]}): num_blocks holds one max_model_len "
+                        "request, written with --ignore-memory; vLLM would refuse this configuration.")
+    elif flags.num_blocks is None:
         description += (f" num_blocks is an estimate ({GPU_MEMORY_UTILIZATION:.0%} of {gpu.memory_gib} GiB "
                         "minus the weights; see planner/hf.py).")
     return description
@@ -852,15 +987,17 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
                    max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                    num_blocks: int | None = None, block_size: int | None = None,
                    gpu: str = "H100", max_model_len: int | None = None,
-                   name: str | None = None, source: str = "config.json") -> dict:
+                   name: str | None = None, source: str = "config.json", ignore_memory=None) -> dict:
     """The engine config (a dict valid against schemas/engine.schema.json) of one rank.
 
     Raises HFConfigError, naming the config key or flag, when the config cannot
     be served that way (unsupported architecture, a size not divisible by tp,
-    an FP8 block shape vLLM refuses, an unknown GPU ...).
+    an FP8 block shape vLLM refuses, an unknown GPU, a size past its bound, weights
+    that leave no room for one max_model_len request when num_blocks is estimated ...).
+    `ignore_memory`, a function taking a warning, turns the last refusal into that warning.
     """
     if not isinstance(hf, dict):
-        raise HFConfigError(f"{source}: expected a JSON object, got {type(hf).__name__}")
+        raise _fail(source, f"expected a JSON object, got {type(hf).__name__}")
     ctx = _Ctx(hf, source)
     flags = _check_flags(source, tp=tp, dp=dp, ep=enable_expert_parallel, max_num_seqs=max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens, num_blocks=num_blocks,
@@ -874,14 +1011,14 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     moe = _moe_entries(layers, quant)
     block_size = flags.block_size if flags.block_size is not None else model.default_block_size
     attention, kv_groups = _attention_and_kv_groups(ctx, model, layers.attention, device, block_size)
-    if flags.num_blocks is not None:
-        num_blocks = flags.num_blocks
-    else:
-        num_blocks = _estimate_num_blocks(ctx, model, layers.attention, linear, moe, device, block_size, par.tp)
+    num_blocks, unfit = flags.num_blocks, None
+    if num_blocks is None:
+        num_blocks, unfit = _estimate_num_blocks(ctx, model, layers, linear, moe, device, block_size, par,
+                                                 ignore_memory)
     scheduler = _scheduler_config(flags, device, source)
     if name is None:
         name = _engine_name(hf, source, par, device)
-    return _assemble(name=name, description=_description(source, model, flags, device, block_size),
+    return _assemble(name=name, description=_description(source, model, flags, device, block_size, unfit),
                      model=model, linear=linear, moe=moe, attention=attention,
                      kv_cache={"num_blocks": num_blocks, "groups": kv_groups}, scheduler=scheduler,
                      par=par, gpu=device)

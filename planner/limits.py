@@ -8,3 +8,11 @@ MAX_REQUESTS_PER_STEP = 1 << 16      # synthetic requests in one batch
 MAX_VALUES_PER_LIST = 1 << 20        # M-values, sizes, block ids, token ids in one list
 MAX_TOTAL_VALUES = 1 << 23           # all integers of the expanded plan together
 MAX_STEPS = 1 << 16
+
+# The engine schema's bounds (schemas/engine.schema.json $defs, where the reasons are written; a
+# test checks the two agree). `warmup engine --from-hf` refuses flags and config.json values past
+# them at the flag or key, rather than writing an engine config that does not validate.
+MAX_TOKENS = 1 << 24                 # num_tokens: max_model_len, max_num_batched_tokens, block size
+MAX_SEQS = 1 << 16                   # num_seqs: max_num_seqs
+MAX_BLOCKS = 1 << 24                 # num_blocks
+MAX_VOCAB = 1 << 21                  # vocab_size

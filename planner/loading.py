@@ -7,7 +7,7 @@ from .engine import engine_from_document
 from .errors import PlanError
 from .expanded import FORMATS, SCHEMAS as EXPANDED_SCHEMAS, ExpandedPlan
 from .plan import load_plan
-from .yamlio import Document, decompress, load_file
+from .yamlio import Document, RunError, decompress, load_file
 
 
 SCHEMAS = {"plan": "plan", "engine": "engine", "expanded plan": "expanded-plan"}
@@ -22,7 +22,7 @@ def load_any(path: str, strict: bool = False):
     kind = detect(doc)
     if strict:
         name = EXPANDED_SCHEMAS.get(doc.data.get("format"), SCHEMAS[kind]) if kind == "expanded plan" else SCHEMAS[kind]
-        schema.validate_strict(doc, name, decompress(doc.data) if kind == "expanded plan" else None)
+        schema.validate_strict(doc, name, decompressed(doc) if kind == "expanded plan" else None)
     if kind == "plan":
         return kind, load_plan(path)
     if kind == "engine":
@@ -44,12 +44,20 @@ def detect(doc: Document) -> str:
                         "an expanded plan `format` and `steps`")
 
 
+def decompressed(doc: Document):
+    """The saved plan with its integer runs expanded, each measured before it is built."""
+    try:
+        return decompress(doc.data)
+    except RunError as e:
+        raise doc.error(e.path, e.message) from None
+
+
 def expanded_from_document(doc: Document) -> ExpandedPlan:
     if not isinstance(doc.data, dict) or doc.data.get("format") not in FORMATS:
         got = doc.data.get("format") if isinstance(doc.data, dict) else None
         raise doc.error(("format",), f"expected an expanded plan with format {' or '.join(map(repr, FORMATS))}, "
                                      f"got {got!r}")
-    data = decompress(doc.data)
+    data = decompressed(doc)
     schema.validate(doc, EXPANDED_SCHEMAS[data["format"]], data)
     ids = [s["id"] for s in data["steps"]]
     if len(set(ids)) != len(ids):

@@ -96,11 +96,11 @@ def _inherit_kinds(doc: Document, parent: Plan | None) -> None:
         return
     inherited = {s.name: s.kind for s in parent.stages} if parent else {}
     for i, entry in enumerate(stages):
-        if not isinstance(entry, dict) or "kind" in entry:
-            continue
-        if entry.get("name") in inherited:
+        if not isinstance(entry, dict) or "kind" in entry or not isinstance(entry.get("name"), str):
+            continue  # (a name that is no string is the schema's to refuse)
+        if entry["name"] in inherited:
             entry["kind"] = inherited[entry["name"]]
-        elif isinstance(entry.get("name"), str):
+        else:
             raise doc.error(("stages", i), f"stage {entry['name']!r} needs a kind (it overrides no stage of "
                             + (f"{parent.name!r})" if parent else "a parent plan: this plan extends none)"))
 

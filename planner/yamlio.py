@@ -46,8 +46,15 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from .errors import PlanError, format_path
+from .limits import MAX_TOTAL_VALUES, MAX_VALUES_PER_LIST
 
-MAX_FILE_BYTES = 1 << 20  # plans and engine configs are small; refuse anything bigger
+MAX_FILE_BYTES = 1 << 20  # plans, engine configs and config.json files are small; refuse anything bigger
+# Expanded plans are written by `warmup plan`, which refuses to write a bigger one. The largest the
+# built-in plans make within the engine schema's bounds measured 15 MiB (YAML) and 23 MiB (JSON):
+# the `vllm` plan at max_num_batched_tokens = max_model_len = num_blocks = 2^24, max_num_seqs 2^16.
+# Reading 32 MiB of YAML takes about a minute and 2 GiB (PyYAML); JSON is read by `json` in seconds.
+MAX_EXPANDED_PLAN_BYTES = 32 << 20
+_EXPANDED_HEAD = re.compile(rb'(?:#[^\n]*\n|\s)*(?:format: *"?warmup-expanded-plan/|\{"format": *"warmup-expanded-plan/)')
 MAX_DEPTH = 64
 
 _SCALAR_TAGS = {
@@ -77,24 +84,48 @@ class Document(NamedTuple):
 
 
 def read_text(path: str) -> str:
-    """Read a config file as UTF-8 text, with one-line errors for every way that fails."""
+    """Read a config file as UTF-8 text, with one-line errors for every way that fails.
+
+    Hand-written inputs (plans, engine configs, HF config.json) are refused over
+    MAX_FILE_BYTES; expanded plans, recognised by their first line, over
+    MAX_EXPANDED_PLAN_BYTES, which `warmup plan` also refuses to write (check_plan_size).
+    """
     if not os.path.exists(path):
         raise PlanError("no such file", file=path)
     if os.path.isdir(path):
         raise PlanError("is a directory, expected a YAML file", file=path)
     try:
         with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+            raw = f.read(MAX_EXPANDED_PLAN_BYTES + 1)
     except OSError as e:
         raise PlanError(f"cannot read: {e.strerror}", file=path) from None
     if len(raw) > MAX_FILE_BYTES:
-        raise PlanError(f"file is larger than {MAX_FILE_BYTES} bytes; not a plan or engine config", file=path)
+        limit, what = ((MAX_EXPANDED_PLAN_BYTES, "expanded plans") if _EXPANDED_HEAD.match(raw, 0, 4096)
+                       else (MAX_FILE_BYTES, "plans, engine configs and config.json files"))
+        if len(raw) > limit:  # (reading stops past the larger limit: the true size may be more)
+            size = "the file" if len(raw) > MAX_EXPANDED_PLAN_BYTES else _size(len(raw))
+            raise PlanError(f"{size} is over the {_size(limit)} limit for {what}", file=path)
     if b"\0" in raw:
         raise PlanError("binary data (NUL byte), expected YAML text", file=path)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise PlanError(f"not UTF-8 text (byte {e.start})", file=path) from None
+
+
+def check_plan_size(text: str, file: str) -> None:
+    """`warmup plan` writes no expanded plan that `check`, `diff`, `validate` and `execute` would
+    refuse to read (read_text): one over MAX_EXPANDED_PLAN_BYTES is refused here instead."""
+    size = len(text.encode("utf-8"))
+    if size > MAX_EXPANDED_PLAN_BYTES:
+        raise PlanError(f"the expanded plan would be {_size(size)}, over the {_size(MAX_EXPANDED_PLAN_BYTES)} "
+                        "limit for expanded plans that `warmup check`, `diff`, `validate` and `execute` read; "
+                        "plan fewer values (mode: relax or exact, fewer tokens or requests)", file=file)
+
+
+def _size(count: int) -> str:
+    """'1.5 MiB', '32 MiB'."""
+    return f"{count / 2 ** 20:.1f} MiB".replace(".0 MiB", " MiB")
 
 
 def load_file(path: str) -> Document:
@@ -112,6 +143,8 @@ def _pyyaml():
 
 
 def load_text(text: str, file: str) -> Document:
+    if text.startswith(_JSON_PLAN_HEAD):
+        return _load_json_plan(text, file)
     yaml, loader = _pyyaml()
     try:
         node = yaml.compose(text, Loader=loader)
@@ -125,6 +158,35 @@ def load_text(text: str, file: str) -> Document:
         raise PlanError("empty file, expected a YAML mapping", file=file, line=1)
     doc = Document(data=None, file=file, lines={})  # the builder records the lines as it goes
     return doc._replace(data=_Builder(doc, yaml).build(node, (), 0))
+
+
+# What `warmup plan -f json` writes first: such a file is one line of JSON, read by `json` (a
+# 23 MiB plan in under a second, where PyYAML takes a minute); line numbers would all be 1 anyway.
+_JSON_PLAN_HEAD = '{"format":"warmup-expanded-plan/'
+
+
+def _load_json_plan(text: str, file: str) -> Document:
+    """An expanded plan in JSON, held to the YAML loader's rules: no duplicate keys, no NaN."""
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise PlanError(f"invalid JSON: {e.msg}", file=file, line=e.lineno) from None
+    except (ValueError, RecursionError) as e:  # a duplicate key, NaN, a 5000-digit integer, deep nesting
+        message = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise PlanError(f"invalid JSON: {message}", file=file, line=1) from None
+    return Document(data=data, file=file, lines={(): 1})
+
+
+def _unique_keys(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        keys = [k for k, _ in pairs]
+        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+    return out
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number a plan can hold")
 
 
 class _Builder:
@@ -337,23 +399,60 @@ def compress_runs(values: list[int]) -> list:
     return out
 
 
-def expand_runs(items: list) -> list:
-    """Inverse of compress_runs; other strings are left alone."""
+def expand_runs(items: list, path: tuple = (), budget: list | None = None) -> list:
+    """Inverse of compress_runs; other strings are left alone.
+
+    A run is measured from its endpoints before it is expanded: a list longer than
+    MAX_VALUES_PER_LIST, or runs adding up past `budget[0]` values (decompress passes the
+    plan's MAX_TOTAL_VALUES), raise RunError; so does a run the writer never writes (step 0,
+    an end before the start, or an end the step does not reach). A 20-byte string such as
+    "1..99999999999999" would otherwise be built in full.
+    """
+    budget = [MAX_TOTAL_VALUES] if budget is None else budget
     out: list = []
     for item in items:
         m = _RUN.match(item) if isinstance(item, str) else None
-        if m:
-            start, stop, stride = int(m[1]), int(m[2]), int(m[3] or 1)
-            out.extend(range(start, stop + 1, stride))
-        else:
+        if not m:
             out.append(item)
+            continue
+        start, stop, stride = int(m[1]), int(m[2]), int(m[3] or 1)
+        if stride < 1 or stop < start or (stop - start) % stride:
+            raise RunError(path, f"run {item!r}: expected a..b or a..b/s with a <= b, s >= 1 and b - a "
+                                 "a multiple of s")
+        count = (stop - start) // stride + 1
+        _check_run_length(item, count, len(out), path, budget)
+        budget[0] -= count
+        out.extend(range(start, stop + 1, stride))
+    if len(out) > MAX_VALUES_PER_LIST:
+        raise RunError(path, f"a list of {len(out):,} values, more than the limit of {MAX_VALUES_PER_LIST:,} "
+                             "(planner/limits.py)")
     return out
 
 
-def decompress(value):
-    """Undo compression everywhere in a loaded YAML plan."""
+def _check_run_length(item: str, count: int, before: int, path: tuple, budget: list) -> None:
+    if before + count > MAX_VALUES_PER_LIST:
+        raise RunError(path, f"run {item!r} makes a list of {before + count:,} values, more than the limit of "
+                             f"{MAX_VALUES_PER_LIST:,} (planner/limits.py)")
+    if count > budget[0]:
+        raise RunError(path, f"run {item!r} takes the plan past {MAX_TOTAL_VALUES:,} values in runs, the limit "
+                             "of a whole plan (planner/limits.py)")
+
+
+class RunError(ValueError):
+    """A compressed run or a list over the bounds of planner/limits.py, at a path of the document."""
+
+    def __init__(self, path: tuple, message: str):
+        super().__init__(message)
+        self.path, self.message = path, message
+
+
+def decompress(value, path: tuple = (), budget: list | None = None):
+    """Undo compression everywhere in a loaded YAML plan (bounded: see expand_runs)."""
+    budget = [MAX_TOTAL_VALUES] if budget is None else budget
+    if len(path) > MAX_DEPTH:  # a JSON plan was not built by the YAML loader, which checks this
+        raise RunError(path, f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
-        return {k: decompress(v) for k, v in value.items()}
+        return {k: decompress(v, path + (k,), budget) for k, v in value.items()}
     if isinstance(value, list):
-        return [decompress(v) for v in expand_runs(value)]
+        return [decompress(v, path + (i,), budget) for i, v in enumerate(expand_runs(value, path, budget))]
     return value

@@ -299,7 +299,7 @@ def test_deepseek_v3_defaults_and_expert_parallel():
 def test_deepseek_scale_without_rope_scaling():
     hf = load("deepseek-v3")
     del hf["rope_scaling"]
-    attn = only(engine_from_hf(hf, tp=8)["model"]["attention"])
+    attn = only(engine_from_hf(hf, tp=8, gpu="H200")["model"]["attention"])
     assert attn["scale"] == pytest.approx(192 ** -0.5)
 
 
@@ -416,8 +416,9 @@ def test_num_blocks_estimate_llama():
     # MLA: 61 layers * 64 tokens * 576 * 2 bytes per block
     ds = engine("deepseek-v3", tp=8, gpu="H200")
     assert 8000 < ds["kv_cache"]["num_blocks"] < 16000
-    # does not fit: at least 16
-    assert engine("deepseek-v3", tp=1, gpu="L40S")["kv_cache"]["num_blocks"] == 16
+    # does not fit: refused (it used to get 16 blocks and pass every check); see test_memory_fit.py
+    with pytest.raises(HFConfigError, match="the weights do not fit: 626.8 GiB per rank"):
+        engine("deepseek-v3", tp=1, gpu="L40S")
     assert engine("qwen3-8b", num_blocks=1000)["kv_cache"]["num_blocks"] == 1000
 
 
@@ -452,7 +453,7 @@ def test_names_and_description():
 
 
 def test_key_order():
-    e = engine("deepseek-v3", tp=8)
+    e = engine("deepseek-v3", tp=8, gpu="H200")
     assert list(e) == ["name", "description", "model", "kv_cache", "scheduler", "speculative", "parallel", "device"]
     assert list(e["model"]) == ["architecture", "vocab_size", "max_model_len", "runner", "dtype", "hidden_size",
                                 "num_layers", "linear", "moe", "attention"]
@@ -461,7 +462,7 @@ def test_key_order():
 # ----------------------------------------------------------------------------
 # YAML, determinism, shipped files
 
-ALL = [("llama-3.1-8b-instruct-fp8-block", {}), ("qwen3-30b-a3b-fp8", {}), ("deepseek-v3", {"tp": 8}),
+ALL = [("llama-3.1-8b-instruct-fp8-block", {}), ("qwen3-30b-a3b-fp8", {}), ("deepseek-v3", {"tp": 8, "gpu": "H200"}),
        ("mixtral-8x7b", {"tp": 2}), ("qwen2-7b-instruct", {}), ("qwen3-8b", {"tp": 4})]
 
 
@@ -499,8 +500,9 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported.add("." + node.module if node.level else (node.module or "").split(".")[0])
-    # .yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load)
-    assert imported <= {"__future__", "dataclasses", "math", "os", "re", ".yamlio"}, imported
+    # .yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
+    # .limits: constants only (the engine schema's bounds)
+    assert imported <= {"__future__", "dataclasses", "math", "os", "re", ".yamlio", ".limits"}, imported
 
 
 def test_shipped_engines_match_regen_script():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 
 from .. import hf
 from ..engine import engine_from_document
@@ -24,9 +26,23 @@ def add_command(sub, name: str, help: str) -> None:
     p.add_argument("--num-blocks", type=int, help="KV blocks (default: estimated from GPU memory)")
     p.add_argument("--block-size", type=int)
     p.add_argument("--gpu", default="H100", help="GPU model: sets SM count and capability (default H100)")
+    p.add_argument("--ignore-memory", action="store_true",
+                   help="write the engine config even when the estimate says the model does not fit the GPU "
+                        "(weights over the memory budget, or no KV room for one max_model_len request): a loud "
+                        "warning, and num_blocks for one such request, instead of exit 2")
     p.add_argument("--name", help="engine name")
     p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
     p.set_defaults(func=cmd_engine)
+
+
+def _warn(message: str) -> None:
+    print(f"warmup: warning: {message}", file=sys.stderr)
+
+
+def _line_of(text: str, key: str) -> int | None:
+    """The line of the first `"key":` in a JSON text (json keeps no positions)."""
+    match = re.search(r'"%s"\s*:' % re.escape(key), text)
+    return text.count("\n", 0, match.start()) + 1 if match else None
 
 
 def cmd_engine(args) -> int:
@@ -36,6 +52,9 @@ def cmd_engine(args) -> int:
         config = json.loads(text)
     except json.JSONDecodeError as e:
         raise PlanError(f"invalid JSON: {e.msg}", file=args.from_hf, line=e.lineno) from None
+    except (ValueError, RecursionError) as e:  # an integer of thousands of digits; nesting too deep
+        raise PlanError(f"invalid JSON: {'nested too deeply' if isinstance(e, RecursionError) else e}",
+                        file=args.from_hf) from None
     if not isinstance(config, dict):
         raise PlanError("expected a JSON object (a Hugging Face config.json)", file=args.from_hf)
     try:
@@ -43,9 +62,12 @@ def cmd_engine(args) -> int:
             config, tp=args.tp, dp=args.dp, enable_expert_parallel=args.enable_expert_parallel,
             max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
             num_blocks=args.num_blocks, block_size=args.block_size, gpu=args.gpu,
-            max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf))
+            max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf),
+            ignore_memory=_warn if args.ignore_memory else None)
     except hf.HFConfigError as e:
-        raise PlanError(str(e), file=args.from_hf) from None
+        if e.key is not None:  # at the key's line, as every other bad input
+            raise PlanError(e.reason, file=args.from_hf, line=_line_of(text, e.key)) from None
+        raise PlanError(e.reason or str(e), file=args.from_hf) from None
     text = hf.engine_to_yaml(engine)
     engine_from_document(load_text(text, "<generated engine>"))  # what we write must validate
     emit(text, args.output)

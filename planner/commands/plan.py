@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import api
 from ..output import RENDERERS, emit
 from ..resources import builtin_engines, builtin_plans
+from ..yamlio import check_plan_size
 
 
 def add_command(sub, name: str, help: str) -> None:
@@ -27,8 +28,12 @@ def add_command(sub, name: str, help: str) -> None:
 def cmd_plan(args) -> int:
     """Expand PLAN for ENGINE into explicit steps and print them (nothing runs)."""
     deep_gemm = api.parse_deep_gemm(args.deep_gemm) if args.deep_gemm is not None else None
-    expanded = api.expand(api.load_plan(args.plan), api.load_engine(args.engine), deep_gemm)
-    emit(RENDERERS[args.format](expanded), args.output)
+    plan = api.load_plan(args.plan)
+    expanded = api.expand(plan, api.load_engine(args.engine), deep_gemm)
+    text = RENDERERS[args.format](expanded)
+    if args.format != "table":  # what the review commands and execute read back
+        check_plan_size(text, plan.files[0])
+    emit(text, args.output)
     return 0
 
 

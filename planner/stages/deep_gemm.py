@@ -31,6 +31,7 @@ odd SM count, a block_m that is no multiple of 16), and `exact` is refused there
 from __future__ import annotations
 
 from kernel_model import deep_gemm as model
+from ..errors import location
 from ..expr import cdiv, round_up
 from ..steps import Gemm, GroupedGemm, Variant
 from .scope import Scope
@@ -105,7 +106,8 @@ def dense_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, keyed
     steps = []
     for (n, k), layers in dense_shapes(scope.engine.data, block_m).items():
         m_values = dense_m_values(scope, mode, max_tokens, n, num_sms)
-        found = model.dense_keys(m_values, n, k, num_sms) if keyed else {}
+        found = modelled_keys(scope, ("linear", layers[0], "k"), k, lambda: model.dense_keys(m_values, n, k, num_sms),
+                              lambda: model.max_k(n, num_sms)) if keyed else {}
         # exact: the range the keys cover (--verify draws from it)
         m_values, pairing = paired(found, m_values, mode == "exact", max_tokens)
         steps.append(scope.new(Gemm, f"gemm-n{n}-k{k}", kernel="fp8_gemm_nt", backend="deep_gemm", n=n, k=k,
@@ -117,13 +119,31 @@ def grouped_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, key
     steps = []
     for (weight, e, n, k, top_k), (relax_n, layers) in moe_weights(scope.engine.data, block_m).items():
         m_values = grouped_m_values(scope, max_tokens, block_m, e, top_k, relax_n, num_sms)
-        found = model.grouped_contiguous_keys(m_values, n, k, e, num_sms, mk_alignment=block_m) if keyed else {}
+        field = ("moe", layers[0], "hidden_size" if weight == "w13" else "intermediate_size")
+        found = modelled_keys(
+            scope, field, k, lambda: model.grouped_contiguous_keys(m_values, n, k, e, num_sms, mk_alignment=block_m),
+            lambda: model.max_k(n, num_sms, grouped=True, mk_alignment=block_m)) if keyed else {}
         m_values, pairing = paired(found, m_values, scope.params["mode"] == "exact", m_values[-1])
         steps.append(scope.new(GroupedGemm, f"grouped_gemm-{weight}-e{e}-n{n}-k{k}",
                                kernel="m_grouped_fp8_gemm_nt_contiguous", backend="deep_gemm", weight=weight,
                                num_groups=e, n=n, k=k, top_k=top_k, alignment=block_m, layers=tuple(layers),
                                m_values=m_values, **pairing))
     return steps
+
+
+def modelled_keys(scope: Scope, field: tuple, k: int, keys, largest_k) -> dict:
+    """keys() of the DeepGEMM model, or exit 2 at the engine field behind a K it has no kernel
+    for (the model raises for a K past shared memory: an engine value, not a planner bug)."""
+    try:
+        return keys()
+    except ValueError as e:
+        section, name, key = field
+        index = next(i for i, item in enumerate(scope.engine.data["model"][section]) if item["name"] == name)
+        where = scope.stage.where("mode")
+        raise scope.engine.doc.error(
+            ("model", section, index, key),
+            f"{key} = {k:,}: {e}; DeepGEMM {model.VERSION}'s SM90 kernels take K up to {largest_k():,} "
+            f"(in the {scope.stage.name} stage, {location(where.file, where.line)})") from None
 
 
 def paired(found: dict, m_values, exact: bool, max_m: int) -> tuple[tuple, dict]:
@@ -143,7 +163,8 @@ def modelled(scope: Scope, num_sms: int, block_m: int) -> bool:
     capability = scope.names["device_capability"]
     why = ("" if capability // 10 == 9 else f"the device is SM{capability}, not SM90") or \
           ("" if num_sms >= 2 and num_sms % 2 == 0 else f"num_sms {num_sms} is odd (DeepGEMM needs it even)") or \
-          ("" if block_m % 16 == 0 else f"block_m {block_m} is no multiple of 16 (DeepGEMM's block sizes)")
+          ("" if block_m % 16 == 0 else f"block_m {block_m} is no multiple of 16 (DeepGEMM's block sizes)") or \
+          ("" if block_m >= 64 else f"block_m {block_m} is under 64 (DeepGEMM's smallest SM90 block for every M)")
     if why and scope.params["mode"] == "exact":
         raise scope.stage.where("mode").error(
             f"exact models DeepGEMM {model.VERSION}'s SM90 kernel selection only, and {why}")
