@@ -31,7 +31,7 @@ def expand(plan: Plan, engine: Engine) -> ExpandedPlan:
         _check_size(stage, steps)
     inputs = input_digests(plan, engine, tables.consulted())
     return ExpandedPlan(plan=plan.name, engine=engine.name, planner_version=__version__, digest=digest(inputs),
-                        inputs=inputs, steps=tuple(steps))
+                        inputs=inputs, steps=tuple(steps), not_modelled=tuple(plan.not_modelled))
 
 
 def _enabled(stage, names: dict) -> bool:
