@@ -23,6 +23,9 @@ from .scope import Scope
 DEFAULT_MAX_CAPTURE_SIZE = "1024 if device_capability >= 100 and device_capability < 110 else 512"
 MIXED_MODES = ("PIECEWISE", "FULL", "FULL_AND_PIECEWISE")
 DECODE_FULL_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+# V2 captures uniform-decode graphs of their own only where decode has a separate routine
+# (CUDAGraphMode.separate_routine(), vLLM 0.25 and 0.33): FULL replays its mixed graphs for decode.
+SEPARATE_DECODE_MODES = ("FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 
 
 def default_sizes(max_size: int, max_num_tokens: int, performance_mode: str) -> list[int]:
@@ -87,7 +90,7 @@ def graph_sizes(scope: Scope) -> tuple[str, list[int], list[int]]:
             # V1 adjust_cudagraph_sizes_for_spec_decode: every size becomes a multiple of q.
             sizes = sorted({round_up(s, q) for s in sizes if round_up(s, q) <= max_size})
             decode_sizes = sizes
-        else:
+        elif mode in SEPARATE_DECODE_MODES:
             # V2 CudaGraphManager: a FULL decode descriptor per size, rounded up to q.
             limit = min(max_seqs * q, max_size)
             decode_sizes = sorted({round_up(s, q) for s in sizes
