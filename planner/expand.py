@@ -34,7 +34,7 @@ def expand(plan: Plan, engine: Engine, deep_gemm: str | None = None) -> Expanded
     uses_dg = any(getattr(step, "backend", None) == "deep_gemm" for step in steps)
     inputs = input_digests(plan, engine, tables.consulted(), deep_gemm if uses_dg else None)
     return ExpandedPlan(plan=plan.name, engine=engine.name, planner_version=__version__, digest=digest(inputs),
-                        inputs=inputs, steps=tuple(steps))
+                        inputs=inputs, steps=tuple(steps), not_modelled=tuple(plan.not_modelled))
 
 
 def _enabled(stage, names: dict) -> bool:

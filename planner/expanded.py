@@ -34,6 +34,7 @@ class ExpandedPlan(NamedTuple):
     inputs: dict
     steps: tuple
     format: str = FORMAT
+    not_modelled: tuple = ()  # {family, why, action} of what the plan leaves out (planner.plan.Plan)
 
     @property
     def summary(self) -> dict:
@@ -44,9 +45,12 @@ class ExpandedPlan(NamedTuple):
         return {"plan": self.plan, "engine": self.engine, "digest": self.digest, "inputs": self.inputs}
 
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "plan": self.plan, "engine": self.engine, "planner_version": self.planner_version,
+        data = {"format": FORMAT, "plan": self.plan, "engine": self.engine, "planner_version": self.planner_version,
                 "digest": self.digest, "inputs": self.inputs, "summary": self.summary,
                 "steps": [step.to_dict() for step in self.steps]}
+        if self.not_modelled:  # absent when empty: plans without gaps keep their bytes
+            data["not_modelled"] = [dict(gap) for gap in self.not_modelled]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "ExpandedPlan":
@@ -54,7 +58,8 @@ class ExpandedPlan(NamedTuple):
         read = from_v1 if data["format"] == FORMAT_V1 else step_from_dict
         return cls(plan=data["plan"], engine=data["engine"], planner_version=data["planner_version"],
                    digest=data["digest"], inputs=dict(data["inputs"]),
-                   steps=tuple(read(s) for s in data["steps"]))
+                   steps=tuple(read(s) for s in data["steps"]),
+                   not_modelled=tuple(dict(gap) for gap in data.get("not_modelled", ())))
 
 
 def summarize(steps) -> dict:

@@ -48,7 +48,17 @@ def to_table(plan) -> str:
               f"{_n(s['scheduled_tokens'], 'scheduled token')}; {_n(s['gemm_calls'], 'GEMM call')} over "
               f"{_n(s['gemm_shapes'], 'shape')}; {_n(s['attention_calls'], 'attention call')}; "
               f"{_n(s['autotune_runs'], 'autotune run')}; {_n(s['cudagraph_captures'], 'CUDA graph')}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _not_modelled(plan.not_modelled)) + "\n"
+
+
+def _not_modelled(gaps) -> list[str]:
+    """The plan's gaps, one block each: what the engine warms and the plan does not."""
+    if not gaps:
+        return []
+    lines = ["", f"Not modelled ({len(gaps)} of what the engine warms, which this plan does not):"]
+    for gap in gaps:
+        lines += [f"  - {gap['family']}: {gap['why']}", f"    what to do: {gap['action']}"]
+    return lines
 
 
 def _n(count: int, noun: str) -> str:

@@ -52,6 +52,9 @@ class Plan(NamedTuple):
     description: str
     stages: list
     files: list  # the extends chain, this plan first
+    # What the engine warms that the plan does not model ({family, why, action}); a child plan's
+    # list replaces its parent's. Documentation for review: it shapes no step, so no digest covers it.
+    not_modelled: tuple = ()
 
     def shaping_fields(self) -> list:
         """What the digest covers: every stage's kind, condition and parameters."""
@@ -126,8 +129,10 @@ def _merge(doc: Document, parent: Plan | None) -> Plan:
             order.append(name)
     description = doc.data.get("description", parent.description if parent else "")
     files = [doc.file] + (parent.files if parent else [])
+    not_modelled = tuple(doc.data["not_modelled"]) if "not_modelled" in doc.data else \
+        (parent.not_modelled if parent else ())
     return Plan(name=doc.data["name"], description=description,
-                stages=[stages[n] for n in order if n in stages], files=files)
+                stages=[stages[n] for n in order if n in stages], files=files, not_modelled=not_modelled)
 
 
 def _stage(doc: Document, i: int, entry: dict, base: Stage | None) -> Stage:

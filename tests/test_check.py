@@ -263,7 +263,8 @@ def test_e110_grouped_gemm_bound():
 def test_e111_unaligned_shapes(clean):
     plan = mutated(clean, "deep_gemm/gemm-n6144-k4096", n=6100)
     findings, _ = lints.run(plan, None, codes=["E111"])
-    assert findings[0].message == "fp8_gemm_nt cannot take this shape: n=6100 is not a multiple of 128"
+    assert findings[0].message == "fp8_gemm_nt cannot take this shape: n=6100 is not a multiple of 64"
+    assert not lints.run(mutated(clean, "deep_gemm/gemm-n6144-k4096", n=2112), None, codes=["E111"])[0]
     moe = engine(base=os.path.join(os.path.dirname(HERE), "plans", "engines", "qwen3-30b-a3b-fp8-h100.yaml"))
     data = plain(planned("vllm", moe))
     grouped = next(s for s in data["steps"] if s["kind"] == "grouped_gemm")
@@ -284,13 +285,11 @@ def test_w201_decode_without_captured_graphs(tmp_path):
     assert "W201" not in codes(planned(plan, eager), eager)
 
 
-def test_w201_decode_before_capture(tmp_path):
-    # A plan that replaces the capture stage by one appended after the synthetic batches.
+def test_w201_decode_before_capture_is_fine(tmp_path):
+    # vLLM 0.33's order: warmup_kernels, then capture, which warms the graph path itself.
     plan = write_plan(tmp_path, [{"name": "cudagraph", "enabled": False},
                                  {"name": "late_cudagraph", "kind": "cudagraph_capture"}])
-    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["W201"])
-    assert findings[0].message == ("5 decode steps run before the CUDA graphs are captured (late_cudagraph/capture): "
-                                   "they run eagerly")
+    assert "W201" not in codes(planned(plan, engine()), engine())
 
 
 def test_w201_decode_sizes_for_another_decode_query_len(clean):

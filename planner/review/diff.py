@@ -44,6 +44,7 @@ class PlanDiff:
     inputs_changed: list[str]
     changes: list[Change]
     totals: dict                # summary key -> (old, new)
+    not_modelled: list = field(default_factory=list)  # families the new plan does not model
 
     @property
     def equal(self) -> bool:
@@ -91,7 +92,16 @@ def diff_plans(old: ExpandedPlan, new: ExpandedPlan) -> PlanDiff:
     before, after = old.summary, new.summary
     totals = {key: (before[key], after[key]) for key, _ in TOTALS if before[key] != after[key]}
     inputs = [k for k in ("plan", "engine", "planner") if old.inputs[k] != new.inputs[k]]
-    return PlanDiff(old.header(), new.header(), _header_lines(old, new, inputs), inputs, changes, totals)
+    return PlanDiff(old.header(), new.header(), _header_lines(old, new, inputs) + _gap_lines(old, new), inputs,
+                    changes, totals, [gap["family"] for gap in new.not_modelled])
+
+
+def _gap_lines(old: ExpandedPlan, new: ExpandedPlan) -> list[str]:
+    """A header line when the plans' not-modelled families differ: a gap closed or opened."""
+    before = [g["family"] for g in old.not_modelled]
+    after = [g["family"] for g in new.not_modelled]
+    changes = [f"+{f}" for f in after if f not in before] + [f"-{f}" for f in before if f not in after]
+    return ["not modelled: " + ", ".join(changes)] if changes else []
 
 
 def _replacement(before, after) -> Change:
@@ -217,11 +227,18 @@ def render_text(d: PlanDiff) -> str:
     out += [f"~ header: {line}" for line in d.header]
     if d.equal:
         out += ["", "No changes. The expanded steps are identical."]
-        return "\n".join(out) + "\n"
+        return "\n".join(out + _gaps(d)) + "\n"
     out += ["", LEGEND, ""]
     out += [f"  {line}" if line else "" for line in _blocks(d)]
     out += ["", d.summary_line()]
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _gaps(d)) + "\n"
+
+
+def _gaps(d: PlanDiff) -> list[str]:
+    """What the new plan does not model, so a reviewer who trusts the diff sees the gaps too."""
+    if not d.not_modelled:
+        return []
+    return ["", f"Not modelled by {d.new['plan']} (`warmup plan -f table` says why): " + ", ".join(d.not_modelled)]
 
 
 def render_markdown(d: PlanDiff) -> str:
@@ -230,11 +247,11 @@ def render_markdown(d: PlanDiff) -> str:
         out += [f"Header: {d.header[0]}", ""]
     if d.equal:
         out.append("**No changes.** The expanded steps are identical.")
-        return "\n".join(out) + "\n"
+        return "\n".join(out + _gaps(d)) + "\n"
     out += [f"**{d.summary_line()}**", "", f"<details open><summary>{LEGEND}</summary>", "", "```diff"]
     out += _blocks(d)
     out += ["```", "", "</details>"]
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _gaps(d)) + "\n"
 
 
 def render_json(d: PlanDiff) -> str:
@@ -246,6 +263,7 @@ def render_json(d: PlanDiff) -> str:
         "new": d.new,
         "header": d.header,
         "inputs_changed": d.inputs_changed,
+        "not_modelled": d.not_modelled,
         "changes": [{"action": ACTIONS[c.action], "id": c.id,
                      **({"old_id": c.old_id, "layers": c.layers} if c.old_id else {}),
                      "kind": c.kind, "lines": c.lines, "fields": c.fields} for c in d.changes],

@@ -412,7 +412,8 @@ def gemm_m_out_of_range(plan, engine):
 
 # (N multiple, K multiple) each kernel takes; kernels not listed use the step's block_size.
 KERNEL_ALIGNMENT = {
-    "fp8_gemm_nt": None,                              # DeepGEMM: N, K multiples of the weight block
+    # DeepGEMM: N a multiple of 64, K of 128 (vLLM's should_use_deepgemm_for_fp8_linear, 0.25 and 0.33)
+    "fp8_gemm_nt": (64, 128),
     "m_grouped_fp8_gemm_nt_contiguous": (128, 128),   # DeepGEMM _valid_deep_gemm_shape
     "fp8_gemm": (1, 128),                             # executor Triton: one 128-wide scale group per K step
     "grouped_fp8_gemm": (1, 128),
@@ -420,8 +421,8 @@ KERNEL_ALIGNMENT = {
 
 
 @lint("E111", "gemm-shape-unaligned", ERROR, needs_engine=False,
-      explanation="""Each GEMM kernel takes only block-aligned shapes: DeepGEMM's fp8_gemm_nt needs N and K
-      multiples of the weight block, its grouped contiguous GEMM N and K multiples of 128 and every M_sum a
+      explanation="""Each GEMM kernel takes only block-aligned shapes: DeepGEMM's fp8_gemm_nt needs N a
+      multiple of 64 and K of 128, its grouped contiguous GEMM N and K multiples of 128 and every M_sum a
       multiple of the alignment; the Triton block-FP8 kernels need K a multiple of 128. No configured kernel
       runs another shape: the step fails at launch, and in vLLM the layer falls back to a kernel this step
       does not warm.""",
@@ -450,13 +451,14 @@ def gemm_shape_unaligned(plan, engine):
 # --- warnings ------------------------------------------------------------------------
 
 @lint("W201", "decode-graph-uncovered", WARNING, needs_engine=True,
-      explanation="""The warmup's decode steps run after CUDA-graph capture so that they replay the graphs,
-      as production decode batches do: a uniform decode batch (every request scheduling decode_query_len
-      tokens) replays a FULL decode graph, whose size is a multiple of decode_query_len. Decode steps with no
-      capture before them, or uniform-decode graph sizes made for another decode_query_len, leave the decode
-      batches uncovered: they run eagerly in the warmup, and production's graph path is not warmed.""",
-      fix="""Capture before the synthetic batches (the cudagraph_capture stage, as the built-in plans order
-      it), with uniform decode sizes of round_up(size, decode_query_len) for this engine: re-plan it.""")
+      explanation="""Production decode batches replay CUDA graphs: a uniform decode batch (every request
+      scheduling decode_query_len tokens) replays a FULL decode graph, whose size is a multiple of
+      decode_query_len. A plan that runs decode steps but captures no graphs where the engine does, or
+      captures uniform-decode sizes made for another decode_query_len, leaves that graph path unwarmed.
+      Decode steps before the capture are fine: they run eagerly and the capture then warms the graph path
+      (vLLM 0.33 orders warmup_kernels before capture, so that no workspace resize frees what graphs use).""",
+      fix="""Capture CUDA graphs in the plan (a cudagraph_capture stage), with uniform decode sizes of
+      round_up(size, decode_query_len) for this engine: re-plan it.""")
 def decode_graph_uncovered(plan, engine):
     comp, names = engine["compilation"], engine_facts(engine)
     q = names["decode_query_len"]
@@ -465,11 +467,9 @@ def decode_graph_uncovered(plan, engine):
     if comp["enforce_eager"] or comp["cudagraph_mode"] == "NONE" or not decodes:
         return
     captures = [i for i, s in enumerate(steps) if isinstance(s, CudaGraph)]
-    early = [i for i in decodes if not captures or i < captures[0]]
-    if early:
-        where = (f"before the CUDA graphs are captured ({steps[captures[0]].id})" if captures
-                 else f"and the plan captures no CUDA graphs (the engine does: {comp['cudagraph_mode']})")
-        yield steps[early[0]].id, f"{plural(len(early), 'decode step')} run {where}: they run eagerly"
+    if not captures:
+        yield steps[decodes[0]].id, (f"{plural(len(decodes), 'decode step')} run and the plan captures no CUDA "
+                                     f"graphs (the engine does: {comp['cudagraph_mode']}): they run eagerly")
     for cap in (steps[i] for i in captures):
         if cap.decode_query_len not in (None, q):
             yield cap.id, (f"uniform decode graphs are captured for decode_query_len {cap.decode_query_len}, "

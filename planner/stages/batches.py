@@ -35,7 +35,22 @@ def req_id(i: int) -> str:
     return f"_warmup_{i}_"
 
 
+GREEDY = {"temperature": 0}  # SamplingParams(temperature=0): vLLM 0.33's second pass
+
+
 def expand(scope: Scope) -> list:
+    """One warmup_kernels sequence; with `greedy_pass`, the same sequence again at temperature 0
+    (vLLM 0.33 `warmup_kernels` under speculative decoding), its block ids again from 1."""
+    steps = expand_pass(scope, "", scope.params.get("sampling_params", FOR_SAMPLER_WARMUP))
+    greedy = scope.value("greedy_pass", raw=scope.params.get("greedy_pass", False))
+    if not isinstance(greedy, bool):
+        raise scope.stage.where("greedy_pass").error(f"expected true or false, got {greedy!r}")
+    if greedy:
+        steps += expand_pass(scope, "greedy-", GREEDY)
+    return steps
+
+
+def expand_pass(scope: Scope, prefix: str, sampling: dict) -> list:
     names, engine = scope.names, scope.engine
     prompt_len = scope.integer("prompt_len")
     decode_len = scope.integer("decode_len", prompt_len=prompt_len)
@@ -48,17 +63,19 @@ def expand(scope: Scope) -> list:
     scope.count_limit("decode_len", "the block ids of the batch", num_reqs * max_blocks_per_req)
     alloc = BlockAllocator()
     held = [[count(prompt_len, g) for g in count.groups] for _ in range(num_reqs)]
-    steps = [prefill_step(scope, prompt_len, held, alloc, len(count.groups))]
+    steps = [prefill_step(scope, prefix + "prefill", prompt_len, held, alloc, len(count.groups))]
     if names["is_pooling_model"]:
-        return steps + [cleanup_step(scope, num_reqs)]
-    sampling = scope.params.get("sampling_params", FOR_SAMPLER_WARMUP)
-    grammar = GrammarBitmask(num_reqs, cdiv(names["vocab_size"], 32), -1) if scope.flag("grammar_bitmask") else None
-    steps.append(sample_step(scope, "sample", sampling, grammar))
+        return steps + [cleanup_step(scope, prefix + "cleanup", num_reqs)]
+    grammar = None
+    if scope.flag("grammar_bitmask"):
+        rows = scope.integer("grammar_rows", raw=scope.params.get("grammar_rows", "num_reqs"), num_reqs=num_reqs)
+        grammar = GrammarBitmask(rows, cdiv(names["vocab_size"], 32), -1)
+    steps.append(sample_step(scope, prefix + "sample", sampling, grammar))
     computed = [prompt_len] * num_reqs
     for n, subset in enumerate(decode_subsets(scope.params["decode_steps"], num_reqs, names), 1):
-        steps.append(decode_step(scope, f"decode-{n}", subset, computed, held, count, alloc))
-        steps.append(sample_step(scope, f"sample-{n + 1}", sampling, None))
-    return steps + [cleanup_step(scope, num_reqs)]
+        steps.append(decode_step(scope, f"{prefix}decode-{n}", subset, computed, held, count, alloc))
+        steps.append(sample_step(scope, f"{prefix}sample-{n + 1}", sampling, None))
+    return steps + [cleanup_step(scope, prefix + "cleanup", num_reqs)]
 
 
 class BlockCounter:
@@ -102,10 +119,11 @@ class BlockAllocator:
         return ids
 
 
-def prefill_step(scope: Scope, prompt_len: int, held: list, alloc: BlockAllocator, num_groups: int) -> Prefill:
+def prefill_step(scope: Scope, name: str, prompt_len: int, held: list, alloc: BlockAllocator,
+                 num_groups: int) -> Prefill:
     requests = tuple([NewRequest(req_id(i), prompt_len, tuple([alloc.take(n) for n in counts]))
                       for i, counts in enumerate(held)])
-    return scope.new(Prefill, "prefill", requests=requests, total_num_scheduled_tokens=prompt_len * len(held),
+    return scope.new(Prefill, name, requests=requests, total_num_scheduled_tokens=prompt_len * len(held),
                      prompt_token_ids=tuple(range(prompt_len)), num_common_prefix_blocks=(0,) * num_groups)
 
 
@@ -172,5 +190,5 @@ def decode_step(scope: Scope, name: str, subset, computed: list, held: list, cou
                      num_common_prefix_blocks=(0,) * len(count.groups))
 
 
-def cleanup_step(scope: Scope, num_reqs: int) -> Cleanup:
-    return scope.new(Cleanup, "cleanup", finished_req_ids=tuple(req_id(i) for i in range(num_reqs)))
+def cleanup_step(scope: Scope, name: str, num_reqs: int) -> Cleanup:
+    return scope.new(Cleanup, name, finished_req_ids=tuple(req_id(i) for i in range(num_reqs)))

@@ -61,11 +61,16 @@ def is_block_fp8(layer: dict, block: int) -> bool:
     return quant.get("method") == "fp8" and quant.get("weight_block_size") == [block, block]
 
 
-def dense_shapes(engine: dict, block: int) -> dict:
-    """Distinct (N, K) of the linears DeepGEMM can take -> names of the layers sharing it."""
+def dense_shapes(engine: dict, block: int, n_multiple: int | None = None) -> dict:
+    """Distinct (N, K) of the linears DeepGEMM can take -> names of the layers sharing it.
+
+    N must be a multiple of `n_multiple` (default: the block): vLLM 0.25's warmup asks for
+    N % 128, vLLM 0.33's linear kernel selection accepts N % 64 (should_use_deepgemm_for_fp8_linear).
+    """
+    n_multiple = n_multiple or block
     shapes: dict = {}
     for layer in engine["model"]["linear"]:
-        if is_block_fp8(layer, block) and layer["n"] % block == 0 and layer["k"] % block == 0:
+        if is_block_fp8(layer, block) and layer["n"] % n_multiple == 0 and layer["k"] % block == 0:
             shapes.setdefault((layer["n"], layer["k"]), []).append(layer["name"])
     return shapes
 
@@ -104,7 +109,8 @@ def expand(scope: Scope) -> list:
 def dense_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, keyed: bool) -> list:
     mode = scope.params["mode"]
     steps = []
-    for (n, k), layers in dense_shapes(scope.engine.data, block_m).items():
+    n_multiple = scope.integer("n_multiple", raw=scope.params.get("n_multiple", "block_m"), block_m=block_m)
+    for (n, k), layers in dense_shapes(scope.engine.data, block_m, n_multiple).items():
         m_values = dense_m_values(scope, mode, max_tokens, n, num_sms)
         found = modelled_keys(scope, ("linear", layers[0], "k"), k, lambda: model.dense_keys(m_values, n, k, num_sms),
                               lambda: model.max_k(n, num_sms)) if keyed else {}
