@@ -1,0 +1,201 @@
+"""The plugin inside one installed vLLM release, on CPU: `python probe.py < request.json > facts.json`.
+
+Run by tests/vllm_plugin/test_plugin.py in a subprocess whose sys.path holds the release. vLLM's
+CUDA platform comes from vllm_bridge.standins; the worker and model runner are recording
+stand-ins (what they receive is vLLM's own objects, built by the plugin); nothing runs a kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+from types import SimpleNamespace as NS
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from vllm_bridge.standins import Device, install  # noqa: E402
+
+
+def main() -> None:
+    request = json.load(sys.stdin)
+    install(Device("NVIDIA H100 80GB HBM3", (9, 0), 80 << 30, 132))
+    with contextlib.redirect_stdout(io.StringIO()):  # vLLM logs to stdout
+        out = {name: globals()[name](request) for name in request["checks"]}
+    json.dump(out, sys.stdout)
+
+
+def version(request) -> str:
+    import vllm
+    return vllm.__version__
+
+
+def entry_point(request) -> dict:
+    """vLLM's own loader finds and loads the entry point; without WARMUP_PLAN nothing is patched."""
+    import importlib.metadata
+
+    from vllm.plugins import load_plugins_by_group
+    from vllm.v1.worker.gpu_worker import Worker
+
+    os.environ.pop("WARMUP_PLAN", None)
+    listed = [e.value for e in importlib.metadata.entry_points(group="vllm.general_plugins")
+              if e.name == "warmup_planner"]
+    plugins = load_plugins_by_group("vllm.general_plugins")
+    before = (Worker.load_model, Worker.compile_or_warm_up_model)
+    plugins["warmup_planner"]()
+    return {"listed": listed, "loaded": "warmup_planner" in plugins,
+            "inert": (Worker.load_model, Worker.compile_or_warm_up_model) == before
+            and "_warmup_planner_originals" not in vars(Worker)}
+
+
+def patch(request) -> dict:
+    """With WARMUP_PLAN set, register patches this release's Worker, once."""
+    from vllm.plugins import load_plugins_by_group
+    from vllm.v1.worker.gpu_worker import Worker
+
+    from vllm_bridge import plugin
+
+    os.environ.update(WARMUP_PLAN=request["plan"], WARMUP_ENGINE=request["engine"])
+    original = (Worker.load_model, Worker.compile_or_warm_up_model)
+    load_plugins_by_group("vllm.general_plugins")["warmup_planner"]()
+    first = (Worker.load_model, Worker.compile_or_warm_up_model)
+    plugin.register()  # a second call (vLLM loads plugins once per process; a test may call again)
+    out = {"patched": first != original and all(f.__wrapped__ is o for f, o in zip(first, original)),
+           "idempotent": (Worker.load_model, Worker.compile_or_warm_up_model) == first,
+           "names": [f.__name__ for f in first]}
+    plugin.unpatch_worker(plugin.release_for(version(request)))
+    out["restored"] = (Worker.load_model, Worker.compile_or_warm_up_model) == original
+    return out
+
+
+def refuse(request) -> dict:
+    """A vLLM version outside the table is refused in one line, and nothing is patched."""
+    import vllm
+    from vllm.v1.worker.gpu_worker import Worker
+
+    from vllm_bridge import plugin
+
+    os.environ.update(WARMUP_PLAN=request["plan"])
+    real, vllm.__version__ = vllm.__version__, "0.26.0"
+    try:
+        plugin.register()
+        return {"error": None}
+    except Exception as e:  # noqa: BLE001 - the message is what is checked
+        return {"error": str(e), "type": type(e).__name__, "patched": "_warmup_planner_originals" in vars(Worker)}
+    finally:
+        vllm.__version__ = real
+
+
+class RecordingModelRunner:
+    """vLLM's model runner as far as the plugin touches it: capture_model and the KV connector."""
+
+    def __init__(self, config):
+        self.config = config
+        self.captures: list = []
+        self.kv_connector = NS(set_disabled=lambda flag: self.captures.append(("kv_connector_disabled", flag)))
+
+    def capture_model(self):
+        self.captures.append(list(self.config.compilation_config.cudagraph_capture_sizes))
+        return 12345
+
+
+class RecordingWorker:
+    """vLLM's Worker as far as the plugin's runner uses it: execute_model and sample_tokens."""
+
+    def __init__(self, vllm_config):
+        self.vllm_config = vllm_config
+        self.model_runner = RecordingModelRunner(vllm_config)
+        self.device, self.rank, self.calls = "cpu", 0, []
+
+    def execute_model(self, scheduler_output):
+        self.calls.append(("execute_model", scheduler_output))
+
+    def sample_tokens(self, grammar_output):
+        self.calls.append(("sample_tokens", grammar_output))
+
+
+def vllm_config_standin(request):
+    from vllm.config import CompilationConfig
+    return NS(compilation_config=CompilationConfig(), speculative_config=None)
+
+
+def runner(request) -> dict:
+    """The plan's batch and capture steps, run by the executor through VllmWorkerRunner."""
+    from vllm_bridge import releases
+    from vllm_bridge.warmup import Settings, WorkerWarmup
+
+    release = releases.release_for(version(request))
+    worker = RecordingWorker(vllm_config_standin(request))
+    state = WorkerWarmup.prepare(worker, release, Settings(request["plan"], engine=request["engine"]))
+    state.run_plan()
+    return {"calls": [describe(kind, obj) for kind, obj in worker.calls],
+            "captures": worker.model_runner.captures,
+            "statuses": {r.id: r.status for r in state.report.steps}}
+
+
+def redirect(request) -> dict:
+    """vLLM's compile_or_warm_up_model, in this release's order of calls, with the plan in place:
+    vLLM's kernel_warmup runs with its DeepGEMM warmup off, then the plan; warmup_kernels is
+    skipped; capture_model answers the bytes of the plan's capture. Restored afterwards."""
+    import vllm.model_executor.warmup.kernel_warmup as kernel_module
+    import vllm.v1.worker.gpu_worker as worker_module
+
+    from vllm_bridge import releases
+    from vllm_bridge.warmup import Settings, WorkerWarmup
+
+    release = releases.release_for(version(request))
+    seen, real_dg, real_batches = [], kernel_module.deep_gemm_warmup, worker_module.warmup_kernels
+
+    def vllm_kernel_warmup(worker):  # stands in for vLLM's (which needs a loaded model)
+        seen.append({"deep_gemm_warmup_is_vllms": kernel_module.deep_gemm_warmup is real_dg,
+                     "plan_ran_before": len(worker.calls)})
+
+    worker = RecordingWorker(vllm_config_standin(request))
+    state = WorkerWarmup.prepare(worker, release, Settings(request["plan"], engine=request["engine"]))
+    kept, worker_module.kernel_warmup = worker_module.kernel_warmup, vllm_kernel_warmup
+
+    def vllm_method():  # the calls compile_or_warm_up_model makes, in this release's order
+        worker_module.kernel_warmup(worker)
+        order = [lambda: worker_module.warmup_kernels(worker.model_runner, worker.execute_model,
+                                                      worker.sample_tokens),
+                 worker.model_runner.capture_model]
+        results = [call() for call in (order if version(request) == "0.33.0" else order[::-1])]
+        return [r for r in results if r is not None]
+    try:
+        result = state.warm_up(vllm_method)
+    finally:
+        worker_module.kernel_warmup = kept
+    return {"seen": seen, "result": result, "captures": len([c for c in worker.model_runner.captures
+                                                             if not isinstance(c, tuple)]),
+            "batches": len(worker.calls), "plan_batches": sum(1 for s in state.in_worker_plan().steps
+                                                              if hasattr(s, "runner_method") and
+                                                              s.kind != "cudagraph"),
+            "restored": worker_module.warmup_kernels is real_batches and kernel_module.deep_gemm_warmup is real_dg
+            and "capture_model" not in vars(worker.model_runner)}
+
+
+def describe(kind: str, obj) -> dict:
+    """What vLLM's model runner reads from the object it is handed (and its class, to check it is vLLM's)."""
+    if kind == "sample_tokens":
+        if obj is None:
+            return {"kind": kind, "grammar": None}
+        return {"kind": kind, "class": f"{type(obj).__module__}.{type(obj).__name__}",
+                "grammar": [list(obj.structured_output_request_ids), list(obj.grammar_bitmask.shape),
+                            int(obj.grammar_bitmask.flat[0])]}
+    new = [{"class": type(r).__name__, "req_id": r.req_id, "block_ids": [list(b) for b in r.block_ids],
+            "prompt_token_ids": list(r.prompt_token_ids), "num_computed_tokens": r.num_computed_tokens,
+            "temperature": r.sampling_params.temperature} for r in obj.scheduled_new_reqs]
+    c = obj.scheduled_cached_reqs
+    cached = {"class": type(c).__name__, "req_ids": list(c.req_ids), "num_computed_tokens": list(c.num_computed_tokens),
+              "num_output_tokens": list(c.num_output_tokens),
+              "new_block_ids": [None if b is None else [list(g) for g in b] for b in c.new_block_ids]}
+    return {"kind": kind, "class": f"{type(obj).__module__}.{type(obj).__name__}", "new": new, "cached": cached,
+            "num_scheduled_tokens": dict(obj.num_scheduled_tokens),
+            "total_num_scheduled_tokens": obj.total_num_scheduled_tokens,
+            "scheduled_spec_decode_tokens": {k: list(v) for k, v in obj.scheduled_spec_decode_tokens.items()},
+            "finished_req_ids": sorted(obj.finished_req_ids)}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The vLLM plugin (entry point group ``vllm.general_plugins``): vLLM warms up from a plan.
+
+vLLM calls ``register`` in every process, before a worker class is resolved
+(vllm/plugins/__init__.py, load_general_plugins). Without WARMUP_PLAN it does nothing. With it,
+the installed vLLM must be a release in vllm_bridge.releases (else it raises, one line: the server
+must not start without the warmup the user asked for), and that release's GPU Worker is patched:
+
+- ``load_model``: the plan is made (engine from the live VllmConfig, a stale saved plan refused)
+  and its precompile pool started before vLLM loads the weights;
+- ``compile_or_warm_up_model``: vLLM's own method with the plan in place of what the plan models
+  (vllm_bridge.warmup).
+
+Patching twice is a no-op: the originals are kept on the class.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+
+from .releases import Release, release_for
+from .warmup import Settings, WorkerWarmup
+
+PATCHED = "_warmup_planner_originals"  # on the Worker class: (load_model, compile_or_warm_up_model)
+STATE = "_warmup_planner"               # on a worker: its WorkerWarmup
+
+
+def register() -> None:
+    settings = Settings.from_env(os.environ)
+    if settings.plan is None:
+        return
+    import vllm
+
+    patch_worker(release_for(vllm.__version__), settings)
+
+
+def patch_worker(release: Release, settings: Settings):
+    """Patch the release's Worker class (once); returns it."""
+    cls = getattr(importlib.import_module(release.worker_module), release.worker_class)
+    if PATCHED in vars(cls):
+        return cls
+    load, warm = getattr(cls, release.load_method), getattr(cls, release.warmup_method)
+    setattr(cls, PATCHED, (load, warm))
+    setattr(cls, release.load_method, _load_model(load, release, settings))
+    setattr(cls, release.warmup_method, _compile_or_warm_up_model(warm, release, settings))
+    return cls
+
+
+def unpatch_worker(release: Release) -> None:
+    """Restore the release's Worker class (tests; a process that turns the plugin off)."""
+    cls = getattr(importlib.import_module(release.worker_module), release.worker_class)
+    originals = vars(cls).get(PATCHED)
+    if originals is not None:
+        setattr(cls, release.load_method, originals[0])
+        setattr(cls, release.warmup_method, originals[1])
+        delattr(cls, PATCHED)
+
+
+def _load_model(original, release: Release, settings: Settings):
+    @functools.wraps(original)
+    def load_model(self, *args, **kwargs):
+        state = WorkerWarmup.prepare(self, release, settings)  # before the weights: fail fast
+        setattr(self, STATE, state)
+        state.start_precompile()
+        return original(self, *args, **kwargs)
+    return load_model
+
+
+def _compile_or_warm_up_model(original, release: Release, settings: Settings):
+    @functools.wraps(original)
+    def compile_or_warm_up_model(self, *args, **kwargs):
+        state = getattr(self, STATE, None) or WorkerWarmup.prepare(self, release, settings)
+        return state.warm_up(lambda: original(self, *args, **kwargs))
+    return compile_or_warm_up_model

@@ -1,0 +1,52 @@
+"""What the plugin touches in each supported vLLM release: one small table, no vLLM import.
+
+Every name here was read in that release's source (vllm/v1/worker/gpu_worker.py,
+vllm/model_executor/warmup/kernel_warmup.py, vllm/utils/deep_gemm.py); a release not in the
+table is refused, since a renamed method would silently skip the warmup the user asked for.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Release(NamedTuple):
+    """The names the plugin patches or calls in one vLLM release."""
+
+    plan: str                               # the built-in plan that models this release's warmup
+    worker_module: str = "vllm.v1.worker.gpu_worker"
+    worker_class: str = "Worker"
+    load_method: str = "load_model"         # wrapped: the precompile pool starts before the weights load
+    warmup_method: str = "compile_or_warm_up_model"  # wrapped: the plan replaces what it models
+    # Names in worker_module that compile_or_warm_up_model calls, and what the plan does instead:
+    plan_hook: str = "kernel_warmup"        # the plan runs here, then vLLM's own kernel_warmup
+    batches_hook: str = "warmup_kernels"    # Model Runner V2's synthetic batches: the plan ran them
+    capture_method: str = "capture_model"   # on the model runner: the plan captured its sizes
+    # Names in kernel_warmup's module the plan runs itself (turned off inside vLLM's kernel_warmup):
+    kernel_warmup_module: str = "vllm.model_executor.warmup.kernel_warmup"
+    modelled_in_kernel_warmup: tuple = ("deep_gemm_warmup",)
+    # DeepGEMM as vLLM imports it: _lazy_init points DG_JIT_CACHE_DIR at $VLLM_CACHE_ROOT/deep_gemm,
+    # _import_deep_gemm returns site-packages deep_gemm, else vllm.third_party.deep_gemm.
+    deep_gemm_module: str = "vllm.utils.deep_gemm"
+    deep_gemm_init: str = "_lazy_init"
+    deep_gemm_import: str = "_import_deep_gemm"
+
+
+# 0.25.0: kernel_warmup, capture_model, then warmup_kernels (MRV2); 0.33.0: kernel_warmup,
+# warmup_kernels, capture_model (inside _compile_or_warm_up_model). The names are the same.
+RELEASES = {
+    "0.25.0": Release(plan="vllm-0.25"),
+    "0.33.0": Release(plan="vllm-0.33"),
+}
+
+
+class UnsupportedVllm(RuntimeError):
+    """The installed vLLM is not one the plugin knows how to patch."""
+
+
+def release_for(version: str) -> Release:
+    """The table row of an installed vLLM version, or UnsupportedVllm in one line."""
+    if version in RELEASES:
+        return RELEASES[version]
+    raise UnsupportedVllm(f"warmup-planner: WARMUP_PLAN is set but vLLM {version} is installed; the plugin "
+                          f"supports vLLM {', '.join(RELEASES)} (unset WARMUP_PLAN to start without it)")
