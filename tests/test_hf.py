@@ -531,4 +531,4 @@ def test_qwen3_moe_experts_under_transformers_5_name():
     assert engine_from_hf(renamed, tp=2) == engine_from_hf(config, tp=2)
     with pytest.raises(HFConfigError) as e:
         engine_from_hf({**renamed, "num_local_experts": 129}, tp=2, enable_expert_parallel=True)
-    assert e.value.key == "num_local_experts"
+    assert e.value.reason == "num_local_experts (129) is not divisible by --tp 2 with --enable-expert-parallel"
