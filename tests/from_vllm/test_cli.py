@@ -67,3 +67,16 @@ def test_unknown_gpu(capsys):
     ([], [])])
 def test_the_model_is_the_first_positional_as_in_vllm_serve(argv, expected):
     assert serve_arguments(argv) == expected
+
+
+def test_wheel_ships_vllm_bridge_and_names_the_vllm_extra():
+    """`warmup engine --from-vllm` imports vllm_bridge: an installed wheel must carry it."""
+    import os
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    top_level = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "__init__.py")))
+    assert sorted(packages) == top_level and "vllm_bridge" in packages
+    assert project["project"]["optional-dependencies"]["vllm"] == []
