@@ -77,7 +77,8 @@ def test_from_vllm_and_from_hf_agree_on_the_model(built, name):
     data, path = engines[name]
     hf_data = from_hf(name, path)
     assert data["model"] == hf_data["model"]  # shapes, quantization, attention, max_model_len
-    for key in ("kv_cache", "scheduler", "parallel", "device", "name"):
+    # The name differs by design: vLLM's config names the model directory, a bare config.json its model_type.
+    for key in ("kv_cache", "scheduler", "parallel", "device"):
         assert data[key] == hf_data[key], key
     assert data["model"]["max_model_len"] == MODELS[name][2].get("max_model_len", data["model"]["max_model_len"])
 
