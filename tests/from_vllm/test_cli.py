@@ -80,3 +80,17 @@ def test_wheel_ships_vllm_bridge_and_names_the_vllm_extra():
     top_level = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "__init__.py")))
     assert sorted(packages) == top_level and "vllm_bridge" in packages
     assert project["project"]["optional-dependencies"]["vllm"] == []
+
+
+def test_from_hf_imports_neither_the_bridge_nor_torch(tmp_path):
+    """Only --from-vllm imports vllm_bridge.cli (and through it torch and vLLM)."""
+    import os
+    import subprocess
+    fixture = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "hf",
+                           "qwen3-8b.json")
+    code = ("import sys; from planner import cli; rc = cli.main(['engine', '--from-hf', sys.argv[1], '-o', "
+            "sys.argv[2]]); print(rc, sorted(m for m in ('torch', 'vllm', 'vllm_bridge.cli', 'vllm_bridge.engine') "
+            "if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code, fixture, str(tmp_path / "e.yaml")], capture_output=True,
+                         text=True, check=True)
+    assert run.stdout.strip() == "0 []"
