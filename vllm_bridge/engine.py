@@ -32,8 +32,10 @@ def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
     planner cannot shard, ValueError for a resolved setting the engine schema cannot express."""
     model_config, cache_config = vllm_config.model_config, vllm_config.cache_config
     source = os.path.join(str(model_config.model), "config.json")
+    config = _hf_config_dict(model_config)
+    _check_quantization(model_config, config)
     data = hf.engine_from_hf(
-        _hf_config_dict(model_config), gpu=device or _platform_gpu(), source=source,
+        config, gpu=device or _platform_gpu(), source=source,
         max_model_len=model_config.max_model_len, num_blocks=_num_blocks(cache_config),
         block_size=getattr(cache_config, "block_size", None), **_parallel_flags(vllm_config.parallel_config),
         **_scheduler_flags(vllm_config.scheduler_config))
@@ -51,6 +53,15 @@ def _hf_config_dict(model_config) -> dict:
     config["torch_dtype"] = str(model_config.dtype).removeprefix("torch.")
     config.pop("dtype", None)  # newer transformers write both; torch_dtype is the one resolved
     return config
+
+
+def _check_quantization(model_config, config: dict) -> None:
+    """Linear shapes and quant follow the checkpoint's quantization_config; vLLM quantizing an
+    unquantized checkpoint at load (`--quantization fp8`) runs kernels the engine would not describe."""
+    method = getattr(model_config, "quantization", None)
+    if method and "quantization_config" not in config:
+        raise ValueError(f"quantization {method!r} is applied at load time (the checkpoint has no "
+                         "quantization_config); the engine config models checkpoint quantization only")
 
 
 def _num_blocks(cache_config) -> int | None:

@@ -118,3 +118,13 @@ def test_gpu_of_device_name(nvml, gpu):
 def test_unknown_gpu_name():
     with pytest.raises(ValueError, match="GPU 'NVIDIA T4' is not one the planner knows"):
         gpu_of_device_name("NVIDIA T4")
+
+
+def test_load_time_quantization_is_refused():
+    config = vllm_config("qwen3-8b.json")
+    config.model_config.quantization = "fp8"
+    with pytest.raises(ValueError, match="quantization 'fp8' is applied at load time"):
+        engine_from_vllm_config(config, "H100")
+    config = vllm_config()  # a checkpoint quantized in its config: fine
+    config.model_config.quantization = "fp8"
+    assert engine_from_vllm_config(config, "H100").doc.data["model"]["linear"][0]["quant"]["method"] == "fp8"
