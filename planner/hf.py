@@ -501,7 +501,10 @@ def _mixtral_layers(ctx: _Ctx, model: _Model, par: _Parallel) -> _DecoderLayers:
 def _qwen3_moe_layers(ctx: _Ctx, model: _Model, par: _Parallel) -> _DecoderLayers:
     """MoE every decoder_sparse_step-th layer, except mlp_only_layers (dense)."""
     projections, attention = _dense_attention(ctx, model.hidden_size, par.tp)
-    num_experts = ctx.nonneg_int("num_experts", 0)
+    # transformers 5 writes Qwen3-MoE's num_experts as num_local_experts (what vLLM loaded and
+    # `--from-vllm` reads); config.json files on the Hub say num_experts.
+    experts_key = "num_experts" if ctx.get("num_experts") is not None else "num_local_experts"
+    num_experts = ctx.nonneg_int(experts_key, 0)
     step = ctx.pos_int("decoder_sparse_step", 1)
     mlp_only = ctx.get("mlp_only_layers") or []
     if not isinstance(mlp_only, list):
@@ -509,7 +512,7 @@ def _qwen3_moe_layers(ctx: _Ctx, model: _Model, par: _Parallel) -> _DecoderLayer
     is_moe = [num_experts > 0 and i not in mlp_only and (i + 1) % step == 0 for i in range(model.num_layers)]
     moe_linears = moe = mlp = None
     if any(is_moe):
-        gate, moe = _routed_experts(ctx, "mlp", num_experts, "num_experts", "moe_intermediate_size",
+        gate, moe = _routed_experts(ctx, "mlp", num_experts, experts_key, "moe_intermediate_size",
                                     model.hidden_size, par)
         moe_linears = [gate]
     if not all(is_moe):

@@ -333,6 +333,20 @@ def test_golden_plans_are_clean(plan, engine_name):
     assert [f.line() for f in findings] == [] and skipped == []
 
 
+def test_cases_cover_the_per_release_plans_and_every_shipped_engine():
+    """CASES come from the shipped files: vllm-0.25 and vllm-0.33 are among them."""
+    assert {"vllm-0.25", "vllm-0.33"} <= {plan for plan, _ in CASES}
+    assert {e for _, e in CASES} == set(builtin_engines()) and len(CASES) == len(builtin_plans()) * len(builtin_engines())
+
+
+@pytest.mark.parametrize("plan,engine_name", CASES, ids=[f"{p}--{e}" for p, e in CASES])
+def test_warmup_check_passes_every_builtin_plan_on_every_shipped_engine(capsys, plan, engine_name):
+    """The command itself (plan by name, engine by name): exit 0, no finding."""
+    rc, out, err = warmup(capsys, "check", plan, "--engine", engine_name)
+    assert (rc, err) == (0, "")
+    assert out.startswith(f"warmup check: {plan} for {engine_name} (") and "\nNo problems: " in out
+
+
 def test_check_golden_file_end_to_end(capsys):
     """A golden file checked as a saved plan: loaded, found fresh for its engine, linted."""
     rc, out, err = warmup(capsys, "check", os.path.join(GOLDEN, "vllm--deepseek-v3-fp8-tp8-h200.yaml"),

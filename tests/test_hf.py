@@ -521,3 +521,14 @@ def test_shipped_engines_match_regen_script():
     ds = yaml.safe_load(rendered["plans/engines/deepseek-v3-fp8-tp8-h200.yaml"])
     assert ds["kv_cache"]["num_blocks"] == 11264
     assert ds["kv_cache"]["groups"][0]["block_size"] == 64
+
+
+def test_qwen3_moe_experts_under_transformers_5_name():
+    """transformers 5 loads Qwen3-MoE's num_experts as num_local_experts (the dict `--from-vllm`
+    reads); the engine is the same, and a bad count names that key."""
+    config = load("qwen3-30b-a3b-fp8")
+    renamed = {k: v for k, v in config.items() if k != "num_experts"} | {"num_local_experts": config["num_experts"]}
+    assert engine_from_hf(renamed, tp=2) == engine_from_hf(config, tp=2)
+    with pytest.raises(HFConfigError) as e:
+        engine_from_hf({**renamed, "num_local_experts": 129}, tp=2, enable_expert_parallel=True)
+    assert e.value.reason == "num_local_experts (129) is not divisible by --tp 2 with --enable-expert-parallel"

@@ -1,4 +1,5 @@
-"""`warmup engine --from-hf`: an engine config (schemas/engine.schema.json) from a config.json."""
+"""`warmup engine --from-hf` / `--from-vllm`: an engine config (schemas/engine.schema.json) from a
+config.json, or from the VllmConfig an installed vLLM resolves (vllm_bridge/cli.py, imported only then)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,23 @@ from ..yamlio import load_text, read_text
 
 def add_command(sub, name: str, help: str) -> None:
     p = sub.add_parser("engine", help=help, description=cmd_engine.__doc__)
-    p.add_argument("--from-hf", required=True, metavar="CONFIG_JSON", help="path to a Hugging Face config.json")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
-    p.add_argument("--dp", type=int, default=1, help="data-parallel size")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-hf", metavar="CONFIG_JSON", help="path to a Hugging Face config.json")
+    source.add_argument("--from-vllm", action="store_true",
+                        help="build vLLM's own VllmConfig from the `vllm serve` arguments after `--` (the model: "
+                             "a local directory with config.json) and write what vLLM resolved; needs vLLM installed")
+    p.add_argument("vllm_args", nargs="*", metavar="-- VLLM_SERVE_ARGS",
+                   help="with --from-vllm: the arguments of `vllm serve`, after `--`")
+    p.add_argument("--tp", type=int, help="tensor-parallel size (default 1)")
+    p.add_argument("--dp", type=int, help="data-parallel size (default 1)")
     p.add_argument("--enable-expert-parallel", action="store_true", help="shard experts over tp*dp ranks")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--num-blocks", type=int, help="KV blocks (default: estimated from GPU memory)")
     p.add_argument("--block-size", type=int)
-    p.add_argument("--gpu", default="H100", help="GPU model: sets SM count and capability (default H100)")
+    p.add_argument("--gpu", help="GPU model: sets SM count and capability (default H100; with --from-vllm, the "
+                                 "machine's GPU where there is one)")
     p.add_argument("--ignore-memory", action="store_true",
                    help="write the engine config even when the estimate says the model does not fit the GPU "
                         "(weights over the memory budget, or no KV room for one max_model_len request): a loud "
@@ -45,8 +53,29 @@ def _line_of(text: str, key: str) -> int | None:
     return text.count("\n", 0, match.start()) + 1 if match else None
 
 
+# --from-hf's own flags: with --from-vllm, vLLM's arguments after `--` say these things.
+HF_ONLY_FLAGS = ("tp", "dp", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                 "num_blocks", "block_size", "ignore_memory")
+
+
 def cmd_engine(args) -> int:
-    """Write an engine config (schemas/engine.schema.json) from a Hugging Face config.json."""
+    """Write an engine config (schemas/engine.schema.json) from a Hugging Face config.json, or
+    (--from-vllm) from what an installed vLLM resolves for `vllm serve` arguments."""
+    if not args.from_vllm:
+        if args.vllm_args:
+            raise PlanError(f"unexpected arguments {' '.join(args.vllm_args)!r}: only --from-vllm takes "
+                            "`-- <vllm serve arguments>`", file="--from-hf")
+        return _from_hf(args)
+    given = [f"--{flag.replace('_', '-')}" for flag in HF_ONLY_FLAGS if getattr(args, flag) not in (None, False)]
+    if given:
+        raise PlanError(f"{', '.join(given)} belong to --from-hf; with --from-vllm give vLLM's own flags "
+                        "after `--` (e.g. --tensor-parallel-size)", file="--from-vllm")
+    from vllm_bridge.cli import cmd_from_vllm  # vLLM and torch are imported only here
+    return cmd_from_vllm(args)
+
+
+def _from_hf(args) -> int:
+    """--from-hf: the engine config planner/hf.py derives from a config.json and the flags."""
     text = read_text(args.from_hf)
     try:
         config = json.loads(text)
@@ -59,9 +88,10 @@ def cmd_engine(args) -> int:
         raise PlanError("expected a JSON object (a Hugging Face config.json)", file=args.from_hf)
     try:
         engine = hf.engine_from_hf(
-            config, tp=args.tp, dp=args.dp, enable_expert_parallel=args.enable_expert_parallel,
+            config, tp=1 if args.tp is None else args.tp, dp=1 if args.dp is None else args.dp,
+            enable_expert_parallel=args.enable_expert_parallel,
             max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-            num_blocks=args.num_blocks, block_size=args.block_size, gpu=args.gpu,
+            num_blocks=args.num_blocks, block_size=args.block_size, gpu=args.gpu or "H100",
             max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf),
             ignore_memory=_warn if args.ignore_memory else None)
     except hf.HFConfigError as e:

@@ -1,0 +1,140 @@
+"""`warmup engine --from-vllm` against the installed vLLM releases (WARMUP_VLLM_ENVS, as
+tests/vllm_parity): one subprocess per build with the release on its sys.path.
+
+Each VllmConfig build takes ~20 s on CPU, so each release builds two engines once (module
+fixtures) and every assertion reads them:
+* Llama-3.1-8B FP8 (block), tp 1, --num-gpu-blocks-override and --max-model-len given;
+* Qwen3-30B-A3B FP8 (MoE), tp 2, n-gram speculative decoding (k = 2), KV blocks estimated.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from planner import hf
+from planner.engine import engine_from_document
+from planner.expand import expand
+from planner.plan import load_plan
+from planner.steps import CudaGraph
+from planner.yamlio import Document, load_file
+from tests.vllm_parity.test_parity import RELEASES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "hf")
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}'
+# name -> (fixture, `vllm serve` arguments after the model, the same engine through --from-hf)
+MODELS = {
+    "llama": ("llama-3.1-8b-instruct-fp8-block.json", ["--num-gpu-blocks-override", "4000", "--max-model-len", "16384"],
+              {"num_blocks": 4000, "max_model_len": 16384}),
+    "qwen": ("qwen3-30b-a3b-fp8.json", ["--tensor-parallel-size", "2", "--speculative-config", NGRAM], {"tp": 2}),
+}
+needs_vllm = pytest.mark.skipif(not RELEASES, reason="WARMUP_VLLM_ENVS not set (tests/vllm_parity/setup_vllm.sh)")
+pytestmark = needs_vllm
+
+
+def warmup(version: str, *argv: str) -> subprocess.CompletedProcess:
+    """`warmup ARGV` in a process whose sys.path holds vLLM `version`."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, RELEASES[version]]), "VLLM_LOGGING_LEVEL": "ERROR"}
+    return subprocess.run([sys.executable, "-m", "planner.cli", *argv], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=ROOT)
+
+
+def model_dir(tmp: str, name: str) -> str:
+    path = os.path.join(tmp, name)
+    os.makedirs(path, exist_ok=True)
+    shutil.copy(os.path.join(FIXTURES, MODELS[name][0]), os.path.join(path, "config.json"))
+    return path
+
+
+@pytest.fixture(scope="module", params=sorted(RELEASES) or ["none"])
+def built(request, tmp_path_factory):
+    """(release, {model: (written engine data, model directory)}) for one release."""
+    version, tmp = request.param, str(tmp_path_factory.mktemp("from_vllm"))
+    out = {}
+    for name, (_, args, _) in MODELS.items():
+        path, target = model_dir(tmp, name), os.path.join(tmp, f"{name}.yaml")
+        run = warmup(version, "engine", "--from-vllm", "-o", target, "--", path, *args)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout == ""  # vLLM's logs stay off stdout
+        out[name] = (load_file(target).data, path)
+    return version, out
+
+
+def from_hf(name: str, path: str) -> dict:
+    import json
+    with open(os.path.join(path, "config.json")) as f:
+        return hf.engine_from_hf(json.load(f), source=os.path.join(path, "config.json"), **MODELS[name][2])
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_from_vllm_and_from_hf_agree_on_the_model(built, name):
+    _, engines = built
+    data, path = engines[name]
+    hf_data = from_hf(name, path)
+    assert data["model"] == hf_data["model"]  # shapes, quantization, attention, max_model_len
+    # The name differs by design: vLLM's config names the model directory, a bare config.json its model_type.
+    for key in ("kv_cache", "scheduler", "parallel", "device"):
+        assert data[key] == hf_data[key], key
+    assert data["model"]["max_model_len"] == MODELS[name][2].get("max_model_len", data["model"]["max_model_len"])
+
+
+def test_from_vllm_records_what_vllm_resolved(built):
+    _, engines = built
+    assert engines["qwen"][0]["speculative"] == {"method": "ngram", "num_speculative_tokens": 2}
+    assert engines["qwen"][0]["parallel"]["tensor_parallel_size"] == 2
+    assert engines["llama"][0]["speculative"]["method"] == "none"
+    assert engines["llama"][0]["kv_cache"]["num_blocks"] == 4000
+    for data, _ in engines.values():
+        assert data["compilation"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+        assert data["compilation"]["cudagraph_capture_sizes"]
+
+
+def capture_sizes(version: str, data: dict) -> list[int]:
+    engine = engine_from_document(Document(data=data, file="<engine>"))
+    graphs = [s for s in expand(load_plan(f"vllm-{version}"), engine).steps if isinstance(s, CudaGraph)]
+    return sorted(graphs[0].sizes)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_vllm_capture_sizes_are_what_the_release_plan_computes(built, name):
+    """The plan vllm-X.Y computes the sizes for the --from-hf engine (no sizes given) as vLLM X.Y
+    resolved them, and keeps vLLM's list when the --from-vllm engine gives it."""
+    version, engines = built
+    data, path = engines[name]
+    hf_data = {**from_hf(name, path), "speculative": data["speculative"]}
+    assert capture_sizes(version, hf_data) == data["compilation"]["cudagraph_capture_sizes"]
+    assert capture_sizes(version, data) == data["compilation"]["cudagraph_capture_sizes"]
+
+
+def errors(version: str, tmp: str) -> dict:
+    """{case: (exit code, stderr)} of the bad inputs that reach vLLM."""
+    llama, empty = model_dir(tmp, "llama"), os.path.join(tmp, "empty")
+    os.makedirs(empty, exist_ok=True)
+    cases = {"unknown flag": [llama, "--no-such-flag", "3"], "no config.json": [empty],
+             "not a directory": [os.path.join(tmp, "missing")],
+             "refused": [llama, "--tensor-parallel-size", "3"]}
+    out = {}
+    for case, args in cases.items():
+        run = warmup(version, "engine", "--from-vllm", "-o", os.path.join(tmp, "out.yaml"), "--", *args)
+        out[case] = (run.returncode, run.stderr)
+    return out
+
+
+@pytest.mark.parametrize("version", sorted(RELEASES) or ["none"])
+def test_bad_vllm_arguments_get_one_line(version, tmp_path):
+    out = errors(version, str(tmp_path))
+    expect = {"unknown flag": "--from-vllm: vllm serve arguments: unrecognized arguments: --no-such-flag 3",
+              "no config.json": f"{tmp_path}/empty: model directory without config.json",
+              "not a directory": f"{tmp_path}/missing: not a local model directory",
+              "refused": "--from-vllm: vLLM refused the configuration: "}
+    for case, (code, stderr) in out.items():
+        assert code == 2, (case, stderr[-2000:])
+        lines = [line for line in stderr.splitlines() if line.startswith("warmup:")]
+        assert len(lines) == 1 and lines[0].startswith("warmup: error: " + expect[case]), (case, stderr[-2000:])
+        assert "Traceback" not in stderr, case
+    assert not os.path.exists(tmp_path / "out.yaml")  # nothing half-written

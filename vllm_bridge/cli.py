@@ -1,0 +1,160 @@
+"""`warmup engine --from-vllm [--gpu NAME] [-o FILE] -- <vllm serve arguments>`.
+
+Builds vLLM's own EngineArgs -> VllmConfig from the arguments (vLLM's parser, vLLM's defaults
+for `vllm serve`), then writes the engine config of what it resolved (vllm_bridge/engine.py).
+Imported by planner/commands/engine.py only when --from-vllm is given: the planner never imports
+vLLM or torch otherwise. Every failure is a PlanError: one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+
+from planner import hf
+from planner.errors import PlanError
+from planner.output import emit
+from planner.resources import builtin_plans
+from vllm_bridge.standins import Device
+
+# A per-release plan is named after the release it follows (plans/vllm-0.33.yaml).
+RELEASE_PLAN = re.compile(r"^vllm-(\d+\.\d+)$")
+WHERE = "--from-vllm"
+
+
+def supported_releases() -> list[str]:
+    """Releases (major.minor) with a plan of their own, from the built-in plans."""
+    return sorted((m.group(1) for m in map(RELEASE_PLAN.match, builtin_plans()) if m),
+                  key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def check_release(installed: str) -> None:
+    """A vLLM release no plan follows would get a plan of another release's warmup: refuse it."""
+    supported = supported_releases()
+    if ".".join(installed.split(".")[:2]) not in supported:
+        raise PlanError(f"vLLM {installed} is installed, and no plan supports it (supported releases: "
+                        f"{', '.join(v + '.x' for v in supported)}; plans "
+                        f"{', '.join('vllm-' + v for v in supported)})", file=WHERE)
+
+
+def installed_release() -> str:
+    try:
+        import vllm
+    except ImportError as e:
+        raise PlanError(f"vLLM is not installed (import vllm: {e}); --from-vllm builds vLLM's own "
+                        "config: install vllm, or use --from-hf", file=WHERE) from None
+    return str(vllm.__version__)
+
+
+def serve_arguments(argv: list[str]) -> list[str]:
+    """`vllm serve MODEL ...` takes the model as its first positional; EngineArgs wants --model."""
+    if argv and not argv[0].startswith("-"):
+        return ["--model", argv[0], *argv[1:]]
+    return list(argv)
+
+
+def device_of(gpu: str) -> Device:
+    """The stand-in device facts of a planner GPU name (planner/hf.py GPUS), NVML-style named."""
+    facts = hf.GPUS[gpu]
+    major, minor = (int(x) for x in facts["capability"].split("."))
+    return Device(f"NVIDIA {gpu}", (major, minor), facts["memory_gib"] << 30, facts["num_sms"])
+
+
+def known_gpu(gpu: str | None) -> str | None:
+    if gpu is None:
+        return None
+    for name in hf.GPUS:
+        if name.lower() == gpu.lower():
+            return name
+    raise PlanError(f"unknown GPU {gpu!r} (known: {', '.join(hf.GPUS)})", file=WHERE, path="--gpu")
+
+
+def has_gpu() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def parse_engine_args(argv: list[str]):
+    """vLLM's EngineArgs from `vllm serve` arguments, through vLLM's own parser; its usage error
+    (an unknown flag, a bad value) becomes one line instead of a usage screen."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="vllm serve"))
+
+    def error(message: str):
+        raise PlanError(f"vllm serve arguments: {message}", file=WHERE)
+    parser.error = error  # argparse calls self.error on every usage error, then exits
+    return EngineArgs.from_cli_args(parser.parse_args(serve_arguments(argv)))
+
+
+def check_model_dir(model: str) -> None:
+    """--from-vllm reads a local model directory: vLLM would otherwise go to the Hub."""
+    if not os.path.isdir(model):
+        raise PlanError("not a local model directory (--from-vllm reads config.json from a directory; "
+                        "it does not download from the Hub)", file=model)
+    if not os.path.isfile(os.path.join(model, "config.json")):
+        raise PlanError("model directory without config.json", file=model)
+
+
+def create_engine_config(engine_args):
+    """vLLM's VllmConfig, as `vllm serve` resolves it (its usage context sets the serve defaults)."""
+    from vllm.usage.usage_lib import UsageContext
+    try:
+        return engine_args.create_engine_config(UsageContext.OPENAI_API_SERVER)
+    except Exception as e:  # vLLM refuses a configuration with ValueError, pydantic errors, ...
+        raise PlanError(f"vLLM refused the configuration: {type(e).__name__}: {_first_words(e)}",
+                        file=WHERE) from None
+
+
+def _first_words(error: Exception, limit: int = 400) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def build_engine(argv: list[str], gpu: str | None):
+    """(engine, vLLM release) from `vllm serve` arguments. Stand-ins replace the device only where
+    there is no GPU: there the device facts are `gpu`'s (H100 unless given)."""
+    release = installed_release()
+    check_release(release)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if not has_gpu():
+        from vllm_bridge.standins import install
+        gpu = gpu or "H100"
+        install(device_of(gpu))
+    engine_args = parse_engine_args(argv)
+    check_model_dir(str(engine_args.model))
+    vllm_config = create_engine_config(engine_args)
+    from vllm_bridge.engine import engine_from_vllm_config
+    try:
+        return engine_from_vllm_config(vllm_config, gpu), release
+    except hf.HFConfigError as e:
+        raise PlanError(e.reason or str(e), file=os.path.join(str(engine_args.model), "config.json"),
+                        line=_line_of_key(str(engine_args.model), e.key)) from None
+    except ValueError as e:
+        raise PlanError(str(e), file=WHERE) from None
+
+
+def _line_of_key(model: str, key: str | None) -> int | None:
+    if key is None:
+        return None
+    from planner.commands.engine import _line_of
+    with open(os.path.join(model, "config.json"), encoding="utf-8", errors="replace") as f:
+        return _line_of(f.read(), key)
+
+
+def cmd_from_vllm(args) -> int:
+    """`warmup engine --from-vllm`: write the engine config of what vLLM resolved."""
+    gpu = known_gpu(args.gpu)
+    # vLLM logs to stdout, where the engine YAML goes without -o.
+    with contextlib.redirect_stdout(sys.stderr):
+        engine, release = build_engine(args.vllm_args, gpu)
+    data = dict(engine.doc.data)
+    if args.name:
+        data["name"] = args.name
+    data["description"] = (f"Generated by `warmup engine --from-vllm{' --gpu ' + gpu if gpu else ''} -- "
+                           f"{' '.join(args.vllm_args)}` with vLLM {release}. " + data["description"])
+    emit(hf.engine_to_yaml(data), args.output)
+    return 0

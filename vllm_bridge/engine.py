@@ -1,0 +1,164 @@
+"""The engine config (schemas/engine.schema.json) of what vLLM resolved: `engine_from_vllm_config`.
+
+`warmup engine --from-vllm` calls it on the VllmConfig it builds from `vllm serve` arguments, and
+the vLLM plugin calls it inside each worker on the live VllmConfig. It reads the VllmConfig's
+attributes only: it imports neither vLLM nor torch itself (the stand-ins are the CLI's business),
+so it runs wherever a VllmConfig exists.
+
+What vLLM resolved is taken from vLLM: capture sizes and CUDA-graph mode, scheduler limits, the
+speculative method, parallel sizes, max_model_len, block size, KV blocks (when given or profiled),
+an attention backend the user chose. The model's per-rank shapes come from the HF config vLLM
+loaded, through planner/hf.py (the same derivation as `--from-hf`, so the two cannot drift).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from planner import hf
+from planner.engine import Engine, engine_from_document
+from planner.schema import load_schema
+from planner.yamlio import Document
+
+__all__ = ["engine_from_vllm_config", "gpu_of_device_name"]
+
+
+def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
+    """The engine config of one rank of the server `vllm_config` describes.
+
+    `device` is a GPU name of planner.hf.GPUS (`--gpu`); None takes it from vLLM's current
+    platform (the GPU the worker runs on). Raises planner.hf.HFConfigError for a model config the
+    planner cannot shard, ValueError for a resolved setting the engine schema cannot express."""
+    model_config, cache_config = vllm_config.model_config, vllm_config.cache_config
+    source = os.path.join(str(model_config.model), "config.json")
+    config = _hf_config_dict(model_config)
+    _check_quantization(model_config, config)
+    data = hf.engine_from_hf(
+        config, gpu=device or _platform_gpu(), source=source,
+        max_model_len=model_config.max_model_len, num_blocks=_num_blocks(cache_config),
+        block_size=getattr(cache_config, "block_size", None), **_parallel_flags(vllm_config.parallel_config),
+        **_scheduler_flags(vllm_config.scheduler_config))
+    data["speculative"] = _speculative(vllm_config.speculative_config)
+    data["compilation"] = _compilation(vllm_config)
+    _apply_attention_backend(data, getattr(vllm_config, "attention_config", None))
+    data["description"] = _description(data, model_config, cache_config)
+    data = {key: data[key] for key in load_schema("engine")["properties"] if key in data}  # schema order
+    return engine_from_document(Document(data=data, file=f"<VllmConfig of {source}>"))
+
+
+def _hf_config_dict(model_config) -> dict:
+    """The HF config vLLM loaded, with the dtype vLLM resolved (`--dtype`, or the config's)."""
+    config = model_config.hf_config.to_dict()
+    config["torch_dtype"] = str(model_config.dtype).removeprefix("torch.")
+    config.pop("dtype", None)  # newer transformers write both; torch_dtype is the one resolved
+    return config
+
+
+def _check_quantization(model_config, config: dict) -> None:
+    """Linear shapes and quant follow the checkpoint's quantization_config; vLLM quantizing an
+    unquantized checkpoint at load (`--quantization fp8`) runs kernels the engine would not describe."""
+    method = getattr(model_config, "quantization", None)
+    if method and "quantization_config" not in config:
+        raise ValueError(f"quantization {method!r} is applied at load time (the checkpoint has no "
+                         "quantization_config); the engine config models checkpoint quantization only")
+
+
+def _num_blocks(cache_config) -> int | None:
+    """KV blocks: profiled (num_gpu_blocks, set in workers after profiling) or the user's override;
+    None lets planner/hf.py estimate them as `--from-hf` does."""
+    for attribute in ("num_gpu_blocks", "num_gpu_blocks_override"):
+        value = getattr(cache_config, attribute, None)
+        if value:
+            return value
+    return None
+
+
+def _parallel_flags(parallel_config) -> dict:
+    return {"tp": parallel_config.tensor_parallel_size, "dp": parallel_config.data_parallel_size,
+            "enable_expert_parallel": bool(parallel_config.enable_expert_parallel)}
+
+
+def _scheduler_flags(scheduler_config) -> dict:
+    return {"max_num_seqs": scheduler_config.max_num_seqs,
+            "max_num_batched_tokens": scheduler_config.max_num_batched_tokens}
+
+
+def _schema_enum(*path: str) -> list[str]:
+    """An enum of schemas/engine.schema.json, so that the accepted names live in one place."""
+    node = load_schema("engine")
+    for key in path:
+        node = node["properties"][key] if key != "items" else node["items"]
+    return node["enum"]
+
+
+def _speculative(speculative_config) -> dict:
+    """vLLM's SpeculativeConfig as the engine names it; DeepSeek/Qwen/... MTP methods are `mtp`
+    (their drafts take the same path: SpeculativeConfig.use_eagle())."""
+    if speculative_config is None:
+        return {"method": "none", "num_speculative_tokens": 0}
+    method = str(speculative_config.method)
+    if method.endswith("_mtp"):
+        method = "mtp"
+    known = _schema_enum("speculative", "method")
+    if method not in known:
+        raise ValueError(f"speculative method {speculative_config.method!r} is not one the engine config "
+                         f"models (known: {', '.join(m for m in known if m != 'none')})")
+    return {"method": method, "num_speculative_tokens": int(speculative_config.num_speculative_tokens)}
+
+
+def _compilation(vllm_config) -> dict:
+    """CUDA-graph facts vLLM resolved (VllmConfig._set_cudagraph_sizes ran in its __post_init__):
+    the sizes are written out, so the plan captures vLLM's list rather than recomputing it."""
+    compilation_config = vllm_config.compilation_config
+    mode = compilation_config.cudagraph_mode
+    sizes = list(compilation_config.cudagraph_capture_sizes or [])
+    out = {"cudagraph_mode": getattr(mode, "name", str(mode)),
+           "enforce_eager": bool(vllm_config.model_config.enforce_eager),
+           "cudagraph_capture_sizes": sorted(sizes),
+           "max_cudagraph_capture_size": compilation_config.max_cudagraph_capture_size}
+    # 0.33's performance_mode shapes only the default sizes, which are written out above; the
+    # schema keeps "interactivity" so a reader sees it (vLLM's "balanced"/"throughput" are default).
+    if str(getattr(vllm_config, "performance_mode", "")) == "interactivity":
+        out["performance_mode"] = "interactivity"
+    return out
+
+
+def _apply_attention_backend(data: dict, attention_config) -> None:
+    """A backend the user chose (`--attention-backend`, `--attention-config`); vLLM picks its own
+    automatic choice only when the model is built, so otherwise planner/hf.py's choice stays."""
+    backend = getattr(attention_config, "backend", None)
+    if backend is None:
+        return
+    name = getattr(backend, "name", str(backend))
+    known = _schema_enum("model", "attention", "items", "backend")
+    if name not in known:
+        raise ValueError(f"attention backend {name} is not one the engine config models "
+                         f"(known: {', '.join(known)})")
+    for entry in data["model"]["attention"]:
+        entry["backend"] = name
+
+
+def _description(data: dict, model_config, cache_config) -> str:
+    """Where the config came from, and whether num_blocks is vLLM's or the planner's estimate."""
+    text = (f"Derived from vLLM's resolved VllmConfig of {os.path.basename(str(model_config.model).rstrip('/'))} "
+            f"({data['model']['architecture']}); every size is per rank.")
+    if _num_blocks(cache_config) is None:
+        text += (f" num_blocks is an estimate ({hf.GPU_MEMORY_UTILIZATION:.0%} of the "
+                 f"{data['device']['name']}'s memory minus the weights; see planner/hf.py).")
+    return text
+
+
+def _platform_gpu() -> str:
+    from vllm.platforms import current_platform  # only here: the worker's own GPU
+    return gpu_of_device_name(current_platform.get_device_name())
+
+
+def gpu_of_device_name(device_name: str) -> str:
+    """NVML's name ("NVIDIA H100 80GB HBM3") -> the planner's GPU name ("H100")."""
+    words = {w.upper() for w in re.split(r"[^A-Za-z0-9]+", device_name)}
+    for name in hf.GPUS:
+        if name.upper() in words:
+            return name
+    raise ValueError(f"GPU {device_name!r} is not one the planner knows (known: {', '.join(hf.GPUS)}); "
+                     "pass its name as the device")
