@@ -64,12 +64,9 @@ def derive_engine(vllm_config, settings: Settings):
     VllmConfig, or the engine config WARMUP_ENGINE names."""
     if settings.engine:
         return load_engine(settings.engine)
-    try:
-        module = importlib.import_module("vllm_bridge.engine")
-    except ModuleNotFoundError as e:
-        raise PluginError("warmup-planner: this install cannot derive the engine config from vLLM's "
-                          "(vllm_bridge.engine is missing); set WARMUP_ENGINE to an engine config") from e
-    return module.engine_from_vllm_config(vllm_config)
+    from .engine import engine_from_vllm_config  # imports nothing of vLLM's: reads the live config
+
+    return engine_from_vllm_config(vllm_config)
 
 
 def make_plan(settings: Settings, engine):

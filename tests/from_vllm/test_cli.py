@@ -29,6 +29,18 @@ def test_supported_releases_come_from_the_per_release_plans():
     assert supported_releases() == ["0.25", "0.33"]
 
 
+def test_every_release_row_has_its_plan_and_every_release_plan_a_row():
+    """One list of supported releases (vllm_bridge.releases) and the per-release plans agree."""
+    from planner.resources import builtin_plans
+    from vllm_bridge.cli import RELEASE_PLAN
+    from vllm_bridge.releases import RELEASES
+
+    plans = {name for name in builtin_plans() if RELEASE_PLAN.match(name)}
+    assert {row.plan for row in RELEASES.values()} == plans
+    for version, row in RELEASES.items():
+        assert row.plan == "vllm-" + ".".join(version.split(".")[:2])
+
+
 def test_vllm_not_installed(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
     message = one_error(capsys, "engine", "--from-vllm", "--", "/models/llama")

@@ -18,6 +18,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from vllm_bridge.standins import Device, install  # noqa: E402
 
 
+def derived_engine(request) -> dict:
+    """The engine the plugin derives in a worker from a VllmConfig built from `vllm serve` arguments
+    (the live config's stand-in: vLLM's own EngineArgs -> VllmConfig on the H100 stand-in)."""
+    from vllm_bridge.cli import create_engine_config, parse_engine_args
+    from vllm_bridge.warmup import Settings, derive_engine
+
+    vllm_config = create_engine_config(parse_engine_args(request["serve_args"]))
+    engine = derive_engine(vllm_config, Settings.from_env({"WARMUP_PLAN": request["plan"]}))
+    return dict(engine.doc.data)
+
+
 def main() -> None:
     request = json.load(sys.stdin)
     install(Device("NVIDIA H100 80GB HBM3", (9, 0), 80 << 30, 132))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ from planner.steps import Autotune, Cleanup, CudaGraph, Decode, Prefill, Sample
 from tests.vllm_parity.test_parity import RELEASES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 ENGINE = "llama-3.1-8b-fp8-h100"
 CHECKS = ["version", "entry_point", "refuse", "patch", "runner", "redirect"]
 pytestmark = pytest.mark.skipif(not RELEASES, reason="WARMUP_VLLM_ENVS not set (tests/vllm_parity/setup_vllm.sh)")
@@ -36,6 +38,34 @@ def probe(request):
     facts = json.loads(run.stdout)
     assert facts["version"].startswith(version)
     return version, facts
+
+
+def test_the_plugins_engine_is_warmup_engine_from_vllm(tmp_path):
+    """Issue 17: in a worker the plugin derives the engine config with `--from-vllm`'s own code;
+    for the same `vllm serve` arguments the two agree field for field (the CLI adds only its
+    provenance to the description)."""
+    from planner.yamlio import load_file
+
+    model = tmp_path / "llama"
+    model.mkdir()
+    shutil.copy(os.path.join(ROOT, "tests", "fixtures", "hf", "llama-3.1-8b-instruct-fp8-block.json"),
+                model / "config.json")
+    serve_args = [str(model), "--max-model-len", "8192", "--num-gpu-blocks-override", "4096"]
+    for version in sorted(RELEASES):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, RELEASES[version]]), "VLLM_LOGGING_LEVEL": "ERROR"}
+        env.pop("WARMUP_PLAN", None)
+        payload = {"checks": ["derived_engine"], "plan": f"vllm-{version}", "serve_args": serve_args}
+        run = subprocess.run([sys.executable, os.path.join(HERE, "probe.py")], input=json.dumps(payload),
+                             capture_output=True, text=True, env=env, timeout=900)
+        assert run.returncode == 0, run.stderr[-3000:]
+        plugin = json.loads(run.stdout)["derived_engine"]
+        target = tmp_path / f"from-vllm-{version}.yaml"
+        cli = subprocess.run([sys.executable, "-m", "planner.cli", "engine", "--from-vllm", "-o", str(target),
+                              "--", *serve_args], capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
+        assert cli.returncode == 0, cli.stderr[-3000:]
+        written = dict(load_file(str(target)).data)
+        assert written.pop("description").endswith(plugin.pop("description"))
+        assert written == plugin and plugin["model"]["linear"], version
 
 
 def test_entry_point_loads_through_vllm_and_is_inert_without_a_plan(probe):
