@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # vLLM 0.25.0 on the GPU machine (torch 2.11.0+cu130, Python 3.12, no network).
+# NOT YET RUN there: `prepare` ran here on 2026-11-23 (parts of 52, 49 and 21 MB); the first
+# install call was refused (no device machine lent for the rest of that session).
 #
 # 0.25.0 is the newest vLLM that pins the machine's torch (0.33.0 pins 2.14.0). Its wheel is
 # 250 MB and one device call carries at most 64 MiB, so it travels in three parts to a warm
