@@ -84,8 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     if program and builtin:
         _without_cyclic_gc()
     args = build_parser(builtin, with_plugins=builtin is None).parse_args(argv)
+    return run_guarded(args.func, args)
+
+
+def run_guarded(func, args) -> int:
+    """Run one command: bad input is one line and exit 2, never a traceback; a command another
+    package registers (`warmup bundle`) goes through the same guard when run on its own."""
     try:
-        return args.func(args)
+        return func(args)
     except PlanError as e:
         print(f"warmup: error: {e}", file=sys.stderr)
         return EXIT_INVALID

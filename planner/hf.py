@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from .limits import MAX_BLOCKS, MAX_SEQS, MAX_TOKENS, MAX_VOCAB
 from .yamlio import dump
 
-__all__ = ["GPUS", "HFConfigError", "SUPPORTED_ARCHITECTURES", "engine_from_hf", "engine_to_yaml"]
+__all__ = ["GPUS", "HFConfigError", "SUPPORTED_ARCHITECTURES", "engine_from_hf", "engine_to_yaml", "gpu_name"]
 
 
 class HFConfigError(ValueError):
@@ -362,11 +362,20 @@ def _check_flags(source: str, *, tp, dp, ep, max_num_seqs, max_num_batched_token
                   _flag_int(max_model_len, "--max-model-len", source))
 
 
+def gpu_name(gpu) -> str | None:
+    """The GPUS name `gpu` spells, in any case (`h200` -> `H200`); None for an unknown GPU."""
+    if isinstance(gpu, str):
+        for name in GPUS:
+            if name.lower() == gpu.lower():
+                return name
+    return None
+
+
 def _resolve_gpu(gpu: str, source: str) -> _Gpu:
-    for name, facts in GPUS.items():
-        if isinstance(gpu, str) and name.lower() == gpu.lower():
-            return _Gpu(name, **facts)
-    raise _fail(source, f"--gpu {gpu!r} is not known; known GPUs: {', '.join(GPUS)}")
+    name = gpu_name(gpu)
+    if name is None:
+        raise _fail(source, f"--gpu {gpu!r} is not known; known GPUs: {', '.join(GPUS)}")
+    return _Gpu(name, **GPUS[name])
 
 
 def _architecture(ctx: _Ctx) -> tuple[str, str]:

@@ -66,9 +66,9 @@ def device_of(gpu: str) -> Device:
 def known_gpu(gpu: str | None) -> str | None:
     if gpu is None:
         return None
-    for name in hf.GPUS:
-        if name.lower() == gpu.lower():
-            return name
+    name = hf.gpu_name(gpu)
+    if name is not None:
+        return name
     raise PlanError(f"unknown GPU {gpu!r} (known: {', '.join(hf.GPUS)})", file=WHERE, path="--gpu")
 
 

@@ -15,16 +15,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 
 from planner import api
-from planner.errors import PlanError
+from planner.cli import run_guarded
 from planner.steps import Keyed
 
 from .. import dg_install
 from ..precompile import manifest as precompile_manifest
-from ..report import EXIT_FAILED, EXIT_INTERNAL, EXIT_INVALID, EXIT_OK
+from ..report import EXIT_FAILED, EXIT_OK
 from . import archive, environment, ops
 
 
@@ -54,20 +53,8 @@ def add_commands(sub) -> None:
 
 
 def cmd_bundle(args) -> int:
-    """Run one bundle action; invalid input is one line and exit 2."""
-    try:
-        return ACTIONS[args.bundle_command](args)
-    except PlanError as e:
-        print(f"warmup: error: {e}", file=sys.stderr)
-        return EXIT_INVALID
-    except KeyboardInterrupt:
-        print("warmup: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # noqa: BLE001
-        if os.environ.get("WARMUP_DEBUG"):
-            raise
-        print(f"warmup: internal error: {type(e).__name__}: {e} (set WARMUP_DEBUG=1 for a traceback)", file=sys.stderr)
-        return EXIT_INTERNAL
+    """Run one bundle action through the planner's guard: invalid input is one line and exit 2."""
+    return run_guarded(ACTIONS[args.bundle_command], args)
 
 
 def cmd_build(args) -> int:

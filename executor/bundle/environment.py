@@ -14,7 +14,8 @@ import os
 import subprocess
 import sys
 
-from .. import dg_install, dg_rekey
+from .. import dg_rekey
+from ..precompile import manifest as precompile_manifest
 
 FIELDS = ("gpu", "num_sms", "capability", "driver_major", "cuda", "nvcc", "torch", "triton",
           "deep_gemm_version", "deep_gemm_headers", "flashinfer")
@@ -56,13 +57,13 @@ def _gpu() -> dict:
 
 def current() -> dict:
     """This machine's fingerprint (imports torch to ask the GPU)."""
-    install = dg_install.find_install()
+    deep_gemm = precompile_manifest.deep_gemm_fingerprint()  # the precompile manifest's own reading
     fp = dict.fromkeys(FIELDS + PATH_FIELDS)
     fp.update(_gpu(), driver_major=_driver_major(), nvcc=dg_rekey.nvcc_version(),
               triton=_module_version("triton"), flashinfer=_module_version("flashinfer-python"))
-    if install is not None:
-        fp.update(deep_gemm_version=install.version, deep_gemm_include_dir=install.include_dir,
-                  deep_gemm_headers=dg_install.headers_digest(install.include_dir))
+    if deep_gemm is not None:
+        fp.update(deep_gemm_version=deep_gemm["version"], deep_gemm_include_dir=deep_gemm["include_dir"],
+                  deep_gemm_headers=deep_gemm["headers"])
     return fp
 
 
