@@ -40,6 +40,8 @@ class Options:
     jobs: int = 0                                  # worker processes that precompile (0 or 1: none)
     expect_cached: bool = False                    # sealed before the first step: a compile is a miss
     precompile_backends: tuple = PRECOMPILE_BACKENDS  # backends whose variants workers compile
+    backend_settings: dict = field(default_factory=dict)  # backend name -> its settings (constructor)
+    worker_env: dict = field(default_factory=dict)  # environment the precompile workers get on top of ours
 
     def public(self) -> dict:
         return asdict(self)

@@ -44,6 +44,14 @@ def load_backend(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
+def writes_deep_gemm(name: str) -> bool:
+    """Whether a backend's compiles land in DeepGEMM's JIT cache (its class's ``jit_cache``)."""
+    try:
+        return getattr(load_backend(name), "jit_cache", None) == "deep_gemm"
+    except Exception:  # noqa: BLE001 - unknown or broken: it writes nothing we count
+        return False
+
+
 def backend_families(name: str) -> tuple[str, ...]:
     """The kernel families a backend implements, as its class declares them."""
     return load_backend(name).families

@@ -17,7 +17,7 @@ from planner.output import write_atomic
 
 from kernel_model.deep_gemm import CHECKED_VERSIONS
 
-from . import dg_install
+from . import dg_install, registry
 from .records import STATUSES, StepRecord
 
 FORMAT = "warmup-execute-report/v1"
@@ -40,6 +40,7 @@ class Report:
         self.verify_trace: dict | None = None  # executor.verify.trace_check
         self.precompile: dict | None = None    # executor.precompile.Precompiler.summary()
         self.startup: dict | None = None       # executor.run.start_up: imports and CUDA context
+        self.host: dict | None = None          # what a serving engine that ran the plan adds (vllm_bridge)
         self.environment: dict = {}
         self.interrupted = False
         self.error: str | None = None        # invalid input or internal error, one line
@@ -129,6 +130,7 @@ class Report:
             "verify_trace": self.verify_trace,
             "startup": self.startup,
             "precompile": self.precompile,
+            **({"host": self.host} if self.host is not None else {}),
         }
 
     # --- output ----------------------------------------------------------------------------------
@@ -199,7 +201,8 @@ def _deep_gemm_counts(recs: list, jits: list) -> dict:
     """A stage's DeepGEMM kernels compiled (main process + pool) and loaded (None: not counted)."""
     pool = sum((r.precompile or {}).get("deep_gemm_compiled") or 0 for r in recs)
     loads = [j.get("deep_gemm_loads") for j in jits if j.get("deep_gemm_loads") is not None]
-    if not any(r.backend == "deep_gemm" or r.planned_backend == "deep_gemm" for r in recs):
+    if not any(registry.writes_deep_gemm(r.backend or "") or registry.writes_deep_gemm(r.planned_backend or "")
+               for r in recs):
         return {}
     return {"deep_gemm_compiled": (sum(j.get("deep_gemm_jit", 0) for j in jits) + pool) if jits else None,
             "deep_gemm_loaded": sum(loads) if loads else None}

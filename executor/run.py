@@ -52,12 +52,14 @@ BATCH_METHODS = ("execute_model", "sample_tokens")  # a stage of these steps run
 
 def execute(expanded, engine: dict | None = None, options: Options | None = None,
             progress: Progress | None = None, report: Report | None = None, runner=None,
-            precompiler: Precompiler | None = None) -> Report:
+            precompiler: Precompiler | None = None, monitor: Monitor | None = None) -> Report:
     """Run every step of `expanded`; returns the report (also filled in place when given).
 
     `runner`: a model runner to use instead of starting one; it stays the caller's (not closed).
     `precompiler`: the pool ``start_precompile`` started earlier (a serving engine starts it
-    before loading its weights and builds its runner meanwhile); execute finishes it."""
+    before loading its weights and builds its runner meanwhile); execute finishes it.
+    `monitor`: a JIT monitor the caller installed and keeps (a serving engine's, which spans
+    more than the plan): the steps are counted on it, and execute neither seals nor removes it."""
     options = options or Options()
     dg_install.use_vllm_cache_dir()  # vLLM's DeepGEMM cache when unset, before DeepGEMM or a worker reads it
     if options.verify_trace and options.runner == "none":
@@ -65,7 +67,8 @@ def execute(expanded, engine: dict | None = None, options: Options | None = None
                         "--runner none (or --dry-run)")
     progress = progress or Progress(enabled=False)
     report = report or Report(expanded, options.public())
-    monitor = Monitor(_monitor_mode(options, report), options.jit_log)
+    owned = monitor is None
+    monitor = monitor or Monitor(_monitor_mode(options, report), options.jit_log)
     ctx = Context(options, engine, progress, monitor, runner)
     tables_before = use_engine_tables(engine)  # before any kernel (or worker) reads a tuned table
     pre = precompiler or _start_precompile(expanded.steps, options, progress)  # before torch and triton
@@ -74,16 +77,17 @@ def execute(expanded, engine: dict | None = None, options: Options | None = None
     monitor.install()
     try:
         report.startup = start_up(ctx, expanded.steps)  # while the workers start up too
-        if options.expect_cached:
+        if options.expect_cached and owned:
             monitor.seal(loads_ok=True)  # every kernel must come from the disk caches
         kept = run_steps(expanded.steps, ctx, [pre, ReportHook(report), ProgressHook(progress, report)])
         pre.close()  # the workers are gone (and their GPU memory) before the seal and the checks
-        monitor.seal()
-        _after_seal(report, ctx, kept)
+        if owned:
+            monitor.seal()
+            _after_seal(report, ctx, kept)
     except KeyboardInterrupt:
         _interrupted(report, expanded.steps)
     finally:
-        _finish(report, ctx, pre, tables_before)
+        _finish(report, ctx, pre, tables_before, owned)
     return report
 
 
@@ -116,7 +120,8 @@ def _interrupted(report: Report, steps) -> None:
             report.add_step(StepRecord.not_run(step, "not run: interrupted (Ctrl-C)"))
 
 
-def _finish(report: Report, ctx: Context, pre: Precompiler, tables_before: str | None) -> None:
+def _finish(report: Report, ctx: Context, pre: Precompiler, tables_before: str | None,
+            owned: bool = True) -> None:
     _finish_precompile(pre, report)
     monitor = ctx.monitor
     report.monitor = monitor.summary() if monitor.mode != "off" else {"mode": "off"}
@@ -124,7 +129,7 @@ def _finish(report: Report, ctx: Context, pre: Precompiler, tables_before: str |
     try:
         ctx.close()
     finally:
-        if not ctx.options.keep_monitor:
+        if owned and not ctx.options.keep_monitor:
             monitor.uninstall()
         restore_tables(tables_before)
     report.finished = time.time()

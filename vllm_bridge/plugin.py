@@ -7,6 +7,8 @@ must not start without the warmup the user asked for), and that release's GPU Wo
 
 - ``load_model``: the plan is made (engine from the live VllmConfig, a stale saved plan refused)
   and its precompile pool started before vLLM loads the weights;
+- ``determine_available_memory``: the pool is finished, its processes gone, before vLLM's memory
+  profile (bounded; a failed pool falls back to vLLM's own warmup);
 - ``compile_or_warm_up_model``: vLLM's own method with the plan in place of what the plan models
   (vllm_bridge.warmup).
 
@@ -22,7 +24,7 @@ import os
 from .releases import Release, release_for
 from .warmup import Settings, WorkerWarmup
 
-PATCHED = "_warmup_planner_originals"  # on the Worker class: (load_model, compile_or_warm_up_model)
+PATCHED = "_warmup_planner_originals"  # on the Worker class: {method name: vLLM's function}
 STATE = "_warmup_planner"               # on a worker: its WorkerWarmup
 
 
@@ -35,15 +37,21 @@ def register() -> None:
     patch_worker(release_for(vllm.__version__), settings)
 
 
+def patched_methods(release: Release) -> dict:
+    """The Worker methods the plugin wraps, by name, with the function that wraps each."""
+    return {release.load_method: _load_model, release.memory_method: _determine_available_memory,
+            release.warmup_method: _compile_or_warm_up_model}
+
+
 def patch_worker(release: Release, settings: Settings):
     """Patch the release's Worker class (once); returns it."""
     cls = getattr(importlib.import_module(release.worker_module), release.worker_class)
     if PATCHED in vars(cls):
         return cls
-    load, warm = getattr(cls, release.load_method), getattr(cls, release.warmup_method)
-    setattr(cls, PATCHED, (load, warm))
-    setattr(cls, release.load_method, _load_model(load, release, settings))
-    setattr(cls, release.warmup_method, _compile_or_warm_up_model(warm, release, settings))
+    wrappers = patched_methods(release)
+    setattr(cls, PATCHED, {name: getattr(cls, name) for name in wrappers})
+    for name, wrap in wrappers.items():
+        setattr(cls, name, wrap(vars(cls)[PATCHED][name], release, settings))
     return cls
 
 
@@ -52,8 +60,8 @@ def unpatch_worker(release: Release) -> None:
     cls = getattr(importlib.import_module(release.worker_module), release.worker_class)
     originals = vars(cls).get(PATCHED)
     if originals is not None:
-        setattr(cls, release.load_method, originals[0])
-        setattr(cls, release.warmup_method, originals[1])
+        for name, original in originals.items():
+            setattr(cls, name, original)
         delattr(cls, PATCHED)
 
 
@@ -62,9 +70,22 @@ def _load_model(original, release: Release, settings: Settings):
     def load_model(self, *args, **kwargs):
         state = WorkerWarmup.prepare(self, release, settings)  # before the weights: fail fast
         setattr(self, STATE, state)
-        state.start_precompile()
-        return original(self, *args, **kwargs)
+        state.start()
+        with state.phases.phase("load_model"):
+            return original(self, *args, **kwargs)
     return load_model
+
+
+def _determine_available_memory(original, release: Release, settings: Settings):
+    @functools.wraps(original)
+    def determine_available_memory(self, *args, **kwargs):
+        state = getattr(self, STATE, None)
+        if state is None:
+            return original(self, *args, **kwargs)
+        state.finish_precompile()  # the pool's processes and their GPU memory gone before the profile
+        with state.phases.phase("profile run"):
+            return original(self, *args, **kwargs)
+    return determine_available_memory
 
 
 def _compile_or_warm_up_model(original, release: Release, settings: Settings):

@@ -17,6 +17,7 @@ class Release(NamedTuple):
     worker_module: str = "vllm.v1.worker.gpu_worker"
     worker_class: str = "Worker"
     load_method: str = "load_model"         # wrapped: the precompile pool starts before the weights load
+    memory_method: str = "determine_available_memory"  # wrapped: the pool is done and gone before it
     warmup_method: str = "compile_or_warm_up_model"  # wrapped: the plan replaces what it models
     # Names in worker_module that compile_or_warm_up_model calls, and what the plan does instead:
     plan_hook: str = "kernel_warmup"        # the plan runs here, then vLLM's own kernel_warmup
@@ -30,6 +31,8 @@ class Release(NamedTuple):
     deep_gemm_module: str = "vllm.utils.deep_gemm"
     deep_gemm_init: str = "_lazy_init"
     deep_gemm_import: str = "_import_deep_gemm"
+    # vLLM's Triton top-k/top-p sampler (vllm_bridge.triton warms it where the plan asks)
+    sampler_module: str = "vllm.v1.sample.ops.topk_topp_triton"
 
 
 # 0.25.0: kernel_warmup, capture_model, then warmup_kernels (MRV2); 0.33.0: kernel_warmup,

@@ -1,20 +1,30 @@
 """The plan-driven warmup inside one vLLM worker (vllm_bridge.plugin patches the worker to call it).
 
-Per worker: ``prepare`` (before the weights load) derives the engine config from the live
-VllmConfig, expands the plan, refuses a stale saved plan and starts the precompile pool;
-``redirected`` wraps vLLM's own compile_or_warm_up_model so that the parts the plan models run
-from the plan and everything else still runs as vLLM wrote it:
+Per worker, in the order vLLM calls the three patched methods:
 
-- at vLLM's ``kernel_warmup`` call: vLLM's kernel_warmup runs with its DeepGEMM warmup off
-  (model-specific warmups and FlashInfer's autotune, which tunes through the model, stay vLLM's),
-  then the plan's steps run through the executor: DeepGEMM exact keys on vLLM's DeepGEMM into
-  vLLM's cache, the synthetic batches and CUDA-graph capture on vLLM's model runner;
-- vLLM's ``warmup_kernels`` (Model Runner V2's synthetic batches): the plan ran them;
-- the model runner's ``capture_model``: the plan captured its sizes; vLLM gets the bytes it returned.
+- ``load_model`` (``start``): the engine config from the live VllmConfig, the plan (a stale
+  saved plan refused), the JIT monitor installed, and the precompile pool started before the
+  weights load: one job per distinct compile key of the plan (DeepGEMM on vLLM's own DeepGEMM,
+  into vLLM's cache; vLLM's own Triton kernels the plan warms), in as many worker processes as
+  the machine and the key count allow (WARMUP_JOBS overrides);
+- ``determine_available_memory`` (``finish_precompile``): the pool's barrier. vLLM's memory
+  profile counts every GPU byte in use when it ends, the workers' CUDA contexts included, and its
+  profile run must find the kernels compiled: so the pool is finished and its processes gone
+  before it (at most WARMUP_PRECOMPILE_TIMEOUT seconds of waiting). A pool that fails or times
+  out is one line in vLLM's log, and vLLM's own warmup then runs as it would without the plugin
+  (WARMUP_STRICT=1: the worker stops instead);
+- ``compile_or_warm_up_model`` (``warm_up``): vLLM's own method with the plan in place of what the
+  plan models (``redirected``): vLLM's kernel_warmup runs with its serial DeepGEMM sweep off, then
+  the plan's steps run through the executor (``plugin_plan``: each DeepGEMM shape at one call per
+  compile key, loading what the pool compiled; the synthetic batches and the CUDA-graph capture on
+  vLLM's model runner; the kernels vLLM leaves cold); vLLM's ``warmup_kernels`` is skipped (the
+  plan ran its batches) and ``capture_model`` answers the bytes of the plan's capture. The monitor
+  is sealed at the end: a compile it logs from then on happened after ready.
 
-The compile-size dummy runs, V1's sampler dummy run, the seed reset, inductor's lazy init, vLLM's
-own JIT monitor, the GC freeze and the return value stay vLLM's. This project's JIT monitor is
-installed before and sealed after the whole method: a compile it logs happened after ready.
+What the plugin runs differs from the plan in how, never in what: its compile keys are the
+plan's (``plugin_plan``; tests/test_vllm_plugin_cpu.py checks it on every shipped engine). It sets
+no VLLM_* variable (they feed vLLM's torch.compile cache key); vLLM's DeepGEMM sweep is skipped by
+swapping the function in kernel_warmup's module for the duration of the call.
 """
 
 from __future__ import annotations
@@ -22,19 +32,24 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import multiprocessing
 import os
+import time
 from typing import NamedTuple
 
 from planner.api import check_fresh, expand, load_engine, load_target, source_plan
 from planner.errors import PlanError
-from planner.steps import Autotune
+from planner.steps import Autotune, GemmLike
 
+from . import phases as ph
 from .releases import Release
 
 log = logging.getLogger("warmup_planner.vllm")
 
-DEEP_GEMM_FAMILIES = ("gemm", "grouped_gemm")
+DEEP_GEMM_BACKEND = "deep_gemm_vllm"   # vllm_bridge.deep_gemm: DeepGEMM as vLLM imports it
 VLLM_RUNS = (Autotune,)  # steps vLLM's own kernel_warmup runs (FlashInfer tunes through the model)
+DEFAULT_TIMEOUT_S = 300.0
+TRUE, FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 class PluginError(RuntimeError):
@@ -48,15 +63,45 @@ class Settings(NamedTuple):
     report: str | None = None      # WARMUP_PLAN_REPORT: the executor's JSON report (rank suffix added)
     jit_log: str | None = None     # WARMUP_JIT_LOG: JSONL of compiles after ready (rank suffix added)
     engine: str | None = None      # WARMUP_ENGINE: an engine config to use instead of deriving one
-    jobs: int = 0                  # WARMUP_JOBS: precompile worker processes (0 or 1: none)
+    jobs: int | None = None        # WARMUP_JOBS: precompile worker processes (unset: the machine's
+    #                                cores, at most one per key; 0 or 1: none, the plan compiles serially)
+    strict: bool = False           # WARMUP_STRICT: a failed precompile stops the worker (else vLLM's warmup)
+    timeout_s: float = DEFAULT_TIMEOUT_S  # WARMUP_PRECOMPILE_TIMEOUT: longest wait for the pool
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
-        jobs = environ.get("WARMUP_JOBS", "0")
-        if not jobs.isdigit():
-            raise PluginError(f"warmup-planner: WARMUP_JOBS must be a whole number, got {jobs!r}")
         return cls(environ.get("WARMUP_PLAN") or None, environ.get("WARMUP_PLAN_REPORT") or None,
-                   environ.get("WARMUP_JIT_LOG") or None, environ.get("WARMUP_ENGINE") or None, int(jobs))
+                   environ.get("WARMUP_JIT_LOG") or None, environ.get("WARMUP_ENGINE") or None,
+                   _jobs(environ.get("WARMUP_JOBS", "")), _flag(environ, "WARMUP_STRICT"),
+                   _seconds(environ.get("WARMUP_PRECOMPILE_TIMEOUT", "")))
+
+
+def _jobs(text: str) -> int | None:
+    if not text.strip():
+        return None
+    if not text.strip().isdigit():
+        raise PluginError(f"warmup-planner: WARMUP_JOBS must be a whole number, got {text!r}")
+    return int(text)
+
+
+def _flag(environ, name: str) -> bool:
+    value = environ.get(name, "").strip().lower()
+    if value not in TRUE + FALSE:
+        raise PluginError(f"warmup-planner: {name} must be 1 or 0, got {environ[name]!r}")
+    return value in TRUE
+
+
+def _seconds(text: str) -> float:
+    if not text.strip():
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise PluginError(f"warmup-planner: WARMUP_PRECOMPILE_TIMEOUT must be a positive number of seconds, "
+                          f"got {text!r}")
+    return value
 
 
 def derive_engine(vllm_config, settings: Settings):
@@ -91,25 +136,76 @@ def with_rank(path: str | None, rank: int) -> str | None:
     return f"{stem}.rank{rank}{ext}"
 
 
-def options_for(worker, settings: Settings):
-    """The executor's options inside a vLLM worker: DeepGEMM through vLLM's DeepGEMM, the JIT
-    monitor off inside (the plugin's own monitor spans all of vLLM's warmup)."""
+# --- what the plugin runs: the plan's keys, its own way -------------------------------------------------
+
+def plugin_plan(expanded):
+    """The plan as this worker runs it: the steps vLLM's kernel_warmup does not run itself, each
+    DeepGEMM step on vLLM's DeepGEMM at one call per compile key (its variants' first M-values;
+    the pool compiles every key, the main process loads each once). Same compile keys."""
+    return expanded._replace(steps=tuple(_one_call_per_key(s) for s in expanded.steps
+                                         if not isinstance(s, VLLM_RUNS)))
+
+
+def _one_call_per_key(step):
+    if not isinstance(step, GemmLike) or step.backend != "deep_gemm":
+        return step
+    if not step.variants:  # a kernel no dispatch model covers: every M, as planned
+        return step.replace(backend=DEEP_GEMM_BACKEND)
+    return step.replace(backend=DEEP_GEMM_BACKEND, m_values=tuple(v.first for v in step.variants), exact=True)
+
+
+def compile_keys(expanded) -> set[str]:
+    """Every compile key the plan's steps name."""
+    return {key for step in expanded.steps for key in getattr(step, "compile_keys", ())}
+
+
+def precompile_jobs(settings: Settings) -> int:
+    """Worker processes for the pool: WARMUP_JOBS, else the machine's cores (the pool takes at
+    most one per job). None in a daemon process: Python forbids it children (vLLM's tensor-parallel
+    workers are daemons), so the plan compiles in the worker itself there."""
+    from executor.precompile import default_jobs
+
+    if multiprocessing.current_process().daemon:
+        return 0
+    return default_jobs() if settings.jobs is None else settings.jobs
+
+
+def options_for(worker, release: Release, jobs: int):
+    """The executor's options inside a vLLM worker: vLLM's DeepGEMM and vLLM's own Triton kernels
+    (their settings reach the precompile workers through the constructor), the monitor the plugin
+    installed, steps failing on their own (the server starts)."""
     from executor.context import Options
 
-    backends = dict.fromkeys(DEEP_GEMM_FAMILIES, "deep_gemm_vllm")
-    return Options(backends=backends, on_error="continue", jit_monitor="off", runner="reference",
-                   device=str(getattr(worker, "device", "cuda")), jobs=settings.jobs,
-                   precompile_backends=("deep_gemm_vllm", "triton"))
+    from .deep_gemm import release_settings
+
+    device = str(getattr(worker, "device", "cuda"))
+    staging = _triton_staging()
+    return Options(on_error="continue", jit_monitor="warn", runner="reference", device=device, jobs=jobs,
+                   precompile_backends=(DEEP_GEMM_BACKEND, "vllm_triton", "triton"),
+                   backend_settings={DEEP_GEMM_BACKEND: release_settings(release),
+                                     "vllm_triton": {"module": release.sampler_module, "staging": staging}},
+                   worker_env={"TRITON_CACHE_DIR": staging} if staging else {})
 
 
-def register_backend(release: Release) -> None:
-    """The executor finds the vLLM-DeepGEMM backend by name (executor.registry), idempotently."""
+def _triton_staging() -> str | None:
+    """Where the pool's workers write vLLM's Triton kernels: the directory the user chose for
+    Triton, else one under vLLM's cache root (vllm_bridge.triton copies them into the directory
+    vLLM's process reads once Inductor has chosen it). None outside vLLM (tests)."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return os.environ["TRITON_CACHE_DIR"]
+    try:
+        import vllm.envs as envs
+    except ImportError:
+        return None
+    return os.path.join(envs.VLLM_CACHE_ROOT, "warmup_planner", "triton")
+
+
+def register_backends() -> None:
+    """The executor finds the bridge's backends by name (executor.registry), idempotently."""
     from executor import registry
 
-    from . import deep_gemm
-
-    registry.BACKENDS.setdefault("deep_gemm_vllm", ("vllm_bridge.deep_gemm", "VllmDeepGemmBackend"))
-    deep_gemm.RELEASE = release
+    registry.BACKENDS.setdefault(DEEP_GEMM_BACKEND, ("vllm_bridge.deep_gemm", "VllmDeepGemmBackend"))
+    registry.BACKENDS.setdefault("vllm_triton", ("vllm_bridge.triton", "VllmTritonBackend"))
 
 
 def use_vllm_deep_gemm_cache() -> str:
@@ -135,15 +231,24 @@ def swapped(owner, name: str, value):
             delattr(owner, name)
 
 
+# --- one worker ------------------------------------------------------------------------------------------
+
 class WorkerWarmup:
-    """One worker's plan: made before the weights load, run inside vLLM's compile_or_warm_up_model."""
+    """One worker's plan: made before the weights load, its pool finished before vLLM's memory
+    profile, run inside vLLM's compile_or_warm_up_model (see the module docstring)."""
 
     def __init__(self, worker, release: Release, settings: Settings, engine, expanded):
+        from executor.jit_monitor import Monitor
+
         self.worker, self.release, self.settings = worker, release, settings
         self.engine, self.expanded = engine, expanded
         self.rank = int(getattr(worker, "rank", 0) or 0)
-        self.options = options_for(worker, settings)
+        self.options = options_for(worker, release, 0)
+        self.monitor = Monitor("warn", with_rank(settings.jit_log, self.rank))
+        self.phases = ph.Phases(self.monitor)
         self.precompiler = None
+        self.fallback: str | None = None   # why vLLM's own warmup runs instead of the plan
+        self.waited_s: float | None = None  # the barrier's wait for the pool
         self.runner = None
         self.report = None
 
@@ -155,46 +260,95 @@ class WorkerWarmup:
             expanded = make_plan(settings, engine)
         except PlanError as e:
             raise PluginError(f"warmup-planner: {one_line(e)}") from None
-        register_backend(release)
+        register_backends()
         use_vllm_deep_gemm_cache()
         return cls(worker, release, settings, engine, expanded)
 
     def in_worker_plan(self):
-        """The steps the executor runs here: all but those vLLM's kernel_warmup still runs."""
-        return self.expanded._replace(steps=tuple(s for s in self.expanded.steps if not isinstance(s, VLLM_RUNS)))
+        return plugin_plan(self.expanded)
 
-    def start_precompile(self) -> None:
-        """DeepGEMM and Triton compile in worker processes while vLLM loads the weights (they need none)."""
-        if self.settings.jobs > 1:
-            from executor.run import start_precompile
+    # --- load_model: the pool starts ---
 
+    def start(self) -> None:
+        """Install the monitor and start the pool, before vLLM loads the weights (they need none)."""
+        self.monitor.install()
+        jobs = precompile_jobs(self.settings)
+        if jobs == 0 and multiprocessing.current_process().daemon:
+            log.info("warmup-planner: this vLLM worker is a daemon process, which Python forbids child "
+                     "processes: the plan's kernels compile in the worker itself, once each")
+        if jobs > 1:
+            self._start_pool(jobs)
+        p = self.precompiler.summary() if self.precompiler else {"status": "off", "reason": f"{jobs} jobs"}
+        log.info("warmup-planner: plan %s for engine %s, %d steps; precompile: %s", self.expanded.plan,
+                 self.expanded.engine, len(self.expanded.steps),
+                 f"{p['jobs']} jobs on {p['workers']} worker processes" if p["status"] == "ran"
+                 else f"{p['status']} ({p['reason']})")
+        families = [gap["family"] for gap in self.expanded.not_modelled]
+        if families:
+            log.info("warmup-planner: not in the plan (vLLM's own warmup, or nothing, covers them): %s",
+                     "; ".join(families))
+
+    def _start_pool(self, jobs: int) -> None:
+        from executor.run import start_precompile
+
+        self.options = options_for(self.worker, self.release, jobs)
+        try:
             self.precompiler = start_precompile(self.in_worker_plan(), self.engine.data, self.options)
+        except Exception as e:  # noqa: BLE001 - an optimisation: vLLM's warmup is the fallback
+            self._give_up(f"the precompile pool did not start ({type(e).__name__}: {one_line(e)})")
+            return
+        self.precompiler.absorb = self.monitor.absorb_deep_gemm  # its kernels are not this process's
+        self.monitor.pool_busy = self.precompiler.deep_gemm_busy
+
+    # --- determine_available_memory: the pool's barrier ---
+
+    def finish_precompile(self) -> None:
+        """Wait for the pool (bounded) and end its processes; on failure, fall back or stop (strict)."""
+        pre = self.precompiler
+        if pre is None or pre.status != "ran":
+            return
+        try:
+            why = pre.finish(self.settings.timeout_s)
+        except Exception as e:  # noqa: BLE001 - ours: one line, never a hang
+            pre.cancel("failed")
+            why = f"failed ({type(e).__name__}: {one_line(e)})"
+        self.waited_s = pre.finish_s
+        if why is None:
+            log.info("warmup-planner: %s; vLLM waited %.1f s for it before its memory profile",
+                     _pool_line(pre.summary()), self.waited_s or 0.0)
+            return
+        self._give_up(f"the precompile pool {why}")
+
+    def _give_up(self, why: str) -> None:
+        if self.settings.strict:
+            raise PluginError(f"warmup-planner: {why} (WARMUP_STRICT=1)")
+        self.fallback = why
+        log.warning("warmup-planner: %s; vLLM's own warmup will run instead", why)
+
+    # --- compile_or_warm_up_model: the plan ---
 
     def warm_up(self, original):
         """vLLM's compile_or_warm_up_model with the plan in place of what it models; returns its value."""
-        from executor.jit_monitor import Monitor
-
-        self.log_plan()
-        monitor = Monitor("warn", with_rank(self.settings.jit_log, self.rank)).install()
+        self.monitor.install()  # already, unless load_model was not ours to wrap
         try:
-            with self.redirected():
-                result = original()
+            result = self._run_vllm_method(original)
         except BaseException:
-            monitor.uninstall()  # the worker does not start: nothing to watch
+            self.phases.end()
+            self.monitor.uninstall()  # the worker does not start: nothing to watch
             raise
-        monitor.seal()  # stays installed: what compiles from here on is logged as after ready
-        if self.settings.report and self.report is not None:
-            self.report.write(with_rank(self.settings.report, self.rank))
+        self.monitor.seal()  # stays installed: what compiles from here on is logged as after ready
+        self._finish_report()
         return result
 
-    def log_plan(self) -> None:
-        log.info("warmup-planner: plan %s for engine %s, %d steps", self.expanded.plan, self.expanded.engine,
-                 len(self.expanded.steps))
-        for step in self.expanded.steps:
-            if isinstance(step, VLLM_RUNS):
-                log.info("warmup-planner: %s runs in vLLM's own kernel_warmup (it tunes through the model)", step.id)
-        for gap in self.expanded.not_modelled:
-            log.info("warmup-planner: not in the plan, vLLM's own warmup runs it: %s", gap["family"])
+    def _run_vllm_method(self, original):
+        if self.fallback:
+            with self.phases.phase("warmup (vLLM's own, the plugin's fallback)"):
+                return original()
+        self.phases.begin("warmup before the plan")
+        with self.redirected():
+            result = original()
+        self.phases.end()
+        return result
 
     @contextlib.contextmanager
     def redirected(self):
@@ -213,7 +367,9 @@ class WorkerWarmup:
         def plan_then_vllm(worker, *args, **kwargs):
             with self._modelled_off():
                 kernel_warmup(worker, *args, **kwargs)
+            self.phases.end()
             self.run_plan()
+            self.phases.begin("warmup after the plan")
         return plan_then_vllm
 
     @contextlib.contextmanager
@@ -238,17 +394,97 @@ class WorkerWarmup:
         return captured
 
     def run_plan(self) -> None:
+        from executor.report import Report
         from executor.run import execute
 
         from .runner import VllmWorkerRunner
 
         plan = self.in_worker_plan()
         self.runner = VllmWorkerRunner(self.worker, plan.steps)
-        self.report = execute(plan, self.engine.data, self.options, runner=self.runner,
-                              precompiler=self.precompiler)
-        counts: dict = {}
+        self.report = Report(plan, self.options.public())
+        self.report = execute(plan, self.engine.data, self.options, progress=LogProgress(self.report),
+                              report=self.report, runner=self.runner, precompiler=self.precompiler,
+                              monitor=self.monitor)
         for record in self.report.steps:
-            counts[record.status] = counts.get(record.status, 0) + 1
             if record.status == "failed":
                 log.warning("warmup-planner: step %s failed: %s", record.id, record.error)
-        log.info("warmup-planner: plan ran: %s", ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+
+    # --- the report and the summary line ---
+
+    def _finish_report(self) -> None:
+        from executor.registry import writes_deep_gemm
+        from executor.report import Report
+
+        if self.report is None:  # the fallback: no plan ran
+            self.report = Report(self.in_worker_plan(), self.options.public())
+            self.report.precompile = self.precompiler.summary() if self.precompiler else None
+            self.report.finished = time.time()
+        stages = ph.stage_rows(self.report.steps, writes_deep_gemm)
+        self.report.host = {"engine": "vllm", "rank": self.rank, "fallback": self.fallback,
+                            "precompile_wait_s": self.waited_s, "phases": self.phases.rows, "stages": stages,
+                            "after_ready_jsonl": self.monitor.jsonl_path}
+        log.info(summary_line(self.expanded.plan, stages, self.phases.rows, self.report.precompile, self.fallback))
+        if self.settings.report:
+            try:
+                self.report.write(with_rank(self.settings.report, self.rank))
+            except OSError as e:
+                log.warning("warmup-planner: cannot write the report: %s", one_line(e))
+
+
+def _pool_line(p: dict) -> str:
+    return (f"precompile: {p.get('ok', 0)} of {p['jobs']} jobs done on {p['workers']} workers in "
+            f"{p.get('wall_s') or 0.0:.1f} s, {p.get('compiled') or 0} kernels compiled")
+
+
+def summary_line(plan: str, stages: list, phases: list, precompile: dict | None, fallback: str | None) -> str:
+    """The one line vLLM's log gets at the end: what the plan ran, what the pool did, what each of
+    vLLM's phases compiled (counts add up: each compile is counted in one row)."""
+    if fallback:
+        return f"warmup-planner: {fallback}; vLLM's own warmup ran"
+    total = {}
+    for row in stages:
+        ph.add_counts(total, row)
+    text = (f"warmup-planner: plan {plan} ran: {sum(r['steps'] for r in stages)} steps, "
+            f"{sum(r['calls'] for r in stages)} calls in {sum(r['wall_s'] for r in stages):.1f} s "
+            f"({ph.describe_counts(total)})")
+    if precompile and precompile.get("jobs"):
+        text += "; " + _pool_line(precompile)
+    for row in phases:
+        compiled = row["compiled"]
+        if any(compiled.values()):
+            text += f"; vLLM {row['phase']} compiled " + ", ".join(f"{k} {v}" for k, v in compiled.items() if v)
+    return text
+
+
+class LogProgress:
+    """The executor's progress events as lines of vLLM's log: one per stage (calls, compiles and
+    loads by kind, the pool's jobs for it, wall time), one per failed step, one for the pool."""
+
+    def __init__(self, report):
+        self.report = report
+
+    def stage_start(self, name: str, steps: int, calls: int) -> None:
+        pass
+
+    def step_start(self, step) -> None:
+        pass
+
+    def tick(self, n: int) -> None:
+        pass
+
+    def step_end(self, record) -> None:
+        if record.status in ("failed", "unavailable"):
+            log.warning("warmup-planner: %s %s: %s", record.status, record.id, record.error or "")
+
+    def stage_end(self, summary: dict) -> None:
+        from executor.registry import writes_deep_gemm
+
+        records = [r for r in self.report.steps if r.stage == summary["stage"]]
+        for row in ph.stage_rows(records, writes_deep_gemm):
+            log.info(ph.stage_line(row))
+
+    def precompile(self, summary: dict) -> None:
+        pass  # the barrier logged it
+
+    def message(self, text: str) -> None:
+        log.info("warmup-planner: %s", text)

@@ -59,14 +59,25 @@ class Backend(Protocol):
 
 
 class BaseBackend:
-    """Defaults: no family implemented, nothing to free."""
+    """Defaults: no family implemented, nothing to free.
+
+    ``jit_cache`` names the on-disk cache a backend's compiles land in when that is not
+    Triton's ("deep_gemm": the precompile pool and the JIT monitor count those kernels as
+    entries appearing in DeepGEMM's cache). ``settings`` are the backend's own, from
+    ``Options.backend_settings[name]``: a backend that lives outside the executor (the vLLM
+    bridge's) gets what it needs through its constructor, in the main process and in every
+    precompile worker alike."""
 
     name = "base"
     families: tuple[str, ...] = ()
+    jit_cache: str | None = None
+    compiles_for_cuda = False        # its precompile jobs only make sense on a CUDA device
+    worker_preload: tuple = ()       # modules a precompile worker running it imports up front
 
     def __init__(self, device: str = "cuda", options=None):
         self.device = device
         self.options = options
+        self.settings = dict((getattr(options, "backend_settings", None) or {}).get(self.name) or {})
 
     def available(self) -> tuple[bool, str]:
         return True, ""

@@ -37,6 +37,9 @@ SYNC_EVERY = 256
 class DeepGemmBackend(BaseBackend):
     name = "deep_gemm"
     families = ("gemm", "grouped_gemm")
+    jit_cache = "deep_gemm"
+    compiles_for_cuda = True
+    worker_preload = ("torch",)  # a precompile worker runs DeepGEMM itself (torch, a CUDA context)
 
     def __init__(self, device: str = "cuda", options=None):
         super().__init__(device, options)

@@ -79,6 +79,7 @@ def compile_runner_kernels(step, launches: list, tick, load: bool) -> int:
 class TritonBackend(BaseBackend):
     name = "triton"
     families = ("gemm", "grouped_gemm", "attention", "autotune", "kernel")
+    compiles_for_cuda = True  # its workers run the compile-only twin (triton_compile.py): no torch
 
     def __init__(self, device: str = "cuda", options=None):
         super().__init__(device, options)

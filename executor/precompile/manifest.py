@@ -19,7 +19,7 @@ import time
 
 from planner.output import write_atomic
 
-from .. import dg_install
+from .. import dg_install, registry
 from ..jit_monitor import deep_gemm_cache_dir
 
 MANIFEST_NAME = "warmup-precompiled.json"
@@ -148,8 +148,9 @@ def read_manifest(path: str | None, fp: dict | None = None) -> dict:
     if not isinstance(keys, dict):
         return {}
     out = {b: set(map(str, v)) for b, v in keys.items() if isinstance(v, list)}
-    if "deep_gemm" in out and doc.get("deep_gemm_cache") != _deep_gemm_cache_id():
-        out.pop("deep_gemm")  # DeepGEMM's cache lives elsewhere: wiped or replaced since
+    if doc.get("deep_gemm_cache") != _deep_gemm_cache_id():
+        for backend in [b for b in out if registry.writes_deep_gemm(b)]:
+            out.pop(backend)  # DeepGEMM's cache lives elsewhere: wiped or replaced since
     return out
 
 

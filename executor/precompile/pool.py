@@ -27,13 +27,16 @@ from dataclasses import dataclass, field
 
 from planner.steps import Autotune
 
-from .. import registry
+from .. import dg_install, registry
 from .jobs import PRECOMPILE_BACKENDS, Job, JobResult, compile_jobs, eligible, step_keys
 from .manifest import fingerprint, manifest_path, read_manifest, update_manifest
 from .worker import (WORKER_CLASSES, _init_worker, _ready, build_cuda_utils, run_job, worker_context,
                      worker_setup)
 
-GPU_BACKENDS = ("triton", "deep_gemm")  # these compile only on a CUDA device
+
+
+CANCEL_WAIT_S = 10.0  # how long cancel() waits for a starter thread that is still starting processes
+JOIN_S = 5.0         # how long a finished pool's workers get to exit before they are terminated
 
 
 @dataclass
@@ -96,6 +99,8 @@ class Precompiler:
         self._released = -2
         self.absorb = None                 # callable(dirnames): the main monitor's absorb_deep_gemm
         self._absorbed = False
+        self._dg_names: dict = {}          # backend name -> whether it compiles into DeepGEMM's cache
+        self.finish_s: float | None = None  # seconds finish() waited for the pool (a caller's barrier)
 
     # --- start -----------------------------------------------------------------------------
 
@@ -141,17 +146,22 @@ class Precompiler:
         """Drop the backends that cannot compile here (no CUDA device, library missing); say why."""
         why = []
         if not self.device.startswith("cuda"):
-            gpu = [b for b in self.backends if b in GPU_BACKENDS]
+            gpu = [b for b in self.backends if _backend_attr(b, "compiles_for_cuda", False)]
             if gpu:
                 why.append(f"device {self.device}: {', '.join(gpu)} compile nothing off a CUDA device")
-            self.backends = tuple(b for b in self.backends if b not in GPU_BACKENDS)
-        need = {"triton": ("triton",), "deep_gemm": ("torch", "deep_gemm")}
+            self.backends = tuple(b for b in self.backends if b not in gpu)
         for backend in list(self.backends):
-            missing = [m for m in need.get(backend, ()) if importlib.util.find_spec(m) is None]
+            missing = _missing_library(backend)
             if missing:
-                why.append(f"{backend}: {missing[0]} is not installed")
+                why.append(f"{backend}: {missing} is not installed")
                 self.backends = tuple(b for b in self.backends if b != backend)
         return why
+
+    def _writes_dg(self, backend: str) -> bool:
+        """Whether the backend's jobs compile into DeepGEMM's cache (counted by its entries)."""
+        if backend not in self._dg_names:
+            self._dg_names[backend] = registry.writes_deep_gemm(backend)
+        return self._dg_names[backend]
 
     def _skip(self, status: str, reason: str) -> "Precompiler":
         self.status, self.reason = status, reason
@@ -175,8 +185,9 @@ class Precompiler:
         self.created = time.time()
         mode = getattr(self.options, "jit_monitor", "warn")
         self.specs = specs = self._specs()
-        self.setup = worker_setup(self.device)
-        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=worker_context(with_torch="deep_gemm" in specs),
+        self.setup = worker_setup(self.device, getattr(self.options, "worker_env", None))
+        preload = sorted({m for name in specs for m in _backend_attr(name, "worker_preload", ())})
+        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=worker_context(preload),
                                         initializer=_init_worker,
                                         initargs=(specs, self.device, mode, self.options, self.setup))
         threading.Thread(target=self._spawn, name="warmup-precompile-start", daemon=True).start()
@@ -203,9 +214,11 @@ class Precompiler:
         except BaseException as e:  # noqa: BLE001 - the main process builds it at its first kernel
             self.utils_s = f"{type(e).__name__}: {e}"
 
-    def _await_start(self) -> None:
+    def _await_start(self, timeout: float | None = None) -> bool:
+        """Wait for the starter thread (at most `timeout` s); False if it has not finished."""
         if self.pool is not None:
-            self._started.wait()
+            return self._started.wait(timeout)
+        return True
 
     def _on_ready(self, fut) -> None:
         try:
@@ -229,7 +242,7 @@ class Precompiler:
             return
         self._released = index
         todo = [s for s in self.slots if s.future is None and s.job.release <= index]
-        todo.sort(key=lambda s: (s.job.backend != "deep_gemm", s.job.index))
+        todo.sort(key=lambda s: (not self._writes_dg(s.job.backend), s.job.index))
         for slot in todo:
             try:
                 slot.future = self.pool.submit(run_job, slot.job)
@@ -284,7 +297,7 @@ class Precompiler:
         futures = {self.by_key[k].future for k in info.keys if k in self.by_key}
         if not self._dg_barrier_done and futures:
             self._dg_barrier_done = True
-            futures |= {s.future for s in self.slots if s.job.backend == "deep_gemm"}
+            futures |= {s.future for s in self.slots if self._writes_dg(s.job.backend)}
         futures = {f for f in futures if f is not None and not f.done()}
         if futures:
             from concurrent.futures import wait
@@ -304,7 +317,7 @@ class Precompiler:
 
     def deep_gemm_busy(self) -> bool:
         """Workers may still add DeepGEMM kernels to the shared cache (the main monitor waits)."""
-        return any(s.job.backend == "deep_gemm" and s.result is None
+        return any(self._writes_dg(s.job.backend) and s.result is None
                    and not (s.future is not None and s.future.done()) for s in self.slots)
 
     def deep_gemm_entries(self) -> set:
@@ -352,7 +365,7 @@ class Precompiler:
         """Stop: drop queued jobs, end the workers (a job cut short leaves no partial entry)."""
         if self.pool is None:
             return
-        self._await_start()
+        self._await_start(CANCEL_WAIT_S)  # a starter thread stuck in a process start is not waited for
         for slot in self.slots:
             if slot.future is None and slot.result is None:
                 slot.result = self._failed(slot, why, status="cancelled")
@@ -367,7 +380,9 @@ class Precompiler:
             self.status = "cancelled"
             self.reason = why
 
-    def _shutdown(self, wait: bool, kill: bool = False) -> None:
+    def _shutdown(self, wait: bool, kill: bool = False, join: float | None = None) -> None:
+        """End the pool. `kill`: terminate its workers now; `join`: let them exit on their own
+        for up to that many seconds, then terminate what is left (either way they are gone)."""
         pool, self.pool = self.pool, None
         if pool is None:
             return
@@ -375,21 +390,54 @@ class Precompiler:
             self.finished_at = time.time()
         processes = list((getattr(pool, "_processes", None) or {}).values())
         try:
-            pool.shutdown(wait=wait and not kill, cancel_futures=True)
+            pool.shutdown(wait=wait and not kill and join is None, cancel_futures=True)
         except Exception:  # noqa: BLE001
             pass
-        if kill:
-            for proc in processes:  # only this pool's own workers, by their handles
-                try:
-                    if proc.is_alive():
-                        proc.terminate()
-                except Exception:  # noqa: BLE001
-                    pass
-            for proc in processes:
-                try:
-                    proc.join(5)
-                except Exception:  # noqa: BLE001
-                    pass
+        if join is not None:
+            _join(processes, join)
+        if kill or join is not None:
+            _terminate(processes)
+
+    # --- a caller's barrier: the pool done and gone before the caller goes on ------------------------
+
+    def finish(self, timeout: float) -> str | None:
+        """Release every job, wait for all of them (at most `timeout` s in all), then end the workers
+        and wait for them to exit, so that nothing of the pool (its processes, their CUDA contexts)
+        outlives this call. For a caller that runs the plan after the pool, with no tuning step in
+        between (a serving engine's start-up: vllm_bridge). Returns None when the pool ran (or had
+        nothing to do), else why it failed, in one line: its workers did not start, it timed out
+        (its workers are killed), or no job succeeded."""
+        if self.pool is None:
+            return None
+        began = time.perf_counter()
+        try:
+            return self._finish(began + max(0.0, timeout), timeout)
+        finally:
+            self.finish_s = round(time.perf_counter() - began, 3)
+
+    def _finish(self, deadline: float, timeout: float) -> str | None:
+        from concurrent.futures import wait
+
+        if not self._await_start(max(0.0, deadline - time.perf_counter())):
+            self.cancel(f"the workers did not start within {timeout:g} s")
+            return self.reason
+        self._submit(len(self.steps))
+        pending = [s.future for s in self.slots if s.future is not None]
+        _, not_done = wait(pending, timeout=max(0.0, deadline - time.perf_counter()))
+        if not_done:
+            done = sum(f.done() for f in pending)
+            self.cancel(f"timed out after {timeout:g} s with {done} of {len(self.slots)} jobs done")
+            return self.reason
+        for slot in self.slots:
+            self._settle(slot)
+        self._absorb_deep_gemm()
+        self._shutdown(wait=False, join=max(JOIN_S, deadline - time.perf_counter()))
+        self._announce()
+        results = self.results()
+        if results and not any(r.status == "ok" for r in results):
+            first = next((r for r in results if r.error), results[0])
+            return f"no job succeeded ({first.status}: {first.error})"
+        return None
 
     def close(self, interrupted: bool = False) -> None:
         began = time.perf_counter()
@@ -464,7 +512,7 @@ class Precompiler:
         # read from a disk cache (DeepGEMM loads only where its layout records them: 2.8).
         out = {"compiled": _sum([r.compiled for r in results] + ([len(dg)] if dg else [])),
                "disk_loads": _sum([r.disk_loads for r in results] + [dg_loads]),
-               "deep_gemm_jit": len(dg) if any(r.backend == "deep_gemm" for r in results) else None,
+               "deep_gemm_jit": len(dg) if any(self._writes_dg(r.backend) for r in results) else None,
                "deep_gemm_loads": dg_loads}
         for status in ("ok", "failed", "unavailable", "cancelled"):
             out[status] = sum(r.status == status for r in results)
@@ -501,6 +549,46 @@ class Precompiler:
             self.manifest_written = update_manifest(self.manifest, add, self.fingerprint())
         except OSError:
             self.manifest_written = None
+
+
+def _join(processes, seconds: float) -> None:
+    deadline = time.perf_counter() + seconds
+    for proc in processes:
+        try:
+            proc.join(max(0.0, deadline - time.perf_counter()))
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _terminate(processes) -> None:
+    """Terminate this pool's own workers that are still alive (by their handles), and reap them."""
+    for proc in processes:
+        try:
+            if proc.is_alive():
+                proc.terminate()
+        except Exception:  # noqa: BLE001
+            pass
+    _join(processes, JOIN_S)
+
+
+def _backend_attr(name: str, attr: str, default):
+    """A class attribute of a registered backend (its default when the backend is unknown)."""
+    try:
+        return getattr(registry.load_backend(name), attr, default)
+    except Exception:  # noqa: BLE001 - unknown or broken: the jobs will say it
+        return default
+
+
+def _missing_library(backend: str) -> str | None:
+    """The first library a backend's workers need that is not installed (None: all there)."""
+    if backend == "triton" and importlib.util.find_spec("triton") is None:
+        return "triton"
+    if backend == "deep_gemm":
+        if importlib.util.find_spec("torch") is None:
+            return "torch"
+        if dg_install.find_install() is None:
+            return "deep_gemm"
+    return None
 
 
 def _sum(values, empty=None):

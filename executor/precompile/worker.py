@@ -54,10 +54,13 @@ def gpu_capability() -> int | None:
     return caps.pop() if len(caps) == 1 else None
 
 
-def worker_setup(device: str) -> dict:
+def worker_setup(device: str, extra_env: dict | None = None) -> dict:
     """What a worker takes from the main process: its TRITON_/DG_/WARMUP_ settings (the
-    fork server may have started under others) and the GPU target to compile for."""
+    fork server may have started under others), with `extra_env` on top (what the caller wants
+    the workers alone to see, e.g. a Triton cache directory of their own), and the GPU target
+    to compile for."""
     env = {k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV_PREFIXES)}
+    env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
     capability = gpu_capability() if str(device).startswith("cuda") else None
     return {"env": env, "capability": capability}
 
@@ -163,18 +166,19 @@ def _ready() -> dict:
             "time": time.time()}
 
 
-def worker_context(with_torch: bool = False):
+def worker_context(preload=()):
     """How workers start: forked from a fork server that imported Triton and the kernels
-    once (executor/worker_preload.py; torch too when a backend's jobs need it: DeepGEMM's),
-    else spawned (each imports them itself). The fork server is one per process: the first
-    pool's preload list is the one it keeps."""
+    once (executor/worker_preload.py), plus `preload` (the modules the backends' jobs need:
+    ``worker_preload`` of their classes, e.g. torch for DeepGEMM's), else spawned (each
+    imports them itself). The fork server is one per process: the first pool's preload list
+    is the one it keeps."""
     import multiprocessing
 
     try:
         ctx = multiprocessing.get_context("forkserver")
     except ValueError:  # a platform without fork
         return multiprocessing.get_context("spawn")
-    ctx.set_forkserver_preload((["torch"] if with_torch else []) + ["executor.worker_preload"])
+    ctx.set_forkserver_preload(list(preload) + ["executor.worker_preload"])
     return ctx
 
 

@@ -68,15 +68,17 @@ def patch(request) -> dict:
     from vllm_bridge import plugin
 
     os.environ.update(WARMUP_PLAN=request["plan"], WARMUP_ENGINE=request["engine"])
-    original = (Worker.load_model, Worker.compile_or_warm_up_model)
+    names = ("load_model", "determine_available_memory", "compile_or_warm_up_model")
+    methods = lambda: tuple(getattr(Worker, name) for name in names)  # noqa: E731
+    original = methods()
     load_plugins_by_group("vllm.general_plugins")["warmup_planner"]()
-    first = (Worker.load_model, Worker.compile_or_warm_up_model)
+    first = methods()
     plugin.register()  # a second call (vLLM loads plugins once per process; a test may call again)
-    out = {"patched": first != original and all(f.__wrapped__ is o for f, o in zip(first, original)),
-           "idempotent": (Worker.load_model, Worker.compile_or_warm_up_model) == first,
+    out = {"patched": all(f is not o and f.__wrapped__ is o for f, o in zip(first, original)),
+           "idempotent": methods() == first,
            "names": [f.__name__ for f in first]}
     plugin.unpatch_worker(plugin.release_for(version(request)))
-    out["restored"] = (Worker.load_model, Worker.compile_or_warm_up_model) == original
+    out["restored"] = methods() == original
     return out
 
 

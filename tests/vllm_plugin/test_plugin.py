@@ -76,7 +76,7 @@ def test_entry_point_loads_through_vllm_and_is_inert_without_a_plan(probe):
 def test_plan_patches_this_releases_worker_once(probe):
     _, facts = probe
     assert facts["patch"] == {"patched": True, "idempotent": True, "restored": True,
-                              "names": ["load_model", "compile_or_warm_up_model"]}
+                              "names": ["load_model", "determine_available_memory", "compile_or_warm_up_model"]}
 
 
 def test_unsupported_version_is_refused_in_one_line(probe):

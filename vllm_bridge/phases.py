@@ -1,0 +1,128 @@
+"""What vLLM's start-up compiled, phase by phase and stage by stage, in vLLM's log and the report.
+
+One JIT monitor (executor.jit_monitor) per worker counts everything from the plugin's first
+hook to ready: vLLM's own phases (loading the weights, the memory-profiling run with its
+torch.compile, vLLM's warmup around the plan) as *phases*, and the plan's steps through the
+executor, which counts them on the same monitor. So a compile is counted once, in the phase or
+the step it happened in, and the totals are the sum of the rows.
+
+Counts by kind: Triton (every ``triton.compile``, Inductor's kernels included, split into
+compiled and loaded from the disk cache), DeepGEMM (kernels appearing in its JIT cache; loads
+only where the cache layout records them, 2.8) and torch.compile (Dynamo frame compiles). In a
+plan stage the DeepGEMM loads are known without the layout's help: each DeepGEMM call of the
+plugin's steps is one distinct kernel (one call per compile key), so the calls that added no
+kernel found theirs in the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+KINDS = ("triton", "deep_gemm", "torch_compile")
+
+log = logging.getLogger("warmup_planner.vllm")
+
+
+def counts_by_kind(jit: dict | None) -> dict:
+    """{"compiled": {kind: n}, "loaded": {kind: n}} from the monitor's counts of one step or phase;
+    a DeepGEMM load the cache layout cannot show is left out of "loaded" (see the module doc)."""
+    jit = jit or {}
+    compiled = {"triton": jit.get("compiled", 0), "deep_gemm": jit.get("deep_gemm_jit", 0),
+                "torch_compile": jit.get("dynamo_compiles", 0)}
+    loaded = {"triton": jit.get("disk_loads", 0)}
+    if jit.get("deep_gemm_loads") is not None:
+        loaded["deep_gemm"] = jit["deep_gemm_loads"]
+    return {"compiled": compiled, "loaded": loaded}
+
+
+def add_counts(total: dict, more: dict) -> dict:
+    for side in ("compiled", "loaded"):
+        for kind, n in more.get(side, {}).items():
+            total.setdefault(side, {})[kind] = total.get(side, {}).get(kind, 0) + n
+    return total
+
+
+def describe_counts(counts: dict) -> str:
+    """'compiled Triton 0, DeepGEMM 58, torch.compile 0; loaded Triton 6, DeepGEMM 0'."""
+    names = {"triton": "Triton", "deep_gemm": "DeepGEMM", "torch_compile": "torch.compile"}
+    parts = []
+    for side in ("compiled", "loaded"):
+        values = counts.get(side) or {}
+        if values:
+            parts.append(f"{side} " + ", ".join(f"{names[k]} {values[k]}" for k in KINDS if k in values))
+    return "; ".join(parts) or "nothing compiled or loaded"
+
+
+class Phases:
+    """vLLM's start-up phases, each counted on the worker's monitor (begin_step/end_step)."""
+
+    def __init__(self, monitor):
+        self.monitor = monitor
+        self.rows: list[dict] = []
+        self._open: tuple[str, float] | None = None
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        self.begin(name)
+        try:
+            yield
+        finally:
+            self.end()
+
+    def begin(self, name: str) -> None:
+        self.end()  # at most one phase at a time
+        self.monitor.begin_step(name)
+        self._open = (name, time.time())
+
+    def end(self) -> dict | None:
+        if self._open is None:
+            return None
+        name, start = self._open
+        self._open = None
+        counts = self.monitor.end_step()
+        row = {"phase": name, "start": start, "end": time.time(),
+               **counts_by_kind(counts.as_dict() if counts is not None else None)}
+        row["wall_s"] = round(row["end"] - start, 3)
+        self.rows.append(row)
+        return row
+
+
+# --- plan stages ---------------------------------------------------------------------------------------
+
+def stage_rows(records, writes_deep_gemm) -> list[dict]:
+    """One row per plan stage: steps, calls, wall, counts by kind, and the pool's jobs for it."""
+    rows: dict[str, dict] = {}
+    for r in records:
+        row = rows.setdefault(r.stage, {"stage": r.stage, "steps": 0, "calls": 0, "wall_s": 0.0,
+                                        "compiled": {}, "loaded": {}, "pool_jobs": 0, "pool_jobs_ok": 0,
+                                        "pool_compiled": 0})
+        row["steps"] += 1
+        row["calls"] += r.kernel_calls or 0
+        row["wall_s"] = round(row["wall_s"] + r.wall_s, 3)
+        add_counts(row, _step_counts(r, writes_deep_gemm))
+        pre = r.precompile or {}
+        row["pool_jobs"] += pre.get("jobs", 0)
+        row["pool_jobs_ok"] += pre.get("jobs", 0) - pre.get("failed", 0)
+        row["pool_compiled"] += pre.get("compiled") or 0
+    return list(rows.values())
+
+
+def _step_counts(record, writes_deep_gemm) -> dict:
+    counts = counts_by_kind(record.jit)
+    if record.status == "ok" and writes_deep_gemm(record.backend or ""):
+        # one call per distinct kernel: a call that compiled nothing found its kernel cached
+        counts["loaded"]["deep_gemm"] = max(0, (record.kernel_calls or 0) - counts["compiled"]["deep_gemm"])
+    return counts
+
+
+def stage_line(row: dict) -> str:
+    pool = (f"; pool: {row['pool_jobs_ok']}/{row['pool_jobs']} jobs done, {row['pool_compiled']} compiled"
+            if row["pool_jobs"] else "")
+    return (f"warmup-planner: stage {row['stage']}: {row['steps']} steps, {row['calls']} calls, "
+            f"{describe_counts(row)}{pool}, {row['wall_s']:.2f} s")
+
+
+def phase_line(row: dict) -> str:
+    return f"warmup-planner: vLLM {row['phase']}: {describe_counts(row)}, {row['wall_s']:.2f} s"
