@@ -58,3 +58,176 @@ def test_an_engine_config_as_plan_is_refused():
     settings = Settings(engine_file, engine="llama-3.1-8b-fp8-h100")
     with pytest.raises(PluginError, match="WARMUP_PLAN names a plan, not an engine config"):
         WorkerWarmup.prepare(worker, RELEASES["0.33.0"], settings)
+
+
+# --- issue 23: fast by default, no hang, visible ----------------------------------------------------------
+
+import json  # noqa: E402
+import logging  # noqa: E402
+import multiprocessing  # noqa: E402
+
+from executor.precompile import compile_jobs, default_jobs  # noqa: E402
+from planner.steps import Gemm, GemmLike  # noqa: E402
+from vllm_bridge import phases as ph  # noqa: E402
+from vllm_bridge import plugin  # noqa: E402
+from vllm_bridge.triton import install_staged  # noqa: E402
+from vllm_bridge.warmup import (DEEP_GEMM_BACKEND, compile_keys, options_for, plugin_plan,  # noqa: E402
+                                precompile_jobs, summary_line)
+
+SHIPPED = sorted(f[:-5] for f in os.listdir(engines_dir()) if f.endswith(".yaml"))
+
+
+def test_settings_default_to_the_pool_and_refuse_bad_values_in_one_line():
+    s = Settings.from_env({"WARMUP_PLAN": "vllm-0.25"})
+    assert (s.jobs, s.strict, s.timeout_s) == (None, False, 300.0)
+    s = Settings.from_env({"WARMUP_PLAN": "p", "WARMUP_JOBS": "0", "WARMUP_STRICT": "1",
+                           "WARMUP_PRECOMPILE_TIMEOUT": "12.5"})
+    assert (s.jobs, s.strict, s.timeout_s) == (0, True, 12.5)
+    for env, name in (({"WARMUP_STRICT": "maybe"}, "WARMUP_STRICT"),
+                      ({"WARMUP_PRECOMPILE_TIMEOUT": "0"}, "WARMUP_PRECOMPILE_TIMEOUT"),
+                      ({"WARMUP_PRECOMPILE_TIMEOUT": "inf"}, "WARMUP_PRECOMPILE_TIMEOUT")):
+        with pytest.raises(PluginError, match=name) as e:
+            Settings.from_env({"WARMUP_PLAN": "p", **env})
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("plan_name", [r.plan for r in RELEASES.values()])
+@pytest.mark.parametrize("engine_name", SHIPPED)
+def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, engine_name):
+    """How differs, what does not: the plugin's steps name every compile key the release's plan
+    names; each DeepGEMM shape is one call per key on vLLM's DeepGEMM, and the pool gets one job
+    per key (before the fix the pool got none: the plan's DeepGEMM steps named the `deep_gemm`
+    backend, which the plugin replaced, so no step was run by its planned backend)."""
+    expanded = expand(load_plan(plan_name), load_engine(engine_name))
+    ours = plugin_plan(expanded)
+    assert compile_keys(ours) >= compile_keys(expanded)
+    for step in ours.steps:
+        if isinstance(step, GemmLike) and step.variants:
+            assert step.backend == DEEP_GEMM_BACKEND and step.exact
+            assert list(step.m_values) == [v.first for v in step.variants]
+    worker = NS(device="cuda:0", rank=0)
+    jobs = compile_jobs(ours.steps, backends=options_for(worker, RELEASES["0.25.0"], 8).precompile_backends)
+    dg_keys = {k for s in ours.steps if isinstance(s, Gemm) and s.backend == DEEP_GEMM_BACKEND for k in s.compile_keys}
+    assert {j.key for j in jobs if j.backend == DEEP_GEMM_BACKEND} == dg_keys
+
+
+def test_workers_default_to_the_cores_and_a_daemon_compiles_in_place():
+    assert precompile_jobs(Settings("p")) == default_jobs()
+    assert precompile_jobs(Settings("p", jobs=3)) == 3
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_jobs_in_child, args=(queue,), daemon=True)
+    child.start()
+    child.join(120)
+    assert queue.get(timeout=5) == 0  # a daemon (vLLM's tensor-parallel workers) may not have children
+
+
+def _jobs_in_child(queue):
+    queue.put(precompile_jobs(Settings("p", jobs=8)))
+
+
+class StuckPool:
+    """A precompile pool that reports a failure (the barrier's view of it)."""
+
+    status = "ran"
+    finish_s = 2.0
+
+    def __init__(self, why):
+        self.why, self.finished = why, False
+
+    def finish(self, timeout):
+        self.finished = timeout
+        return self.why
+
+    def summary(self):
+        return {"status": "cancelled", "jobs": 2, "workers": 2}
+
+
+def bare_state(settings, tmp_path=None):
+    expanded = expand(load_plan("vllm-0.25"), load_engine("llama-3.1-8b-fp8-h100"))
+    worker = NS(vllm_config=None, rank=0, device="cpu", model_runner=None)
+    return WorkerWarmup(worker, RELEASES["0.25.0"], settings, load_engine("llama-3.1-8b-fp8-h100"), expanded)
+
+
+def test_a_failed_pool_falls_back_to_vllms_own_warmup_in_one_line(caplog, tmp_path):
+    report = tmp_path / "report.json"
+    state = bare_state(Settings("vllm-0.25", report=str(report), timeout_s=7))
+    state.precompiler = StuckPool("timed out after 7 s with 1 of 2 jobs done")
+    with caplog.at_level(logging.INFO, logger="warmup_planner.vllm"):
+        state.finish_precompile()
+        result = state.warm_up(lambda: "vLLM's own")  # vLLM's method, not redirected
+    assert state.precompiler.finished == 7 and result == "vLLM's own"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == ["warmup-planner: the precompile pool timed out after 7 s with 1 of 2 jobs done; "
+                        "vLLM's own warmup will run instead"]
+    host = json.loads(report.read_text())["host"]
+    assert host["fallback"].startswith("the precompile pool timed out") and host["precompile_wait_s"] == 2.0
+    assert [p["phase"] for p in host["phases"]] == ["warmup (vLLM's own, the plugin's fallback)"]
+    assert state.monitor.sealed
+
+
+def test_strict_mode_stops_the_worker_in_one_line():
+    state = bare_state(Settings("vllm-0.25", strict=True))
+    state.precompiler = StuckPool("no job succeeded (failed: RuntimeError: boom)")
+    with pytest.raises(PluginError) as e:
+        state.finish_precompile()
+    assert str(e.value) == ("warmup-planner: the precompile pool no job succeeded (failed: RuntimeError: boom) "
+                            "(WARMUP_STRICT=1)")
+
+
+def test_the_pool_is_finished_before_vllms_memory_profile():
+    order = []
+    state = NS(finish_precompile=lambda: order.append("pool finished"),
+               phases=ph.Phases(NS(begin_step=lambda name: order.append(f"count {name}"),
+                                   end_step=lambda: None)))
+    wrapped = plugin._determine_available_memory(lambda self: order.append("vLLM profiles") or 42,
+                                                 RELEASES["0.25.0"], Settings("p"))
+    assert wrapped(NS(**{plugin.STATE: state})) == 42
+    assert order == ["pool finished", "count profile run", "vLLM profiles"]
+    assert wrapped(NS()) == 42 and order[3:] == ["vLLM profiles"]  # no plugin state: vLLM's method alone
+
+
+def test_counts_by_kind_add_up_to_the_summary_line():
+    rec = lambda stage, backend, calls, jit, pre=None: NS(  # noqa: E731
+        stage=stage, backend=backend, status="ok", kernel_calls=calls, wall_s=0.5, jit=jit, precompile=pre)
+    records = [rec("deep_gemm", "deep_gemm_vllm", 13, {"compiled": 0, "deep_gemm_jit": 1, "disk_loads": 0},
+                   {"jobs": 13, "failed": 0, "compiled": 13}),
+               rec("sampler_kernels", "vllm_triton", 6, {"compiled": 0, "disk_loads": 6, "dynamo_compiles": 0},
+                   {"jobs": 6, "failed": 1, "compiled": 5})]
+    rows = ph.stage_rows(records, lambda b: b == "deep_gemm_vllm")
+    assert rows[0]["compiled"] == {"triton": 0, "deep_gemm": 1, "torch_compile": 0}
+    assert rows[0]["loaded"] == {"triton": 0, "deep_gemm": 12}  # one call per key: the rest were cached
+    assert (rows[1]["pool_jobs"], rows[1]["pool_jobs_ok"], rows[1]["loaded"]) == (6, 5, {"triton": 6})
+    assert ph.stage_line(rows[1]) == ("warmup-planner: stage sampler_kernels: 1 steps, 6 calls, compiled Triton 0, "
+                                      "DeepGEMM 0, torch.compile 0; loaded Triton 6; pool: 5/6 jobs done, "
+                                      "5 compiled, 0.50 s")
+    phases = [{"phase": "profile run", "compiled": {"triton": 40, "deep_gemm": 0, "torch_compile": 1}}]
+    line = summary_line("vllm-0.25-plugin", rows, phases, None, None)
+    assert "2 steps, 19 calls" in line and "compiled Triton 0, DeepGEMM 1, torch.compile 0" in line
+    assert line.endswith("vLLM profile run compiled triton 40, torch_compile 1") and "\n" not in line
+
+
+def make_entry(root, name, files=("kernel.cubin", "kernel.json"), group=True):
+    entry = root / name
+    entry.mkdir(parents=True)
+    for f in files:
+        (entry / f).write_text(f"{name}/{f}")
+    if group:
+        (entry / "__grp__kernel.json").write_text(json.dumps(
+            {"child_paths": {f: str(entry / f) for f in files}}))
+    return entry
+
+
+def test_staged_triton_entries_land_where_triton_reads_with_their_paths_rewritten(tmp_path):
+    staging, target = tmp_path / "staging", tmp_path / "inductor" / "triton" / "0"
+    make_entry(staging, "AAA")
+    make_entry(staging, "BBB", group=False)          # incomplete: a worker still writing it
+    make_entry(target, "CCC")
+    make_entry(staging, "CCC")                       # already where Triton reads: kept
+    assert install_staged(str(staging), str(target)) == 1
+    group = json.loads((target / "AAA" / "__grp__kernel.json").read_text())
+    assert group["child_paths"] == {f: str(target / "AAA" / f) for f in ("kernel.cubin", "kernel.json")}
+    assert (target / "AAA" / "kernel.cubin").read_text() == "AAA/kernel.cubin"
+    assert not (target / "BBB").exists() and not [p for p in (target / "AAA").iterdir() if ".tmp." in p.name]
+    assert install_staged(str(staging), str(target)) == 0  # idempotent
+    assert install_staged(str(target), str(target)) == 0 and install_staged(None, str(target)) == 0

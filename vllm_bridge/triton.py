@@ -35,6 +35,7 @@ class VllmTritonBackend(BaseBackend):
     families = ("kernel",)
     compiles_for_cuda = True
     worker_preload = ("torch",)  # a worker runs vLLM's function on real tensors
+    needs_triton_driver = True   # ... through Triton's own CUDA driver (no offline stand-in)
 
     def __init__(self, device: str = "cuda", options=None):
         super().__init__(device, options)

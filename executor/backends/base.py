@@ -72,6 +72,7 @@ class BaseBackend:
     families: tuple[str, ...] = ()
     jit_cache: str | None = None
     compiles_for_cuda = False        # its precompile jobs only make sense on a CUDA device
+    needs_triton_driver = False      # launches Triton kernels for real in a precompile worker
     worker_preload: tuple = ()       # modules a precompile worker running it imports up front
 
     def __init__(self, device: str = "cuda", options=None):

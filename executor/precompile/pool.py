@@ -186,6 +186,9 @@ class Precompiler:
         mode = getattr(self.options, "jit_monitor", "warn")
         self.specs = specs = self._specs()
         self.setup = worker_setup(self.device, getattr(self.options, "worker_env", None))
+        # The offline driver compiles without CUDA, but a backend that launches Triton kernels
+        # for real in the workers (vllm_bridge's) needs Triton's own driver there.
+        self.setup["real_triton_driver"] = any(_backend_attr(n, "needs_triton_driver", False) for n in specs)
         preload = sorted({m for name in specs for m in _backend_attr(name, "worker_preload", ())})
         self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=worker_context(preload),
                                         initializer=_init_worker,

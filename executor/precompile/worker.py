@@ -115,7 +115,7 @@ def _init_worker(specs: dict, device: str, monitor_mode: str, options, setup: di
     _WORKER = state
     try:
         _apply_setup(setup)
-        if setup.get("capability") and "triton" in specs:
+        if setup.get("capability") and "triton" in specs and not setup.get("real_triton_driver"):
             from executor.kernels.jit import stand_in
 
             stand_in.use_offline_driver(setup["capability"])

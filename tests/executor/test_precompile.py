@@ -549,3 +549,81 @@ def test_two_processes_warming_one_directory_leave_every_entry_complete(tmp_path
     # Concurrent merges may lose a key (only a slower next run), never corrupt the file.
     assert keys <= {f"w{w}-k{r}" for w in (1, 2) for r in range(ROUNDS)}
     assert {f"w1-k{ROUNDS - 1}", f"w2-k{ROUNDS - 1}"} & keys
+
+
+# --- finish(): a serving engine's barrier (vllm_bridge calls it before vLLM's memory profile) -------------
+
+def started_pool(expanded, **kw) -> pc.Precompiler:
+    from executor.run import start_precompile
+
+    return start_precompile(expanded, None, options(**kw))
+
+
+def alive(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            continue
+        out.append(pid)
+    return out
+
+
+def test_finish_waits_for_every_job_and_leaves_no_worker_process(fake_env):
+    pre = started_pool(plan(gemm("a", [1, 2, 3], ["k1", "k2", "k3"])))
+    assert pre.status == "ran"
+    assert pre.finish(60) is None
+    assert pre.pool is None and pre.finish_s is not None
+    records = pre.summary()["records"]
+    assert sorted(r["key"] for r in records) == ["k1", "k2", "k3"] and {r["status"] for r in records} == {"ok"}
+    time.sleep(0.2)  # reaped by join: nothing of the pool is left to hold memory
+    assert alive({r["pid"] for r in records}) == []
+
+
+def test_finish_of_a_stuck_pool_ends_in_one_line_within_its_timeout(fake_env):
+    pre = started_pool(plan(gemm("a", [1, 2], ["k1", "k2"], sleep_in_worker=120)))
+    began = time.perf_counter()
+    why = pre.finish(2)
+    assert time.perf_counter() - began < 2 + 15  # the timeout, then the workers are killed and reaped
+    assert why.startswith("timed out after 2 s with 0 of 2 jobs done") and "\n" not in why
+    assert pre.status == "cancelled" and pre.pool is None
+    started = [int(n.split("-")[1]) for n in os.listdir(fake_env["log"]) if n.startswith("started-")]
+    assert started and alive(started) == []
+
+
+def test_finish_says_when_no_job_succeeded(fake_env):
+    pre = started_pool(plan(gemm("a", [1, 2], ["k1", "k2"], fail_in_worker=[1, 2])))
+    why = pre.finish(60)
+    assert why.startswith("no job succeeded (failed: RuntimeError: fake compile error at")
+
+
+class SettingsBackend(BaseBackend):
+    """Writes the settings its constructor got, in whichever process runs it."""
+
+    name = "settings_probe"
+    families = ("gemm",)
+
+    def gemm(self, step, m_values, tick):
+        where = "worker" if _in_worker() else "main"
+        with open(os.path.join(os.environ["WARMUP_FAKE_LOG_DIR"], f"settings-{where}-{os.getpid()}"), "w") as f:
+            json.dump({"settings": self.settings, "triton_cache_dir": os.environ.get("TRITON_CACHE_DIR")}, f)
+        tick(len(m_values))
+        return len(m_values)
+
+
+def test_backend_settings_and_worker_env_reach_the_workers_through_the_constructor(fake_env, monkeypatch, tmp_path):
+    """The cause of the vLLM plugin's serial start-up (issue 23): its DeepGEMM backend read a module
+    global that only vLLM's process had set, so in a precompile worker it was unavailable. Settings
+    now travel with the options to every worker's backend constructor."""
+    monkeypatch.setitem(registry.BACKENDS, "settings_probe", ("test_precompile", "SettingsBackend"))
+    staging = str(tmp_path / "staging")
+    pre = started_pool(plan(gemm("a", [1, 2], ["k1", "k2"], backend="settings_probe")),
+                       precompile_backends=("settings_probe",),
+                       backend_settings={"settings_probe": {"module": "vllm.utils.deep_gemm"}},
+                       worker_env={"TRITON_CACHE_DIR": staging})
+    assert pre.finish(60) is None
+    seen = [json.load(open(fake_env["log"] / n)) for n in os.listdir(fake_env["log"]) if n.startswith("settings-worker")]
+    assert seen and all(s == {"settings": {"module": "vllm.utils.deep_gemm"}, "triton_cache_dir": staging}
+                        for s in seen)
+    assert os.environ["TRITON_CACHE_DIR"] == str(fake_env["cache"])  # the main process's is its own
