@@ -14,5 +14,6 @@ torch, triton or any kernel library): both sides import it, it knows only kernel
     gemm_tables.py     launch configs of the block-FP8 GEMMs and their tuned tables
     triton_kernels.py  compile keys of the executor's own GEMM and attention kernels
     runner_kernels.py  signatures and compile keys of the reference runner's kernels
+    vllm_sampler.py    compile keys of vLLM 0.25's Triton top-k/top-p sampler kernel
     deep_gemm.py       DeepGEMM's SM90 kernel selection
 """

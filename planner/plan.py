@@ -3,8 +3,10 @@
 A plan is a list of stages (schemas/plan.schema.json). A plan that extends
 another keeps the parent's stages in order; a stage of the same name overrides
 the parent's (`with` merged key by key, `when` replaced, `enabled: false` drops
-it) and new stages are appended. Every value keeps the file and line it came
-from, so an expression error deep in a child plan still points at its line.
+it) and new stages are appended. Its not_modelled list is its own or its
+parent's, less the families it names under `modelled`. Every value keeps the
+file and line it came from, so an expression error deep in a child plan still
+points at its line.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class Plan(NamedTuple):
     stages: list
     files: list  # the extends chain, this plan first
     # What the engine warms that the plan does not model ({family, why, action}); a child plan's
-    # list replaces its parent's. Documentation for review: it shapes no step, so no digest covers it.
+    # list replaces its parent's, and its `modelled` families drop out of it. Documentation for
+    # review: it shapes no step, so no digest covers it.
     not_modelled: tuple = ()
 
     def shaping_fields(self) -> list:
@@ -129,10 +132,23 @@ def _merge(doc: Document, parent: Plan | None) -> Plan:
             order.append(name)
     description = doc.data.get("description", parent.description if parent else "")
     files = [doc.file] + (parent.files if parent else [])
-    not_modelled = tuple(doc.data["not_modelled"]) if "not_modelled" in doc.data else \
-        (parent.not_modelled if parent else ())
     return Plan(name=doc.data["name"], description=description,
-                stages=[stages[n] for n in order if n in stages], files=files, not_modelled=not_modelled)
+                stages=[stages[n] for n in order if n in stages], files=files,
+                not_modelled=_not_modelled(doc, parent))
+
+
+def _not_modelled(doc: Document, parent: Plan | None) -> tuple:
+    """The plan's own not_modelled list, else its parent's, less the families it says it models
+    (`modelled`): a child that warms what its parent leaves out drops just that entry."""
+    own = "not_modelled" in doc.data
+    gaps = tuple(doc.data["not_modelled"]) if own else (parent.not_modelled if parent else ())
+    families = {gap["family"] for gap in gaps}
+    modelled = doc.data.get("modelled", [])
+    for i, family in enumerate(modelled):
+        if family not in families:
+            whose = "this plan's" if own or parent is None else f"the one inherited from {parent.name!r}"
+            raise doc.error(("modelled", i), f"{family!r} is no family of the not_modelled list ({whose})")
+    return tuple(gap for gap in gaps if gap["family"] not in modelled)
 
 
 def _stage(doc: Document, i: int, entry: dict, base: Stage | None) -> Stage:

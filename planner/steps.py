@@ -65,7 +65,7 @@ def thaw(value):
         return {k: thaw(v) for k, v in value.items()}
     if hasattr(value, "to_dict"):  # a record
         return value.to_dict()
-    if hasattr(value, "spec"):  # a runner kernel's launch (kernel_model.runner_kernels.Launch)
+    if hasattr(value, "spec"):  # a kernel launch (runner_kernels.Launch, vllm_sampler.TopkToppLaunch)
         return value.spec()
     return value
 
@@ -764,9 +764,15 @@ class Attention(Keyed, Step):
         return f"{group[0].kernel}, {len(keys)} layer keys"
 
 
+# Kernels a Kernel step may name besides the reference runner's: kernel -> (module, launch
+# class). vLLM 0.25's top-k/top-p sampler kernel is warmed by the vllm_sampler_kernels stage.
+LAUNCH_MODELS = {"_topk_topp_kernel": ("kernel_model.vllm_sampler", "TopkToppLaunch")}
+
+
 class Kernel(Keyed, Step):
-    """Compile-only launches of one of the model runner's Triton kernels, one per compile
-    key: each variant's first value is the launch (kernel_model.runner_kernels.Launch)."""
+    """Compile-only launches of one Triton kernel, one per compile key: each variant's first
+    value is the launch (kernel_model.runner_kernels.Launch for the model runner's kernels,
+    the class LAUNCH_MODELS names for vLLM's own)."""
 
     backend: str
     kernel: str
@@ -808,12 +814,15 @@ class Kernel(Keyed, Step):
 
     @staticmethod
     def launches(kernel: str, pairs) -> tuple:
-        """Variants from (key, launch spec) pairs."""
-        # Imported here: the runner kernels' model costs `warmup plan` import time
-        # (bench/RESULTS.md, part A3), and only plans with kernel steps need it.
-        from kernel_model.runner_kernels import Launch
+        """Variants from (key, launch spec) pairs, each launch rebuilt by its kernel's model:
+        vLLM's own kernels by theirs (LAUNCH_MODELS), the reference runner's by runner_kernels."""
+        # Imported here: the kernel models cost `warmup plan` import time (bench/RESULTS.md,
+        # part A3), and only plans with kernel steps need one.
+        from importlib import import_module
 
-        return tuple(Variant(key, Launch.from_spec(kernel, spec)) for key, spec in pairs)
+        module, name = LAUNCH_MODELS.get(kernel, ("kernel_model.runner_kernels", "Launch"))
+        launch = getattr(import_module(module), name)
+        return tuple(Variant(key, launch.from_spec(kernel, spec)) for key, spec in pairs)
 
 
 class Autotune(Step):

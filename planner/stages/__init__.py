@@ -19,6 +19,7 @@ HANDLERS = {  # stage kind -> (module, function)
     "prefill_attention": ("attention", "expand"),
     "cudagraph_capture": ("cudagraph", "expand"),
     "runner_kernels": ("runner_kernels", "expand"),
+    "vllm_sampler_kernels": ("vllm_sampler", "expand"),
 }
 
 
