@@ -67,7 +67,7 @@ import logging  # noqa: E402
 import multiprocessing  # noqa: E402
 
 from executor.precompile import compile_jobs, default_jobs  # noqa: E402
-from planner.steps import Gemm, GemmLike  # noqa: E402
+from planner.steps import GemmLike  # noqa: E402
 from vllm_bridge import phases as ph  # noqa: E402
 from vllm_bridge import plugin  # noqa: E402
 from vllm_bridge.triton import install_staged  # noqa: E402
@@ -91,7 +91,7 @@ def test_settings_default_to_the_pool_and_refuse_bad_values_in_one_line():
         assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("plan_name", [r.plan for r in RELEASES.values()])
+@pytest.mark.parametrize("plan_name", [r.plan for r in RELEASES.values()] + ["vllm-0.25-plugin"])
 @pytest.mark.parametrize("engine_name", SHIPPED)
 def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, engine_name):
     """How differs, what does not: the plugin's steps name every compile key the release's plan
@@ -107,8 +107,10 @@ def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, eng
             assert list(step.m_values) == [v.first for v in step.variants]
     worker = NS(device="cuda:0", rank=0)
     jobs = compile_jobs(ours.steps, backends=options_for(worker, RELEASES["0.25.0"], 8).precompile_backends)
-    dg_keys = {k for s in ours.steps if isinstance(s, Gemm) and s.backend == DEEP_GEMM_BACKEND for k in s.compile_keys}
-    assert {j.key for j in jobs if j.backend == DEEP_GEMM_BACKEND} == dg_keys
+    for backend in (DEEP_GEMM_BACKEND, "vllm_triton"):
+        keys = {k for s in ours.steps if getattr(s, "backend", None) == backend for k in s.compile_keys}
+        assert {j.key for j in jobs if j.backend == backend} == keys
+    assert any(j.backend == "vllm_triton" for j in jobs) == (plan_name == "vllm-0.25-plugin")
 
 
 def test_workers_default_to_the_cores_and_a_daemon_compiles_in_place():
