@@ -1,67 +1,137 @@
 #!/usr/bin/env bash
-# vLLM 0.25.0 on the GPU machine (torch 2.11.0+cu130, Python 3.12, no network).
-# NOT YET RUN there: `prepare` ran here on 2026-11-23 (parts of 52, 49 and 21 MB); the first
-# install call was refused (no device machine lent for the rest of that session).
+# vLLM 0.25.0 and this project's vLLM plugin on the GPU machine (H100, torch 2.11.0+cu130, Python
+# 3.12, nvcc 13.0, no network), carried in four parts, one device call each at most 64 MiB with the
+# repository (about 7 MiB). What is in here was learned on real runs there (2026-11-23/24,
+# ../shared/reference/vllm-on-the-gpu-machine.md). This version (pinned wheels, the DeepGEMM include
+# tree, the plugin part, `check`) has run here only: prepare, and install + check into a local
+# directory with Python 3.12 (the plugin's entry point found there); not yet on the GPU machine.
 #
-# 0.25.0 is the newest vLLM that pins the machine's torch (0.33.0 pins 2.14.0). Its wheel is
-# 250 MB and one device call carries at most 64 MiB, so it travels in three parts to a warm
-# machine (the machine goes back 30 s after a call; /tmp survives between calls made in time):
+# Here, where PyPI is reachable, from the repository root:
+#   bash bench/vllm_gpu_setup.sh prepare   # .vllm/{core,ext,py}/part.tar.xz and .vllm/plugin/ (FORCE=1: rebuild all)
+#   bash bench/vllm_gpu_setup.sh plugin    # rebuild only the plugin wheel (after the repo's code changed)
+#   bash bench/vllm_gpu_setup.sh sizes     # each part's size (a call carries at most 64 MiB)
+# .vllm/ must not be committed (prepare adds /.vllm/ to .git/info/exclude) and travels only as `carry`.
 #
-#   bash bench/vllm_gpu_setup.sh prepare                 # here: .vllm/{core,ext,py}/part.tar.xz
-#   (device call, carry [".vllm/core"])  bash bench/vllm_gpu_setup.sh install core
-#   (device call, carry [".vllm/ext"])   bash bench/vllm_gpu_setup.sh install ext
-#   (device call, carry [".vllm/py"])    bash bench/vllm_gpu_setup.sh install py
-#   then, in that call or the next:      source bench/vllm_gpu_setup.sh env
+# On the GPU machine, one device call per line, each made within 30 s of the last (the machine, and
+# its /tmp with the install, go back 30 s after a call ends; `check` says what is still there):
+#   carry [".vllm/core"]                 bash bench/vllm_gpu_setup.sh install core
+#   carry [".vllm/ext"]                  bash bench/vllm_gpu_setup.sh install ext
+#   carry [".vllm/py", ".vllm/plugin"]   bash bench/vllm_gpu_setup.sh install py plugin && bash bench/vllm_gpu_setup.sh check
+#   any later call:                      bash bench/vllm_gpu_setup.sh check && source bench/vllm_gpu_setup.sh env && ...
+# (`install` takes several parts; `check [PART...]` prints one line, exits 1 if a part is missing.)
 #
-# What each part holds (xz sizes from the 0.25.0 wheel):
-#   core  vllm/_C_stable_libtorch.abi3.so: vLLM's own CUDA ops (about 54 MB)
-#   ext   vllm/_moe_C_stable_libtorch.abi3.so (fused MoE ops) and vllm_flash_attn's FA3 module:
-#         model modules import vllm.vllm_flash_attn, which needs FA2 or FA3 even when the
-#         Triton attention backend runs (about 50 MB)
-#   py    every Python file of the wheel, vLLM's vendored DeepGEMM (for Python 3.12), and the
-#         pure-Python or small wheels of the dependencies the machine's image lacks ($DEPS)
+# What each part holds (sizes from `prepare` here on 2026-11-25; the repo's tracked files: 7.0 MiB):
+#   core    vllm/_C_stable_libtorch.abi3.so: vLLM's own CUDA ops (51.2 MiB xz)
+#   ext     vllm/_moe_C_stable_libtorch.abi3.so (fused MoE ops) and vllm_flash_attn's FA3 module:
+#           model modules import vllm.vllm_flash_attn, which needs FA2 or FA3 (48.2 MiB xz)
+#   py      every Python file of the wheel, vLLM's vendored DeepGEMM for Python 3.12 with its whole
+#           include/ tree (its JIT compiles against it: without the .cuh files the first DeepGEMM
+#           call fails), a few tiny .so (cumem_allocator, spinloop, fs_io_C), and the wheels of the
+#           dependencies the GPU image lacks ($DEPS, pinned), installed with pip --target; vLLM's
+#           Python is byte-compiled at install, so no run pays for it (23.7 MiB xz)
+#   plugin  this repository's wheel (pip wheel . --no-deps, built here: the GPU image has no
+#           hatchling, so `pip install -e .` fails there), installed with pip --target into the
+#           vLLM site dir: its warmup_planner-*.dist-info/entry_points.txt is how vLLM finds the
+#           plugin (`vllm.general_plugins`). The code that runs is the carried checkout's when the
+#           checkout is first on PYTHONPATH (bench/vllm_startup_proof.sh puts it there); the part
+#           records the commit it was built from (BUILD), and `check` says when the carried wheel
+#           differs from the installed one (0.3 MiB; rebuilt by every `prepare` and by `plugin`).
+# core + ext + py + plugin do not fit one call together: three install calls (core; ext; py and plugin).
 # Left out, and why: vllm_flash_attn's FA2 module (191 MB; FA3 serves Hopper), vllm-rs (a Rust
 # front-end server; offline LLM does not use it), third_party/fmha_sm100 (Blackwell only), the
-# other Pythons' DeepGEMM modules, and headers/sources vLLM does not read at run time
-# (.cu/.cuh/.cpp; DeepGEMM's include/ stays: its JIT compiles against it).
+# other Pythons' DeepGEMM modules, FlashMLA/QuTLASS/the Rust tool parser (MLA models, Blackwell,
+# tool calling), and .cu/.cuh/.cpp sources outside DeepGEMM's include/.
 # Optional libraries vLLM imports only when used (flashinfer, deep_ep, triton_kernels, ray, ...)
 # are left absent on purpose: a stand-in module is worse than none (vLLM probes some of them).
-set -u
+# Without FlashInfer, `env` sets VLLM_USE_FLASHINFER_SAMPLER=0 (Model Runner V2's sampler imports
+# FlashInfer otherwise); bench/flashinfer_setup.sh brings FlashInfer where it is wanted.
+
 VLLM_VERSION=${VLLM_VERSION:-0.25.0}
-VLLM_WHEEL_DIR=${VLLM_WHEEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/warmup-planner/vllm}
 VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}
-PY=(--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --only-binary=:all:)
-# The dependencies vLLM imports at start that the GPU image lacks (found by importing vLLM there,
-# ../shared/reference/vllm-on-the-gpu-machine.md), pinned to what 0.25.0 accepts.
-DEPS=(pydantic pydantic-core annotated-types typing-inspection cbor2 pyzmq msgspec blake3 cachetools
-      partial-json-parser "openai>=2,<3" jiter distro sniffio openai-harmony pybase64
-      "fastapi<0.137" starlette python-multipart xgrammar "llguidance<1.8" diskcache lark==1.2.2
-      py-cpuinfo setproctitle ijson cloudpickle einops prometheus_client python-json-logger
-      gguf depyf==0.20.0 astor opentelemetry-api opentelemetry-sdk opentelemetry-semantic-conventions
-      importlib-metadata zipp)
+
+# --- env: sourced (`source bench/vllm_gpu_setup.sh env`), it changes no shell option -------------
+_vgs_env() {
+    case ":${PYTHONPATH:-}:" in
+        *":$VLLM_SITE:"*) ;;
+        *) export PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" ;;
+    esac
+    # FlashInfer importable? (find_spec first: cheap when it is absent, the usual case there)
+    if [ -z "${VLLM_USE_FLASHINFER_SAMPLER+set}" ] && ! python3 -c '
+import importlib.util, sys
+if importlib.util.find_spec("flashinfer") is None:
+    sys.exit(1)
+import flashinfer' >/dev/null 2>&1; then
+        export VLLM_USE_FLASHINFER_SAMPLER=0
+    fi
+}
+
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then  # sourced
+    case "${1:-env}" in
+        env) _vgs_env; return 0 ;;
+        *) echo "vllm_gpu_setup: only 'env' can be sourced; run the script for '$1'" >&2; return 1 ;;
+    esac
+fi
+
+set -u -o pipefail
+export PIP_ROOT_USER_ACTION=ignore   # pip runs as root there and here
+VLLM_WHEEL_DIR=${VLLM_WHEEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/warmup-planner/vllm/wheels}
+PARTS_DIR=${PARTS_DIR:-.vllm}
+MARKERS="$VLLM_SITE/.warmup-parts"   # one file per installed part: the sha256 of what was installed
+PY=(--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+    --only-binary=:all:)
+# The dependencies vLLM needs at start that the GPU image lacks (found by importing vLLM there and by
+# serving a model with it, ../shared/reference/vllm-on-the-gpu-machine.md). Pinned to what PyPI
+# resolved for cp312 manylinux on 2026-11-25 (the runs of 2026-11-23/24 used these names unpinned).
+# apache-tvm-ffi: xgrammar imports tvm_ffi (vLLM's pin 0.1.9 fails with this xgrammar; 0.1.15.post2
+# worked); compressed-tensors: vLLM 0.25.0's pin (0.12 lacks compressors.pack_quantized); loguru:
+# compressed-tensors imports it. llguidance 1.6.1 is below vLLM's >=1.7 (the newest with a cp312
+# manylinux_2_28 wheel); it is only imported, structured output does not run here.
+DEPS=(pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 cbor2==6.3.0
+      pyzmq==27.3.0 msgspec==0.22.0 blake3==1.0.11 cachetools==8.0.2 partial-json-parser==0.2.1.1.post7
+      openai==2.54.0 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1 openai-harmony==0.0.8 pybase64==1.5.1
+      fastapi==0.136.3 starlette==1.10.0 python-multipart==0.0.34 xgrammar==0.2.8 llguidance==1.6.1
+      diskcache==5.6.3 lark==1.2.2 py-cpuinfo==9.0.0 setproctitle==1.3.8 ijson==3.6.0 cloudpickle==3.1.3
+      einops==0.8.2 prometheus_client==0.26.0 python-json-logger==4.2.0 gguf==0.19.0 depyf==0.20.0
+      astor==0.8.1 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2
+      opentelemetry-semantic-conventions==0.66b2 importlib-metadata==10.2.0 zipp==4.1.2
+      apache-tvm-ffi==0.1.15.post2 compressed-tensors==0.17.0 loguru==0.7.3)
+
+# What `check` looks for in $VLLM_SITE, per part (each must exist).
+part_files() {
+    case "$1" in
+        core) echo "vllm/_C_stable_libtorch.abi3.so" ;;
+        ext) echo "vllm/_moe_C_stable_libtorch.abi3.so vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" ;;
+        py) echo "vllm/__init__.py vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so" \
+                 "vllm/third_party/deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh" \
+                 "tvm_ffi compressed_tensors loguru xgrammar pydantic" ;;
+        plugin) echo "vllm_bridge/plugin.py" ;;
+        *) return 1 ;;
+    esac
+}
+ALL_PARTS="core ext py plugin"
 
 wheel() {
     mkdir -p "$VLLM_WHEEL_DIR"
-    local whl
-    whl=$(ls "$VLLM_WHEEL_DIR"/vllm-"$VLLM_VERSION"-*.whl 2>/dev/null | head -n1)
-    if [ -z "$whl" ]; then
+    local found=("$VLLM_WHEEL_DIR"/vllm-"$VLLM_VERSION"-*.whl)
+    if [ ! -f "${found[0]}" ]; then
         python3 -m pip download -q --no-deps "${PY[@]}" "vllm==$VLLM_VERSION" -d "$VLLM_WHEEL_DIR" >&2 || return 1
-        whl=$(ls "$VLLM_WHEEL_DIR"/vllm-"$VLLM_VERSION"-*.whl | head -n1)
+        found=("$VLLM_WHEEL_DIR"/vllm-"$VLLM_VERSION"-*.whl)
     fi
-    echo "$whl"
+    [ -f "${found[0]}" ] && echo "${found[0]}"
 }
 
-# pack PART LIST...: the wheel members matching the shell patterns into .vllm/PART/part.tar.xz
+# pack PART WHEEL PATTERN...: the wheel members matching the patterns into $PARTS_DIR/PART/part.tar.xz
 pack() {
     local part=$1 whl=$2; shift 2
-    [ -f ".vllm/$part/part.tar.xz" ] && [ -z "${FORCE:-}" ] && { echo "$part: kept (FORCE=1 rebuilds)"; return; }
+    [ -f "$PARTS_DIR/$part/part.tar.xz" ] && [ -z "${FORCE:-}" ] && { echo "$part: kept (FORCE=1 rebuilds)"; return; }
     local stage
     stage=$(mktemp -d)
     python3 - "$whl" "$stage" "$@" <<'PY' || return 1
 import fnmatch, sys, zipfile
 whl, stage, patterns = sys.argv[1], sys.argv[2], sys.argv[3:]
 # PATTERN keeps, !PATTERN drops what a keep matched, +PATTERN keeps whatever a drop said
+# (fnmatch: * matches / too, so dir/* is the whole tree under dir)
 keep = [p for p in patterns if p[0] not in "!+"]
 drop = [p[1:] for p in patterns if p[0] == "!"]
 force = [p[1:] for p in patterns if p[0] == "+"]
@@ -70,40 +140,155 @@ with zipfile.ZipFile(whl) as z:
     names = [n for n in z.namelist()
              if match(n, force) or (match(n, keep) and not match(n, drop))]
     z.extractall(stage, names)
-print(f"{len(names)} files", file=sys.stderr)
+print(f"{len(names)} files from the wheel", file=sys.stderr)
 PY
     if [ "$part" = py ]; then
         mkdir -p "$stage/wheels"
-        python3 -m pip download -q --no-deps "${PY[@]}" -d "$stage/wheels" "${DEPS[@]}" >&2 || return 1
+        python3 -m pip download -q --no-deps "${PY[@]}" -d "$stage/wheels" "${DEPS[@]}" >&2 || { rm -rf "$stage"; return 1; }
+        local got=("$stage"/wheels/*.whl)
+        echo "${#got[@]} dependency wheels" >&2
     fi
-    mkdir -p ".vllm/$part"
-    tar cf - -C "$stage" . | xz -6 -T0 > ".vllm/$part/part.tar.xz" && rm -rf "$stage"
-    echo "$part: $(du -h ".vllm/$part/part.tar.xz" | cut -f1)"
+    mkdir -p "$PARTS_DIR/$part"
+    tar cf - -C "$stage" . | xz -6 -T0 > "$PARTS_DIR/$part/part.tar.xz.tmp" || { rm -rf "$stage"; return 1; }
+    mv "$PARTS_DIR/$part/part.tar.xz.tmp" "$PARTS_DIR/$part/part.tar.xz"
+    rm -rf "$stage"
+    echo "$part: $(du -h "$PARTS_DIR/$part/part.tar.xz" | cut -f1)"
+}
+
+# The plugin part: this checkout's wheel (hatchling comes from PyPI through pip's build isolation).
+build_plugin() {
+    local stage
+    stage=$(mktemp -d)
+    python3 -m pip wheel -q --no-deps -w "$stage" . >&2 || { rm -rf "$stage"; return 1; }
+    rm -rf "$PARTS_DIR/plugin"
+    mkdir -p "$PARTS_DIR/plugin"
+    mv "$stage"/warmup_planner-*.whl "$PARTS_DIR/plugin/" && rm -rf "$stage"
+    {
+        echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo '+uncommitted changes')"
+        echo "built $(date -u +%Y-%m-%dT%H:%MZ)"
+    } > "$PARTS_DIR/plugin/BUILD"
+    echo "plugin: $(du -h "$PARTS_DIR"/plugin/*.whl | cut -f1) ($(head -n1 "$PARTS_DIR/plugin/BUILD"))"
+}
+
+exclude_parts_dir() {
+    local exclude
+    exclude=$(git rev-parse --git-path info/exclude 2>/dev/null) || return 0
+    git check-ignore -q "$PARTS_DIR/x" 2>/dev/null && return 0
+    mkdir -p "$(dirname "$exclude")"
+    echo "/$PARTS_DIR/" >> "$exclude"
+    echo "added /$PARTS_DIR/ to $exclude"
 }
 
 prepare() {
     local whl
     whl=$(wheel) || return 1
-    pack core "$whl" 'vllm/_C_stable_libtorch.abi3.so'
-    pack ext "$whl" 'vllm/_moe_C_stable_libtorch.abi3.so' 'vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so'
+    exclude_parts_dir
+    pack core "$whl" 'vllm/_C_stable_libtorch.abi3.so' || return 1
+    pack ext "$whl" 'vllm/_moe_C_stable_libtorch.abi3.so' 'vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so' || return 1
     pack py "$whl" 'vllm/*' 'vllm-*.dist-info/*' '!*.so' '!vllm/vllm-rs' '!vllm/third_party/fmha_sm100/*' \
-        '!*.cu' '!*.cuh' '!*.cpp' '+vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so'
+        '!*.cu' '!*.cuh' '!*.cpp' '+vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so' \
+        '+vllm/third_party/deep_gemm/include/*' '+vllm/cumem_allocator.abi3.so' '+vllm/spinloop.abi3.so' \
+        '+vllm/fs_io_C.abi3.so' || return 1
+    build_plugin || return 1
+    sizes
+}
+
+sizes() {
+    local part f n
+    for part in $ALL_PARTS; do
+        for f in "$PARTS_DIR/$part"/part.tar.xz "$PARTS_DIR/$part"/*.whl; do
+            [ -f "$f" ] || continue
+            n=$(stat -c %s "$f")
+            awk -v p="$part" -v n="$n" -v f="$f" 'BEGIN { printf "%-7s %6.1f MiB  %s\n", p, n / 1048576, f }'
+        done
+    done
+    git ls-files -z | xargs -0 stat -c %s 2>/dev/null \
+        | awk '{ s += $1 } END { printf "repo    %6.1f MiB  (tracked files: they travel with every call)\n", s / 1048576 }'
+}
+
+# The sha256 of what a part installs from (the tarball, or the plugin wheel).
+part_source() {
+    if [ "$1" = plugin ]; then
+        local found=("$PARTS_DIR"/plugin/warmup_planner-*.whl)
+        [ -f "${found[0]}" ] && echo "${found[0]}"
+    else
+        echo "$PARTS_DIR/$1/part.tar.xz"
+    fi
 }
 
 install_part() {
-    local part=$1
-    [ -f ".vllm/$part/part.tar.xz" ] || { echo "vllm_gpu_setup: .vllm/$part/part.tar.xz not carried" >&2; return 1; }
-    mkdir -p "$VLLM_SITE"
-    xz -dc ".vllm/$part/part.tar.xz" | tar x -C "$VLLM_SITE" || return 1
-    if [ -d "$VLLM_SITE/wheels" ]; then
-        python3 -m pip install -q --no-index --no-deps --target "$VLLM_SITE" "$VLLM_SITE"/wheels/*.whl && rm -rf "$VLLM_SITE/wheels"
+    local part=$1 src
+    part_files "$part" >/dev/null || { echo "vllm_gpu_setup: no part '$part' (core, ext, py, plugin)" >&2; return 1; }
+    src=$(part_source "$part")
+    if [ -z "$src" ] || [ ! -f "$src" ]; then
+        echo "vllm_gpu_setup: $PARTS_DIR/$part not carried (carry [\"$PARTS_DIR/$part\"])" >&2
+        return 1
     fi
+    mkdir -p "$VLLM_SITE" "$MARKERS"
+    rm -f "$MARKERS/$part"
+    if [ "$part" = plugin ]; then
+        python3 -m pip install -q --no-index --no-deps --upgrade --target "$VLLM_SITE" "$src" || return 1
+        cp "$PARTS_DIR/plugin/BUILD" "$VLLM_SITE/warmup_planner.BUILD" 2>/dev/null
+    else
+        xz -dc "$src" | tar x -C "$VLLM_SITE" || return 1
+        if [ -d "$VLLM_SITE/wheels" ]; then
+            python3 -m pip install -q --no-index --no-deps --upgrade --target "$VLLM_SITE" "$VLLM_SITE"/wheels/*.whl \
+                || return 1
+            rm -rf "$VLLM_SITE/wheels"
+        fi
+        # Byte-compile vLLM once here, so that the first run on the machine does not pay for it
+        # (a cold/warm comparison would otherwise charge it to whichever run came first).
+        [ "$part" = py ] && python3 -m compileall -q -j 0 "$VLLM_SITE/vllm" >/dev/null
+    fi
+    sha256sum "$src" | cut -d' ' -f1 > "$MARKERS/$part"
     echo "installed $part into $VLLM_SITE ($(du -sh "$VLLM_SITE" | cut -f1))"
 }
 
-case "${1:-env}" in
+# check [PART...]: one line, each part ok / MISSING / stale; exit 1 when one is missing.
+check() {
+    local parts=("$@") part f line="vllm_gpu_setup check: $VLLM_SITE" bad=0 missing src note
+    [ ${#parts[@]} -gt 0 ] || read -r -a parts <<< "$ALL_PARTS"
+    for part in "${parts[@]}"; do
+        part_files "$part" >/dev/null || { line+=" | $part: no such part"; bad=1; continue; }
+        missing=""
+        [ -f "$MARKERS/$part" ] || missing="not installed"
+        if [ -z "$missing" ]; then
+            for f in $(part_files "$part"); do
+                [ -e "$VLLM_SITE/$f" ] || { missing="$f absent"; break; }
+            done
+        fi
+        if [ "$part" = plugin ] && [ -z "$missing" ]; then
+            compgen -G "$VLLM_SITE/warmup_planner-*.dist-info/entry_points.txt" >/dev/null \
+                && grep -q '^\[vllm.general_plugins\]' "$VLLM_SITE"/warmup_planner-*.dist-info/entry_points.txt \
+                || missing="no vllm.general_plugins entry point"
+        fi
+        if [ -n "$missing" ]; then
+            line+=" | $part MISSING ($missing)"; bad=1; continue
+        fi
+        note=""
+        src=$(part_source "$part")
+        if [ -n "$src" ] && [ -f "$src" ] && [ "$(sha256sum "$src" | cut -d' ' -f1)" != "$(cat "$MARKERS/$part")" ]; then
+            note=" (stale: the carried $part differs; install it again)"
+        fi
+        [ "$part" = plugin ] && [ -f "$VLLM_SITE/warmup_planner.BUILD" ] \
+            && note+=" ($(head -n1 "$VLLM_SITE/warmup_planner.BUILD"))"
+        line+=" | $part ok$note"
+    done
+    echo "$line"
+    return $bad
+}
+
+case "${1:-}" in
     prepare) prepare ;;
-    install) install_part "${2:?install which part: core, ext or py}" ;;
-    env) export PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" ;;
-    *) echo "usage: bench/vllm_gpu_setup.sh prepare | install core|ext|py | env" >&2; false ;;
+    plugin) build_plugin ;;
+    sizes) sizes ;;
+    install)
+        shift
+        [ $# -gt 0 ] || { echo "install which parts: core, ext, py, plugin" >&2; exit 2; }
+        for p in "$@"; do install_part "$p" || exit 1; done ;;
+    check) shift; check "$@" ;;
+    env) _vgs_env; echo "export PYTHONPATH=$PYTHONPATH${VLLM_USE_FLASHINFER_SAMPLER:+ VLLM_USE_FLASHINFER_SAMPLER=$VLLM_USE_FLASHINFER_SAMPLER}"
+         echo "(executed, not sourced: this shell is unchanged; use: source bench/vllm_gpu_setup.sh env)" >&2 ;;
+    *) echo "usage: bench/vllm_gpu_setup.sh prepare | plugin | sizes | install PART... | check [PART...] | env (sourced)" >&2
+       exit 2 ;;
 esac

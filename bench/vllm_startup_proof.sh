@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# The vLLM start-up proof on the GPU machine: vLLM 0.25.0 + this project's plugin against stock
+# vLLM 0.25.0, from cold caches and warm, one process per run (bench/vllm_plugin_trace.py).
+# Written here without a GPU: dry-run, and run end to end against a stand-in vLLM package (no
+# GPU, no real engine); not run on a GPU yet.
+#
+# Claims it measures (bench/vllm_startup_summary.py prints PASS / FAIL / n/a for each):
+#   1. cold start: stock-cold's time to ready / plugin-cold's >= 2 (process start to LLM() built);
+#   2. after ready: the plugin runs compile nothing (Triton, DeepGEMM, torch.compile, FlashInfer)
+#      over a 500-request offline trace;
+#   3. KV cache: the plugin runs' GPU blocks equal a warm stock boot's.
+#
+# Needs: vLLM 0.25.0 and the plugin installed by bench/vllm_gpu_setup.sh on the same warm machine
+# (its parts core, ext, py, plugin: `check` must pass), an H100. Model: Llama-3.1-8B-Instruct FP8
+# block-128 (tests/fixtures/hf/llama-3.1-8b-instruct-fp8-block.json) on dummy weights; MODEL=qwen
+# for Qwen3-30B-A3B FP8 (a separate series of calls, only where time remains).
+#
+# Device calls, in order, each with timeout_s 600 and made within 30 s of the last (the machine and
+# its /tmp go back 30 s after a call; a fresh machine needs the three install calls again; the runs
+# of a later call reuse the caches of earlier calls, which is what makes a run warm):
+#   1 carry [".vllm/core"]                bash bench/vllm_gpu_setup.sh install core
+#   2 carry [".vllm/ext"]                 bash bench/vllm_gpu_setup.sh check core && bash bench/vllm_gpu_setup.sh install ext
+#   3 carry [".vllm/py", ".vllm/plugin"]  export CALL_START=$(date +%s); bash bench/vllm_gpu_setup.sh check core ext && bash bench/vllm_gpu_setup.sh install py plugin && PARTS="plugin-cold" bash bench/vllm_startup_proof.sh
+#   4 carry []                            PARTS="stock-cold" bash bench/vllm_startup_proof.sh
+#   5 carry []                            PARTS="plugin-warm stock-warm" bash bench/vllm_startup_proof.sh
+# (stock-cold gets a call of its own: stock's cold start of this model alone took most of a call in
+# the run of 2026-11-24, ../shared/reference/vllm-on-the-gpu-machine.md, and its trace follows
+# it; the install in call 3 counts against that call's budget through CALL_START.) The script
+# runs `bash bench/vllm_gpu_setup.sh check`
+# first and stops if a part is gone. Qwen3-30B-A3B: the same three runs with MODEL=qwen, in a lease
+# of its own if the 30 minutes a machine is held are spent (then the installs again first).
+# Then here, with matplotlib (pip install matplotlib), from the files that came back:
+#   tar xzf llama-3.1-8b-instruct-fp8-block.stock-cold.tar.gz; tar xzf ...plugin-cold.tar.gz
+#   python3 bench/plot_startup_timeline.py stock-cold/result.json plugin-cold/result.json -o timeline.png
+# Dry run, anywhere (prints every command with its environment, runs none):
+#   PARTS="plugin-cold plugin-warm stock-cold stock-warm" bash bench/vllm_startup_proof.sh --dry-run
+#
+# Rules it keeps:
+# - one model directory for every run of a model ($ROOT/models/<model>, config.json only): vLLM's
+#   torch.compile cache key includes the model path;
+# - each arm its own caches ($ROOT/cache/<model>/<arm>/): VLLM_CACHE_ROOT (torch.compile, and
+#   DeepGEMM's JIT cache, which vLLM puts at $VLLM_CACHE_ROOT/deep_gemm), TRITON_HOME (Triton's
+#   cache is $TRITON_HOME/.triton/cache), TORCHINDUCTOR_CACHE_DIR and CUDA_CACHE_PATH.
+#   TRITON_CACHE_DIR and DG_JIT_CACHE_DIR are unset, not set: Inductor points TRITON_CACHE_DIR
+#   under its own cache dir only when it is unset, and that is the behaviour measured;
+# - cold: the arm's cache directories are emptied first; warm: the same directories again (a warm
+#   run without its arm's cold run on this machine is skipped, not run cold);
+# - VLLM_ENABLE_V1_MULTIPROCESSING=0 (the engine in the harness's process, where its JIT monitor
+#   sees every compile); WARMUP_PLAN=$PLUGIN_PLAN only in the plugin arm (the stock arm does not
+#   import the plugin at all: VLLM_PLUGINS lists every other general plugin); WARMUP_PLAN_REPORT and
+#   WARMUP_JIT_LOG per run (both arms; the stock arm never reads them);
+# - each run under `timeout` (RUN_TIMEOUT_S, and never past the call's budget: BUDGET_S from
+#   CALL_START, the call's start in epoch seconds, default the script's); a failed run records its
+#   rc and stderr tail, and the script goes on;
+# - before the runs, torch, Triton and vLLM are imported once (the machine's facts): every run then
+#   finds those libraries in the OS page cache, the first run of a fresh machine too.
+#
+# Results: under $ROOT/runs/<model>/<arm>-<temp>/ (stdout.txt, stderr.txt, run.json, result.json,
+# plan_report.json, plugin_jit.jsonl, jit_after_ready.jsonl); under $OUT (at most 8 files come back
+# from a device call): per part <model>.<part>.tar.gz (that run's directory, the machine's facts)
+# and <model>.<part>.json (its summary row and the checks), plus proof.tsv (every run of the model
+# on this machine so far) and proof.log (this script's output). So at most 3 parts per call.
+# The timeline plot: python3 bench/plot_startup_timeline.py STOCK/result.json PLUGIN/result.json -o t.png
+#
+# Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm), MODEL (llama | qwen |
+# a tests/fixtures/hf name), PLUGIN_PLAN (vllm-0.25-plugin), PLUGIN_JOBS (WARMUP_JOBS for the plugin
+# arm; unset: the plugin's default), REQUESTS (500), RUN_TIMEOUT_S (560), BUDGET_S (585),
+# CALL_START (epoch s), PROOF_ROOT (/tmp/warmup-proof), VLLM_SITE (/tmp/vllm-site), DRY_RUN=1 (or --dry-run).
+set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+DRY_RUN=${DRY_RUN:-0}
+[ "${1:-}" = --dry-run ] && DRY_RUN=1
+START=$(date +%s)
+CALL_START=${CALL_START:-$START}
+PARTS=${PARTS:?PARTS="plugin-cold" (or plugin-warm, stock-cold, stock-warm; up to 3 per call)}
+case "${MODEL:-llama}" in
+    llama) MODEL=llama-3.1-8b-instruct-fp8-block ;;
+    qwen) MODEL=qwen3-30b-a3b-fp8 ;;
+esac
+CONFIG=tests/fixtures/hf/$MODEL.json
+ROOT=${PROOF_ROOT:-/tmp/warmup-proof}
+RUNS=$ROOT/runs/$MODEL
+MODEL_DIR=$ROOT/models/$MODEL
+PLUGIN_PLAN=${PLUGIN_PLAN:-vllm-0.25-plugin}
+REQUESTS=${REQUESTS:-500}
+RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-560}
+BUDGET_S=${BUDGET_S:-585}   # a device call runs at most 600 s: what is left is for packing the results
+MIN_RUN_S=${MIN_RUN_S:-60}
+RESULTS=${OUT:-$ROOT/out}
+VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}
+
+[ -f "$CONFIG" ] || { echo "no model config $CONFIG" >&2; exit 2; }
+set -f; read -r -a PART_LIST <<< "$PARTS"; set +f
+for part in "${PART_LIST[@]}"; do
+    case "$part" in plugin-cold|plugin-warm|stock-cold|stock-warm) ;;
+        *) echo "unknown part '$part' (plugin-cold, plugin-warm, stock-cold, stock-warm)" >&2; exit 2 ;;
+    esac
+done
+[ ${#PART_LIST[@]} -le 3 ] || echo "WARNING: ${#PART_LIST[@]} parts: only 8 files come back from \$OUT (2 per part + 2)"
+
+say() { echo "[proof $(($(date +%s) - START))s] $*"; }
+show() { printf '+'; printf ' %q' "$@"; printf '\n'; }   # a command as it would run
+do_or_show() { if [ "$DRY_RUN" = 1 ]; then show "$@"; else "$@"; fi; }
+
+# --- the machine ---------------------------------------------------------------------------------------
+machine_facts() {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1
+    echo "cpus: $(nproc)  memory: $(free -g | awk '/^Mem:/ {print $2 " GiB"}')"
+    bash bench/vllm_gpu_setup.sh check
+    PYTHONPATH="$PYPATH" python3 -c 'import sys, torch, triton, vllm; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "vllm", vllm.__version__)' 2>&1 | tail -n 1
+    command -v nvcc >/dev/null && nvcc --version | tail -n 1
+    echo "plugin build: $(head -n 1 "$VLLM_SITE/warmup_planner.BUILD" 2>/dev/null || echo unknown)"
+    echo "PYTHONPATH=$PYPATH VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-unset}"
+}
+
+
+# --- one run -----------------------------------------------------------------------------------------
+# run_part ARM-TEMP: empties the arm's caches for a cold run, runs the trace under timeout, writes run.json.
+run_part() {
+    local part=$1 arm=${1%-*} temp=${1#*-}
+    local dir=$RUNS/$part cache=$ROOT/cache/$MODEL/$arm
+    local left=$((BUDGET_S - ($(date +%s) - CALL_START) - 15)) limit=$RUN_TIMEOUT_S
+    [ "$left" -lt "$limit" ] && limit=$left
+    do_or_show rm -rf "$dir"
+    do_or_show mkdir -p "$dir"
+    if [ "$limit" -lt "$MIN_RUN_S" ]; then
+        say "$part: skipped, ${left}s left in this call"
+        [ "$DRY_RUN" = 1 ] || json_run "$dir" skipped="no time left in this call (${left} s)"
+        return
+    fi
+    if [ "$temp" = cold ]; then
+        do_or_show rm -rf "$cache"
+        do_or_show mkdir -p "$cache/vllm" "$cache/triton" "$cache/inductor" "$cache/nv"
+    elif [ ! -f "$cache/.cold-done" ] && [ "$DRY_RUN" != 1 ]; then
+        say "$part: skipped, no $arm-cold run on this machine (its caches would be empty: that is not warm)"
+        json_run "$dir" skipped="no $arm-cold run on this machine"
+        return
+    fi
+    local env_set=(VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1 PYTHONPATH="$PYPATH"
+                   VLLM_CACHE_ROOT="$cache/vllm" TRITON_HOME="$cache/triton"
+                   TORCHINDUCTOR_CACHE_DIR="$cache/inductor" CUDA_CACHE_PATH="$cache/nv"
+                   WARMUP_PLAN_REPORT="$dir/plan_report.json" WARMUP_JIT_LOG="$dir/plugin_jit.jsonl")
+    [ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] && env_set+=(VLLM_USE_FLASHINFER_SAMPLER="$VLLM_USE_FLASHINFER_SAMPLER")
+    if [ "$arm" = plugin ]; then
+        env_set+=(WARMUP_PLAN="$PLUGIN_PLAN")
+        [ -n "${PLUGIN_JOBS:-}" ] && env_set+=(WARMUP_JOBS="$PLUGIN_JOBS")
+    fi
+    local cmd=(env -u TRITON_CACHE_DIR -u DG_JIT_CACHE_DIR -u WARMUP_PLAN -u WARMUP_JOBS -u WARMUP_ENGINE
+               -u VLLM_PLUGINS -u TORCHINDUCTOR_FX_GRAPH_CACHE "${env_set[@]}"
+               timeout --kill-after=20 "$limit" python3 bench/vllm_plugin_trace.py --config "$CONFIG" --arm "$arm"
+               --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS")
+    if [ "$DRY_RUN" = 1 ]; then
+        show "${cmd[@]}" '>' "$dir/stdout.txt" '2>' "$dir/stderr.txt"
+        return
+    fi
+    local before t0 rc t1
+    before=$(cache_sizes "$cache")
+    say "$part: running (limit ${limit}s; caches: $before)"
+    t0=$(date +%s.%N)
+    "${cmd[@]}" > "$dir/stdout.txt" 2> "$dir/stderr.txt"
+    rc=$?
+    t1=$(date +%s.%N)
+    [ "$temp" = cold ] && echo "$rc" > "$cache/.cold-done"
+    json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
+        timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
+        command="$(printf '%q ' "${cmd[@]}")"
+    if [ "$rc" != 0 ]; then
+        say "$part: FAILED (rc $rc$( { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && echo ': its time limit')), stderr's end:"
+        tail -n 5 "$dir/stderr.txt" | cut -c1-300
+    else
+        say "$part: done"
+    fi
+}
+
+cache_sizes() {  # one arm's caches: "vllm 1.2G triton 40M inductor 300M nv 0 deep_gemm 45 entries"
+    local c=$1 out="" d
+    for d in vllm triton inductor nv; do out+="$d $(du -sh "$c/$d" 2>/dev/null | cut -f1) "; done
+    echo "${out}deep_gemm $(find "$c/vllm/deep_gemm/cache" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l) entries"
+}
+
+json_run() {  # json_run DIR key=value...: DIR/run.json (with the stderr tail when rc is not 0)
+    local dir=$1; shift
+    python3 - "$dir" "$@" <<'PY'
+import json, os, sys
+d, out = sys.argv[1], {}
+for kv in sys.argv[2:]:
+    k, v = kv.split("=", 1)
+    out[k] = int(v) if k == "rc" else float(v) if k in ("wall_s", "timeout_s") else v
+if out.get("rc"):
+    try:
+        with open(os.path.join(d, "stderr.txt"), errors="replace") as f:
+            out["stderr_tail"] = "".join(f.readlines()[-30:])[-6000:]
+    except OSError:
+        pass
+with open(os.path.join(d, "run.json"), "w") as f:
+    json.dump(out, f, indent=1)
+PY
+}
+
+# pack PART: $RESULTS/<model>.<part>.tar.gz (files over 8 MiB cut to their first 1 and last 6 MiB)
+# and $RESULTS/<model>.<part>.json (the part's row and the checks so far).
+pack() {
+    local part=$1 stage f
+    stage=$(mktemp -d)
+    cp -r "$RUNS/$part" "$stage/$part" && cp "$RUNS/machine.txt" "$stage/$part/machine.txt"
+    for f in "$stage/$part"/*; do
+        [ "$(stat -c %s "$f")" -gt 8388608 ] || continue
+        { head -c 1048576 "$f"; printf '\n[... cut by vllm_startup_proof.sh ...]\n'; tail -c 6291456 "$f"; } > "$f.cut" \
+            && mv "$f.cut" "$f"
+    done
+    tar czf "$RESULTS/$MODEL.$part.tar.gz" -C "$stage" "$part"
+    rm -rf "$stage"
+    python3 bench/vllm_startup_summary.py "$RUNS" --json "$RESULTS/$MODEL.$part.json" --runs "$part" >/dev/null
+}
+
+main() {
+    say "model $MODEL, parts: ${PART_LIST[*]}, root $ROOT, results $RESULTS$([ "$DRY_RUN" = 1 ] && echo ', DRY RUN: nothing runs')"
+    if [ "$DRY_RUN" = 1 ]; then
+        show bash bench/vllm_gpu_setup.sh check
+    else
+        bash bench/vllm_gpu_setup.sh check || { say "vLLM is not installed here (see bench/vllm_gpu_setup.sh): stopping"; return 1; }
+    fi
+    do_or_show env PYTHONPATH="$PYPATH" python3 -m compileall -q -j 0 planner executor kernel_model vllm_bridge bench
+    if [ "$DRY_RUN" = 1 ]; then
+        show machine_facts '>' "$RUNS/machine.txt"
+    else
+        machine_facts > "$RUNS/machine.txt" 2>&1
+        cat "$RUNS/machine.txt"
+    fi
+    local part
+    for part in "${PART_LIST[@]}"; do
+        run_part "$part"
+        [ "$DRY_RUN" = 1 ] || pack "$part"
+    done
+    if [ "$DRY_RUN" = 1 ]; then
+        show python3 bench/vllm_startup_summary.py "$RUNS" --tsv "$RESULTS/proof.tsv"
+    else
+        say "every run of $MODEL on this machine so far (ready: from process start):"
+        python3 bench/vllm_startup_summary.py "$RUNS" --tsv "$RESULTS/proof.tsv"
+    fi
+}
+
+# The environment of every run: vLLM's site dir (and VLLM_USE_FLASHINFER_SAMPLER=0 without FlashInfer).
+# shellcheck source=bench/vllm_gpu_setup.sh
+source bench/vllm_gpu_setup.sh env
+PYPATH="$PWD:$PYTHONPATH"   # the checkout first: its planner/executor/vllm_bridge are the code that runs
+
+if [ "$DRY_RUN" = 1 ]; then
+    main
+else
+    mkdir -p "$RESULTS" "$RUNS"
+    main 2>&1 | tee -a "$RESULTS/proof.log"   # the pipeline waits for tee: the log is whole
+fi

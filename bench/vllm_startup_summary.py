@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""The table and the verdicts of the vLLM start-up proof, from the runs on disk.
+
+    python3 bench/vllm_startup_summary.py RUNS_DIR [--tsv FILE] [--json FILE --runs NAME...]
+
+RUNS_DIR is bench/vllm_startup_proof.sh's per-model directory (/tmp/warmup-proof/runs/<model>):
+one directory per run (stock-cold, plugin-cold, plugin-warm, stock-warm), each with run.json
+(written by the proof script: rc, wall, timeout, caches) and result.json (bench/vllm_plugin_trace.py).
+Prints one line per run and the proof's three checks, each only from runs that exist:
+
+- cold start: stock-cold ready / plugin-cold ready >= 2 (ready: process start to the LLM built);
+- after ready: the plugin runs compile nothing over the trace (Triton, DeepGEMM, torch.compile,
+  FlashInfer, as this project's JIT monitor counts them after the seal);
+- KV cache: the plugin runs' GPU blocks equal stock-warm's.
+
+--tsv writes every run's row; --json writes the rows of the runs named by --runs (a part's summary)
+with the checks. Needs nothing beyond Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+RUNS = ("stock-cold", "plugin-cold", "plugin-warm", "stock-warm")
+KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
+COLUMNS = ("run", "rc", "wall_s", "ready_s", "llm_init_s", "kv_blocks", "first_request_s", "max_step_s",
+           "trace_s", *KINDS, "events", "plugin_active", "model_runner", "error")
+
+
+def load(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def row(runs_dir: str, name: str) -> dict | None:
+    run = load(os.path.join(runs_dir, name, "run.json"))
+    result = load(os.path.join(runs_dir, name, "result.json"))
+    if run is None and result is None:
+        return None
+    run, result = run or {}, result or {}
+    compiles = result.get("compiles_after_ready") or {}
+    error = run.get("skipped") or result.get("error") or (run.get("stderr_tail") or "").strip().splitlines()[-1:]
+    if isinstance(error, list):
+        error = error[0] if error and run.get("rc") else None
+    return {"run": name, "rc": run.get("rc"), "wall_s": run.get("wall_s"), "ready_s": result.get("ready_s"),
+            "llm_init_s": result.get("llm_init_s"), "kv_blocks": (result.get("kv_cache") or {}).get("num_gpu_blocks"),
+            "first_request_s": result.get("first_request_s"),
+            "max_step_s": (result.get("engine_steps") or {}).get("max_s"), "trace_s": result.get("trace_s"),
+            **{k: compiles.get(k) for k in KINDS}, "events": compiles.get("events"),
+            "plugin_active": result.get("plugin_active"), "model_runner": result.get("model_runner"),
+            "error": error}
+
+
+def checks(rows: dict) -> list[dict]:
+    out = []
+
+    def done(name):
+        r = rows.get(name)
+        return r if r and r.get("ready_s") is not None else None
+
+    stock, plugin = done("stock-cold"), done("plugin-cold")
+    if stock and plugin:
+        ratio = stock["ready_s"] / plugin["ready_s"]
+        out.append({"check": "cold start >= 2x faster", "pass": ratio >= 2.0,
+                    "detail": f"stock-cold {stock['ready_s']:.1f} s / plugin-cold {plugin['ready_s']:.1f} s = {ratio:.2f}x"})
+    else:
+        out.append({"check": "cold start >= 2x faster", "pass": None, "detail": "needs stock-cold and plugin-cold"})
+    ran = [name for name in ("plugin-cold", "plugin-warm") if done(name) and rows[name].get("trace_s") is not None]
+    if ran:
+        parts, total = [], 0
+        for name in ran:
+            counts = {k: rows[name].get(k) for k in KINDS}
+            total += sum(v or 0 for v in counts.values())
+            parts.append(f"{name}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+                         + f" (monitor events {rows[name].get('events')}: compiles and first launches)")
+        out.append({"check": "0 compiles after ready (plugin)", "pass": total == 0, "detail": "; ".join(parts)})
+    else:
+        out.append({"check": "0 compiles after ready (plugin)", "pass": None, "detail": "needs a plugin run with its trace"})
+    ref = done("stock-warm")
+    plugins = [name for name in ("plugin-cold", "plugin-warm") if done(name)]
+    if ref and plugins:
+        same = all(rows[n]["kv_blocks"] == ref["kv_blocks"] for n in plugins)
+        out.append({"check": "KV cache = stock-warm's", "pass": same,
+                    "detail": f"stock-warm {ref['kv_blocks']} blocks; "
+                              + ", ".join(f"{n} {rows[n]['kv_blocks']}" for n in plugins)})
+    else:
+        out.append({"check": "KV cache = stock-warm's", "pass": None, "detail": "needs stock-warm and a plugin run"})
+    inactive = [n for n in plugins if rows[n].get("plugin_active") is not True]
+    inactive += [n for n in ("stock-cold", "stock-warm") if done(n) and rows[n].get("plugin_active")]
+    if inactive:
+        out.append({"check": "plugin active only in the plugin arm", "pass": False,
+                    "detail": "wrong arm state in " + ", ".join(inactive) + ": these numbers do not count"})
+    return out
+
+
+def line(r: dict) -> str:
+    def f(v, fmt="{}"):
+        return "-" if v is None else fmt.format(v)
+
+    text = (f"{r['run']:<12} rc {f(r['rc'])}  ready {f(r['ready_s'], '{:.1f}')} s  KV {f(r['kv_blocks'])} blocks  "
+            f"first request {f(r['first_request_s'], '{:.3f}')} s  longest step {f(r['max_step_s'], '{:.3f}')} s  "
+            f"compiles after ready: " + ", ".join(f"{k} {f(r[k])}" for k in KINDS)
+            + f"  plugin {'on' if r['plugin_active'] else 'off'}")
+    if r.get("error"):
+        text += f"  [{str(r['error'])[:160]}]"
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("runs_dir")
+    parser.add_argument("--tsv")
+    parser.add_argument("--json")
+    parser.add_argument("--runs", nargs="*", default=[])
+    args = parser.parse_args()
+    rows = {name: r for name in RUNS if (r := row(args.runs_dir, name)) is not None}
+    results = checks(rows)
+    for r in rows.values():
+        print(line(r))
+    for c in results:
+        verdict = {True: "PASS", False: "FAIL", None: "n/a "}[c["pass"]]
+        print(f"{verdict} {c['check']}: {c['detail']}")
+    if args.tsv:
+        with open(args.tsv, "w") as f:
+            f.write("\t".join(COLUMNS) + "\n")
+            for r in rows.values():
+                f.write("\t".join("" if r.get(c) is None else str(r.get(c)) for c in COLUMNS) + "\n")
+    if args.json:
+        part = {"runs": {n: {"row": rows.get(n), "run": load(os.path.join(args.runs_dir, n, "run.json"))}
+                         for n in args.runs},
+                "checks": results}
+        with open(args.json, "w") as f:
+            json.dump(part, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
