@@ -29,10 +29,11 @@ alone (the first request's latency) and 499 more in --batches batches, of mixed 
 for both arms (seeded). Every engine step is timed (the longest one is the worst stall a request
 saw), and the monitor's after-seal counts are the compiles after ready, by kind.
 
-The stock arm is stock vLLM: WARMUP_PLAN is removed and VLLM_PLUGINS lists every installed general
-plugin but this project's, so the plugin is not even imported. The plugin arm loads it through its
-``vllm.general_plugins`` entry point (WARMUP_PLAN set by the caller); ``plugin_active`` in the
-result says whether it patched vLLM's Worker.
+The stock arm is stock vLLM: WARMUP_PLAN is removed, so the installed plugin is inert (vLLM loads
+its entry point, which patches nothing). VLLM_PLUGINS is left alone: every VLLM_* variable not on
+vLLM's ignore list feeds its torch.compile cache key, and the two arms must key theirs alike. The
+plugin arm loads it through its ``vllm.general_plugins`` entry point (WARMUP_PLAN set by the
+caller); ``plugin_active`` in the result says whether it patched vLLM's Worker.
 
 Phase timeline (both arms; absolute time.time() stamps in result.json "phases"): before the LLM is
 built, transparent wrappers (functools.wraps, *args/**kwargs) go around vLLM 0.25.0's Worker methods
@@ -258,14 +259,6 @@ def requests(n: int, seed: int = 0):
     return out
 
 
-def stock_plugins_env() -> None:
-    """VLLM_PLUGINS for the stock arm: every installed general plugin but this project's."""
-    from importlib.metadata import entry_points
-
-    names = sorted({e.name for e in entry_points(group="vllm.general_plugins")} - {PLUGIN_DIST})
-    os.environ["VLLM_PLUGINS"] = ",".join(names)
-
-
 # --- what the engine says after ready ------------------------------------------------------------
 
 def first_attr(obj, *paths):
@@ -391,7 +384,6 @@ def run(args) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if args.arm == "stock":
         os.environ.pop("WARMUP_PLAN", None)
-        stock_plugins_env()
     started = process_start_time()
     RESULT.update(arm=args.arm, config=os.path.basename(args.config), argv=sys.argv,
                   script_start=SCRIPT_START, process_start=started or SCRIPT_START,

@@ -46,8 +46,8 @@
 # - cold: the arm's cache directories are emptied first; warm: the same directories again (a warm
 #   run without its arm's cold run on this machine is skipped, not run cold);
 # - VLLM_ENABLE_V1_MULTIPROCESSING=0 (the engine in the harness's process, where its JIT monitor
-#   sees every compile); WARMUP_PLAN=$PLUGIN_PLAN only in the plugin arm (the stock arm does not
-#   import the plugin at all: VLLM_PLUGINS lists every other general plugin); WARMUP_PLAN_REPORT and
+#   sees every compile); WARMUP_PLAN=$PLUGIN_PLAN only in the plugin arm (in the stock arm the
+#   installed plugin is inert: vLLM loads its entry point, which patches nothing); WARMUP_PLAN_REPORT and
 #   WARMUP_JIT_LOG per run (both arms; the stock arm never reads them);
 # - each run under `timeout` (RUN_TIMEOUT_S, and never past the call's budget: BUDGET_S from
 #   CALL_START, the call's start in epoch seconds, default the script's); a failed run records its

@@ -494,6 +494,8 @@ class Precompiler:
             "busy_s": round(busy, 3),                       # the jobs' own seconds, summed over workers
             "compile_s": round(_sum((r.compile_ms for r in ran), 0.0) / 1000.0, 3),  # Triton's own
             "speedup": round(busy / wall, 2) if ran and wall > 0 else None,
+            "created": self.created,                        # time.time() of the pool's start (records are relative)
+            "finish_s": self.finish_s,                      # a caller's barrier: finish()'s wait
             "start_s": self.start_s,                        # the caller's time in start()
             "spawned_s": self.spawned_s,                    # pool start -> every worker process started
             "close_s": self.close_s,                        # the caller's time in close()
