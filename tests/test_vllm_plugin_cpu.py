@@ -95,16 +95,19 @@ def test_settings_default_to_the_pool_and_refuse_bad_values_in_one_line():
 @pytest.mark.parametrize("engine_name", SHIPPED)
 def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, engine_name):
     """How differs, what does not: the plugin's steps name every compile key the release's plan
-    names; each DeepGEMM shape is one call per key on vLLM's DeepGEMM, and the pool gets one job
-    per key (before the fix the pool got none: the plan's DeepGEMM steps named the `deep_gemm`
-    backend, which the plugin replaced, so no step was run by its planned backend)."""
+    names and make every call it makes (each DeepGEMM shape on vLLM's DeepGEMM), and the pool gets
+    one job per key (before the fix the pool got none: the plan's DeepGEMM steps named the
+    `deep_gemm` backend, which the plugin replaced, so no step was run by its planned backend)."""
     expanded = expand(load_plan(plan_name), load_engine(engine_name))
     ours = plugin_plan(expanded)
     assert compile_keys(ours) >= compile_keys(expanded)
+    planned = {s.id: s for s in expanded.steps}
     for step in ours.steps:
-        if isinstance(step, GemmLike) and step.variants:
-            assert step.backend == DEEP_GEMM_BACKEND and step.exact
-            assert list(step.m_values) == [v.first for v in step.variants]
+        if isinstance(step, GemmLike) and planned[step.id].backend == "deep_gemm":
+            assert step.backend == DEEP_GEMM_BACKEND and step == planned[step.id].replace(backend=DEEP_GEMM_BACKEND)
+        else:
+            assert step == planned[step.id]
+    assert [s.id for s in ours.steps] == [s.id for s in expanded.steps if s.kind != "autotune"]
     worker = NS(device="cuda:0", rank=0)
     jobs = compile_jobs(ours.steps, backends=options_for(worker, RELEASES["0.25.0"], 8).precompile_backends)
     for backend in (DEEP_GEMM_BACKEND, "vllm_triton"):
@@ -155,7 +158,7 @@ def test_a_failed_pool_falls_back_to_vllms_own_warmup_in_one_line(caplog, tmp_pa
     report = tmp_path / "report.json"
     state = bare_state(Settings("vllm-0.25", report=str(report), timeout_s=7))
     state.precompiler = StuckPool("timed out after 7 s with 1 of 2 jobs done")
-    with caplog.at_level(logging.INFO, logger="warmup_planner.vllm"):
+    with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
         state.finish_precompile()
         result = state.warm_up(lambda: "vLLM's own")  # vLLM's method, not redirected
     assert state.precompiler.finished == 7 and result == "vLLM's own"

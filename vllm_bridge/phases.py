@@ -22,7 +22,7 @@ import time
 
 KINDS = ("triton", "deep_gemm", "torch_compile")
 
-log = logging.getLogger("warmup_planner.vllm")
+log = logging.getLogger("vllm.warmup_planner")
 
 
 def counts_by_kind(jit: dict | None) -> dict:

@@ -19,7 +19,7 @@ import logging
 
 from planner.steps import Cleanup, Decode, Prefill, Sample
 
-log = logging.getLogger("warmup_planner.vllm")
+log = logging.getLogger("vllm.warmup_planner")
 
 # The plan writes SamplingParams as plain data; vLLM's constructor spells two of them differently.
 PARAM_NAMES = {"bad_words_token_ids": "_bad_words_token_ids"}

@@ -44,7 +44,7 @@ from planner.steps import Autotune, GemmLike
 from . import phases as ph
 from .releases import Release
 
-log = logging.getLogger("warmup_planner.vllm")
+log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format
 
 DEEP_GEMM_BACKEND = "deep_gemm_vllm"   # vllm_bridge.deep_gemm: DeepGEMM as vLLM imports it
 VLLM_RUNS = (Autotune,)  # steps vLLM's own kernel_warmup runs (FlashInfer tunes through the model)
@@ -140,18 +140,19 @@ def with_rank(path: str | None, rank: int) -> str | None:
 
 def plugin_plan(expanded):
     """The plan as this worker runs it: the steps vLLM's kernel_warmup does not run itself, each
-    DeepGEMM step on vLLM's DeepGEMM at one call per compile key (its variants' first M-values;
-    the pool compiles every key, the main process loads each once). Same compile keys."""
-    return expanded._replace(steps=tuple(_one_call_per_key(s) for s in expanded.steps
+    DeepGEMM step on vLLM's DeepGEMM. The calls are the plan's own: the pool compiles each
+    compile key once (at its first M), and the main process then makes every planned call, which
+    loads (bench/RESULTS.md part S: the full sweep of cached kernels takes about a second). A
+    kernel the dispatch model did not predict is then compiled during the warmup, counted in the
+    stage, never first met after ready (Qwen3-30B-A3B on the V1 runner met two that way)."""
+    return expanded._replace(steps=tuple(_on_vllms_deep_gemm(s) for s in expanded.steps
                                          if not isinstance(s, VLLM_RUNS)))
 
 
-def _one_call_per_key(step):
-    if not isinstance(step, GemmLike) or step.backend != "deep_gemm":
-        return step
-    if not step.variants:  # a kernel no dispatch model covers: every M, as planned
+def _on_vllms_deep_gemm(step):
+    if isinstance(step, GemmLike) and step.backend == "deep_gemm":
         return step.replace(backend=DEEP_GEMM_BACKEND)
-    return step.replace(backend=DEEP_GEMM_BACKEND, m_values=tuple(v.first for v in step.variants), exact=True)
+    return step
 
 
 def compile_keys(expanded) -> set[str]:
@@ -184,7 +185,16 @@ def options_for(worker, release: Release, jobs: int):
                    precompile_backends=(DEEP_GEMM_BACKEND, "vllm_triton", "triton"),
                    backend_settings={DEEP_GEMM_BACKEND: release_settings(release),
                                      "vllm_triton": {"module": release.sampler_module, "staging": staging}},
-                   worker_env={"TRITON_CACHE_DIR": staging} if staging else {})
+                   worker_env=_worker_env(staging))
+
+
+def _worker_env(staging: str | None) -> dict:
+    """The precompile workers' own environment: their Triton cache, and vLLM's logging quiet (each
+    worker imports vLLM's DeepGEMM helpers, which log at INFO into the server's log)."""
+    env = {"VLLM_LOGGING_LEVEL": "WARNING"}
+    if staging:
+        env["TRITON_CACHE_DIR"] = staging
+    return env
 
 
 def _triton_staging() -> str | None:

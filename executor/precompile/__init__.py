@@ -19,9 +19,9 @@ The main process then runs every planned step as before, and its launches are di
 
 from .jobs import PRECOMPILE_BACKENDS, Job, JobResult, compile_jobs, default_jobs, step_content_key
 from .manifest import MANIFEST_NAME, fingerprint, manifest_path, read_manifest, update_manifest
-from .pool import Precompiler
+from .pool import Precompiler, attribute_deep_gemm
 from .worker import prime_triton
 
-__all__ = ["MANIFEST_NAME", "PRECOMPILE_BACKENDS", "Job", "JobResult", "Precompiler", "compile_jobs",
+__all__ = ["MANIFEST_NAME", "attribute_deep_gemm", "PRECOMPILE_BACKENDS", "Job", "JobResult", "Precompiler", "compile_jobs",
            "default_jobs", "fingerprint", "manifest_path", "prime_triton", "read_manifest", "step_content_key",
            "update_manifest"]

@@ -213,8 +213,10 @@ def run_job(job: Job) -> JobResult:
         counts = monitor.end_step() if monitor is not None else None
         if counts is not None:
             out.compiled, out.disk_loads = counts.compiled, counts.disk_loads
-            out.compile_ms, out.deep_gemm_jit = round(counts.compile_ms, 3), counts.deep_gemm_jit
-            out.deep_gemm_loads, out.deep_gemm_entries = counts.deep_gemm_loads, list(counts.deep_gemm_entries)
+            out.compile_ms = round(counts.compile_ms, 3)
+            if getattr(backend, "jit_cache", None) == "deep_gemm":  # else they are its neighbours'
+                out.deep_gemm_jit, out.deep_gemm_loads = counts.deep_gemm_jit, counts.deep_gemm_loads
+                out.deep_gemm_entries = list(counts.deep_gemm_entries)
         _free(backend, job.step, state["device"])
     return out
 

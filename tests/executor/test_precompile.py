@@ -627,3 +627,18 @@ def test_backend_settings_and_worker_env_reach_the_workers_through_the_construct
     assert seen and all(s == {"settings": {"module": "vllm.utils.deep_gemm"}, "triton_cache_dir": staging}
                         for s in seen)
     assert os.environ["TRITON_CACHE_DIR"] == str(fake_env["cache"])  # the main process's is its own
+
+
+def test_a_deep_gemm_kernel_seen_by_several_jobs_is_counted_once():
+    """Workers share DeepGEMM's cache: a job's monitor also sees its neighbours' kernels. Each
+    kernel is counted for one job, the earliest-ending that saw it (the H100 run of issue 23 had
+    58 jobs report 133 kernels of 60 before)."""
+    def result(key, end, entries):
+        r = pc.JobResult(key=key, keys=[key], step="s/a", backend="deep_gemm", kind="gemm", whole_step=False,
+                         values=1, deep_gemm_jit=len(entries), deep_gemm_entries=list(entries))
+        r.end = end
+        return r
+    a, b, c = result("k1", 10.0, ["e1"]), result("k2", 11.0, ["e1", "e2"]), result("k3", 12.5, ["e1", "e2", "e3"])
+    pc.attribute_deep_gemm([c, a, b])
+    assert [(r.key, r.deep_gemm_entries, r.deep_gemm_jit) for r in (a, b, c)] == [
+        ("k1", ["e1"], 1), ("k2", ["e2"], 1), ("k3", ["e3"], 1)]
