@@ -9,9 +9,9 @@ the step it happened in, and the totals are the sum of the rows.
 Counts by kind: Triton (every ``triton.compile``, Inductor's kernels included, split into
 compiled and loaded from the disk cache), DeepGEMM (kernels appearing in its JIT cache; loads
 only where the cache layout records them, 2.8) and torch.compile (Dynamo frame compiles). In a
-plan stage the DeepGEMM loads are known without the layout's help: each DeepGEMM call of the
-plugin's steps is one distinct kernel (one call per compile key), so the calls that added no
-kernel found theirs in the cache.
+plan stage the DeepGEMM loads are known without the layout's help: a step's calls reach its
+compile keys, one kernel each, so the keys whose kernel this process did not compile were loaded
+from the cache (the step's many calls per kernel are calls, not loads).
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ class Phases:
 
 # --- plan stages ---------------------------------------------------------------------------------------
 
-def stage_rows(records, writes_deep_gemm) -> list[dict]:
-    """One row per plan stage: steps, calls, wall, counts by kind, and the pool's jobs for it."""
+def stage_rows(records, writes_deep_gemm, kernels: dict | None = None) -> list[dict]:
+    """One row per plan stage: steps, calls, wall, counts by kind, and the pool's jobs for it.
+    `kernels`: step id -> the distinct kernels (compile keys) the step reaches, where known."""
     rows: dict[str, dict] = {}
     for r in records:
         row = rows.setdefault(r.stage, {"stage": r.stage, "steps": 0, "calls": 0, "wall_s": 0.0,
@@ -101,7 +102,7 @@ def stage_rows(records, writes_deep_gemm) -> list[dict]:
         row["steps"] += 1
         row["calls"] += r.kernel_calls or 0
         row["wall_s"] = round(row["wall_s"] + r.wall_s, 3)
-        add_counts(row, _step_counts(r, writes_deep_gemm))
+        add_counts(row, _step_counts(r, writes_deep_gemm, (kernels or {}).get(r.id)))
         pre = r.precompile or {}
         row["pool_jobs"] += pre.get("jobs", 0)
         row["pool_jobs_ok"] += pre.get("jobs", 0) - pre.get("failed", 0)
@@ -109,12 +110,17 @@ def stage_rows(records, writes_deep_gemm) -> list[dict]:
     return list(rows.values())
 
 
-def _step_counts(record, writes_deep_gemm) -> dict:
+def _step_counts(record, writes_deep_gemm, kernels: int | None) -> dict:
     counts = counts_by_kind(record.jit)
-    if record.status == "ok" and writes_deep_gemm(record.backend or ""):
-        # one call per distinct kernel: a call that compiled nothing found its kernel cached
-        counts["loaded"]["deep_gemm"] = max(0, (record.kernel_calls or 0) - counts["compiled"]["deep_gemm"])
+    if record.status == "ok" and kernels is not None and writes_deep_gemm(record.backend or ""):
+        # each key is one kernel: the ones this process did not compile came from the cache
+        counts["loaded"]["deep_gemm"] = max(0, kernels - counts["compiled"]["deep_gemm"])
     return counts
+
+
+def step_kernels(steps) -> dict:
+    """step id -> its distinct kernels, for the steps whose compile keys the plan knows."""
+    return {s.id: len(s.compile_keys) for s in steps if getattr(s, "variants", None)}
 
 
 def stage_line(row: dict) -> str:

@@ -412,7 +412,8 @@ class WorkerWarmup:
         plan = self.in_worker_plan()
         self.runner = VllmWorkerRunner(self.worker, plan.steps)
         self.report = Report(plan, self.options.public())
-        self.report = execute(plan, self.engine.data, self.options, progress=LogProgress(self.report),
+        progress = LogProgress(self.report, ph.step_kernels(plan.steps))
+        self.report = execute(plan, self.engine.data, self.options, progress=progress,
                               report=self.report, runner=self.runner, precompiler=self.precompiler,
                               monitor=self.monitor)
         for record in self.report.steps:
@@ -429,7 +430,7 @@ class WorkerWarmup:
             self.report = Report(self.in_worker_plan(), self.options.public())
             self.report.precompile = self.precompiler.summary() if self.precompiler else None
             self.report.finished = time.time()
-        stages = ph.stage_rows(self.report.steps, writes_deep_gemm)
+        stages = ph.stage_rows(self.report.steps, writes_deep_gemm, ph.step_kernels(self.in_worker_plan().steps))
         self.report.host = {"engine": "vllm", "rank": self.rank, "fallback": self.fallback,
                             "precompile_wait_s": self.waited_s, "phases": self.phases.rows, "stages": stages,
                             "after_ready_jsonl": self.monitor.jsonl_path}
@@ -470,8 +471,8 @@ class LogProgress:
     """The executor's progress events as lines of vLLM's log: one per stage (calls, compiles and
     loads by kind, the pool's jobs for it, wall time), one per failed step, one for the pool."""
 
-    def __init__(self, report):
-        self.report = report
+    def __init__(self, report, kernels: dict | None = None):
+        self.report, self.kernels = report, kernels
 
     def stage_start(self, name: str, steps: int, calls: int) -> None:
         pass
@@ -490,7 +491,7 @@ class LogProgress:
         from executor.registry import writes_deep_gemm
 
         records = [r for r in self.report.steps if r.stage == summary["stage"]]
-        for row in ph.stage_rows(records, writes_deep_gemm):
+        for row in ph.stage_rows(records, writes_deep_gemm, self.kernels):
             log.info(ph.stage_line(row))
 
     def precompile(self, summary: dict) -> None:
