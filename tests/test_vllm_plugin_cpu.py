@@ -239,3 +239,25 @@ def test_staged_triton_entries_land_where_triton_reads_with_their_paths_rewritte
     assert not (target / "BBB").exists() and not [p for p in (target / "AAA").iterdir() if ".tmp." in p.name]
     assert install_staged(str(staging), str(target)) == 0  # idempotent
     assert install_staged(str(target), str(target)) == 0 and install_staged(None, str(target)) == 0
+
+
+def test_the_pools_triton_files_are_in_place_before_the_plans_first_stage(tmp_path, monkeypatch):
+    """The synthetic batches' sampling launches a variant of vLLM's sampler kernel before the
+    sampler's own stage: the pool's files must already be where vLLM's Triton reads."""
+    import executor.run
+    from executor.report import Report
+
+    staging, target = tmp_path / "staging", tmp_path / "inductor-triton"
+    make_entry(staging, "AAA")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(target))  # what Inductor pinned in vLLM's process
+    state = bare_state(Settings("vllm-0.25-plugin"))
+    state.options = state.options.__class__(backend_settings={"vllm_triton": {"staging": str(staging)}})
+    state.precompiler = NS()
+    seen = []
+
+    def execute(plan, engine, options, **kw):
+        seen.append((target / "AAA" / "__grp__kernel.json").exists())
+        return Report(plan)
+    monkeypatch.setattr(executor.run, "execute", execute)
+    state.run_plan()
+    assert seen == [True]

@@ -410,6 +410,7 @@ class WorkerWarmup:
         from .runner import VllmWorkerRunner
 
         plan = self.in_worker_plan()
+        self._install_pool_triton_files()
         self.runner = VllmWorkerRunner(self.worker, plan.steps)
         self.report = Report(plan, self.options.public())
         progress = LogProgress(self.report, ph.step_kernels(plan.steps))
@@ -419,6 +420,24 @@ class WorkerWarmup:
         for record in self.report.steps:
             if record.status == "failed":
                 log.warning("warmup-planner: step %s failed: %s", record.id, record.error)
+
+    def _install_pool_triton_files(self) -> None:
+        """The pool's Triton files into the directory Triton reads now (Inductor has chosen it by
+        this point), before the first stage: the synthetic batches' sampling launches a variant
+        of the sampler kernel too (the first H100 run compiled it there, ahead of its own stage)."""
+        staging = (self.options.backend_settings.get("vllm_triton") or {}).get("staging")
+        if not staging or self.precompiler is None:
+            return
+        from .triton import install_staged
+
+        try:
+            installed = install_staged(staging)
+        except Exception as e:  # noqa: BLE001 - the launches then compile: slower, still correct
+            log.warning("warmup-planner: the pool's Triton files were not installed: %s", one_line(e))
+            return
+        if installed:
+            log.info("warmup-planner: %d Triton kernels of the pool installed where vLLM's Triton reads them",
+                     installed)
 
     # --- the report and the summary line ---
 
