@@ -133,6 +133,20 @@ def draw(runs: list[tuple[str, dict]], out: str, title: str | None, until: str) 
     x_end = (max(readies) * 1.04 if until == "ready" and readies else lay["end"] * 1.02) or 1.0
     height = 1.6 + 0.42 * len(rows)
     fig, ax = plt.subplots(figsize=(16, height), dpi=100)
+    draw_bars(ax, bars, x_end)
+    draw_marks(ax, lay["marks"], x_end)
+    draw_axes(ax, rows, x_end)
+    draw_legend(ax, lay, height, Patch)
+    readies_text = ", ".join(f"{label} ready {r.get('ready_at', 0) - (r.get('process_start') or 0):.1f} s"
+                             for label, r in runs if r.get("ready_at"))
+    ax.set_title(title or f"vLLM start-up: {readies_text}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def draw_bars(ax, bars: list, x_end: float) -> None:
+    """Each phase or job as a bar, labelled with its name and seconds where the label fits."""
     px_per_s = 16 * 100 * 0.78 / x_end  # the axes take about 78% of the 1600 px
     for bar in bars:
         if bar["start"] > x_end:
@@ -148,7 +162,11 @@ def draw(runs: list[tuple[str, dict]], out: str, title: str | None, until: str) 
                 ax.text(bar["start"] + width / 2, bar["row"], text, ha="center", va="center", fontsize=7.5,
                         clip_on=True, color="white" if bar["colour"] in DARK else "black")
                 break
-    for mark in lay["marks"]:
+
+
+def draw_marks(ax, marks: list, x_end: float) -> None:
+    """Ready (dashed, labelled) and the first request done (dotted) per run."""
+    for mark in marks:
         if mark["at"] > x_end:
             continue
         ready = mark["what"].startswith("ready")
@@ -158,6 +176,9 @@ def draw(runs: list[tuple[str, dict]], out: str, title: str | None, until: str) 
             right = mark["at"] > 0.85 * x_end  # near the right edge: the label goes left of the line
             ax.text(mark["at"], mark["row_first"] - 0.5, (mark["what"] + " ") if right else (" " + mark["what"]),
                     fontsize=8.5, va="bottom", ha="right" if right else "left", fontweight="bold")
+
+
+def draw_axes(ax, rows: list, x_end: float) -> None:
     runs_seen = []
     for i, row in enumerate(rows):  # a thin rule between runs
         if row["run"] not in runs_seen:
@@ -170,6 +191,10 @@ def draw(runs: list[tuple[str, dict]], out: str, title: str | None, until: str) 
     ax.set_xlabel("seconds since the process started")
     ax.grid(axis="x", color="#eeeeee")
     ax.set_axisbelow(True)
+
+
+def draw_legend(ax, lay: dict, height: float, Patch) -> None:
+    bars = lay["bars"]
     seen, handles = set(), []
     for bar in bars:
         if bar["category"] not in seen:
@@ -184,12 +209,6 @@ def draw(runs: list[tuple[str, dict]], out: str, title: str | None, until: str) 
         handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="//", label="from the plugin's report walls"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.9 / max(height, 1) - 0.04),
               ncol=min(6, len(handles)), fontsize=8, frameon=False)
-    readies_text = ", ".join(f"{label} ready {r.get('ready_at', 0) - (r.get('process_start') or 0):.1f} s"
-                             for label, r in runs if r.get("ready_at"))
-    ax.set_title(title or f"vLLM start-up: {readies_text}", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
 
 
 def main() -> None:

@@ -381,6 +381,14 @@ def summary_counts(summary: dict) -> dict:
 
 
 def run(args) -> None:
+    llm, ready = start_engine(args)
+    write_result(args.out)  # what start-up measured, before the trace (in case it fails or hangs)
+    trace(llm, args, ready)
+    RESULT["finished_at"] = time.time()
+
+
+def start_engine(args):
+    """The engine from process start to ready, timed phase by phase; returns (llm, ready time)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if args.arm == "stock":
         os.environ.pop("WARMUP_PLAN", None)
@@ -412,8 +420,11 @@ def run(args) -> None:
     RESULT["vllm_compilation_time_s"] = getattr(compilation, "compilation_time", None)
     plans = [p for p in PHASES if p["name"] == "plugin plan"]
     RESULT["plugin"] = plugin_report(os.environ.get("WARMUP_PLAN_REPORT"), plans[0] if plans else None)
-    write_result(args.out)  # what start-up measured, before the trace (in case it fails or hangs)
+    return llm, ready
 
+
+def trace(llm, args, ready: float) -> None:
+    """The requests after ready, under a sealed JIT monitor: compiles by kind, walls, engine steps."""
     from executor.jit_monitor import Monitor
 
     monitor = Monitor("warn", os.path.join(args.out, "jit_after_ready.jsonl")).install()
@@ -431,6 +442,15 @@ def run(args) -> None:
             steps.append({"start": t0, "wall_s": time.time() - t0})
 
     llm.llm_engine.step = timed_step
+    walls, trace_start, trace_end = run_batches(llm, monitor, args)
+    summary = monitor.summary()
+    RESULT.update(first_request_s=walls[0]["wall_s"], batches=walls, trace_s=round(trace_end - trace_start, 3),
+                  engine_steps=step_stats(steps, ready), compiles_after_ready=summary_counts(summary),
+                  monitor={**summary, "post_seal_events": summary.get("post_seal_events", [])[:50]})
+
+
+def run_batches(llm, monitor, args):
+    """The first request alone, then the rest in --batches batches; each batch's wall and compiles."""
     batch = requests(args.requests, args.seed)
     rest = batch[1:]
     size = -(-len(rest) // max(1, args.batches))
@@ -454,20 +474,18 @@ def run(args) -> None:
                                                   "post_seal_events": monitor.post_seal_events[events_before:]})})
     trace_end = time.time()
     phase("trace", trace_start, trace_end)
-    walls_sorted = sorted(s["wall_s"] for s in steps)
+    return walls, trace_start, trace_end
+
+
+def step_stats(steps: list, ready: float) -> dict:
+    """Engine-step walls: count, max, p50, p99 and the five longest (when after ready)."""
+    if not steps:
+        return {"count": 0, "max_s": None, "p50_s": None, "p99_s": None, "longest": []}
+    walls = sorted(s["wall_s"] for s in steps)
     longest = sorted(steps, key=lambda s: -s["wall_s"])[:5]
-    summary = monitor.summary()
-    RESULT.update(
-        first_request_s=walls[0]["wall_s"], batches=walls, trace_s=round(trace_end - trace_start, 3),
-        engine_steps={"count": len(steps),
-                      "max_s": round(walls_sorted[-1], 4) if steps else None,
-                      "p50_s": round(walls_sorted[len(steps) // 2], 4) if steps else None,
-                      "p99_s": round(walls_sorted[min(len(steps) - 1, int(len(steps) * 0.99))], 4) if steps else None,
-                      "longest": [{"at_s": round(s["start"] - ready, 3), "wall_s": round(s["wall_s"], 4)}
-                                  for s in longest]},
-        compiles_after_ready=summary_counts(summary),
-        monitor={**summary, "post_seal_events": summary.get("post_seal_events", [])[:50]})
-    RESULT["finished_at"] = time.time()
+    return {"count": len(steps), "max_s": round(walls[-1], 4), "p50_s": round(walls[len(walls) // 2], 4),
+            "p99_s": round(walls[min(len(walls) - 1, int(len(walls) * 0.99))], 4),
+            "longest": [{"at_s": round(s["start"] - ready, 3), "wall_s": round(s["wall_s"], 4)} for s in longest]}
 
 
 def main() -> None:
