@@ -24,7 +24,8 @@ DEPS="transformers==5.20.2 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors
  xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2 fastapi==0.136.1 starlette==1.10.0 annotated-doc==0.0.7
  llguidance==1.9.1 compressed-tensors==0.17.0 loguru==0.7.3 typer==0.29.2 click==8.5.1 rich==15.0.0
  httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5
- shellingham==1.5.4 markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 jinja2==3.1.6 markupsafe==3.0.4"
+ shellingham==1.5.4 markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 jinja2==3.1.6 markupsafe==3.0.4
+ urllib3==2.8.0 requests==2.34.2 charset-normalizer==3.5.3 cloudpickle==3.1.3"
 
 mkdir -p "$CACHE/wheels"
 envs=""
@@ -40,10 +41,11 @@ for v in $RELEASES; do
     }
     envs="$envs${envs:+,}${v%.0}=$target:$CACHE/deps"
 done
-[ -f "$CACHE/deps/.complete" ] || {
+# The marker holds the list it was installed from: a cache made from an older list is redone.
+[ "$(cat "$CACHE/deps/.complete" 2>/dev/null)" = "$DEPS" ] || {
     rm -rf "$CACHE/deps"
     # shellcheck disable=SC2086
     "$PY" -m pip install -q --no-deps --no-compile --only-binary=:all: --target "$CACHE/deps" $DEPS
-    touch "$CACHE/deps/.complete"
+    printf '%s' "$DEPS" > "$CACHE/deps/.complete"
 }
 echo "$envs"
