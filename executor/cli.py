@@ -30,7 +30,7 @@ from planner.steps import FAMILIES
 from . import dg_install
 from .precompile import default_jobs
 from .progress import Progress
-from .registry import BACKENDS, backend_families
+from .registry import backend_families, known_backends
 from .report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, Report  # one definition of the exit codes
 from .run import INJECT_KINDS, Options, execute
 
@@ -167,8 +167,8 @@ def parse_backends(items: list[str], dry_run: bool) -> dict:
             family, name = "all", item
         if family != "all" and family not in FAMILIES:
             raise PlanError(f"--backend {item}: unknown family {family!r} (families: {', '.join(FAMILIES)}, all)")
-        if name not in BACKENDS:
-            raise PlanError(f"--backend {item}: unknown backend {name!r} (backends: {', '.join(BACKENDS)})")
+        if name not in known_backends():
+            raise PlanError(f"--backend {item}: unknown backend {name!r} (backends: {', '.join(known_backends())})")
         if family != "all" and family not in backend_families(name):
             raise PlanError(f"--backend {item}: backend {name} does not implement {family} "
                             f"(it implements {', '.join(backend_families(name))})")

@@ -83,7 +83,7 @@ class Context:
             try:
                 cls = registry.load_backend(name)
             except KeyError:
-                self._availability[name] = (False, f"no backend named {name!r} (known: {', '.join(registry.BACKENDS)})")
+                self._availability[name] = (False, f"no backend named {name!r} (known: {', '.join(registry.known_backends())})")
             except Exception as e:  # noqa: BLE001 - a backend module must never crash the run
                 self._availability[name] = (False, f"backend module failed to import ({type(e).__name__}: {e})")
             else:

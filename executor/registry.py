@@ -36,11 +36,40 @@ BACKENDS = {
 }
 
 
+ENTRY_POINTS = "warmup.backends"  # backends other packages provide (vllm_bridge's): name -> module:Class
+_external: dict | None = None
+
+
+def external_backends() -> dict:
+    """Backends registered by other packages through the `warmup.backends` entry points, found once
+    (name -> (module, class)); a package never edits this registry to add one."""
+    global _external
+    if _external is None:
+        from importlib.metadata import entry_points
+
+        _external = {}
+        for ep in entry_points(group=ENTRY_POINTS):
+            module, _, cls = ep.value.partition(":")
+            if ep.name not in BACKENDS and cls:
+                _external[ep.name] = (module.strip(), cls.strip())
+    return _external
+
+
+def backend_spec(name: str) -> tuple[str, str]:
+    """(module, class) of a backend: the executor's own, else one another package registered."""
+    spec = BACKENDS.get(name) or external_backends().get(name)
+    if spec is None:
+        raise KeyError(name)
+    return spec
+
+
+def known_backends() -> list[str]:
+    return list(BACKENDS) + sorted(external_backends())
+
+
 def load_backend(name: str):
     """The backend class for a name (imports its module: cheap, never the library itself)."""
-    if name not in BACKENDS:
-        raise KeyError(name)
-    module, cls = BACKENDS[name]
+    module, cls = backend_spec(name)
     return getattr(importlib.import_module(module), cls)
 
 

@@ -84,6 +84,19 @@ class HFConfigError(ValueError):
         super().__init__(message)
         self.key, self.reason = key, reason
 
+    def as_plan_error(self, file: str, text: str | None):
+        """The one-line error of the config.json `file` (its `text`), at the key's line where known."""
+        from .errors import PlanError
+
+        line = key_line(text, self.key) if text is not None and self.key is not None else None
+        return PlanError(self.reason or str(self), file=file, line=line)
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The line of the first `"key":` in a JSON text (json keeps no positions)."""
+    match = re.search(r'"%s"\s*:' % re.escape(key), text)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
 
 # name -> device facts. memory_gib is the nominal size (used for scheduler
 # defaults and the KV estimate).

@@ -501,8 +501,8 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
         elif isinstance(node, ast.ImportFrom):
             imported.add("." + node.module if node.level else (node.module or "").split(".")[0])
     # .yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
-    # .limits: constants only (the engine schema's bounds)
-    assert imported <= {"__future__", "dataclasses", "math", "os", "re", ".yamlio", ".limits"}, imported
+    # .limits: constants only (the engine schema's bounds); .errors: PlanError, for HFConfigError.as_plan_error
+    assert imported <= {"__future__", "dataclasses", "math", "os", "re", ".yamlio", ".limits", ".errors"}, imported
 
 
 def test_shipped_engines_match_regen_script():

@@ -2,8 +2,9 @@
 
 Builds vLLM's own EngineArgs -> VllmConfig from the arguments (vLLM's parser, vLLM's defaults
 for `vllm serve`), then writes the engine config of what it resolved (vllm_bridge/engine.py).
-Imported by planner/commands/engine.py only when --from-vllm is given: the planner never imports
-vLLM or torch otherwise. Every failure is a PlanError: one line, exit 2, nothing written.
+Loaded by planner/commands/engine.py through the `warmup.engine_sources` entry point `vllm`, only
+when --from-vllm is given: the planner never imports this module, vLLM or torch otherwise. Every
+failure is a PlanError: one line, exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -132,18 +133,18 @@ def build_engine(argv: list[str], gpu: str | None):
     try:
         return engine_from_vllm_config(vllm_config, gpu), release
     except hf.HFConfigError as e:
-        raise PlanError(e.reason or str(e), file=os.path.join(str(engine_args.model), "config.json"),
-                        line=_line_of_key(str(engine_args.model), e.key)) from None
+        config = os.path.join(str(engine_args.model), "config.json")
+        raise e.as_plan_error(config, _read(config)) from None
     except ValueError as e:
         raise PlanError(str(e), file=WHERE) from None
 
 
-def _line_of_key(model: str, key: str | None) -> int | None:
-    if key is None:
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
         return None
-    from planner.commands.engine import _line_of
-    with open(os.path.join(model, "config.json"), encoding="utf-8", errors="replace") as f:
-        return _line_of(f.read(), key)
 
 
 def cmd_from_vllm(args) -> int:

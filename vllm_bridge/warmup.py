@@ -210,14 +210,6 @@ def _triton_staging() -> str | None:
     return os.path.join(envs.VLLM_CACHE_ROOT, "warmup_planner", "triton")
 
 
-def register_backends() -> None:
-    """The executor finds the bridge's backends by name (executor.registry), idempotently."""
-    from executor import registry
-
-    registry.BACKENDS.setdefault(DEEP_GEMM_BACKEND, ("vllm_bridge.deep_gemm", "VllmDeepGemmBackend"))
-    registry.BACKENDS.setdefault("vllm_triton", ("vllm_bridge.triton", "VllmTritonBackend"))
-
-
 def use_vllm_deep_gemm_cache() -> str:
     """DG_JIT_CACHE_DIR as vLLM sets it (vllm/utils/deep_gemm.py: $VLLM_CACHE_ROOT/deep_gemm unless
     set), early: the precompile workers and the JIT monitor read it before vLLM imports DeepGEMM."""
@@ -270,7 +262,6 @@ class WorkerWarmup:
             expanded = make_plan(settings, engine)
         except PlanError as e:
             raise PluginError(f"warmup-planner: {one_line(e)}") from None
-        register_backends()
         use_vllm_deep_gemm_cache()
         return cls(worker, release, settings, engine, expanded)
 

@@ -177,7 +177,8 @@ class Precompiler:
     def _specs(self) -> dict:
         """The class each worker runs a backend with: its compile-only twin where it has one."""
         names = sorted({s.job.backend for s in self.slots})
-        return {name: WORKER_CLASSES.get(name, registry.BACKENDS[name]) for name in names if name in registry.BACKENDS}
+        return {name: WORKER_CLASSES.get(name) or registry.backend_spec(name) for name in names
+                if name in registry.known_backends()}
 
     def _start_pool(self) -> None:
         from concurrent.futures import ProcessPoolExecutor

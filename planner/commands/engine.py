@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
 from .. import hf
@@ -47,12 +46,7 @@ def _warn(message: str) -> None:
     print(f"warmup: warning: {message}", file=sys.stderr)
 
 
-def _line_of(text: str, key: str) -> int | None:
-    """The line of the first `"key":` in a JSON text (json keeps no positions)."""
-    match = re.search(r'"%s"\s*:' % re.escape(key), text)
-    return text.count("\n", 0, match.start()) + 1 if match else None
-
-
+ENGINE_SOURCES = "warmup.engine_sources"  # entry points: name -> the command that writes the engine
 # --from-hf's own flags: with --from-vllm, vLLM's arguments after `--` say these things.
 HF_ONLY_FLAGS = ("tp", "dp", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                  "num_blocks", "block_size", "ignore_memory")
@@ -70,8 +64,19 @@ def cmd_engine(args) -> int:
     if given:
         raise PlanError(f"{', '.join(given)} belong to --from-hf; with --from-vllm give vLLM's own flags "
                         "after `--` (e.g. --tensor-parallel-size)", file="--from-vllm")
-    from vllm_bridge.cli import cmd_from_vllm  # vLLM and torch are imported only here
-    return cmd_from_vllm(args)
+    return engine_source("vllm")(args)
+
+
+def engine_source(name: str):
+    """The command of an engine source another package provides (entry points `warmup.engine_sources`:
+    vllm_bridge's `vllm`), loaded only when asked for: the planner imports nothing above it."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENGINE_SOURCES):
+        if ep.name == name:
+            return ep.load()
+    raise PlanError(f"--from-{name} needs the vLLM bridge of warmup-planner installed (no `{name}` entry point "
+                    f"in {ENGINE_SOURCES}: reinstall warmup-planner)", file=f"--from-{name}")
 
 
 def _from_hf(args) -> int:
@@ -94,10 +99,8 @@ def _from_hf(args) -> int:
             num_blocks=args.num_blocks, block_size=args.block_size, gpu=args.gpu or "H100",
             max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf),
             ignore_memory=_warn if args.ignore_memory else None)
-    except hf.HFConfigError as e:
-        if e.key is not None:  # at the key's line, as every other bad input
-            raise PlanError(e.reason, file=args.from_hf, line=_line_of(text, e.key)) from None
-        raise PlanError(e.reason or str(e), file=args.from_hf) from None
+    except hf.HFConfigError as e:  # at the key's line, as every other bad input
+        raise e.as_plan_error(args.from_hf, text) from None
     text = hf.engine_to_yaml(engine)
     engine_from_document(load_text(text, "<generated engine>"))  # what we write must validate
     emit(text, args.output)

@@ -1,0 +1,47 @@
+"""Imports go down the floors: bench, vllm_bridge, executor, planner, kernel_model.
+
+Every import statement of a floor's modules, at the top or inside a function, names its own
+floor, a floor below it, or a library; never one above (a lazy import up is an import up too).
+Packages above the planner reach it through entry points (`warmup.commands`,
+`warmup.engine_sources`, `warmup.backends`), which the planner and the executor look up by name.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLOORS = ["bench", "vllm_bridge", "executor", "planner", "kernel_model"]  # top to bottom
+
+
+def imported_packages(path: str) -> list[tuple[int, str]]:
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module.split(".")[0]))
+    return out
+
+
+def modules_of(floor: str) -> list[str]:
+    base = os.path.join(ROOT, floor)
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(base) for f in files if f.endswith(".py"))
+
+
+@pytest.mark.parametrize("floor", ["kernel_model", "planner", "executor", "vllm_bridge"])
+def test_no_import_up_the_floors(floor):
+    above = FLOORS[:FLOORS.index(floor)]
+    found = [f"{os.path.relpath(path, ROOT)}:{line} imports {package}"
+             for path in modules_of(floor) for line, package in imported_packages(path) if package in above]
+    assert found == []
+
+
+def test_the_check_sees_a_lazy_import_up(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from vllm_bridge.cli import cmd_from_vllm\n    import executor.run\n")
+    assert imported_packages(str(module)) == [(2, "vllm_bridge"), (3, "executor")]
