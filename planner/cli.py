@@ -46,10 +46,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """`warmup --version`: planner/releases.py says what, imported only when asked."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .releases import version_text
+
+        sys.stdout.write(version_text())
+        parser.exit(EXIT_OK)
+
+
 def build_parser(command: str | None = None, with_plugins: bool = True) -> argparse.ArgumentParser:
     """The parser, with the full arguments of `command` (a built-in command's name) only: the
     other built-in commands are listed with their help, and their modules are not imported."""
     parser = _Parser(prog="warmup", description="Plan, review and execute GPU kernel warmup for LLM serving.")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the version, the expanded-plan format and the supported vLLM releases, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, (module, help) in COMMANDS.items():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from planner.releases import SUPPORTED_VLLM
+
 
 class Release(NamedTuple):
     """The names the plugin patches or calls in one vLLM release."""
@@ -37,10 +39,9 @@ class Release(NamedTuple):
 
 # 0.25.0: kernel_warmup, capture_model, then warmup_kernels (MRV2); 0.33.0: kernel_warmup,
 # warmup_kernels, capture_model (inside _compile_or_warm_up_model). The names are the same.
-RELEASES = {
-    "0.25.0": Release(plan="vllm-0.25"),
-    "0.33.0": Release(plan="vllm-0.33"),
-}
+# The releases and their plans are the planner's one list (planner/releases.py); a release
+# whose names differ gets its own Release(...) fields here.
+RELEASES = {version: Release(plan=plan) for version, plan in SUPPORTED_VLLM.items()}
 
 
 class UnsupportedVllm(RuntimeError):

@@ -91,7 +91,8 @@ def test_wheel_ships_vllm_bridge_and_names_the_vllm_extra():
     packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     top_level = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "__init__.py")))
     assert sorted(packages) == top_level and "vllm_bridge" in packages
-    assert project["project"]["optional-dependencies"]["vllm"] == ["vllm>=0.25,<0.34"]  # 0.25.x .. 0.33.x
+    from planner.releases import newest  # the newest supported release (tests/test_releases.py)
+    assert project["project"]["optional-dependencies"]["vllm"] == [f"vllm=={newest()}"]
 
 
 def test_from_hf_imports_neither_the_bridge_nor_torch(tmp_path):
