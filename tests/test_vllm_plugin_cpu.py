@@ -261,3 +261,19 @@ def test_the_pools_triton_files_are_in_place_before_the_plans_first_stage(tmp_pa
     monkeypatch.setattr(executor.run, "execute", execute)
     state.run_plan()
     assert seen == [True]
+
+
+def test_a_failed_load_model_ends_the_pool(monkeypatch):
+    """The pool's processes must not outlive a worker that fails while loading its weights."""
+    ended = []
+    pool = NS(status="ran", cancel=ended.append)
+    state = NS(start=lambda: None, abandon=lambda why: WorkerWarmup.abandon(NS(precompiler=pool), why),
+               phases=ph.Phases(NS(begin_step=lambda name: None, end_step=lambda: None)))
+    monkeypatch.setattr(WorkerWarmup, "prepare", classmethod(lambda cls, worker, release, settings: state))
+
+    def load_model(self):
+        raise MemoryError("CUDA out of memory while loading the weights")
+    wrapped = plugin._load_model(load_model, RELEASES["0.25.0"], Settings("p"))
+    with pytest.raises(MemoryError):
+        wrapped(NS())
+    assert ended == ["not needed: vLLM's load_model failed"]

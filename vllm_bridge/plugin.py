@@ -71,8 +71,12 @@ def _load_model(original, release: Release, settings: Settings):
         state = WorkerWarmup.prepare(self, release, settings)  # before the weights: fail fast
         setattr(self, STATE, state)
         state.start()
-        with state.phases.phase("load_model"):
-            return original(self, *args, **kwargs)
+        try:
+            with state.phases.phase("load_model"):
+                return original(self, *args, **kwargs)
+        except BaseException:
+            state.abandon("not needed: vLLM's load_model failed")
+            raise
     return load_model
 
 

@@ -162,7 +162,7 @@ def compile_keys(expanded) -> set[str]:
 
 def precompile_jobs(settings: Settings) -> int:
     """Worker processes for the pool: WARMUP_JOBS, else the machine's cores (the pool takes at
-    most one per job). None in a daemon process: Python forbids it children (vLLM's tensor-parallel
+    most one per job). 0 in a daemon process: Python forbids it children (vLLM's tensor-parallel
     workers are daemons), so the plan compiles in the worker itself there."""
     from executor.precompile import default_jobs
 
@@ -319,6 +319,12 @@ class WorkerWarmup:
                      _pool_line(pre.summary()), self.waited_s or 0.0)
             return
         self._give_up(f"the precompile pool {why}")
+
+    def abandon(self, why: str) -> None:
+        """vLLM's worker failed before the barrier: end the pool now (its processes hold GPU memory
+        and would keep the dying process waiting for their jobs at exit)."""
+        if self.precompiler is not None and self.precompiler.status == "ran":
+            self.precompiler.cancel(why)
 
     def _give_up(self, why: str) -> None:
         if self.settings.strict:
