@@ -2,21 +2,27 @@
 
 Members: ``deep_gemm/<entry>/...`` (DeepGEMM kernels, either layout), ``triton/<...>`` (the
 Triton cache the warmup filled, its precompile manifest included), ``flashinfer/<file>``
-(FlashInfer's autotune cache). The manifest lists every member with its sha256 and size; a
-reader checks them all before anything is written, so a truncated, corrupted or foreign file
-is one line and nothing else.
+(FlashInfer's autotune cache). The manifest lists every member with its sha256 and size.
+``verify_members`` is the one check of the members, for install (which extracts them) and
+inspect (which only reads): a member that is not a listed regular file (a link, a device, a
+directory), has an absolute path or '..', or does not match its size and sha256 is refused in
+one line naming it and the reason, so a truncated, corrupted, foreign or hostile file is one
+line and nothing else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
+import stat
 import tarfile
+import tempfile
 from typing import NamedTuple
 
-from planner.errors import PlanError
+from planner.errors import PlanError, WriteError
 
 FORMAT = "warmup-bundle/v1"
 MANIFEST = "warmup-bundle.json"
@@ -78,20 +84,49 @@ def sha256_file(path: str) -> str:
 
 
 def write_bundle(out: str, manifest: Manifest, sources: dict) -> None:
-    """Write the tar atomically: `sources` maps each member name to its file on disk."""
-    tmp = f"{out}.tmp{os.getpid()}"
+    """Write the tar the way `-o` writes every file (planner/output.py's write_atomic): a symlink
+    is written through, a device or a FIFO that exists (`-o /dev/null`) is written and never
+    replaced, a regular file appears complete or not at all; a failed write is WriteError (exit
+    2) naming the file. `sources` maps each member to its file on disk."""
+    target = os.path.realpath(out)
     try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            data = manifest.to_json().encode()
-            info = tarfile.TarInfo(MANIFEST)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-            for record in manifest.files:
-                tar.add(sources[record.path], arcname=record.path, recursive=False)
-        os.replace(tmp, out)
+        if os.path.exists(target) and not os.path.isfile(target):
+            with open(target, "wb") as f:
+                _write_tar(f, manifest, sources)
+        else:
+            _replace(target, manifest, sources)
+    except OSError as e:
+        raise WriteError(out, e.strerror or str(e)) from None
+
+
+def _replace(target: str, manifest: Manifest, sources: dict) -> None:
+    """A temporary file beside `target`, renamed over it once complete (an existing file's mode kept)."""
+    existing = os.stat(target).st_mode if os.path.exists(target) else None
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), stat.S_IMODE(existing) if existing is not None else 0o666 & ~_umask())
+            _write_tar(f, manifest, sources)
+        os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _write_tar(f, manifest: Manifest, sources: dict) -> None:
+    with tarfile.open(fileobj=f, mode="w|gz") as tar:
+        data = manifest.to_json().encode()
+        info = tarfile.TarInfo(MANIFEST)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for record in manifest.files:
+            tar.add(sources[record.path], arcname=record.path, recursive=False)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_manifest(path: str) -> Manifest:
@@ -105,19 +140,39 @@ def read_manifest(path: str) -> Manifest:
     except (OSError, tarfile.TarError, EOFError) as e:
         why = "not a tar archive" if isinstance(e, tarfile.ReadError) else f"{type(e).__name__}: {e}"
         raise PlanError(f"not a readable warmup bundle ({why})", file=path) from None
-    return Manifest.from_json(text, path)
+    manifest = Manifest.from_json(text, path)
+    problem = manifest_problem(manifest)
+    if problem:
+        raise PlanError(f"refused: its manifest {problem}", file=path)
+    return manifest
 
 
-def extract_verified(path: str, manifest: Manifest, dest: str) -> None:
-    """Extract every listed member into `dest`, checking sha256 and size; anything else refused."""
+def manifest_problem(manifest: Manifest) -> str | None:
+    """Names the install would build paths from: files under a family, DeepGEMM entries and
+    kernels that are one plain directory name each."""
+    for record in manifest.files:
+        problem = name_problem(record.path)
+        if problem or record.path.split("/")[0] not in KINDS:
+            return f"lists the file {record.path!r}, which {problem or 'is under no family ' + '/'.join(KINDS)}"
+    for kernel in manifest.deep_gemm:
+        for value in (kernel.entry, kernel.name):
+            if not value or "/" in value or value in (".", ".."):
+                return f"lists the DeepGEMM entry {kernel.entry!r} (kernel {kernel.name!r}), not a plain directory name"
+    return None
+
+
+def verify_members(path: str, manifest: Manifest, dest: str | None = None) -> None:
+    """Check every member the way install needs it, and write each into `dest` when given
+    (install extracts, inspect only checks): a regular file the manifest lists, under a relative
+    path without '..', once, with its size and sha256. Anything else is refused in one line
+    (PlanError) naming the member and the reason."""
     expected = {f.path: f for f in manifest.files}
-    seen = set()
+    seen: set = set()
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
-                if member.name == MANIFEST:
-                    continue
-                _extract_member(tar, member, expected, dest, path)
+                if member.name != MANIFEST or seen:  # the manifest is the first member, once
+                    _check_member(tar, member, expected, seen, dest, path)
                 seen.add(member.name)
     except (OSError, tarfile.TarError, EOFError) as e:
         raise PlanError(f"truncated or corrupted warmup bundle ({type(e).__name__}: {e})", file=path) from None
@@ -126,18 +181,56 @@ def extract_verified(path: str, manifest: Manifest, dest: str) -> None:
         raise PlanError(f"truncated warmup bundle: {len(missing)} listed files missing, e.g. {missing[0]}", file=path)
 
 
-def _extract_member(tar, member, expected: dict, dest: str, path: str) -> None:
-    record = expected.get(member.name)
-    if record is None or not member.isfile() or member.name.startswith("/") or ".." in member.name.split("/"):
-        raise PlanError(f"corrupted warmup bundle: unexpected member {member.name!r}", file=path)
-    target = os.path.join(dest, member.name)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
+def member_problem(member: tarfile.TarInfo, expected: dict, seen: set) -> str | None:
+    """Why install refuses this member (None: it is one of the listed files, not seen yet)."""
+    problem = name_problem(member.name) or _type_problem(member)
+    if problem:
+        return problem
+    if member.name not in expected:
+        return "is not listed in the manifest"
+    if member.name in seen:
+        return "appears twice"
+    if member.size != expected[member.name].size:
+        return f"has {member.size} bytes where the manifest says {expected[member.name].size}"
+    return None
+
+
+def name_problem(name: str) -> str | None:
+    """A path that would land outside the directory it is extracted into."""
+    if name.startswith("/"):
+        return "has an absolute path"
+    if ".." in name.split("/"):
+        return "has '..' in its path"
+    return None
+
+
+def _type_problem(member: tarfile.TarInfo) -> str | None:
+    if member.isfile():
+        return None
+    if member.issym() or member.islnk():
+        kind = "symbolic" if member.issym() else "hard"
+        base = os.path.dirname(member.name) if member.issym() else ""
+        target = os.path.normpath(os.path.join(base, member.linkname))
+        where = " out of the tree" if target.startswith(("/", "..")) else ""
+        return f"is a {kind} link{where} (to {member.linkname!r}); a bundle holds regular files only"
+    if member.ischr() or member.isblk():
+        return "is a device; a bundle holds regular files only"
+    what = "a directory" if member.isdir() else "a FIFO" if member.isfifo() else f"of tar type {member.type!r}"
+    return f"is {what}; a bundle holds regular files only"
+
+
+def _check_member(tar, member, expected: dict, seen: set, dest: str | None, path: str) -> None:
+    problem = member_problem(member, expected, seen)
+    if problem:
+        raise PlanError(f"refused: member {member.name!r} {problem}", file=path)
+    target = os.path.join(dest, member.name) if dest is not None else None
+    if target is not None:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
     h = hashlib.sha256()
-    size = 0
-    with tar.extractfile(member) as src, open(target, "wb") as out:
+    with tar.extractfile(member) as src, (open(target, "wb") if target else contextlib.nullcontext()) as out:
         for block in iter(lambda: src.read(1 << 20), b""):
             h.update(block)
-            size += len(block)
-            out.write(block)
-    if h.hexdigest() != record.sha256 or size != record.size:
-        raise PlanError(f"corrupted warmup bundle: {member.name} does not match its sha256", file=path)
+            if out is not None:
+                out.write(block)
+    if h.hexdigest() != expected[member.name].sha256:
+        raise PlanError(f"refused: member {member.name!r} does not match its sha256 (corrupted)", file=path)

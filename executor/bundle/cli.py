@@ -1,13 +1,16 @@
 """`warmup bundle build|verify|install|inspect` (a `warmup.commands` plugin, like `execute`).
 
-    warmup bundle build PLAN --engine E -o FILE [--jobs N] [--runner none]
+    warmup bundle build PLAN --engine E -o FILE [--jobs N] [--runner none] [--report FILE]
     warmup bundle verify FILE          install into a fresh directory, run the plan: 0 compiles or exit 1
     warmup bundle install FILE         into DG_JIT_CACHE_DIR (vLLM's when unset), TRITON_CACHE_DIR and
                                        --flashinfer-cache; refused (exit 2, one line) on a mismatch
-    warmup bundle inspect FILE         the contents against the plan: keys present, missing, extra
+    warmup bundle inspect FILE         every member checked as install checks it; per family the
+                                       entries, bytes, and the plan's keys present and missing
 
-Exit codes as `warmup execute`: 0 ok, 1 verify saw a compile or a step failed, 2 invalid input
-(a foreign, truncated or corrupted file, a fingerprint mismatch), 3 internal error.
+Exit codes as `warmup execute`: 0 ok; 1 verify saw a compile, a step failed, or build cannot
+run its warmup here (no CUDA device: said in one line before any work); 2 invalid input (a
+plan or engine, an output that cannot be written, a foreign, truncated, corrupted or unsafe
+bundle, a fingerprint mismatch); 3 internal error.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 
 from planner import api
 from planner.cli import run_guarded
+from planner.errors import PlanError
+from planner.output import check_writable
 from planner.steps import Keyed
 
 from .. import dg_install
@@ -27,16 +33,24 @@ from ..report import EXIT_FAILED, EXIT_OK
 from . import archive, environment, ops
 
 
+BUILD_HELP = """Run the plan's warmup (`warmup execute`, in a fresh process) into fresh cache
+directories and pack them into one file. Before any work: the plan and engine must expand, the
+output (and --report) must be writable (exit 2 otherwise), and the machine must have a CUDA
+device (exit 1 otherwise, one line). A warmup that fails is exit 1 with nothing written."""
+
+
 def add_commands(sub) -> None:
     p = sub.add_parser("bundle", help="build, verify, install or inspect a warmup bundle",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cmds = p.add_subparsers(dest="bundle_command", metavar="ACTION", required=True)
-    b = cmds.add_parser("build", help="run the plan's warmup into fresh caches and pack them")
+    b = cmds.add_parser("build", help="run the plan's warmup into fresh caches and pack them (needs a CUDA device)",
+                        description=BUILD_HELP)
     b.add_argument("plan")
     b.add_argument("--engine", "-e", required=True)
     b.add_argument("-o", "--output", required=True, help="the bundle file (written atomically)")
     b.add_argument("--jobs", "-j", type=int, default=None, help="precompile workers (as `warmup execute`)")
     b.add_argument("--runner", choices=("reference", "none"), default="reference")
+    b.add_argument("--report", help="keep the warmup's JSON report here")
     v = cmds.add_parser("verify", help="install into a fresh directory and run the plan: 0 compiles or exit 1")
     v.add_argument("bundle")
     v.add_argument("--runner", choices=("reference", "none"), default="reference")
@@ -46,20 +60,30 @@ def add_commands(sub) -> None:
     i.add_argument("--deep-gemm-cache", help="DeepGEMM's cache root (default: DG_JIT_CACHE_DIR, else vLLM's)")
     i.add_argument("--triton-cache", help="Triton's cache (default: TRITON_CACHE_DIR, else ~/.triton/cache)")
     i.add_argument("--flashinfer-cache", help="FlashInfer's autotune file (default: $DG... none: not installed)")
-    n = cmds.add_parser("inspect", help="list the contents against the plan")
+    n = cmds.add_parser("inspect", help="check every member as install does; per family the entries, bytes, "
+                                         "the plan's keys present and missing")
     n.add_argument("bundle")
     for q in (b, v, i, n):
         q.set_defaults(func=cmd_bundle)
 
 
 def cmd_bundle(args) -> int:
-    """Run one bundle action through the planner's guard: invalid input is one line and exit 2."""
-    return run_guarded(ACTIONS[args.bundle_command], args)
+    """Run one bundle action through the planner's guard: invalid input is one line and exit 2;
+    an action that cannot be done here (ops.Failed) is one line and exit 1."""
+    return run_guarded(_run_action, args)
+
+
+def _run_action(args) -> int:
+    try:
+        return ACTIONS[args.bundle_command](args)
+    except ops.Failed as e:
+        print(f"warmup: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def cmd_build(args) -> int:
     extra = ["--runner", args.runner] + (["--jobs", str(args.jobs)] if args.jobs is not None else [])
-    manifest = ops.build(args.plan, args.engine, args.output, extra)
+    manifest = ops.build(args.plan, args.engine, args.output, extra, args.report)
     print(f"bundle: {args.output}: {len(manifest.deep_gemm)} DeepGEMM kernels, "
           f"{sum(f.path.startswith('triton/') for f in manifest.files)} Triton files, "
           f"{sum(f.size for f in manifest.files) / 2**20:.1f} MiB; plan {manifest.plan} on {manifest.engine} "
@@ -89,14 +113,17 @@ def describe(placed: dict) -> str:
 
 def cmd_verify(args) -> int:
     manifest = archive.read_manifest(args.bundle)
+    if args.report:
+        check_writable(args.report)  # refused before the install and the run, not after them
     work = tempfile.mkdtemp(prefix="warmup-bundle-verify-")
     try:
         dirs = ops.CacheDirs.fresh(work)
-        print(describe(ops.install(args.bundle, dirs, environment.measure())) + f" (fresh: {work})")
+        print(describe(ops.install(args.bundle, dirs, environment.measure())) + " (into a fresh temporary directory)")
         extra = ["--runner", args.runner, "--jobs", "0", "--expect-cached", "--jit-monitor", "error",
                  "--on-error", "continue"]
         code, report = ops.run_execute(manifest.plan, manifest.engine, dirs, extra,
-                                       args.report or os.path.join(work, "report.json"))
+                                       args.report or os.path.join(work, "report.json"),
+                                       keep_report=args.report is not None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return verdict(code, report)
@@ -114,30 +141,99 @@ def verdict(code: int, report: dict) -> int:
     return EXIT_FAILED
 
 
+LIST_LIMIT = 20  # keys listed per backend and kind (missing, extra); the rest counted
+
+
 def cmd_inspect(args) -> int:
     manifest = archive.read_manifest(args.bundle)
+    archive.verify_members(args.bundle, manifest)  # what install would refuse: one line, exit 2
     fp = manifest.fingerprint
     print(f"bundle {args.bundle}: plan {manifest.plan}, engine {manifest.engine}, digest {manifest.plan_digest}")
     print("fingerprint: " + ", ".join(f"{k}={fp.get(k)}" for k in environment.FIELDS + environment.PATH_FIELDS))
+    print(f"members: {len(manifest.files)} files, each a listed regular file matching its size and sha256 "
+          "(checked as install checks them)")
     for line in key_report(manifest):
         print(line)
     return EXIT_OK
 
 
 def key_report(manifest) -> list[str]:
-    """Per backend: the plan's keys present in the bundle, missing, and extra."""
-    planned = plan_keys(manifest.plan, manifest.engine)
-    held = {"deep_gemm": {k.key for k in manifest.deep_gemm if k.key}}
+    """A table per family (entries, bytes, the plan's keys present, missing, and extra keys),
+    then the keys missing and extra, LIST_LIMIT each and a count of the rest."""
+    planned, note = planned_keys(manifest)
+    held = held_keys(manifest)
+    sizes = family_sizes(manifest)
+    names = [k for k in archive.KINDS if k in sizes or k in held or k in (planned or {})]
+    names += sorted((set(sizes) | set(held) | set(planned or {})) - set(archive.KINDS))
+    rows = [family_row(name, sizes.get(name, (0, 0)), planned, held.get(name, set())) for name in names]
+    total = ["total"] + [sum(r[i] for r in rows) if all(isinstance(r[i], int) for r in rows) else "-"
+                         for i in range(1, 7)]
+    lines = table([("family", "entries", "bytes", "plan keys", "present", "missing", "extra"), *rows, total])
+    lines += [note] if note else []
+    for name in names:
+        want, have = (planned or {}).get(name, set()), held.get(name, set())
+        if planned is not None:
+            lines += listing(f"{name}: plan keys missing", sorted(want - have))
+            lines += listing(f"{name}: keys in the bundle, not in the plan", sorted(have - want))
+    return lines + _deep_gemm_notes(manifest)
+
+
+def family_row(name: str, size: tuple, planned: dict | None, have: set) -> tuple:
+    if planned is None:
+        return (name, *size, "-", "-", "-", "-")
+    want = planned.get(name, set())
+    return (name, *size, len(want), len(want & have), len(want - have), len(have - want))
+
+
+def table(rows: list) -> list[str]:
+    """Columns two spaces apart: the first left-aligned, the numbers right-aligned."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return ["  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]).rstrip()
+            for row in cells]
+
+
+def listing(title: str, items: list) -> list[str]:
+    """'TITLE (N):' and the first LIST_LIMIT items, one a line, then '... and M more'."""
+    if not items:
+        return []
+    more = len(items) - LIST_LIMIT
+    return ([f"{title} ({len(items)}):"] + [f"  {item}" for item in items[:LIST_LIMIT]]
+            + ([f"  ... and {more} more"] if more > 0 else []))
+
+
+def family_sizes(manifest) -> dict:
+    """family -> (entries, bytes): an entry is a DeepGEMM kernel directory, a Triton cache
+    directory or a FlashInfer file; the bytes are all the family's files."""
+    entries: dict = {}
+    sizes: dict = {}
+    for f in manifest.files:
+        family, entry = (f.path.split("/") + [""])[:2]
+        sizes[family] = sizes.get(family, 0) + f.size
+        if f.path != f"triton/{precompile_manifest.MANIFEST_NAME}":
+            entries.setdefault(family, set()).add(entry)
+    return {family: (len(entries.get(family, ())), size) for family, size in sizes.items()}
+
+
+def held_keys(manifest) -> dict:
+    """backend -> the plan keys the bundle holds (its DeepGEMM kernels', the precompile manifest's)."""
+    held = {"deep_gemm": {k.key for k in manifest.deep_gemm if k.key}} if manifest.deep_gemm else {}
     for backend, keys in manifest.keys.items():
         held.setdefault(backend, set()).update(keys)
-    helpers = sorted({k.name for k in manifest.deep_gemm if not k.key})
+    return held
+
+
+def planned_keys(manifest) -> tuple[dict | None, str | None]:
+    """(backend -> the plan's keys, None), or (None, why) when the plan does not expand here."""
+    try:
+        return plan_keys(manifest.plan, manifest.engine), None
+    except PlanError as e:
+        return None, f"plan keys not compared: plan {manifest.plan} on {manifest.engine} does not expand here ({e})"
+
+
+def _deep_gemm_notes(manifest) -> list[str]:
     lines = []
-    for backend in sorted(set(planned) | set(held)):
-        want, have = planned.get(backend, set()), held.get(backend, set())
-        lines.append(f"{backend}: {len(want & have)} of {len(want)} plan keys present, {len(want - have)} missing, "
-                     f"{len(have - want)} extra")
-        lines += [f"  missing: {k}" for k in sorted(want - have)[:20]]
-        lines += [f"  extra: {k}" for k in sorted(have - want)[:20]]
+    helpers = sorted({k.name for k in manifest.deep_gemm if not k.key})
     if helpers:
         lines.append(f"deep_gemm helper kernels (no plan key, compiled with the first call): {', '.join(helpers)}")
     legacy = [k for k in manifest.deep_gemm if k.layout == dg_install.LEGACY]

@@ -72,13 +72,23 @@ def measure() -> dict:
     out = subprocess.run([sys.executable, "-m", "executor.bundle.environment"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": _pythonpath()})
     if out.returncode != 0:
-        raise RuntimeError(f"measuring the environment failed: {out.stderr.strip().splitlines()[-1:]}")
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"measuring the environment failed (exit {out.returncode}): {last}")
     return json.loads(out.stdout)
 
 
 def _pythonpath() -> str:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+
+
+def device_problem(fp: dict) -> str | None:
+    """Why a fingerprint's machine cannot run a warmup on a GPU (None: it has a CUDA device)."""
+    if fp.get("torch") is None:
+        return "torch is not installed"
+    if fp.get("gpu") is None:
+        return "torch.cuda.is_available() is False"
+    return None
 
 
 def mismatch(built: dict, here: dict) -> str | None:

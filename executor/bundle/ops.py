@@ -25,10 +25,13 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 from kernel_model.deep_gemm import key_from_source
-from planner.errors import PlanError
+from planner import api
+from planner.errors import PlanError, WriteError
+from planner.output import check_writable
 
 from .. import dg_install, dg_rekey
 from ..precompile import manifest as precompile_manifest
+from ..report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from . import archive, environment
 from .archive import FORMAT, FileRecord, KernelRecord, Manifest
 
@@ -59,13 +62,15 @@ class Placed(NamedTuple):
 
 # --- running the plan ------------------------------------------------------------------------------
 
-def run_execute(plan: str, engine: str, dirs: CacheDirs, extra: list, report_path: str) -> tuple[int, dict]:
-    """``warmup execute`` in a fresh process on these cache directories: (exit code, report)."""
+def run_execute(plan: str, engine: str, dirs: CacheDirs, extra: list, report_path: str,
+                keep_report: bool = True) -> tuple[int, dict]:
+    """``warmup execute`` in a fresh process on these cache directories: (exit code, report). A
+    report that is not kept (a temporary one, removed with its directory) is not announced."""
     cmd = [sys.executable, "-m", "executor.cli", "execute", plan, "--engine", engine, "--report", report_path,
            "--flashinfer-cache", dirs.flashinfer, "--no-progress", *extra]
     os.makedirs(os.path.dirname(dirs.flashinfer), exist_ok=True)  # verify's fresh directory too
     env = {**os.environ, **dirs.env(), "PYTHONPATH": environment._pythonpath()}
-    code = subprocess.run(cmd, env=env).returncode
+    code = _run_passing_stderr(cmd, env, drop=None if keep_report else f"report: {report_path}")
     try:
         with open(report_path, encoding="utf-8") as f:
             return code, json.load(f)
@@ -73,27 +78,90 @@ def run_execute(plan: str, engine: str, dirs: CacheDirs, extra: list, report_pat
         return code, {}
 
 
+def _run_passing_stderr(cmd: list, env: dict, drop: str | None) -> int:
+    """Run `cmd`; its stdout and stderr are ours, less the stderr line `drop`."""
+    if drop is None:
+        return subprocess.run(cmd, env=env).returncode
+    with subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as proc:
+        for line in proc.stderr:
+            if line.rstrip("\n") != drop:
+                sys.stderr.write(line)
+        return proc.wait()
+
+
 # --- build -----------------------------------------------------------------------------------------
 
-def build(plan: str, engine: str, out: str, extra: list) -> Manifest:
+class Failed(Exception):
+    """The command could not do its job on this machine (no CUDA device, the warmup failed): one
+    line and exit 1, as `warmup execute` exits 1 when a step fails or its backend is unavailable."""
+
+
+def build(plan: str, engine: str, out: str, extra: list, report_path: str | None = None) -> Manifest:
+    """Run the plan's warmup in fresh caches and pack them into `out` (see ready_to_build for
+    what is checked before any work). `report_path`: keep the warmup's JSON report there."""
+    fp = ready_to_build(plan, engine, out, report_path)
     work = tempfile.mkdtemp(prefix="warmup-bundle-build-")
     try:
         dirs = CacheDirs.fresh(work)
         os.makedirs(os.path.dirname(dirs.flashinfer))
-        code, report = run_execute(plan, engine, dirs, extra, os.path.join(work, "report.json"))
-        if code != 0:
-            raise PlanError(f"the warmup failed (exit {code}, {report.get('status')}): no bundle written", file=out)
-        fp = environment.measure()
-        kernels, sources = collect_deep_gemm(dirs.deep_gemm, fp)
-        sources.update(collect_tree(dirs.triton, "triton"))
-        if os.path.isfile(dirs.flashinfer):
-            sources[f"flashinfer/{os.path.basename(dirs.flashinfer)}"] = dirs.flashinfer
-        files = [FileRecord(name, archive.sha256_file(path), os.path.getsize(path)) for name, path in sorted(sources.items())]
-        manifest = Manifest(FORMAT, plan, engine, report.get("digest") or "", fp, files, kernels, _cached_keys(dirs))
+        code, report = run_execute(plan, engine, dirs, extra, report_path or os.path.join(work, "report.json"),
+                                   keep_report=report_path is not None)
+        if code != EXIT_OK:
+            raise warmup_failure(code, report, plan)
+        manifest, sources = pack(dirs, Manifest(FORMAT, plan, engine, report.get("digest") or "", fp, [], [], {}))
         archive.write_bundle(out, manifest, sources)
         return manifest
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def ready_to_build(plan: str, engine: str, out: str, report_path: str | None) -> dict:
+    """This machine's fingerprint, once the plan and engine expand (else PlanError, exit 2), `out`
+    and the report can be written (else WriteError, exit 2) and there is a CUDA device (else
+    Failed, exit 1): one line before any work, rather than a warmup whose every step fails."""
+    api.expand(api.load_plan(plan), api.load_engine(engine))
+    check_output(out)
+    if report_path is not None:
+        check_writable(report_path)
+    fp = environment.measure()
+    problem = environment.device_problem(fp)
+    if problem:
+        raise Failed(f"bundle build needs a CUDA device ({problem})")
+    return fp
+
+
+def check_output(out: str) -> None:
+    """`-o` refused as the shell refuses a redirection: an empty name, a directory that does not
+    exist (`> dir/b.warmup` does not make dir/), and what check_writable refuses."""
+    if not out:
+        raise WriteError("''", "an empty file name")
+    check_writable(out)
+    folder = os.path.dirname(os.path.realpath(out))
+    if not os.path.isdir(folder):
+        raise WriteError(out, f"directory {folder} does not exist (create it first)")
+
+
+def warmup_failure(code: int, report: dict, plan: str) -> BaseException:
+    """How build ends when its warmup exits `code`: as the warmup did (invalid input exit 2, an
+    internal error 3, Ctrl-C 130), else exit 1 (Failed). Nothing is written either way."""
+    why = f"the plan's warmup failed (exit {code}, {report.get('status') or 'no report'}): no bundle written"
+    if code == EXIT_INVALID:
+        return PlanError(why, file=plan)
+    if code == EXIT_INTERNAL:
+        return RuntimeError(why)
+    return KeyboardInterrupt() if code == EXIT_INTERRUPTED else Failed(why)
+
+
+def pack(dirs: CacheDirs, head: Manifest) -> tuple[Manifest, dict]:
+    """What the warmup left in `dirs`: the manifest (every file with its sha256 and size, the
+    DeepGEMM kernels with their keys, the keys the precompile manifest lists) and, per member
+    name, its file on disk."""
+    kernels, sources = collect_deep_gemm(dirs.deep_gemm, head.fingerprint)
+    sources.update(collect_tree(dirs.triton, "triton"))
+    if os.path.isfile(dirs.flashinfer):
+        sources[f"flashinfer/{os.path.basename(dirs.flashinfer)}"] = dirs.flashinfer
+    files = [FileRecord(name, archive.sha256_file(path), os.path.getsize(path)) for name, path in sorted(sources.items())]
+    return head._replace(files=files, deep_gemm=kernels, keys=_cached_keys(dirs)), sources
 
 
 def collect_tree(base: str, prefix: str) -> dict:
@@ -146,7 +214,7 @@ def install(path: str, dirs: CacheDirs, here: dict) -> dict:
     names = rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path)
     staging = tempfile.mkdtemp(prefix="warmup-bundle-")
     try:
-        archive.extract_verified(path, manifest, staging)
+        archive.verify_members(path, manifest, staging)
         with _locked(dirs.deep_gemm):
             dg = _place_deep_gemm(manifest, names, staging, dirs.deep_gemm, here.get("deep_gemm_include_dir"))
             return {"deep_gemm": dg,

@@ -53,7 +53,7 @@ def deepjit_entry(root, name="sm90_fp8_gemm_1d2d", digest="ab" * 16):
 @pytest.fixture
 def built(tmp_path, monkeypatch):
     """build() with a stand-in warmup that fills the fresh caches as a 2.5.0 run would."""
-    def fake_run(plan, engine, dirs, extra, report_path):
+    def fake_run(plan, engine, dirs, extra, report_path, keep_report=True):
         root = type(tmp_path)(dirs.deep_gemm)
         legacy_entry(root)
         legacy_entry(root, "transpose_fp32", code=b"// transpose_fp32<512, 64, 16>\n")
@@ -125,14 +125,14 @@ def test_an_unreproducible_legacy_key_is_refused_at_another_path(built, tmp_path
 
 
 def test_deepjit_entries_need_no_rekeying(tmp_path, monkeypatch):
-    def fake_run(plan, engine, dirs, extra, report_path):
+    def fake_run(plan, engine, dirs, extra, report_path, keep_report=True):
         deepjit_entry(type(tmp_path)(dirs.deep_gemm))
         return 0, {"digest": "sha256:x"}
 
     monkeypatch.setattr(ops, "run_execute", fake_run)
     monkeypatch.setattr(environment, "measure", lambda: fingerprint("2.8.1"))
     out = tmp_path / "b.warmup"
-    ops.build("vllm", "e", str(out), [])
+    ops.build("vllm", "deepseek-v3-fp8-tp8-h200", str(out), [])
     dirs = dirs_in(tmp_path)
     placed = ops.install(str(out), dirs, fingerprint("2.8.1", include=NEW_INC))
     assert (placed["deep_gemm"].new, placed["deep_gemm"].rekeyed) == (1, 0)
@@ -227,23 +227,55 @@ def test_concurrent_installers_leave_complete_entries_once(built, tmp_path):
     assert not [n for n in os.listdir(os.path.join(dirs.deep_gemm, "cache")) if n.startswith(".warmup")]
 
 
-def test_inspect_lists_keys_present_missing_extra(built, capsys):
-    out, _ = built
+def test_inspect_checks_members_and_prints_a_table_per_family(built, capsys):
+    out, manifest = built
     assert cli.cmd_bundle(parse(["inspect", str(out)])) == 0
-    text = capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    text = "\n".join(lines)
     assert "plan vllm, engine deepseek-v3-fp8-tp8-h200" in text and "deep_gemm_version=2.5.0" in text
-    dg = next(line for line in text.splitlines() if line.startswith("deep_gemm:"))
-    assert dg.startswith("deep_gemm: 1 of ") and "missing" in dg and ", 0 extra" in dg
+    assert f"members: {len(manifest.files)} files, each a listed regular file matching its size and sha256" in text
+    table = lines[lines.index(next(line for line in lines if line.startswith("family"))):][:5]
+    sizes = {k: sum(f.size for f in manifest.files if f.path.startswith(k + "/")) for k in archive.KINDS}
+    assert [row.split() for row in table] == [
+        ["family", "entries", "bytes", "plan", "keys", "present", "missing", "extra"],
+        ["deep_gemm", "2", str(sizes["deep_gemm"]), "141", "1", "140", "0"],
+        ["triton", "1", str(sizes["triton"]), "0", "0", "0", "1"],  # its precompile manifest is no entry
+        ["flashinfer", "1", str(sizes["flashinfer"]), "0", "0", "0", "0"],
+        ["total", "4", str(sum(sizes.values())), "141", "1", "140", "1"]]
+    missing = lines.index("deep_gemm: plan keys missing (140):")
+    assert len([line for line in lines[missing + 1:missing + 21] if line.startswith("  sm90_")]) == cli.LIST_LIMIT
+    assert lines[missing + 21] == "  ... and 120 more"
+    assert lines[lines.index("triton: keys in the bundle, not in the plan (1):") + 1] == "  fp8_gemm:BM=64"
     assert "helper kernels (no plan key, compiled with the first call): transpose_fp32" in text
-    assert "triton: 0 of 0 plan keys present, 0 missing, 1 extra" in text
     assert "re-keyable for another install path: 2 of 2" in text
+
+
+def test_inspect_output_is_deterministic(built, capsys):
+    out, _ = built
+    runs = []
+    for _ in range(2):
+        assert cli.cmd_bundle(parse(["inspect", str(out)])) == 0
+        runs.append(capsys.readouterr().out)
+    assert runs[0] == runs[1]
+
+
+def test_inspect_without_the_plan_here_still_shows_the_bundle(built, tmp_path, capsys):
+    out, manifest = built
+    moved = tmp_path / "moved.warmup"
+    rewrite(out, moved, manifest._replace(plan="/gone/my-plan.yaml"))
+    assert cli.cmd_bundle(parse(["inspect", str(moved)])) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert ["deep_gemm", "2"] == next(line for line in lines if line.startswith("deep_gemm ")).split()[:2]
+    assert next(line for line in lines if line.startswith("total")).split()[3:] == ["-"] * 4
+    assert any(line.startswith("plan keys not compared: plan /gone/my-plan.yaml on deepseek-v3-fp8-tp8-h200 "
+                               "does not expand here (") for line in lines)
 
 
 def test_verify_installs_fresh_and_fails_on_any_compile(built, monkeypatch, capsys):
     out, _ = built
     runs = []
 
-    def fake_run(plan, engine, dirs, extra, report_path):
+    def fake_run(plan, engine, dirs, extra, report_path, keep_report=True):
         runs.append((plan, engine, extra, sorted(e.dirname for e in dg_install.scan(dirs.deep_gemm))))
         return 0, {"stages": [{"stage": "deep_gemm", "wall_s": 0.08}], "jit_monitor": {"post_seal_events": []}}
 
