@@ -70,7 +70,6 @@ from executor.precompile import compile_jobs, default_jobs  # noqa: E402
 from planner.steps import GemmLike  # noqa: E402
 from vllm_bridge import phases as ph  # noqa: E402
 from vllm_bridge import plugin  # noqa: E402
-from vllm_bridge.triton import install_staged  # noqa: E402
 from vllm_bridge.warmup import (DEEP_GEMM_BACKEND, compile_keys, options_for, plugin_plan,  # noqa: E402
                                 precompile_jobs, summary_line)
 
@@ -224,21 +223,6 @@ def make_entry(root, name, files=("kernel.cubin", "kernel.json"), group=True):
         (entry / "__grp__kernel.json").write_text(json.dumps(
             {"child_paths": {f: str(entry / f) for f in files}}))
     return entry
-
-
-def test_staged_triton_entries_land_where_triton_reads_with_their_paths_rewritten(tmp_path):
-    staging, target = tmp_path / "staging", tmp_path / "inductor" / "triton" / "0"
-    make_entry(staging, "AAA")
-    make_entry(staging, "BBB", group=False)          # incomplete: a worker still writing it
-    make_entry(target, "CCC")
-    make_entry(staging, "CCC")                       # already where Triton reads: kept
-    assert install_staged(str(staging), str(target)) == 1
-    group = json.loads((target / "AAA" / "__grp__kernel.json").read_text())
-    assert group["child_paths"] == {f: str(target / "AAA" / f) for f in ("kernel.cubin", "kernel.json")}
-    assert (target / "AAA" / "kernel.cubin").read_text() == "AAA/kernel.cubin"
-    assert not (target / "BBB").exists() and not [p for p in (target / "AAA").iterdir() if ".tmp." in p.name]
-    assert install_staged(str(staging), str(target)) == 0  # idempotent
-    assert install_staged(str(target), str(target)) == 0 and install_staged(None, str(target)) == 0
 
 
 def test_the_pools_triton_files_are_in_place_before_the_plans_first_stage(tmp_path, monkeypatch):

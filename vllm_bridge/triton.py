@@ -9,24 +9,21 @@ Where the files go. A precompile worker writes to its own Triton cache directory
 ``staging`` setting, its TRITON_CACHE_DIR), since the directory vLLM's process reads from is
 not known yet when the pool starts: Inductor pins TRITON_CACHE_DIR under its own cache the first
 time it builds a kernel, during vLLM's profile run. In vLLM's process, before its launches, the
-backend copies the staged entries into the directory Triton reads at that moment, rewriting the
-absolute paths of each entry's group file, so that the launches are disk loads and the files
-land where vLLM's own later launches look (an entry already there is kept).
+backend copies the staged entries into the directory Triton reads at that moment
+(executor.triton_cache, which points each entry's group file at the copies), so that the launches
+are disk loads and the files land where vLLM's own later launches look.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
-import os
-import uuid
 
 from executor.backends.base import BaseBackend, Unavailable, torch_cuda_available
+from executor.triton_cache import install_entries
 
 SAMPLER_MODULE = "vllm.v1.sample.ops.topk_topp_triton"
 SAMPLER_FUNCTION = "apply_top_k_top_p_triton"
 TOPK_TOPP_KERNEL = "_topk_topp_kernel"
-GROUP_PREFIX = "__grp__"  # Triton's group file: which files make an entry, by absolute path
 TOP_K, TOP_P = 20, 0.9    # any values that keep the kernel's branches live
 
 
@@ -60,7 +57,7 @@ class VllmTritonBackend(BaseBackend):
     def kernel(self, step, launches, tick):
         if step.kernel != TOPK_TOPP_KERNEL:
             raise Unavailable(f"vllm_triton warms {TOPK_TOPP_KERNEL} only, not {step.kernel}")
-        self.installed += install_staged(self.settings.get("staging"))
+        self.installed += install_entries(self.settings.get("staging"))
         for launch in launches:
             self._apply(*sampler_inputs(launch, self.device))
             tick(1)
@@ -78,61 +75,3 @@ def sampler_inputs(launch, device: str) -> tuple:
     k = torch.full((rows,), min(TOP_K, vocab), device=device, dtype=torch.int32) if launch.top_k else None
     p = torch.full((rows,), TOP_P, device=device, dtype=torch.float32) if launch.top_p else None
     return logits, k, p
-
-
-# --- staged Triton entries -------------------------------------------------------------------------
-
-def current_cache_dir() -> str:
-    """The directory this process's Triton reads and writes now (it follows TRITON_CACHE_DIR)."""
-    from triton import knobs
-
-    return knobs.cache.dir
-
-
-def install_staged(staging: str | None, target: str | None = None) -> int:
-    """Copy every complete entry of `staging` that `target` (default: Triton's directory now) lacks;
-    returns how many. Files land whole (written beside, then renamed), the group file last."""
-    target = target or current_cache_dir()
-    if not staging or not os.path.isdir(staging) or os.path.realpath(staging) == os.path.realpath(target):
-        return 0
-    copied = 0
-    for name in sorted(os.listdir(staging)):
-        source = os.path.join(staging, name)
-        if _groups(source) and not _groups(os.path.join(target, name)):
-            _copy_entry(source, os.path.join(target, name))
-            copied += 1
-    return copied
-
-
-def _groups(entry: str) -> list[str]:
-    """The group files of a cache entry (an entry without one is incomplete or absent)."""
-    try:
-        return [f for f in os.listdir(entry) if f.startswith(GROUP_PREFIX)]
-    except OSError:
-        return []
-
-
-def _copy_entry(source: str, dest: str) -> None:
-    os.makedirs(dest, exist_ok=True)
-    files = sorted(os.listdir(source), key=lambda f: f.startswith(GROUP_PREFIX))  # groups last
-    for name in files:
-        with open(os.path.join(source, name), "rb") as f:
-            data = f.read()
-        if name.startswith(GROUP_PREFIX):
-            data = _rehome_group(data, dest)
-        _write_whole(os.path.join(dest, name), data)
-
-
-def _rehome_group(data: bytes, dest: str) -> bytes:
-    """A group file names its files by absolute path: point them at the copies."""
-    group = json.loads(data)
-    paths = group.get("child_paths") or {}
-    group["child_paths"] = {child: os.path.join(dest, os.path.basename(path)) for child, path in paths.items()}
-    return json.dumps(group).encode()
-
-
-def _write_whole(path: str, data: bytes) -> None:
-    temp = f"{path}.tmp.{os.getpid()}.{uuid.uuid4().hex}"
-    with open(temp, "wb") as f:
-        f.write(data)
-    os.replace(temp, path)

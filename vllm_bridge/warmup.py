@@ -425,10 +425,10 @@ class WorkerWarmup:
         staging = (self.options.backend_settings.get("vllm_triton") or {}).get("staging")
         if not staging or self.precompiler is None:
             return
-        from .triton import install_staged
+        from executor.triton_cache import install_entries
 
         try:
-            installed = install_staged(staging)
+            installed = install_entries(staging)
         except Exception as e:  # noqa: BLE001 - the launches then compile: slower, still correct
             log.warning("warmup-planner: the pool's Triton files were not installed: %s", one_line(e))
             return
