@@ -60,6 +60,15 @@ def copy_entry(source: str, dest: str) -> None:
         write_whole(os.path.join(dest, name), data)
 
 
+def rehome_entry(entry: str, final: str) -> None:
+    """Point the group files of `entry` (a copy being prepared) at `final`, where it will be renamed."""
+    for name in groups(entry):
+        path = os.path.join(entry, name)
+        with open(path, "rb") as f:
+            data = f.read()
+        write_whole(path, rehome_group(data, final))
+
+
 def rehome_group(data: bytes, dest: str) -> bytes:
     """A group file's listed paths, moved into `dest` (each keeps its file name)."""
     group = json.loads(data)

@@ -29,7 +29,7 @@ from planner import api
 from planner.errors import PlanError, WriteError
 from planner.output import check_writable
 
-from .. import dg_install, dg_rekey
+from .. import dg_install, dg_rekey, triton_cache
 from ..precompile import manifest as precompile_manifest
 from ..report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from . import archive, environment
@@ -218,7 +218,8 @@ def install(path: str, dirs: CacheDirs, here: dict) -> dict:
         with _locked(dirs.deep_gemm):
             dg = _place_deep_gemm(manifest, names, staging, dirs.deep_gemm, here.get("deep_gemm_include_dir"))
             return {"deep_gemm": dg,
-                    "triton": _place_children(os.path.join(staging, "triton"), dirs.triton),
+                    "triton": _place_children(os.path.join(staging, "triton"), dirs.triton,
+                                              triton_cache.rehome_entry),
                     "flashinfer": _place_flashinfer(staging, dirs.flashinfer),
                     "manifest_keys": _write_precompile_manifest(manifest, dirs)}
     finally:
@@ -260,9 +261,10 @@ def _rekey(kernel: KernelRecord, src: str, include_dir: str) -> str:
     return f"kernel.{kernel.name}.{dg_rekey.LegacyContext(*kernel.context).key(kernel.name, code, include_dir)}"
 
 
-def place(src: str, dest: str) -> bool:
+def place(src: str, dest: str, prepare=None) -> bool:
     """Copy `src` (a file or a directory) next to `dest`, then rename it into place. False when
-    `dest` is already there (it wins: DeepGEMM and Triton only ever publish complete entries)."""
+    `dest` is already there (it wins: DeepGEMM and Triton only ever publish complete entries).
+    `prepare(copy, dest)` adjusts the copy before the rename (Triton's entries: triton_cache)."""
     if os.path.lexists(dest):
         return False
     parent = os.path.dirname(dest)
@@ -271,6 +273,8 @@ def place(src: str, dest: str) -> bool:
     try:
         target = os.path.join(staged, "x")
         (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, target)
+        if prepare is not None:
+            prepare(target, dest)
         if os.path.isdir(src):
             os.rename(target, dest)  # a directory: atomic, and refused when another one won meanwhile
         else:
@@ -286,14 +290,18 @@ def place(src: str, dest: str) -> bool:
         shutil.rmtree(staged, ignore_errors=True)
 
 
-def _place_children(src_dir: str, dest_dir: str) -> Placed:
+def _place_children(src_dir: str, dest_dir: str, prepare=None) -> Placed:
+    """Each entry of `src_dir` into `dest_dir`. Triton's group files name their files by absolute
+    path: `prepare` points them at the installed copies, else the entries miss once the building
+    machine's directory is gone (tests/executor/test_triton_cache.py)."""
     placed = Placed()
     if not os.path.isdir(src_dir):
         return placed
     for name in sorted(os.listdir(src_dir)):
         if name == precompile_manifest.MANIFEST_NAME:
             continue  # rewritten for this machine
-        outcome = place(os.path.join(src_dir, name), os.path.join(dest_dir, name))
+        src = os.path.join(src_dir, name)
+        outcome = place(src, os.path.join(dest_dir, name), prepare if os.path.isdir(src) else None)
         placed = placed._replace(new=placed.new + outcome, kept=placed.kept + (not outcome))
     return placed
 

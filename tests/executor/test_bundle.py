@@ -61,6 +61,8 @@ def built(tmp_path, monkeypatch):
         os.makedirs(os.path.join(dirs.triton, "TRITONHASH1"))
         with open(os.path.join(dirs.triton, "TRITONHASH1", "k.cubin"), "wb") as f:
             f.write(b"cubin")
+        with open(os.path.join(dirs.triton, "TRITONHASH1", "__grp__k.json"), "w") as f:  # absolute paths, as Triton
+            json.dump({"child_paths": {"k.cubin": os.path.join(dirs.triton, "TRITONHASH1", "k.cubin")}}, f)
         with open(os.path.join(dirs.triton, precompile_manifest.MANIFEST_NAME), "w") as f:
             json.dump({"keys": {"triton": ["fp8_gemm:BM=64"], "deep_gemm": [KEY]}}, f)
         with open(dirs.flashinfer, "w") as f:
@@ -102,6 +104,16 @@ def test_install_at_the_same_path(built, tmp_path):
     doc = json.load(open(os.path.join(dirs.triton, precompile_manifest.MANIFEST_NAME)))
     assert doc["keys"]["triton"] == ["fp8_gemm:BM=64"]
     assert not [n for n in os.listdir(dirs.deep_gemm + "/cache") if n.startswith(".warmup")]
+
+
+def test_installed_triton_entries_name_their_installed_files(built, tmp_path):
+    """Triton finds an entry's files through its group file's absolute paths: after install they
+    are the installed files, not the building machine's (issue 25: the Triton half never hit)."""
+    out, _ = built
+    dirs = dirs_in(tmp_path)
+    ops.install(str(out), dirs, fingerprint())
+    group = json.load(open(os.path.join(dirs.triton, "TRITONHASH1", "__grp__k.json")))
+    assert group == {"child_paths": {"k.cubin": os.path.join(dirs.triton, "TRITONHASH1", "k.cubin")}}
 
 
 def test_install_at_another_path_rekeys_legacy_entries(built, tmp_path):
