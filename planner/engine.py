@@ -191,10 +191,35 @@ def check_consistency(engine: Engine) -> None:
             if block and layer.get("quant", {}).get("method") not in ("fp8", "int8"):
                 raise doc.error(("model", section, i, "quant", "weight_block_size"),
                                 "weight_block_size applies to block-quantized (fp8) weights only")
+            if block and layer["quant"]["method"] == "fp8":
+                _check_fp8_blocks(doc, section, i, layer, par["tensor_parallel_size"])
     for i, group in enumerate(d["kv_cache"]["groups"]):
         if group["kind"] == "cross_attention" and d["model"]["max_encoder_len"] == 0:
             raise doc.error(("kv_cache", "groups", i, "kind"),
                             "a cross_attention KV group needs model.max_encoder_len > 0")
+
+
+def _check_fp8_blocks(doc: Document, section: str, i: int, layer: dict, tp: int) -> None:
+    """A block-FP8 weight in whole blocks, where vLLM or every GEMM kernel the plans model needs it.
+
+    A linear's K: DeepGEMM and the block-FP8 Triton GEMMs read K one scale block at a time, so no
+    plan could warm another K (the layer would vanish from every plan), and vLLM refuses it where
+    tensor parallelism splits K. An MoE's intermediate_size: vLLM refuses one that is not whole
+    blocks of N, and of K under tensor parallelism (validate_fp8_block_shape_moe)."""
+    block_n, block_k = layer["quant"]["weight_block_size"]
+    if section == "linear" and layer["k"] % block_k:
+        raise doc.error(("model", "linear", i, "k"),
+                        f"k = {layer['k']} is not a whole number of FP8 blocks (weight_block_size "
+                        f"[{block_n}, {block_k}]): no GEMM kernel the plans model takes it, so no plan would "
+                        "warm this layer, and vLLM refuses it where tensor parallelism splits K")
+    if section != "moe":
+        return
+    size = layer["intermediate_size"]
+    if size % block_n or (tp > 1 and size % block_k):
+        dim, split = ("N", "") if size % block_n else ("K", f" under tensor_parallel_size {tp}")
+        raise doc.error(("model", "moe", i, "intermediate_size"),
+                        f"intermediate_size = {size} is not a whole number of FP8 blocks of {dim} "
+                        f"(weight_block_size [{block_n}, {block_k}]){split}: vLLM refuses it")
 
 
 def _check_unique_names(doc: Document, model: dict) -> None:

@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 from .errors import WriteError
+from .words import count
 from .yamlio import compress_runs, decompress, dump, expand_runs  # noqa: F401 - re-exported
 
 HEADER = ("# warmup-planner expanded plan (schemas/expanded-plan.schema.json).\n"
@@ -44,10 +45,10 @@ def to_table(plan) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
     s = plan.summary
-    lines += ["", f"Totals: {_n(s['steps'], 'step')}; {_n(s['requests'], 'request')}, "
-              f"{_n(s['scheduled_tokens'], 'scheduled token')}; {_n(s['gemm_calls'], 'GEMM call')} over "
-              f"{_n(s['gemm_shapes'], 'shape')}; {_n(s['attention_calls'], 'attention call')}; "
-              f"{_n(s['autotune_runs'], 'autotune run')}; {_n(s['cudagraph_captures'], 'CUDA graph')}"]
+    lines += ["", f"Totals: {count(s['steps'], 'step')}; {count(s['requests'], 'request')}, "
+              f"{count(s['scheduled_tokens'], 'scheduled token')}; {count(s['gemm_calls'], 'GEMM call')} over "
+              f"{count(s['gemm_shapes'], 'shape')}; {count(s['attention_calls'], 'attention call')}; "
+              f"{count(s['autotune_runs'], 'autotune run')}; {count(s['cudagraph_captures'], 'CUDA graph')}"]
     return "\n".join(lines + _not_modelled(plan.not_modelled)) + "\n"
 
 
@@ -59,10 +60,6 @@ def _not_modelled(gaps) -> list[str]:
     for gap in gaps:
         lines += [f"  - {gap['family']}: {gap['why']}", f"    what to do: {gap['action']}"]
     return lines
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _groups(steps) -> dict:
@@ -84,11 +81,34 @@ def _umask() -> int:
 
 
 def emit(text: str, output: str | None) -> None:
-    """`-o FILE`: write the file (see write_atomic); otherwise stdout."""
-    if output:
-        write_atomic(output, text)
-    else:
+    """`-o FILE`: write the file (see write_output); without -o (None), stdout."""
+    if output is None:
         sys.stdout.write(text)
+    else:
+        write_output(output, text)
+
+
+def write_output(path: str | os.PathLike, text: str) -> None:
+    """`-o PATH`, as shell redirection writes it: see check_output, then write_atomic."""
+    check_output(path)
+    write_atomic(path, text)
+
+
+def check_output(path: str | os.PathLike) -> None:
+    """Refuse an `-o` the shell would refuse, before anything is written: an empty name (`-o ''`
+    is no file, and not stdout either) and a directory that does not exist (`> out/p.yaml` does
+    not make `out/`), besides what check_writable refuses. WriteError names the path."""
+    name = os.fspath(path)
+    if not name:
+        raise WriteError("''", "an empty file name (leave out -o to write to stdout)")
+    check_writable(name)
+    try:
+        target, _ = _output_target(name)
+    except OSError as e:
+        raise WriteError(name, e.strerror or str(e)) from None
+    if not os.path.isdir(os.path.dirname(target)):
+        folder = os.path.dirname(target if os.path.islink(name) else name)
+        raise WriteError(name, f"directory {folder} does not exist (create it first)")
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:

@@ -904,5 +904,10 @@ def batch_empty(step) -> str | None:
 
 
 def batch_detail(group: list) -> str:
-    requests = sum(len(g.requests) for g in group)
-    return f"{requests} requests, {sum(g.total_num_scheduled_tokens for g in group)} tokens"
+    """The table's detail of a group of batches: the requests they schedule, each counted once (a
+    decode step schedules requests a prefill added), and their tokens."""
+    requests = len({r.req_id for g in group for r in g.requests})
+    tokens = sum(g.total_num_scheduled_tokens for g in group)
+    if len(group) == 1:
+        return f"{count(requests, 'request')}, {count(tokens, 'token')}"
+    return f"{count(requests, 'distinct request')}, {count(tokens, 'token')} in all"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .. import api
 from ..output import RENDERERS, emit
 from ..resources import builtin_engines, builtin_plans
@@ -37,13 +39,31 @@ def cmd_plan(args) -> int:
     return 0
 
 
+WIDTH = 100  # `warmup plans` lines: deterministic, whatever the terminal
+# The end of a sentence: . ! or ? before a space or the end, not the dot of "e.g." or "i.e."
+SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)[.!?](?=\s|$)")
+
+
 def cmd_plans(args) -> int:
-    """List the built-in plans (with their descriptions) and engine configs."""
+    """List the built-in plans (with the first sentence of each description) and engine configs."""
+    plans = builtin_plans()
+    width = max(map(len, plans))
     print("Plans:")
-    for name in builtin_plans():
-        first = api.load_plan(name).description.strip().split("\n")[0]
-        print(f"  {name:<12} {first}")
+    for name in plans:
+        print(f"  {name:<{width}}  {summary(api.load_plan(name).description, WIDTH - width - 4)}")
     print("Engines:")
     for name in builtin_engines():
         print(f"  {name}")
     return 0
+
+
+def summary(description: str, room: int) -> str:
+    """The first sentence of a description on one line of `room` characters; a longer one ends at
+    a word with "...", never mid-word."""
+    text = " ".join(description.split())
+    end = SENTENCE_END.search(text)
+    sentence = text[:end.end()] if end else text
+    if len(sentence) <= room:
+        return sentence
+    cut = sentence[:room - 3].rsplit(" ", 1)[0].rstrip(",;:(")
+    return cut + "..."

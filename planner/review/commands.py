@@ -14,7 +14,8 @@ import textwrap
 
 from .. import api
 from ..errors import PlanError
-from ..output import write_atomic
+from ..output import write_output
+from ..words import count
 from . import lints
 from .diff import RENDERERS, diff_plans
 
@@ -150,7 +151,8 @@ def _check_inputs(args):
 
 def _check_text(expanded, findings, skipped, notes, errors, warnings) -> str:
     ran = len(lints.LINTS) - len(skipped)
-    out = [f"warmup check: {expanded.plan} for {expanded.engine} ({len(expanded.steps)} steps)"]
+    steps = count(len(expanded.steps), "step")
+    out = [f"warmup check: {expanded.plan} for {expanded.engine} ({steps})"]
     out += [f"note: {n}" for n in notes]
     if findings:
         out.append("")
@@ -161,9 +163,9 @@ def _check_text(expanded, findings, skipped, notes, errors, warnings) -> str:
             out += ["", f"{item.code} {item.name} ({item.severity})"]
             out += textwrap.wrap(item.explanation, 100, initial_indent="  ", subsequent_indent="  ")
             out += textwrap.wrap("Fix: " + item.fix, 100, initial_indent="  ", subsequent_indent="  ")
-        out += ["", f"{_count(errors, 'error')}, {_count(warnings, 'warning')} ({ran} lints run)."]
+        out += ["", f"{count(errors, 'error')}, {count(warnings, 'warning')} ({count(ran, 'lint')} run)."]
     else:
-        out += ["", f"No problems: {ran} lints over {len(expanded.steps)} steps."]
+        out += ["", f"No problems: {count(ran, 'lint')} over {steps}."]
     return "\n".join(out) + "\n"
 
 
@@ -200,8 +202,8 @@ COLORS = {"+": "32", "-": "31", "~": "33", "ERROR": "31", "WARNING": "33"}
 
 
 def _emit(text: str, args, colorable: bool) -> None:
-    if args.output:
-        write_atomic(args.output, text)
+    if args.output is not None:
+        write_output(args.output, text)
         return
     if colorable and _use_color(args):
         text = "\n".join(_color_line(line) for line in text.split("\n"))
@@ -217,7 +219,3 @@ def _color_line(line: str) -> str:
     token = stripped.split(" ", 1)[0] if stripped else ""
     code = COLORS.get(token)
     return f"\033[{code}m{line}\033[0m" if code else line
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word if n == 1 else word + 's'}"
