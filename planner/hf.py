@@ -34,7 +34,16 @@ Sharding follows vLLM
   expression. A role that is ignored in some layers only is split in two
   entries, the unquantized one named ``<role>.unquantized``.
 * The DeepSeek MTP layer (``num_nextn_predict_layers``) is not part of the
-  main model and is left out (speculative decoding is ``none``).
+  main model and is left out of its layers.
+* Speculative decoding (``speculative``) is what the flags say, as vLLM's
+  SpeculativeConfig takes it: a method of the engine schema and a number of
+  draft tokens (1 to 256), required except where vLLM has a default (``mtp``:
+  the model's ``num_nextn_predict_layers``, which it needs; ``suffix``: 24,
+  vLLM's suffix_decoding_max_tree_depth). ``none`` (the default) is no
+  speculation. The drafter's weights and KV cache are not in the estimate below.
+* ``--kv-cache-dtype`` (vLLM's CacheConfig.cache_dtype, the engine schema's
+  values) is every attention layer's ``kv_cache_dtype``; ``auto`` is the model
+  dtype.
 
 KV-cache size estimate (when ``num_blocks`` is not given)
 ---------------------------------------------------------
@@ -47,9 +56,12 @@ A rough upper bound of what vLLM's memory profiling finds, with
                 scales, norms and biases are ignored
     free      = 0.9 * memory_gib * 2**30 - weights
     per_block = num_layers * block_size * 2 (K and V) * kv_heads_per_rank
-                * head_size * dtype bytes
+                * head_size * KV bytes
                 (MLA: num_layers * block_size * (kv_lora_rank + qk_rope_head_dim)
-                 * dtype bytes, a single latent "head" and no separate V)
+                 * KV bytes, a single latent "head" and no separate V)
+                KV bytes: the model dtype's size for ``auto``, 2 for 16-bit
+                types, 1 for fp8, 0.5625 for nvfp4 (4 bits and an 8-bit scale
+                per 16 values)
     num_blocks = floor(free / per_block) rounded down to a multiple of 16
 
 It ignores activation memory, CUDA graphs and the sampler, so a real server
@@ -68,7 +80,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from .limits import MAX_BLOCKS, MAX_SEQS, MAX_TOKENS, MAX_VOCAB
+from .limits import (KV_CACHE_DTYPES, MAX_BLOCKS, MAX_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS, MAX_VOCAB,
+                     SPECULATIVE_METHODS)
 from .yamlio import dump
 
 __all__ = ["GPUS", "HFConfigError", "SUPPORTED_ARCHITECTURES", "engine_from_hf", "engine_to_yaml", "gpu_name"]
@@ -125,6 +138,9 @@ GPU_MEMORY_UTILIZATION = 0.9
 MLA_BLOCK_SIZE = 64         # FlashMLA's page size
 DEFAULT_BLOCK_SIZE = 16
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# Bytes of one KV-cache value, times 16 (nvfp4: half a byte plus an fp8 scale per 16 values); auto: the model's
+_KV_BYTES_X16 = {"bfloat16": 32, "float16": 32, "fp8": 16, "fp8_e4m3": 16, "fp8_e5m2": 16, "nvfp4": 9}
+SUFFIX_TREE_DEPTH = 24      # vLLM's suffix_decoding_max_tree_depth: suffix decoding's default draft tokens
 _DTYPE_ALIASES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
                   "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
 _MAX_LEN_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
@@ -229,6 +245,9 @@ class _Flags:
     num_blocks: int | None
     block_size: int | None
     max_model_len: int | None
+    speculative_method: str | None = None
+    num_speculative_tokens: int | None = None
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass
@@ -251,6 +270,7 @@ class _Model:
     dtype: str
     max_model_len: int
     config_max_len: int | None  # the config's own limit (the default of --max-model-len)
+    kv_cache_dtype: str = "auto"  # vLLM's CacheConfig.cache_dtype (--kv-cache-dtype)
 
     @property
     def mla(self) -> bool:  # DeepSeek's multi-head latent attention
@@ -259,6 +279,11 @@ class _Model:
     @property
     def dtype_bytes(self) -> int:
         return _DTYPE_BYTES[self.dtype]
+
+    def kv_bytes(self, values: int) -> int:
+        """Bytes of `values` KV-cache values in the cache's dtype (rounded up)."""
+        per_16 = _KV_BYTES_X16.get(self.kv_cache_dtype, 16 * self.dtype_bytes)
+        return -(-values * per_16 // 16)
 
     @property
     def default_block_size(self) -> int:
@@ -349,7 +374,9 @@ class _KvCacheGroup:
 # Each flag's bound: the engine schema's, for the field the flag sets.
 _FLAG_BOUNDS = {"--tp": MAX_SEQS, "--dp": MAX_SEQS, "--max-num-seqs": MAX_SEQS,
                 "--max-num-batched-tokens": MAX_TOKENS, "--num-blocks": MAX_BLOCKS, "--block-size": MAX_TOKENS,
-                "--max-model-len": MAX_TOKENS}
+                "--max-model-len": MAX_TOKENS, "--num-speculative-tokens": MAX_SPECULATIVE_TOKENS}
+# Each flag that takes a name: the engine schema's values for the field it sets.
+_FLAG_CHOICES = {"--speculative-method": SPECULATIVE_METHODS, "--kv-cache-dtype": KV_CACHE_DTYPES}
 
 
 def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
@@ -363,8 +390,16 @@ def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
     return value
 
 
+def _flag_choice(value, flag: str, source: str):
+    if value is None or (isinstance(value, str) and value in _FLAG_CHOICES[flag]):
+        return value
+    raise _fail(source, f"{flag} {_short(value)} is not one of {', '.join(_FLAG_CHOICES[flag])} "
+                        "(schemas/engine.schema.json)")
+
+
 def _check_flags(source: str, *, tp, dp, ep, max_num_seqs, max_num_batched_tokens, num_blocks,
-                 block_size, max_model_len) -> _Flags:
+                 block_size, max_model_len, speculative_method=None, num_speculative_tokens=None,
+                 kv_cache_dtype=None) -> _Flags:
     parallel = _Parallel(_flag_int(tp, "--tp", source, allow_none=False),
                          _flag_int(dp, "--dp", source, allow_none=False), bool(ep))
     return _Flags(parallel,
@@ -372,7 +407,54 @@ def _check_flags(source: str, *, tp, dp, ep, max_num_seqs, max_num_batched_token
                   _flag_int(max_num_batched_tokens, "--max-num-batched-tokens", source),
                   _flag_int(num_blocks, "--num-blocks", source),
                   _flag_int(block_size, "--block-size", source),
-                  _flag_int(max_model_len, "--max-model-len", source))
+                  _flag_int(max_model_len, "--max-model-len", source),
+                  _flag_choice(speculative_method, "--speculative-method", source),
+                  _draft_tokens(speculative_method, num_speculative_tokens, source),
+                  _flag_choice(kv_cache_dtype, "--kv-cache-dtype", source) or "auto")
+
+
+def _draft_tokens(method, k, source: str) -> int | None:
+    """--num-speculative-tokens, checked against --speculative-method (0 goes with `none` only)."""
+    if k is None:
+        return None
+    if method is None:
+        raise _fail(source, f"--num-speculative-tokens {_short(k)} needs --speculative-method (one of "
+                            f"{', '.join(m for m in SPECULATIVE_METHODS if m != 'none')})")
+    if method == "none":
+        if k == 0 and not isinstance(k, bool):
+            return 0
+        raise _fail(source, "--speculative-method none takes no draft tokens: --num-speculative-tokens must be 0 "
+                            f"or left out, got {_short(k)}")
+    return _flag_int(k, "--num-speculative-tokens", source)
+
+
+def _speculative(ctx: _Ctx, flags: _Flags) -> dict:
+    """The engine's `speculative` section: the flags, with vLLM's defaults where it has them."""
+    method, k = flags.speculative_method or "none", flags.num_speculative_tokens
+    if method == "mtp":
+        k = _mtp_draft_tokens(ctx, k)
+    elif method == "suffix" and k is None:
+        k = SUFFIX_TREE_DEPTH
+    elif method != "none" and k is None:
+        raise ctx.fail(f"--speculative-method {method} needs --num-speculative-tokens N (1 to "
+                       f"{MAX_SPECULATIVE_TOKENS}): vLLM has no default for it")
+    return {"method": method, "num_speculative_tokens": k or 0}
+
+
+def _mtp_draft_tokens(ctx: _Ctx, k: int | None) -> int:
+    """MTP drafts with the model's own next-token layers: vLLM needs them, defaults k to their
+    number, and refuses a larger k that is not a multiple of it (SpeculativeConfig)."""
+    layers = ctx.get("num_nextn_predict_layers")
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        raise ctx.fail("--speculative-method mtp needs a model with MTP layers (num_nextn_predict_layers >= 1, "
+                       f"as DeepSeek-V3 has), got num_nextn_predict_layers = {_short(layers)}",
+                       "num_nextn_predict_layers")
+    layers = ctx.pos_int("num_nextn_predict_layers")
+    if k is not None and k > layers and k % layers:
+        raise ctx.fail(f"--num-speculative-tokens {k} with --speculative-method mtp must be at most "
+                       f"num_nextn_predict_layers = {layers} or a multiple of it (vLLM refuses it)",
+                       "num_nextn_predict_layers")
+    return layers if k is None else k
 
 
 def gpu_name(gpu) -> str | None:
@@ -433,14 +515,14 @@ def _bounded_context(ctx: _Ctx, lengths: tuple[int, int | None]) -> tuple[int, i
     return lengths
 
 
-def _model_config(ctx: _Ctx, max_model_len: int | None) -> _Model:
+def _model_config(ctx: _Ctx, flags: _Flags) -> _Model:
     architecture, family = _architecture(ctx)
     hidden = ctx.pos_int("hidden_size")
     num_layers = ctx.pos_int("num_hidden_layers")
     vocab = ctx.pos_int("vocab_size")
     dtype = _dtype(ctx)
     return _Model(architecture, family, hidden, num_layers, vocab, dtype,
-                  *_bounded_context(ctx, _max_model_len(ctx, max_model_len)))
+                  *_bounded_context(ctx, _max_model_len(ctx, flags.max_model_len)), flags.kv_cache_dtype)
 
 
 # ----------------------------------------------------------------------------
@@ -789,14 +871,27 @@ def _sliding_layers(ctx: _Ctx, family: str, num_layers: int) -> tuple[int | None
     return window, [True] * num_layers
 
 
+# KV-cache dtypes of the engine schema each backend takes (supported_kv_cache_dtypes, vLLM 0.33):
+# FlashAttention takes fp8 with FA3 / FA4 only (SM 9.x, 10.x), never fp8_e5m2 or nvfp4; FlashInfer,
+# next in vLLM's order on CUDA and installed with it, takes them all; FlashMLA and Triton MLA no e5m2, nvfp4.
+_FA_KV_CACHE = ("auto", "float16", "bfloat16")
+_FA_FP8_KV_CACHE = ("fp8", "fp8_e4m3")
+_MLA_KV_CACHE = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3")
+
+
 def _attention_backend(ctx: _Ctx, model: _Model, gpu: _Gpu, block_size: int) -> tuple[str, int | None, list]:
     """(vLLM attention backend, sliding window, per-layer sliding flags)."""
+    major = int(gpu.capability.split(".")[0])
     if not model.mla:
         window, sliding = _sliding_layers(ctx, model.family, model.num_layers)
-        return "FLASH_ATTN", window, sliding
+        kv = model.kv_cache_dtype
+        fa = kv in _FA_KV_CACHE or (kv in _FA_FP8_KV_CACHE and major in (9, 10))
+        return "FLASH_ATTN" if fa else "FLASHINFER", window, sliding
     # FlashMLA needs Hopper or later and its own page size; vLLM falls back to Triton MLA
-    major = int(gpu.capability.split(".")[0])
     backend = "FLASHMLA" if block_size == MLA_BLOCK_SIZE and major >= 9 else "TRITON_MLA"
+    if model.kv_cache_dtype not in _MLA_KV_CACHE:
+        raise ctx.fail(f"--kv-cache-dtype {model.kv_cache_dtype}: {backend}, the MLA attention backend of this "
+                       f"model, takes {', '.join(_MLA_KV_CACHE)}; vLLM refuses it")
     return backend, None, [False] * model.num_layers
 
 
@@ -812,13 +907,13 @@ def _kv_cache_groups(window: int | None, sliding: list[bool]) -> list[_KvCacheGr
 
 
 def _attention_entry(shape: _AttentionShape, group: _KvCacheGroup, index: int, softcap: float,
-                     backend: str) -> dict:
+                     backend: str, kv_cache_dtype: str) -> dict:
     entry = {"name": "attn" if index == 0 else "attn_sliding",
              "num_heads": shape.num_heads, "num_kv_heads": shape.num_kv_heads, "head_size": shape.head_size}
     if shape.head_size_v is not None:
         entry["head_size_v"] = shape.head_size_v
     entry.update({"count": group.num_layers, "scale": shape.scale, "logits_soft_cap": softcap,
-                  "sliding_window": group.sliding_window, "kv_cache_dtype": "auto", "backend": backend})
+                  "sliding_window": group.sliding_window, "kv_cache_dtype": kv_cache_dtype, "backend": backend})
     if index:
         entry["kv_cache_group"] = index
     return entry
@@ -832,7 +927,8 @@ def _attention_and_kv_groups(ctx: _Ctx, model: _Model, shape: _AttentionShape, g
     if softcap < 0:
         raise ctx.fail(f"attn_logit_softcapping must be >= 0, got {softcap!r}", "attn_logit_softcapping")
     groups = _kv_cache_groups(window, sliding)
-    attention = [_attention_entry(shape, group, i, softcap, backend) for i, group in enumerate(groups)]
+    attention = [_attention_entry(shape, group, i, softcap, backend, model.kv_cache_dtype)
+                 for i, group in enumerate(groups)]
     return attention, [{"block_size": block_size, "kind": group.kind} for group in groups]
 
 
@@ -865,10 +961,9 @@ def _kv_room(ctx: _Ctx, model: _Model, shape: _AttentionShape, linear: list[dict
     weights = _weight_bytes(ctx, model, linear, moe, tp)
     budget = GPU_MEMORY_UTILIZATION * gpu.memory_gib * 2 ** 30
     if model.mla:  # one latent head, no separate V
-        per_block = model.num_layers * block_size * shape.head_size * model.dtype_bytes
+        per_block = model.kv_bytes(model.num_layers * block_size * shape.head_size)
     else:
-        per_block = (model.num_layers * block_size * 2 * shape.num_kv_heads * shape.head_size
-                     * model.dtype_bytes)
+        per_block = model.kv_bytes(model.num_layers * block_size * 2 * shape.num_kv_heads * shape.head_size)
     blocks = min(int(max(budget - weights, 0) // per_block) // 16 * 16, MAX_BLOCKS)
     return _KvRoom(weights, budget, per_block, blocks, -(-model.max_model_len // block_size))
 
@@ -965,7 +1060,10 @@ def _description(source: str, model: _Model, flags: _Flags, gpu: _Gpu, block_siz
         ("--max-num-seqs", flags.max_num_seqs, None),
         ("--max-num-batched-tokens", flags.max_num_batched_tokens, None),
         ("--num-blocks", flags.num_blocks, None),
-        ("--block-size", block_size, model.default_block_size)) if value != default]
+        ("--block-size", block_size, model.default_block_size),
+        ("--speculative-method", flags.speculative_method, None),
+        ("--num-speculative-tokens", flags.num_speculative_tokens, None),
+        ("--kv-cache-dtype", model.kv_cache_dtype, "auto")) if value != default]
     if par.ep:
         given.append("--enable-expert-parallel")
     if unfit:
@@ -982,7 +1080,7 @@ def _description(source: str, model: _Model, flags: _Flags, gpu: _Gpu, block_siz
 
 
 def _assemble(*, name: str, description: str, model: _Model, linear: list, moe: list, attention: list,
-              kv_cache: dict, scheduler: dict, par: _Parallel, gpu: _Gpu) -> dict:
+              kv_cache: dict, scheduler: dict, speculative: dict, par: _Parallel, gpu: _Gpu) -> dict:
     """The engine config, keys in schema order."""
     return {
         "name": name,
@@ -1001,7 +1099,7 @@ def _assemble(*, name: str, description: str, model: _Model, linear: list, moe: 
         },
         "kv_cache": kv_cache,
         "scheduler": scheduler,
-        "speculative": {"method": "none", "num_speculative_tokens": 0},
+        "speculative": speculative,
         "parallel": {"tensor_parallel_size": par.tp, "data_parallel_size": par.dp, "pipeline_parallel_size": 1,
                      "pipeline_rank": 0, "enable_expert_parallel": par.ep},
         "device": {"name": gpu.name, "num_sms": gpu.num_sms, "capability": gpu.capability},
@@ -1012,7 +1110,9 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
                    max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                    num_blocks: int | None = None, block_size: int | None = None,
                    gpu: str = "H100", max_model_len: int | None = None,
-                   name: str | None = None, source: str = "config.json", ignore_memory=None) -> dict:
+                   name: str | None = None, source: str = "config.json", ignore_memory=None,
+                   speculative_method: str | None = None, num_speculative_tokens: int | None = None,
+                   kv_cache_dtype: str | None = None) -> dict:
     """The engine config (a dict valid against schemas/engine.schema.json) of one rank.
 
     Raises HFConfigError, naming the config key or flag, when the config cannot
@@ -1026,9 +1126,11 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     ctx = _Ctx(hf, source)
     flags = _check_flags(source, tp=tp, dp=dp, ep=enable_expert_parallel, max_num_seqs=max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens, num_blocks=num_blocks,
-                         block_size=block_size, max_model_len=max_model_len)
+                         block_size=block_size, max_model_len=max_model_len, speculative_method=speculative_method,
+                         num_speculative_tokens=num_speculative_tokens, kv_cache_dtype=kv_cache_dtype)
     par, device = flags.parallel, _resolve_gpu(gpu, source)
-    model = _model_config(ctx, flags.max_model_len)
+    model = _model_config(ctx, flags)
+    speculative = _speculative(ctx, flags)
     layers = _decoder_layers(ctx, model, par)
     quant = _quant_config(ctx)
     _check_fp8_blocks(ctx, layers, quant, par)
@@ -1046,7 +1148,7 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     return _assemble(name=name, description=_description(source, model, flags, device, block_size, unfit),
                      model=model, linear=linear, moe=moe, attention=attention,
                      kv_cache={"num_blocks": num_blocks, "groups": kv_groups}, scheduler=scheduler,
-                     par=par, gpu=device)
+                     speculative=speculative, par=par, gpu=device)
 
 
 def engine_to_yaml(engine: dict) -> str:

@@ -10,6 +10,7 @@ import sys
 from .. import hf
 from ..engine import engine_from_document
 from ..errors import PlanError
+from ..limits import KV_CACHE_DTYPES, MAX_SPECULATIVE_TOKENS, SPECULATIVE_METHODS
 from ..output import emit
 from ..yamlio import load_text, read_text
 
@@ -31,6 +32,14 @@ def add_command(sub, name: str, help: str) -> None:
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--num-blocks", type=int, help="KV blocks (default: estimated from GPU memory)")
     p.add_argument("--block-size", type=int)
+    p.add_argument("--speculative-method", choices=SPECULATIVE_METHODS, metavar="METHOD",
+                   help="vLLM's speculative decoding method (speculative_config.method): "
+                        f"{', '.join(SPECULATIVE_METHODS)} (default none)")
+    p.add_argument("--num-speculative-tokens", type=int, metavar="N",
+                   help=f"draft tokens per step, 1 to {MAX_SPECULATIVE_TOKENS} (required with a method, except mtp: "
+                        "the model's MTP layers, and suffix: 24, vLLM's defaults)")
+    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, metavar="DTYPE",
+                   help=f"vLLM's --kv-cache-dtype: {', '.join(KV_CACHE_DTYPES)} (default auto: the model's dtype)")
     p.add_argument("--gpu", help="GPU model: sets SM count and capability (default H100; with --from-vllm, the "
                                  "machine's GPU where there is one)")
     p.add_argument("--ignore-memory", action="store_true",
@@ -49,7 +58,8 @@ def _warn(message: str) -> None:
 ENGINE_SOURCES = "warmup.engine_sources"  # entry points: name -> the command that writes the engine
 # --from-hf's own flags: with --from-vllm, vLLM's arguments after `--` say these things.
 HF_ONLY_FLAGS = ("tp", "dp", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                 "num_blocks", "block_size", "ignore_memory")
+                 "num_blocks", "block_size", "ignore_memory", "speculative_method", "num_speculative_tokens",
+                 "kv_cache_dtype")
 
 
 def cmd_engine(args) -> int:
@@ -60,7 +70,8 @@ def cmd_engine(args) -> int:
             raise PlanError(f"unexpected arguments {' '.join(args.vllm_args)!r}: only --from-vllm takes "
                             "`-- <vllm serve arguments>`", file="--from-hf")
         return _from_hf(args)
-    given = [f"--{flag.replace('_', '-')}" for flag in HF_ONLY_FLAGS if getattr(args, flag) not in (None, False)]
+    given = [f"--{flag.replace('_', '-')}" for flag in HF_ONLY_FLAGS
+             if getattr(args, flag) is not None and getattr(args, flag) is not False]
     if given:
         raise PlanError(f"{', '.join(given)} belong to --from-hf; with --from-vllm give vLLM's own flags "
                         "after `--` (e.g. --tensor-parallel-size)", file="--from-vllm")
@@ -98,7 +109,8 @@ def _from_hf(args) -> int:
             max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
             num_blocks=args.num_blocks, block_size=args.block_size, gpu=args.gpu or "H100",
             max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf),
-            ignore_memory=_warn if args.ignore_memory else None)
+            ignore_memory=_warn if args.ignore_memory else None, speculative_method=args.speculative_method,
+            num_speculative_tokens=args.num_speculative_tokens, kv_cache_dtype=args.kv_cache_dtype)
     except hf.HFConfigError as e:  # at the key's line, as every other bad input
         raise e.as_plan_error(args.from_hf, text) from None
     text = hf.engine_to_yaml(engine)
