@@ -186,6 +186,75 @@ def test_same_steps_in_another_order_and_other_block_ids():
         ("warmup_kernels/prefill", ["changed: requests (same counts; ids or values differ)"])]
 
 
+# --- OLD and NEW as `warmup plan` takes them; a change of stage order ---------------------
+
+STAGE_ORDER = ("~ stage order: deep_gemm, flashinfer_autotune, cudagraph, warmup_kernels -> deep_gemm, "
+               "flashinfer_autotune, warmup_kernels, cudagraph (cudagraph now runs after warmup_kernels)")
+
+
+def test_two_plan_names_and_an_engine(capsys):
+    """Issue 27: `warmup diff vllm-0.25 vllm-0.33 --engine E` was refused; 0.33 captures after warmup_kernels."""
+    rc, out, err = warmup(capsys, "diff", "vllm-0.25", "vllm-0.33", "--engine", LLAMA)
+    assert (rc, err) == (1, "") and STAGE_ORDER in out.splitlines()
+    assert out.splitlines()[:2] == [f"warmup diff: vllm-0.25 for {LLAMA} -> vllm-0.33 for {LLAMA}",
+                                    "~ header: plan vllm-0.25 -> vllm-0.33; inputs changed: plan"]
+    assert "; stage order changed; " in out
+    assert warmup(capsys, "diff", "-p", "vllm-0.25", "-p", "vllm-0.33", "-e", LLAMA) == (rc, out, err)
+
+
+def test_plans_files_and_saved_plans_mix(capsys, tmp_path):
+    saved = tmp_path / "old.yaml"
+    assert cli.main(["plan", "vllm-0.25", "-e", LLAMA, "-o", str(saved)]) == 0
+    capsys.readouterr()
+    by_name = warmup(capsys, "diff", "vllm-0.25", "vllm-0.33", "-e", LLAMA)
+    assert warmup(capsys, "diff", saved, "plans/vllm-0.33.yaml", "-e", LLAMA) == by_name
+    assert warmup(capsys, "diff", saved, "vllm-0.33", "-e", f"plans/engines/{LLAMA}.yaml") == by_name
+
+
+def test_one_plan_for_two_engines(capsys):
+    assert warmup(capsys, "diff", "vllm", "vllm", "-e", LLAMA, "-e", EAGLE) == \
+        warmup(capsys, "diff", "-p", "vllm", "-e", LLAMA, "-e", EAGLE)
+
+
+def test_an_engine_no_plan_uses_is_refused(capsys, tmp_path):
+    saved = tmp_path / "p.yaml"
+    assert cli.main(["plan", "triton", "-e", LLAMA, "-o", str(saved)]) == 0
+    capsys.readouterr()
+    assert warmup(capsys, "diff", saved, saved, "-e", LLAMA) == (2, "", (
+        "warmup: error: warmup diff: --engine expands a plan, and OLD and NEW are expanded plan files (compared "
+        "as they are): leave out --engine\n"))
+    rc, out, err = warmup(capsys, "diff", saved, "triton", "-e", LLAMA, "-e", LLAMA)
+    assert (rc, out) == (2, "") and err == (
+        f"warmup: error: warmup diff: two --engine expand two plans (the first for OLD, the second for NEW), and "
+        f"{saved} is an expanded plan file (compared as it is): give one --engine\n")
+
+
+def test_a_change_of_stage_order_alone_is_a_difference():
+    plan = expand(load_plan("vllm"), load_engine(LLAMA))
+    data = plan.to_dict()
+    data["steps"] = ([s for s in data["steps"] if s["stage"] != "cudagraph"]
+                     + [s for s in data["steps"] if s["stage"] == "cudagraph"])
+    d = diff.diff_plans(plan, ExpandedPlan.from_dict(data))
+    assert not d.changes and not d.equal
+    assert diff.render_text(d) == (f"warmup diff: vllm for {LLAMA}\n{STAGE_ORDER}\n\n"
+                                   "Plan: +0 steps, -0 steps, ~0 changed; stage order changed\n")
+    assert json.loads(diff.render_json(d))["stage_order"] == {
+        "old": ["deep_gemm", "flashinfer_autotune", "cudagraph", "warmup_kernels"],
+        "new": ["deep_gemm", "flashinfer_autotune", "warmup_kernels", "cudagraph"],
+        "moved": ["cudagraph now runs after warmup_kernels"]}
+    assert diff.diff_plans(plan, plan).stage_order is None
+
+
+@pytest.mark.parametrize("old, new, moved", [
+    ("abcd", "abdc", ["c now runs after d"]),
+    ("abcd", "dabc", ["d now runs first"]),
+    ("abcd", "badc", ["a now runs after b", "c now runs after d"]),
+    ("abc", "cba", ["b now runs after c", "a now runs after b"]),
+])
+def test_stage_order_names_the_fewest_moves(old, new, moved):
+    assert diff.StageOrder(list(old), list(new)).moved() == moved
+
+
 # --- formats ----------------------------------------------------------------------------
 
 def test_markdown_for_a_pull_request_comment(capsys):
@@ -199,6 +268,25 @@ def test_markdown_for_a_pull_request_comment(capsys):
     rc, out, _ = warmup(capsys, "diff", "-p", "vllm", "-e", LLAMA, "-e", LLAMA, "--format", "markdown")
     assert (rc, out) == (0, "### Warmup plan: `vllm` for `llama-3.1-8b-fp8-h100`\n\n"
                             "**No changes.** The expanded steps are identical.\n")
+
+
+@pytest.mark.parametrize("argv", [
+    ["vllm-0.25", "vllm-0.33", "-e", LLAMA],
+    ["-p", "vllm", "-e", LLAMA, "-e", EAGLE],
+    ["-p", "vllm", "-e", LLAMA, "-e", LLAMA],
+    ["vllm", "vllm", "-e", LLAMA, "-e", "qwen3-30b-a3b-fp8-h100"],
+])
+def test_markdown_carries_every_line_of_the_text(capsys, argv):
+    """Issue 27: markdown printed the first header line only."""
+    _, text, _ = warmup(capsys, "diff", *argv, "--no-color")
+    _, markdown, _ = warmup(capsys, "diff", *argv, "-f", "markdown")
+    lines = [line.strip() for line in text.splitlines()[1:] if line.strip()]
+    for line in lines:
+        line = line[2:] if line.startswith("~ header: ") or line.startswith("~ stage order: ") else line
+        line = line.replace("No changes.", "**No changes.**") if line.startswith("No changes.") else line
+        assert line in markdown, line
+    title = text.splitlines()[0].removeprefix("warmup diff: ")
+    assert markdown.splitlines()[0].replace("`", "") == f"### Warmup plan: {title}"
 
 
 def test_json_for_tools(capsys, engines):
@@ -228,12 +316,18 @@ def test_output_file(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["diff"], "expected OLD NEW"),
-    (["diff", "a.yaml"], "expected two expanded plan files (OLD NEW), got 1"),
+    (["diff", "a.yaml"], "expected OLD and NEW (two plans or expanded plan files), got 1"),
+    (["diff", "vllm", "vllm-head", "vllm"], "expected OLD and NEW (two plans or expanded plan files), got 3"),
     (["diff", "--plan", "vllm", "--engine", LLAMA], "got 1 --plan, 1 --engine"),
     (["diff", "--plan", "vllm", "-e", LLAMA, "-e", LLAMA, "-e", LLAMA], "got 1 --plan, 3 --engine"),
     (["diff", "x.yaml", "y.yaml", "--plan", "vllm"], "not both"),
     (["diff", "missing.yaml", "missing.yaml"], "missing.yaml: no such file"),
-    (["diff", OVERRIDE, OVERRIDE], "this is a plan, not an expanded plan"),
+    (["diff", OVERRIDE, OVERRIDE], f"{OVERRIDE}: this is a plan: give --engine ENGINE to expand it"),
+    (["diff", "vllm-0.25", "vllm-0.33"], "this is a plan: give --engine ENGINE to expand it"),
+    (["diff", "vllm", "vllm", "-e", LLAMA, "-e", LLAMA, "-e", LLAMA], "got 3 --engine"),
+    (["diff", "vllm", f"plans/engines/{LLAMA}.yaml", "-e", LLAMA],
+     "this is an engine config, not a plan: compare engines with `warmup diff PLAN PLAN -e OLD_ENGINE -e NEW_ENGINE`"),
+    (["diff", "vllm", "no-such-plan", "-e", LLAMA], "no built-in plan named 'no-such-plan'"),
     (["diff", "--plan", "vllm", "-e", LLAMA, "-e", "no-such-engine"], "no built-in engine named 'no-such-engine'"),
     (["diff", "--format", "html", "a", "b"], "invalid choice: 'html'"),
 ])

@@ -31,11 +31,14 @@ def add_command(sub, name: str, help: str) -> None:
 def _add_diff(sub, help: str) -> None:
     p = sub.add_parser("diff", help=help, description=cmd_diff.__doc__,
                        epilog="exit codes: 0 same steps, 1 different, 2 invalid input, 3 internal error")
-    p.add_argument("files", nargs="*", metavar="FILE", help="OLD and NEW: two expanded plan files (`warmup plan -o`)")
+    p.add_argument("files", nargs="*", metavar="PLAN",
+                   help="OLD and NEW, each as `warmup plan` takes it (a built-in plan name or a plan YAML, expanded "
+                        "here for --engine) or an expanded plan file (`warmup plan -o`)")
     p.add_argument("--plan", "-p", action="append", default=[],
                    help="built-in plan name or plan YAML; give it twice to compare two plans")
     p.add_argument("--engine", "-e", action="append", default=[],
-                   help="built-in engine name or engine YAML; give it twice to compare two engines")
+                   help="built-in engine name or engine YAML; give it twice to compare two engines (the first "
+                        "for OLD, the second for NEW)")
     p.add_argument("--format", "-f", choices=("text", "markdown", "json"), default="text")
     p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
     p.add_argument("--no-color", action="store_true", help="no ANSI colors (also NO_COLOR, or not a terminal)")
@@ -66,10 +69,12 @@ def _add_check(sub, help: str) -> None:
 def cmd_diff(args) -> int:
     """Compare two expanded plans step by step, like `terraform plan`.
 
-    Either two expanded plan files (OLD NEW), or plans expanded here: one --plan and
-    two --engine (what an engine change does), two --plan and one --engine (what a
-    plan change does), or two of each. Steps are matched by id; the output names
-    every added, removed and changed step with its semantic change.
+    OLD and NEW are each a plan (a built-in name or a plan YAML, expanded here for
+    --engine: one engine for both, or two, the first for OLD) or an expanded plan file.
+    Or --plan and --engine: one --plan and two --engine (what an engine change does),
+    two --plan and one --engine (what a plan change does), or two of each. Steps are
+    matched by id; the output names a change of stage order, and every added, removed
+    and changed step with its semantic change.
     """
     old, new = _diff_inputs(args)
     result = diff_plans(old, new)
@@ -81,18 +86,42 @@ def cmd_diff(args) -> int:
 def _diff_inputs(args) -> tuple:
     plans, engines = args.plan, args.engine
     if args.files:
-        if plans or engines:
-            raise PlanError("give either two expanded plan files (OLD NEW) or --plan/--engine, not both",
-                            file="warmup diff")
+        if plans:
+            raise PlanError("give OLD NEW or --plan, not both", file="warmup diff")
         if len(args.files) != 2:
-            raise PlanError(f"expected two expanded plan files (OLD NEW), got {len(args.files)}", file="warmup diff")
-        return api.load_expanded(args.files[0]), api.load_expanded(args.files[1])
+            raise PlanError(f"expected OLD and NEW (two plans or expanded plan files), got {len(args.files)}",
+                            file="warmup diff")
+        return _old_and_new(args.files, engines)
     if not plans or not engines or len(plans) > 2 or len(engines) > 2 or len(plans) + len(engines) < 3:
-        raise PlanError("expected OLD NEW (two expanded plan files), or --plan with two --engine, two --plan "
+        raise PlanError("expected OLD NEW (plans or expanded plan files), or --plan with two --engine, two --plan "
                         f"with --engine, or two of each (got {len(plans)} --plan, {len(engines)} --engine)",
                         file="warmup diff")
     pairs = [(plans[i if len(plans) == 2 else 0], engines[i if len(engines) == 2 else 0]) for i in (0, 1)]
     return tuple(api.expand(api.load_plan(plan), api.load_engine(engine)) for plan, engine in pairs)
+
+
+def _old_and_new(refs: list, engines: list) -> tuple:
+    """OLD and NEW as `warmup plan` takes them: a plan is expanded for its engine (one --engine for
+    both, or the first for OLD and the second for NEW); an expanded plan file is used as it is."""
+    targets = [api.load_target(ref, "compare engines with `warmup diff PLAN PLAN -e OLD_ENGINE -e NEW_ENGINE`")
+               for ref in refs]
+    plans = [t for t in targets if t.plan is not None]
+    if len(engines) > 2:
+        raise PlanError(f"expected one --engine for OLD and NEW, or two (the first for OLD), got {len(engines)} "
+                        "--engine", file="warmup diff")
+    if plans and not engines:
+        raise PlanError("this is a plan: give --engine ENGINE to expand it (twice to compare two engines), or "
+                        "compare expanded plan files (`warmup plan -o`)", file=plans[0].path)
+    if len(engines) > len(plans):
+        if not plans:
+            raise PlanError("--engine expands a plan, and OLD and NEW are expanded plan files (compared as they "
+                            "are): leave out --engine", file="warmup diff")
+        expanded = next(t.path for t in targets if t.plan is None)
+        raise PlanError(f"two --engine expand two plans (the first for OLD, the second for NEW), and {expanded} is "
+                        "an expanded plan file (compared as it is): give one --engine", file="warmup diff")
+    loaded = [api.load_engine(ref) for ref in engines]
+    return tuple(t.expanded if t.plan is None else api.expand(t.plan, loaded[i if len(loaded) == 2 else 0])
+                 for i, t in enumerate(targets))
 
 
 # --- check -----------------------------------------------------------------------------

@@ -45,10 +45,11 @@ class PlanDiff:
     changes: list[Change]
     totals: dict                # summary key -> (old, new)
     not_modelled: list = field(default_factory=list)  # families the new plan does not model
+    stage_order: StageOrder | None = None  # the stages both plans run, when they run them in another order
 
     @property
     def equal(self) -> bool:
-        return not self.changes
+        return not self.changes and self.stage_order is None
 
     def counts(self) -> dict:
         """Steps added, removed, changed; a replacement counts as one added and one removed."""
@@ -61,9 +62,60 @@ class PlanDiff:
         n = self.counts()
         replaced = f" ({n['-/+']} replaced)" if n["-/+"] else ""
         parts = [f"Plan: +{count(n['+'], 'step')}, -{count(n['-'], 'step')}, ~{n['~']} changed{replaced}"]
+        parts += ["stage order changed"] if self.stage_order else []
         parts += [f"{label} {self.totals[key][0]} -> {self.totals[key][1]}" for key, label in TOTALS
                   if key in self.totals]
         return "; ".join(parts)
+
+
+@dataclass
+class StageOrder:
+    """The stages both plans run, in the order of each (stages one plan lacks show as steps)."""
+
+    old: list[str]
+    new: list[str]
+
+    def moved(self) -> list[str]:
+        """What moved, one phrase a stage: the fewest stages whose moves turn the old order into
+        the new one (the others keep their order), each placed after its new predecessor."""
+        kept = _common_subsequence(self.old, self.new)
+        return [f"{stage} now runs {'after ' + self.new[i - 1] if i else 'first'}"
+                for i, stage in enumerate(self.new) if stage not in kept]
+
+    def line(self) -> str:
+        return f"{', '.join(self.old)} -> {', '.join(self.new)} ({'; '.join(self.moved())})"
+
+    def to_json(self) -> dict:
+        return {"old": self.old, "new": self.new, "moved": self.moved()}
+
+
+def stage_order(old: ExpandedPlan, new: ExpandedPlan) -> StageOrder | None:
+    """The order in which each plan first runs each stage both run, when the two differ."""
+    before = list(dict.fromkeys(s.stage for s in old.steps))
+    after = list(dict.fromkeys(s.stage for s in new.steps))
+    common_old = [stage for stage in before if stage in after]
+    common_new = [stage for stage in after if stage in before]
+    return None if common_old == common_new else StageOrder(common_old, common_new)
+
+
+def _common_subsequence(a: list, b: list) -> set:
+    """The items of a longest common subsequence of a and b; of several, the one that keeps b's
+    earliest items (so a stage moved later is the one named)."""
+    longest = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]  # longest[i][j]: of a[i:] and b[j:]
+    for i in range(len(a) - 1, -1, -1):
+        for j in range(len(b) - 1, -1, -1):
+            longest[i][j] = (longest[i + 1][j + 1] + 1 if a[i] == b[j]
+                             else max(longest[i + 1][j], longest[i][j + 1]))
+    kept, i, j = set(), 0, 0
+    while i < len(a) and j < len(b):
+        if a[i] == b[j]:
+            kept.add(a[i])
+            i, j = i + 1, j + 1
+        elif longest[i + 1][j] >= longest[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return kept
 
 
 def diff_plans(old: ExpandedPlan, new: ExpandedPlan) -> PlanDiff:
@@ -93,7 +145,7 @@ def diff_plans(old: ExpandedPlan, new: ExpandedPlan) -> PlanDiff:
     totals = {key: (before[key], after[key]) for key, _ in TOTALS if before[key] != after[key]}
     inputs = [k for k in ("plan", "engine", "planner") if old.inputs[k] != new.inputs[k]]
     return PlanDiff(old.header(), new.header(), _header_lines(old, new, inputs) + _gap_lines(old, new), inputs,
-                    changes, totals, [gap["family"] for gap in new.not_modelled])
+                    changes, totals, [gap["family"] for gap in new.not_modelled], stage_order(old, new))
 
 
 def _gap_lines(old: ExpandedPlan, new: ExpandedPlan) -> list[str]:
@@ -222,14 +274,21 @@ def _blocks(d: PlanDiff) -> list[str]:
     return lines[:-1]
 
 
+def _head(d: PlanDiff) -> list[str]:
+    """The lines above the steps, in every format: header changes, then a change of stage order."""
+    lines = [f"header: {line}" for line in d.header]
+    return lines + ([f"stage order: {d.stage_order.line()}"] if d.stage_order else [])
+
+
 def render_text(d: PlanDiff) -> str:
     out = [f"warmup diff: {_title(d)}"]
-    out += [f"~ header: {line}" for line in d.header]
+    out += [f"~ {line}" for line in _head(d)]
     if d.equal:
         out += ["", "No changes. The expanded steps are identical."]
         return "\n".join(out + _gaps(d)) + "\n"
-    out += ["", LEGEND, ""]
-    out += [f"  {line}" if line else "" for line in _blocks(d)]
+    if d.changes:  # (a change of stage order alone has no step blocks)
+        out += ["", LEGEND, ""]
+        out += [f"  {line}" if line else "" for line in _blocks(d)]
     out += ["", d.summary_line()]
     return "\n".join(out + _gaps(d)) + "\n"
 
@@ -243,14 +302,14 @@ def _gaps(d: PlanDiff) -> list[str]:
 
 def render_markdown(d: PlanDiff) -> str:
     out = [f"### Warmup plan: {_title(d, lambda s: f'`{s}`')}", ""]
-    if d.header:
-        out += [f"Header: {d.header[0]}", ""]
+    if _head(d):
+        out += [f"- {line}" for line in _head(d)] + [""]
     if d.equal:
         out.append("**No changes.** The expanded steps are identical.")
         return "\n".join(out + _gaps(d)) + "\n"
-    out += [f"**{d.summary_line()}**", "", f"<details open><summary>{LEGEND}</summary>", "", "```diff"]
-    out += _blocks(d)
-    out += ["```", "", "</details>"]
+    out.append(f"**{d.summary_line()}**")
+    if d.changes:
+        out += ["", f"<details open><summary>{LEGEND}</summary>", "", "```diff", *_blocks(d), "```", "", "</details>"]
     return "\n".join(out + _gaps(d)) + "\n"
 
 
@@ -262,6 +321,7 @@ def render_json(d: PlanDiff) -> str:
         "old": d.old,
         "new": d.new,
         "header": d.header,
+        "stage_order": d.stage_order.to_json() if d.stage_order else None,
         "inputs_changed": d.inputs_changed,
         "not_modelled": d.not_modelled,
         "changes": [{"action": ACTIONS[c.action], "id": c.id,
