@@ -41,13 +41,13 @@ def test_the_plugin_table_is_built_from_the_list():
         release_for("0.26.0")
 
 
-def test_from_vllm_takes_every_supported_release_and_refuses_other_minor_releases():
+def test_from_vllm_takes_exactly_the_plugins_releases():
     from planner.errors import PlanError
     from vllm_bridge.cli import check_release
 
     for version in SUPPORTED_VLLM:
         check_release(version)
-    for other in ("0.24.0", "0.26.0", "0.32.1", "0.34.0", "1.0.0"):
+    for other in ("0.24.0", "0.26.0", "0.32.1", "0.33.1", "0.25.0rc1", "0.34.0", "1.0.0"):
         with pytest.raises(PlanError, match=f"vLLM {re.escape(other)} is installed, and no plan supports it"):
             check_release(other)
 

@@ -33,12 +33,11 @@ def supported_releases() -> list[str]:
 
 
 def check_release(installed: str) -> None:
-    """A vLLM release no plan follows would get a plan of another release's warmup: refuse it."""
-    supported = supported_releases()
-    if ".".join(installed.split(".")[:2]) not in supported:
+    """A vLLM release no plan follows would get a plan of another release's warmup: refuse it. The
+    releases are exactly the plugin's (a patch release may change a warmup: 0.33.1 is not 0.33.0)."""
+    if installed not in RELEASES:
         raise PlanError(f"vLLM {installed} is installed, and no plan supports it (supported releases: "
-                        f"{', '.join(v + '.x' for v in supported)}; plans "
-                        f"{', '.join('vllm-' + v for v in supported)})", file=WHERE)
+                        f"{', '.join(RELEASES)}; plans {', '.join(r.plan for r in RELEASES.values())})", file=WHERE)
 
 
 def installed_release() -> str:

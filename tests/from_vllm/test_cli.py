@@ -48,11 +48,11 @@ def test_vllm_not_installed(capsys, monkeypatch):
     assert message.endswith("install vllm, or use --from-hf")
 
 
-@pytest.mark.parametrize("version", ["0.20.1", "0.34.0", "0.2.50"])
+@pytest.mark.parametrize("version", ["0.20.1", "0.34.0", "0.2.50", "0.33.1"])
 def test_unsupported_release_names_installed_and_supported(capsys, monkeypatch, version):
     monkeypatch.setitem(sys.modules, "vllm", NS(__version__=version))
     assert one_error(capsys, "engine", "--from-vllm", "--", "/models/llama") == (
-        f"--from-vllm: vLLM {version} is installed, and no plan supports it (supported releases: 0.25.x, 0.33.x; "
+        f"--from-vllm: vLLM {version} is installed, and no plan supports it (supported releases: 0.25.0, 0.33.0; "
         "plans vllm-0.25, vllm-0.33)")
 
 
