@@ -36,7 +36,7 @@ from .backends.base import Skipped, Unavailable, is_oom
 from .context import Context, Options, backend_name
 from .hooks import ProgressHook, ReportHook
 from .jit_monitor import Monitor
-from .precompile import Precompiler, prime_triton
+from .precompile import PrecompileHook, Precompiler, prime_triton
 from .progress import Progress
 from .records import StepRecord
 from .report import Report, environment
@@ -71,15 +71,15 @@ def execute(expanded, engine: dict | None = None, options: Options | None = None
     monitor = monitor or Monitor(_monitor_mode(options, report), options.jit_log)
     ctx = Context(options, engine, progress, monitor, runner)
     tables_before = use_engine_tables(engine)  # before any kernel (or worker) reads a tuned table
-    pre = precompiler or _start_precompile(expanded.steps, options, progress)  # before torch and triton
-    pre.progress = pre.progress or progress
-    monitor.pool_busy, pre.absorb = pre.deep_gemm_busy, monitor.absorb_deep_gemm  # the pool's DeepGEMM kernels
+    pre = precompiler or _start_precompile(expanded.steps, options, progress, monitor)  # before torch and triton
+    pre.attach(monitor, progress)  # a pool started ahead of the run (start_precompile) without them
     monitor.install()
     try:
         report.startup = start_up(ctx, expanded.steps)  # while the workers start up too
         if options.expect_cached and owned:
             monitor.seal(loads_ok=True)  # every kernel must come from the disk caches
-        kept = run_steps(expanded.steps, ctx, [pre, ReportHook(report), ProgressHook(progress, report)])
+        hooks = [PrecompileHook(pre), ReportHook(report), ProgressHook(progress, report)]
+        kept = run_steps(expanded.steps, ctx, hooks)
         pre.close()  # the workers are gone (and their GPU memory) before the seal and the checks
         if owned:
             monitor.seal()
@@ -313,18 +313,22 @@ def start_up(ctx: Context, steps) -> dict:
     return out
 
 
-def start_precompile(expanded, engine: dict | None, options: Options) -> Precompiler:
+def start_precompile(expanded, engine: dict | None, options: Options,
+                     monitor: Monitor | None = None) -> Precompiler:
     """Start the precompile pool of a plan ahead of ``execute`` (pass it as `precompiler`), so
     that the workers compile while the caller imports torch and builds its model runner.
     Imports neither torch nor triton here. Points this process and the workers at the
-    engine's tuned tables (WARMUP_TABLE_DEVICE), as execute does."""
+    engine's tuned tables (WARMUP_TABLE_DEVICE), as execute does. `monitor`: the JIT monitor
+    the caller will pass to execute (the pool's DeepGEMM kernels are not its compiles); without
+    it, execute gives the pool its own."""
     use_engine_tables(engine)
     dg_install.use_vllm_cache_dir()
-    return _start_precompile(expanded.steps, options, None)
+    return _start_precompile(expanded.steps, options, None, monitor)
 
 
-def _start_precompile(steps, options: Options, progress: Progress | None) -> Precompiler:
-    pre = Precompiler(steps, options, lambda step: backend_name(options, step), progress)
+def _start_precompile(steps, options: Options, progress: Progress | None,
+                      monitor: Monitor | None) -> Precompiler:
+    pre = Precompiler(steps, options, lambda step: backend_name(options, step), progress, monitor)
     try:
         pre.start()
     except Exception as e:  # noqa: BLE001 - precompiling is an optimisation: never the run's failure

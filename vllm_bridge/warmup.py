@@ -294,12 +294,11 @@ class WorkerWarmup:
 
         self.options = options_for(self.worker, self.release, jobs)
         try:
-            self.precompiler = start_precompile(self.in_worker_plan(), self.engine.data, self.options)
+            # The monitor: the pool's DeepGEMM kernels are not this process's compiles.
+            self.precompiler = start_precompile(self.in_worker_plan(), self.engine.data, self.options,
+                                                monitor=self.monitor)
         except Exception as e:  # noqa: BLE001 - an optimisation: vLLM's warmup is the fallback
             self._give_up(f"the precompile pool did not start ({type(e).__name__}: {one_line(e)})")
-            return
-        self.precompiler.absorb = self.monitor.absorb_deep_gemm  # its kernels are not this process's
-        self.monitor.pool_busy = self.precompiler.deep_gemm_busy
 
     # --- determine_available_memory: the pool's barrier ---
 

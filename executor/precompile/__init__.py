@@ -11,17 +11,26 @@ run the library itself. Workers share the on-disk caches with the main process (
 temporary directory and rename it into place, so concurrent workers leave complete entries.
 The main process then runs every planned step as before, and its launches are disk loads.
 
-    jobs.py      the jobs of a plan, and what became of each (JobResult)
-    manifest.py  the keys known to be cached, and the fingerprint that must match
-    worker.py    a worker's start-up and one job
-    pool.py      the pool of one run (Precompiler), a hook of the executor's loop
+    jobs.py         the jobs of a plan, and what became of each (JobResult)
+    manifest.py     the keys known to be cached (fingerprint.py: what must match for that)
+    worker.py       a worker's start-up and one job
+    pool.py         the pool of one run (Precompiler), made of one piece per job:
+      decide.py       whether the run gets a pool, for which jobs, or why not
+      book.py         the jobs by key and by step, and their results (no processes)
+      processes.py    the worker processes: started early from a thread, ended, joined or killed
+      hook.py         the executor loop's hook: a step waits for its own jobs only
+      barrier.py      DeepGEMM's cache, shared by the workers and the main JIT monitor
+      timings.py      when the pool's phases happened
+      summary.py      what the report and the manifest get from the book
 """
 
+from .barrier import attribute_deep_gemm
+from .hook import PrecompileHook
 from .jobs import PRECOMPILE_BACKENDS, Job, JobResult, compile_jobs, default_jobs, step_content_key
 from .manifest import MANIFEST_NAME, fingerprint, manifest_path, read_manifest, update_manifest
-from .pool import Precompiler, attribute_deep_gemm
+from .pool import Precompiler
 from .worker import prime_triton
 
-__all__ = ["MANIFEST_NAME", "attribute_deep_gemm", "PRECOMPILE_BACKENDS", "Job", "JobResult", "Precompiler", "compile_jobs",
-           "default_jobs", "fingerprint", "manifest_path", "prime_triton", "read_manifest", "step_content_key",
-           "update_manifest"]
+__all__ = ["MANIFEST_NAME", "attribute_deep_gemm", "PRECOMPILE_BACKENDS", "Job", "JobResult", "PrecompileHook",
+           "Precompiler", "compile_jobs", "default_jobs", "fingerprint", "manifest_path", "prime_triton",
+           "read_manifest", "step_content_key", "update_manifest"]

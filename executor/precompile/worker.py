@@ -98,7 +98,7 @@ def prime_triton() -> None:
 _WORKER: dict | None = None
 
 
-def _init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dict) -> None:
+def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dict) -> None:
     """Pool initializer: settings, Triton's target, backends, Triton's per-process costs and
     the JIT monitor, once per worker.
 
@@ -159,7 +159,7 @@ def build_cuda_utils() -> float:
     return round(time.perf_counter() - began, 3)
 
 
-def _ready() -> dict:
+def ready() -> dict:
     """A no-op task: submitting one per worker starts them all at once."""
     state = _WORKER or {}
     return {"pid": os.getpid(), "init_s": state.get("init_s"), "errors": dict(state.get("errors") or {}),

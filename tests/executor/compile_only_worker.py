@@ -35,7 +35,7 @@ def main(plan_name: str, engine_name: str) -> None:
     run.use_engine_tables(engine.data)
     jobs = precompile.compile_jobs(steps)
     specs = {"triton": worker.WORKER_CLASSES["triton"]}
-    worker._init_worker(specs, "cuda", "warn", None, {"env": worker.worker_setup("cpu")["env"], "capability": 90})
+    worker.init_worker(specs, "cuda", "warn", None, {"env": worker.worker_setup("cpu")["env"], "capability": 90})
     stand_in.build_launcher = lambda compiled: LAUNCHERS.append(compiled.hash)
     records = []
     for job in jobs:

@@ -1,0 +1,81 @@
+"""The DeepGEMM barrier between the pool's workers and the main process's JIT monitor.
+
+DeepGEMM is counted by the kernels that appear in its cache directory, which the workers and
+the main process share. While workers may still add kernels there, the monitor must not count
+what appears (``busy``: it would charge the pool's kernels to whatever step runs), so the first
+step that waits for jobs waits for every DeepGEMM job too. Once they are all done, each kernel
+the pool compiled is counted for one job (``attribute_deep_gemm``) and the monitor is told which
+they are (``absorb_deep_gemm``): they are not the main process's compiles.
+"""
+
+from __future__ import annotations
+
+from .. import registry
+
+
+class DeepGemmBarrier:
+    """The pool's side of DeepGEMM's shared cache (see the module docstring)."""
+
+    def __init__(self, book, monitor=None):
+        self.book = book                 # the run's JobBook: which jobs compile into DeepGEMM's cache
+        self.monitor = None
+        self._writes: dict = {}          # backend name -> whether it compiles into DeepGEMM's cache
+        self._waited = False             # the first step with jobs waited for every DeepGEMM job
+        self._absorbed = False
+        if monitor is not None:
+            self.watched_by(monitor)
+
+    def watched_by(self, monitor) -> None:
+        """The JIT monitor of the process that runs the plan: it holds off counting DeepGEMM's
+        cache while ``busy`` (its ``pool_busy``) and learns the pool's kernels when they are done."""
+        self.monitor = monitor
+        monitor.pool_busy = self.busy
+
+    def writes(self, backend: str) -> bool:
+        """Whether the backend's jobs compile into DeepGEMM's cache (its class's ``jit_cache``)."""
+        if backend not in self._writes:
+            self._writes[backend] = registry.writes_deep_gemm(backend)
+        return self._writes[backend]
+
+    def with_first_wait(self, futures: set) -> set:
+        """The futures a step waits for: the first step that waits for any also waits for every
+        DeepGEMM job, so that no later step's count includes the pool's kernels."""
+        if not self._waited and futures:
+            self._waited = True
+            futures |= {s.future for s in self.book.slots if self.writes(s.job.backend)}
+        return futures
+
+    def busy(self) -> bool:
+        """Workers may still add DeepGEMM kernels to the shared cache (the main monitor waits)."""
+        return any(self.writes(s.job.backend) and s.result is None
+                   and not (s.future is not None and s.future.done()) for s in self.book.slots)
+
+    def entries(self) -> set:
+        """The DeepGEMM cache entries the workers compiled (each once, whichever worker saw it)."""
+        return {e for r in self.book.results() for e in r.deep_gemm_entries}
+
+    def absorb(self) -> None:
+        """Once every DeepGEMM job is done: count each kernel the pool compiled for one job, and
+        tell the monitor which they are. Once."""
+        if self._absorbed or self.busy():
+            return
+        self.book.settle()
+        self._absorbed = True
+        attribute_deep_gemm([r for r in self.book.results() if self.writes(r.backend)])
+        if self.monitor is not None:
+            self.monitor.absorb_deep_gemm(self.entries())
+
+
+def attribute_deep_gemm(results: list) -> None:
+    """One job per DeepGEMM kernel. The workers share one cache, so a job's monitor also sees the
+    kernels its neighbours compiled while it ran (16 workers made 58 jobs report 133 kernels of 60);
+    each kernel goes to the earliest-ending job that saw it: its compiler, whose job ends right
+    after the kernel lands (a neighbour would have to end within that moment to take it)."""
+    owner: dict = {}
+    for result in sorted(results, key=lambda r: (r.end or 0.0, r.key)):
+        for entry in result.deep_gemm_entries:
+            owner.setdefault(entry, result)
+    for result in results:
+        result.deep_gemm_entries = [e for e in result.deep_gemm_entries if owner[e] is result]
+        if result.deep_gemm_jit is not None:
+            result.deep_gemm_jit = len(result.deep_gemm_entries)
