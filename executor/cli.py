@@ -103,30 +103,34 @@ def cmd_execute(args) -> int:
     runner missing here) or skipped. With --jobs N (default: the CPU cores, at most 32) the
     plan's distinct variants are first compiled in N worker processes sharing the disk caches;
     the summary then shows what the workers compiled ("pool") and the speed-up."""
-    report = Report(options={"argv": sys.argv[1:]})
     if args.report:
         try:  # a report path that cannot be written is refused before the run, not after it
             check_writable(args.report)
         except PlanError as e:
             print(f"warmup: error: {e}", file=sys.stderr)
             return EXIT_INVALID
+    # The report written is the last of these: one of input refused before a plan is loaded (its
+    # error, no plan), then the plan's own, built by _execute once the plan and options are known.
+    reports = [Report(options={"argv": sys.argv[1:]})]
     try:
-        code = _run(args, report)
+        code = _run(args, reports)
     finally:
-        written = not args.report or _write_report(report, args.report)
+        written = not args.report or _write_report(reports[-1], args.report)
     # A report that could not be written is a refused write (exit 2), unless the run already failed worse.
     return code if written or code not in (0, 1) else EXIT_INVALID
 
 
-def _run(args, report) -> int:
-    """The run, its failures recorded in the report and turned into exit codes."""
+def _run(args, reports: list) -> int:
+    """The run, its failures recorded in the report (the last of `reports`) and turned into exit codes."""
     try:
-        return _execute(args, report)
+        return _execute(args, reports)
     except KeyboardInterrupt:
+        report = reports[-1]
         report.interrupted = True
         print("warmup: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - invalid input (PlanError) or a bug: report it, then exit
+        report = reports[-1]
         if isinstance(e, PlanError):
             report.error, report.error_kind = str(e), "invalid"
             print(f"warmup: error: {e}", file=sys.stderr)
@@ -219,7 +223,7 @@ def _sources_of(expanded, args, path: str):
     return engine, plan
 
 
-def _execute(args, report) -> int:
+def _execute(args, reports: list) -> int:
     backends = parse_backends(args.backend, args.dry_run)
     inject = parse_inject(args.inject_failure)
     jobs = _jobs(args)
@@ -242,8 +246,9 @@ def _execute(args, report) -> int:
                       allow_missing=args.allow_missing, runner="none" if args.dry_run else args.runner,
                       device=device, retune=args.retune, flashinfer_cache=args.flashinfer_cache, inject=inject,
                       jobs=jobs, expect_cached=args.expect_cached)
-    report.__init__(expanded, {**options.public(), "argv": sys.argv[1:]})
+    report = Report(expanded, {**options.public(), "argv": sys.argv[1:]})
     report.source = source
+    reports.append(report)
     progress = Progress(enabled=not args.no_progress)
     execute(expanded, engine.data, options, progress, report)
     sys.stdout.write(report.render_summary())

@@ -58,6 +58,19 @@ def test_injected_interrupt_writes_the_report_and_exits_130(tmp_path, capsys):
 def test_unknown_injected_step_is_invalid_input(tmp_path, capsys):
     code, rep, _, err = dry(tmp_path, "--inject-failure", "nope/nope", capsys=capsys)
     assert code == 2 and "no step 'nope/nope'" in err and rep["status"] == "invalid input"
+    assert rep["plan"] is None and rep["options"] == {"argv": rep["options"]["argv"]}  # refused before a plan
+
+
+def test_a_crash_after_the_plan_is_loaded_is_written_in_the_plans_report(tmp_path, capsys, monkeypatch):
+    import executor.cli
+
+    def crash(expanded, engine, options, progress, report):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(executor.cli, "execute", crash)
+    code, rep, _, err = dry(tmp_path, capsys=capsys)
+    assert code == 3 and "internal error: RuntimeError: boom" in err
+    assert rep["error"] == "RuntimeError: boom" and rep["plan"] and rep["options"]["jobs"] is not None
+    assert rep["source"]["kind"] == "plan"
 
 
 def test_vllm_plan_without_deep_gemm_or_flashinfer_is_unavailable(tmp_path, capsys):
