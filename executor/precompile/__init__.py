@@ -13,9 +13,10 @@ The main process then runs every planned step as before, and its launches are di
 
     jobs.py         the jobs of a plan, and what became of each (JobResult)
     manifest.py     the keys known to be cached (fingerprint.py: what must match for that)
-    worker.py       a worker's start-up and one job
+    worker_start.py how a worker starts: settings, GPU target, Triton's per-process costs
+    worker.py       a worker's backends, and one job
     pool.py         the pool of one run (Precompiler), made of one piece per job:
-      decide.py       whether the run gets a pool, for which jobs, or why not
+      decide.py       whether the run gets a pool, for which jobs, or why not (and --jobs' default)
       book.py         the jobs by key and by step, and their results (no processes)
       processes.py    the worker processes: started early from a thread, ended, joined or killed
       hook.py         the executor loop's hook: a step waits for its own jobs only
@@ -25,11 +26,12 @@ The main process then runs every planned step as before, and its launches are di
 """
 
 from .barrier import attribute_deep_gemm
+from .decide import default_jobs
 from .hook import PrecompileHook
-from .jobs import PRECOMPILE_BACKENDS, Job, JobResult, compile_jobs, default_jobs, step_content_key
+from .jobs import PRECOMPILE_BACKENDS, Job, JobResult, compile_jobs, step_content_key
 from .manifest import MANIFEST_NAME, fingerprint, manifest_path, read_manifest, update_manifest
 from .pool import Precompiler
-from .worker import prime_triton
+from .worker_start import prime_triton
 
 __all__ = ["MANIFEST_NAME", "attribute_deep_gemm", "PRECOMPILE_BACKENDS", "Job", "JobResult", "PrecompileHook",
            "Precompiler", "compile_jobs", "default_jobs", "fingerprint", "manifest_path", "prime_triton",

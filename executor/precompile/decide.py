@@ -10,11 +10,23 @@ processes (tests/executor/test_precompile_pieces.py).
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 
 from .. import dg_install
 from .jobs import PRECOMPILE_BACKENDS
 from .processes import backend_attr
+
+MAX_DEFAULT_JOBS = 32
+
+
+def default_jobs() -> int:
+    """--jobs when not given: the CPU cores this process may use, at most MAX_DEFAULT_JOBS."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_JOBS))
 
 
 @dataclass

@@ -12,23 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 
 from planner.steps import Autotune, Keyed
 
 PRECOMPILE_BACKENDS = ("triton", "deep_gemm")  # backends whose variants are compiled in workers by default
-MAX_DEFAULT_JOBS = 32
-
-
-def default_jobs() -> int:
-    """The CPU cores this process may use, at most MAX_DEFAULT_JOBS."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_DEFAULT_JOBS))
 
 
 @dataclass

@@ -14,7 +14,8 @@ import threading
 import time
 
 from .. import registry
-from .worker import WORKER_CLASSES, build_cuda_utils, init_worker, ready, run_job, worker_context, worker_setup
+from .worker import WORKER_CLASSES, init_worker, ready, run_job
+from .worker_start import build_cuda_utils, worker_context, worker_setup
 
 JOIN_S = 5.0  # how long a finished pool's workers get to exit before they are terminated
 

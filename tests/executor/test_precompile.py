@@ -205,7 +205,9 @@ def test_attention_jobs_and_the_release_after_autotune():
 
 
 def test_default_jobs_is_the_cpu_cores_capped():
-    assert 1 <= pc.default_jobs() <= pc.jobs.MAX_DEFAULT_JOBS
+    from executor.precompile.decide import MAX_DEFAULT_JOBS
+
+    assert 1 <= pc.default_jobs() <= MAX_DEFAULT_JOBS
 
 
 # --- the manifest --------------------------------------------------------------------------------------
