@@ -67,8 +67,10 @@ class Precompiler:
     # --- the end: idle, cancelled, a caller's barrier, the run's end ----------------------------------
 
     def end_idle(self) -> None:
-        """Every job answered (hook.py): the idle workers exit on their own, nobody waits for them."""
+        """Every job answered (hook.py): the idle workers exit on their own, nobody waits for them;
+        the monitor learns the pool's DeepGEMM kernels now, whichever step runs next."""
         self.book.settle()
+        self.barrier.absorb()
         self._end_pool()
         self._announce()
 

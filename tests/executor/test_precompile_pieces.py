@@ -226,3 +226,20 @@ def test_the_hook_stops_the_queue_on_a_failure_and_releases_after_autotune():
     hook.before_step(autotune)
     hook.after_step(autotune, StepRecord.for_step(autotune, backend="triton", planned_backend="triton"))
     assert calls == [("cancel", "not needed: step s/a failed (--on-error stop)"), ("submit", 1)]
+
+
+def test_a_pool_that_ends_idle_tells_the_monitor_its_deep_gemm_kernels():
+    """Every job answered while the loop is between steps (an autotune step held DeepGEMM jobs back):
+    the pool ends there, and the monitor must learn its kernels then, or the next step's count
+    would take them for the main process's compiles."""
+    from executor.precompile.pool import Precompiler
+
+    book = book_of([gemm("d", ["d1"], backend="deep_gemm")])
+    told = []
+    barrier = DeepGemmBarrier(book, NS(pool_busy=None, absorb_deep_gemm=told.append))
+    (slot,) = book.slots
+    book.submitted(slot, done(dg_result("d1", 1.0, ["e1"])))
+    ended = []
+    Precompiler.end_idle(NS(book=book, barrier=barrier, _end_pool=lambda: ended.append(True),
+                            _announce=lambda: None))
+    assert told == [{"e1"}] and ended == [True]
