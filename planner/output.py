@@ -36,10 +36,14 @@ def to_json(plan: dict) -> str:
 
 
 def to_table(plan) -> str:
+    # Imported here: the table's detail is a reviewer's phrasing, which yaml and json plans
+    # do not pay for (the start-up rule: planner/__init__.py).
+    from .review.phrasing import table_detail
+
     rows = [("stage", "kind", "steps", "calls", "detail")]
     for (stage, kind), group in _groups(plan.steps).items():
         rows.append((stage, kind, str(len(group)), str(sum(s.planned_calls() for s in group)),
-                     type(group[0]).table_detail(group)))
+                     table_detail(group)))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [f"Plan {plan.plan} for engine {plan.engine} ({plan.digest[:19]})", ""]
     for r in rows:

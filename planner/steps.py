@@ -5,10 +5,10 @@ stage handlers build these records, the renderers, `warmup diff` and the lints r
 them, and the executor runs them. Each kind owns what its consumers would otherwise
 re-derive from a dict: its calls (``call_values``, ``planned_calls``), its compile-key
 pairing (``variants``: each compile key with the first value that reaches it) and its
-range, the step reduced to one value and its key (``single``), its facts and one-line
-description for `warmup diff`, its detail in the table output, its share of the plan's
+range, the step reduced to one value and its key (``single``), its share of the plan's
 totals, and its (de)serialisation. ``KINDS`` maps a kind to its class: code that
-branches on a kind looks it up there.
+branches on a kind looks it up there. How a reviewer reads a step (its facts for `warmup
+diff`, its lines there and in the table) is planner.review.phrasing's, by step class.
 
 Kinds and what runs them:
 
@@ -29,8 +29,6 @@ A step whose kernel the dispatch models do not cover has no variants.
 """
 
 from typing import Any, ClassVar, NamedTuple
-
-from .words import FactChanges, IntSet, count, list_summary, show, spread
 
 
 # --- (de)serialisation --------------------------------------------------------------------------------
@@ -268,25 +266,6 @@ class Step:
         """What is missing when the step would do nothing (`warmup check` E108), else None."""
         return None
 
-    # --- review ---
-
-    def facts(self) -> dict:
-        """The step's content as a reviewer names it: `warmup diff` compares these."""
-        return {}
-
-    def describe(self) -> str:
-        """One line for an added or removed step."""
-        return self.kind
-
-    def change_lines(self, c: FactChanges) -> list[str]:
-        """The lines of `warmup diff` for this step's changed facts `c` (old -> this step)."""
-        return c.remaining()
-
-    @classmethod
-    def table_detail(cls, group: list) -> str:
-        """The detail column of `warmup plan -f table` for a stage's steps of this kind."""
-        return ""
-
     # --- (de)serialisation ---
 
     def to_dict(self) -> dict:
@@ -330,33 +309,6 @@ class Prefill(Step):
     def empty(self) -> str | None:
         return batch_empty(self)
 
-    def facts(self) -> dict:
-        reqs = self.requests
-        return {"prompt_len": spread([r.num_scheduled_tokens for r in reqs]) if reqs else 0,
-                "num_reqs": len(reqs), "tokens": self.total_num_scheduled_tokens,
-                "blocks per request": blocks_per_request([r.block_ids for r in reqs])}
-
-    def describe(self) -> str:
-        f = self.facts()
-        return (f"prefill: {f['num_reqs']} requests x {f['prompt_len']} tokens ({f['tokens']} tokens, "
-                f"{f['blocks per request']} blocks per request)")
-
-    def change_lines(self, c: FactChanges) -> list[str]:
-        lines = []
-        if "prompt_len" in c or "num_reqs" in c:
-            main = "prompt_len" if "prompt_len" in c else "num_reqs"
-            other = "num_reqs" if main == "prompt_len" else "prompt_len"
-            first = c.take(main)
-            detail = c.take(other) if other in c else f"{other} {show(c.after[other])}"
-            if "tokens" in c:
-                detail += ", " + c.take("tokens")
-            lines.append(f"prefill: {first} ({detail})")
-        return lines + c.remaining()
-
-    @classmethod
-    def table_detail(cls, group: list) -> str:
-        return batch_detail(group)
-
 
 class Decode(Step):
     """A scheduler step of running requests (vLLM's SchedulerOutput.scheduled_cached_reqs)."""
@@ -381,42 +333,6 @@ class Decode(Step):
     def empty(self) -> str | None:
         return batch_empty(self)
 
-    def facts(self) -> dict:
-        reqs = self.requests
-
-        def per(values):
-            return spread(values) if reqs else 0
-
-        return {"requests": len(reqs), "tokens": self.total_num_scheduled_tokens,
-                "tokens per request": per([r.num_scheduled_tokens for r in reqs]),
-                "computed tokens per request": per([r.num_computed_tokens for r in reqs]),
-                "spec tokens per request": per([r.num_spec_tokens for r in reqs]),
-                "new blocks": sum(len(ids) for r in reqs for ids in (r.new_block_ids or ()))}
-
-    def describe(self) -> str:
-        f = self.facts()
-        return (f"decode: {count(f['requests'], 'request')}, {count(f['tokens'], 'token')} "
-                f"({f['spec tokens per request']} spec tokens per request)")
-
-    def change_lines(self, c: FactChanges) -> list[str]:
-        if not c.rest:
-            return []
-        context = "" if "requests" in c else f" ({count(c.after['requests'], 'request')})"
-        totals = [c.take(k) for k in ("requests", "tokens", "new blocks") if k in c]
-        if not totals:
-            context = f" ({count(c.after['tokens'], 'token')}, unchanged)"
-            totals = [count(c.after["requests"], "request")]
-        lines = ["decode: " + ", ".join(totals) + context]
-        per = [c.take(k).replace(" per request", "") for k in ("tokens per request", "spec tokens per request",
-                                                              "computed tokens per request") if k in c]
-        if per:
-            lines.append("per request: " + ", ".join(per))
-        return lines + c.remaining()
-
-    @classmethod
-    def table_detail(cls, group: list) -> str:
-        return batch_detail(group)
-
 
 class Cleanup(Step):
     """Finishes requests: the scheduler step that names them as finished, and nothing else."""
@@ -435,12 +351,6 @@ class Cleanup(Step):
     def empty(self) -> str | None:
         return None if self.finished_req_ids else "a cleanup that finishes no request"
 
-    def facts(self) -> dict:
-        return {"finished requests": len(self.finished_req_ids)}
-
-    def describe(self) -> str:
-        return f"cleanup: {len(self.finished_req_ids)} requests finish"
-
 
 class Sample(Step):
     """sample_tokens after the execute step before it: every sampler feature the params use,
@@ -456,19 +366,6 @@ class Sample(Step):
 
     def value_count(self) -> int:
         return len(self.features)
-
-    def facts(self) -> dict:
-        g = self.grammar_bitmask
-        return {"grammar bitmask": f"{g.num_rows} rows x {g.width} words" if g else "none",
-                "features": frozenset(self.features), "sampling_params": thaw(self.sampling_params)}
-
-    def describe(self) -> str:
-        f = self.facts()
-        return f"sample: {len(f['features'])} sampler features, grammar bitmask {f['grammar bitmask']}"
-
-    @classmethod
-    def table_detail(cls, group: list) -> str:
-        return "grammar bitmask" if any(s.grammar_bitmask for s in group) else ""
 
 
 class CudaGraph(Step):
@@ -496,29 +393,6 @@ class CudaGraph(Step):
     def empty(self) -> str | None:
         return None if self.planned_calls() else "a CUDA-graph capture without sizes"
 
-    def facts(self) -> dict:
-        out = {"mode": self.mode, "sizes": IntSet(sorted(set(self.sizes))),
-               "uniform_decode_sizes": IntSet(sorted(set(self.uniform_decode_sizes)))}
-        for name in ("decode_query_len", "num_warmups"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        return out
-
-    def describe(self) -> str:
-        return (f"cudagraph {self.mode}: {list_summary(self.sizes, 'sizes')}, "
-                f"{list_summary(self.uniform_decode_sizes, 'uniform decode sizes')}")
-
-    def change_lines(self, c: FactChanges) -> list[str]:
-        lines = [f"{label}: {c.take_set(key)}" for key, label in (("sizes", "cudagraph sizes"),
-                                                                   ("uniform_decode_sizes", "uniform decode sizes"))
-                 if key in c]
-        return lines + c.remaining()
-
-    @classmethod
-    def table_detail(cls, group: list) -> str:
-        s = group[0]
-        return f"{s.mode}, largest {max(s.sizes + s.uniform_decode_sizes)}"
-
 
 # --- kernel steps: a backend runs them ----------------------------------------------------------------
 
@@ -526,7 +400,6 @@ class Keyed:
     """A step whose calls compile JIT variants: its compile keys paired with values. The
     fields `variants`, `exact` and `max_value` are declared last by each keyed kind."""
 
-    RANGE_NAME: ClassVar[str] = "max_value"  # how `warmup diff` names max_value for this kind
     NESTED: ClassVar[dict] = {"variants": lambda v: build(Variant, v)}
 
     @property
@@ -550,19 +423,6 @@ class Keyed:
             return not self.variants
         return value is None and (name == "max_value" or name in self.OMIT)
 
-    def change_lines(self, c: FactChanges) -> list[str]:
-        lines = self.value_change_lines(c)
-        if "compile_keys" in c:
-            c.drop("variants")  # a kernel step's launches: the key change says it
-            lines.append(f"{self.review_name()}: {c.take_keys()}")
-        return lines + c.remaining()
-
-    def value_change_lines(self, c: FactChanges) -> list[str]:
-        return []
-
-    def review_name(self) -> str:
-        return f"{self.kind} {self.kernel}"
-
     def shape_key(self) -> tuple:
         """What compiles whatever the values: two steps with one shape key share their variants."""
         raise NotImplementedError
@@ -575,17 +435,9 @@ class Keyed:
         """The largest value the step declares it warms: `max_value`, else its largest call."""
         raise NotImplementedError
 
-    def key_facts(self) -> dict:
-        out = {"compile_keys": frozenset(self.compile_keys)} if self.variants else {}
-        if self.max_value is not None:
-            out[self.RANGE_NAME] = self.max_value
-        return out
-
 
 class GemmLike(Keyed):
     """gemm and grouped_gemm: a weight shape called once per M (or M_sum)."""
-
-    RANGE_NAME: ClassVar[str] = "max_m"
 
     def call_values(self) -> list:
         return list(self.m_values)
@@ -602,30 +454,8 @@ class GemmLike(Keyed):
     def empty(self) -> str | None:
         return None if self.m_values else "a GEMM without M-values"
 
-    def describe(self) -> str:
-        return f"{self.shape_name()} ({self.kernel}, {self.backend}): {list_summary(self.m_values, 'M-values')}"
-
-    def value_change_lines(self, c: FactChanges) -> list[str]:
-        if "m_values" not in c:
-            return []
-        return [f"{self.shape_name()}: {c.take_set('m_values', 'M-values', always_both=True)}"]
-
-    def review_name(self) -> str:
-        return self.shape_name()
-
     def value_range(self) -> int:
         return self.max_value or max(self.m_values)
-
-    @classmethod
-    def table_detail(cls, group: list) -> str:
-        return f"{group[0].kernel} ({group[0].backend})"
-
-    def shape_facts(self, *names: str) -> dict:
-        out = {name: getattr(self, name) for name in names}
-        if self.block_size is not None:
-            out["block_size"] = list(self.block_size)
-        return {**out, "layers": frozenset(self.layers), "m_values": IntSet(sorted(set(self.m_values))),
-                **self.key_facts()}
 
 
 class Gemm(GemmLike, Step):
@@ -646,17 +476,11 @@ class Gemm(GemmLike, Step):
     family: ClassVar[str] = "gemm"
     OMIT: ClassVar[tuple] = ("block_size",)
 
-    def shape_name(self) -> str:
-        return f"gemm n={self.n} k={self.k}"
-
     def shape_key(self) -> tuple:
         return (self.kind, self.kernel, self.n, self.k, self.block_size)
 
     def slug(self) -> str:
         return f"gemm-n{self.n}-k{self.k}"
-
-    def facts(self) -> dict:
-        return self.shape_facts("kernel", "backend", "n", "k")
 
 
 class GroupedGemm(GemmLike, Step):
@@ -682,17 +506,11 @@ class GroupedGemm(GemmLike, Step):
     family: ClassVar[str] = "grouped_gemm"
     OMIT: ClassVar[tuple] = ("block_size",)
 
-    def shape_name(self) -> str:
-        return f"grouped_gemm {self.weight} experts={self.num_groups} n={self.n} k={self.k}"
-
     def shape_key(self) -> tuple:
         return (self.kind, self.kernel, self.weight, self.num_groups, self.n, self.k, self.alignment)
 
     def slug(self) -> str:
         return f"grouped_gemm-{self.weight}-e{self.num_groups}-n{self.n}-k{self.k}"
-
-    def facts(self) -> dict:
-        return self.shape_facts("kernel", "backend", "weight", "num_groups", "n", "k", "top_k", "alignment")
 
 
 class Attention(Keyed, Step):
@@ -716,7 +534,6 @@ class Attention(Keyed, Step):
 
     kind: ClassVar[str] = "attention"
     family: ClassVar[str] = "attention"
-    RANGE_NAME: ClassVar[str] = "max_tokens"
     LAYER_KEY: ClassVar[tuple] = ("kernel", "num_heads", "num_kv_heads", "head_size", "scale", "logits_soft_cap",
                                   "dtype", "is_causal", "sliding_window")
 
@@ -735,20 +552,6 @@ class Attention(Keyed, Step):
     def empty(self) -> str | None:
         return None if self.num_tokens >= 1 else "an attention call without tokens"
 
-    def facts(self) -> dict:
-        out = {name: getattr(self, name) for name in ("kernel", "backend", "num_heads", "num_kv_heads",
-                                                       "head_size", "scale", "logits_soft_cap")}
-        out.update(sliding_window=list(self.sliding_window), dtype=self.dtype, num_tokens=self.num_tokens,
-                   is_causal=self.is_causal, layers=frozenset(self.layers))
-        return {**out, **self.key_facts()}
-
-    def describe(self) -> str:
-        return (f"attention {self.kernel} heads={self.num_heads} kv_heads={self.num_kv_heads} "
-                f"head_size={self.head_size}: {self.num_tokens} tokens")
-
-    def review_name(self) -> str:
-        return f"attention h={self.num_heads} d={self.head_size}"
-
     def slug(self) -> str:
         return f"attention-h{self.num_heads}-kv{self.num_kv_heads}-d{self.head_size}"
 
@@ -757,11 +560,6 @@ class Attention(Keyed, Step):
 
     def value_range(self) -> int:
         return self.max_value or self.num_tokens
-
-    @classmethod
-    def table_detail(cls, group: list) -> str:
-        keys = {(g.num_heads, g.num_kv_heads, g.head_size) for g in group}
-        return f"{group[0].kernel}, {len(keys)} layer keys"
 
 
 # Kernels a Kernel step may name besides the reference runner's: kernel -> (module, launch
@@ -794,17 +592,6 @@ class Kernel(Keyed, Step):
 
     def value_count(self) -> int:
         return len(self.variants)
-
-    def facts(self) -> dict:
-        return {"backend": self.backend, "kernel": self.kernel,
-                "variants": [v.first.spec() for v in self.variants], **self.key_facts()}
-
-    def describe(self) -> str:
-        return f"kernel {self.kernel} ({self.backend}): {count(len(self.variants), 'variant')}"
-
-    @classmethod
-    def table_detail(cls, group: list) -> str:
-        return f"{len(group)} kernels ({group[0].backend})"
 
     @classmethod
     def from_dict(cls, data: dict) -> "Kernel":
@@ -853,25 +640,6 @@ class Autotune(Step):
     def totals(self) -> dict:
         return {"autotune_runs": 1}
 
-    def facts(self) -> dict:
-        out = {"library": self.library, "num_tokens": self.num_tokens,
-               "buckets": IntSet(sorted(set(self.buckets))) if self.buckets is not None else None}
-        for name in ("cache", "randomize_inputs"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        if self.shapes is not None:
-            out["shapes"] = frozenset(f"{s.kernel} n={s.n} k={s.k}" for s in self.shapes)
-        return out
-
-    def describe(self) -> str:
-        return (f"autotune {self.library} at {self.num_tokens} tokens"
-                + (f", {list_summary(self.buckets, 'buckets')}" if self.buckets else ""))
-
-    @classmethod
-    def table_detail(cls, group: list) -> str:
-        s = group[0]
-        return f"{s.library} at {s.num_tokens} tokens" + (f", {len(s.buckets)} buckets" if s.buckets else "")
-
 
 KINDS: dict[str, type[Step]] = {cls.kind: cls for cls in (
     Prefill, Sample, Decode, Cleanup, Gemm, GroupedGemm, Autotune, Attention, CudaGraph, Kernel)}
@@ -885,29 +653,9 @@ def step_from_dict(data: dict) -> Step:
     return KINDS[data["kind"]].from_dict(data)
 
 
-# --- facts of batch steps -----------------------------------------------------------------------------
-
-def blocks_per_request(block_ids: list) -> object:
-    """Blocks each request holds, per KV group: '3', '2..4', or '3 + 1' for two groups."""
-    per_group = [[len(g) for g in (groups or ())] for groups in block_ids]
-    if not per_group or not per_group[0]:
-        return 0
-    groups = [spread([counts[g] if g < len(counts) else 0 for counts in per_group])
-              for g in range(max(len(c) for c in per_group))]
-    return groups[0] if len(groups) == 1 else " + ".join(str(g) for g in groups)
-
+# --- helpers -----------------------------------------------------------------------------------------
 
 def batch_empty(step) -> str | None:
     if not step.requests or step.total_num_scheduled_tokens < 1:
         return "a batch without requests or tokens"
     return None
-
-
-def batch_detail(group: list) -> str:
-    """The table's detail of a group of batches: the requests they schedule, each counted once (a
-    decode step schedules requests a prefill added), and their tokens."""
-    requests = len({r.req_id for g in group for r in g.requests})
-    tokens = sum(g.total_num_scheduled_tokens for g in group)
-    if len(group) == 1:
-        return f"{count(requests, 'request')}, {count(tokens, 'token')}"
-    return f"{count(requests, 'distinct request')}, {count(tokens, 'token')} in all"

@@ -2,7 +2,7 @@
 
 Long lists are shown as counts and a few examples, sets as what was added and removed,
 compile keys (long strings) a few at a time. ``FactChanges`` walks the changed facts of
-one step: a step kind takes the facts it phrases itself (planner.steps ``change_lines``)
+one step: a step kind takes the facts it phrases itself (planner.review.phrasing)
 and leaves the rest to the generic ``key old -> new`` lines.
 """
 

@@ -10,6 +10,7 @@ import pytest
 
 from planner import steps
 from planner.engine import load_engine
+from planner.review.phrasing import PHRASING
 from planner.steps import KINDS, FrozenStepError, Gemm, Prefill, Variant, step_from_dict
 from tests.factories import steps_of
 
@@ -74,6 +75,11 @@ def test_kinds_table_covers_the_ten_kinds():
     assert sorted(KINDS) == sorted(["prefill", "sample", "decode", "cleanup", "gemm", "grouped_gemm",
                                     "attention", "kernel", "autotune", "cudagraph"])
     assert all(cls.kind == kind for kind, cls in KINDS.items())
+
+
+def test_every_kind_has_its_phrasing():
+    """The English of every kind is in one table by step class (planner.review.phrasing)."""
+    assert set(PHRASING) == set(KINDS.values())
 
 
 def test_every_kind_round_trips_through_its_plain_form(every_step):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..expanded import ExpandedPlan
 from ..words import EXAMPLES, SHORT_LIST, FactChanges, IntSet, count, order
+from .phrasing import change_lines, describe, facts
 
 ACTIONS = {"+": "add", "-": "remove", "~": "change", "-/+": "replace"}
 VERBS = {"+": "will be added", "-": "will be removed", "~": "will change", "-/+": "will be replaced"}
@@ -133,10 +134,10 @@ def diff_plans(old: ExpandedPlan, new: ExpandedPlan) -> PlanDiff:
             changes.append(_replacement(old_steps[replacing[step_id]], new_steps[step_id]))
         elif action == "+":
             s = new_steps[step_id]
-            changes.append(Change("+", step_id, s.kind, [s.describe()]))
+            changes.append(Change("+", step_id, s.kind, [describe(s)]))
         elif action == "-":
             s = old_steps[step_id]
-            changes.append(Change("-", step_id, s.kind, [s.describe()]))
+            changes.append(Change("-", step_id, s.kind, [describe(s)]))
         else:
             change = diff_step(old_steps[step_id], new_steps[step_id])
             if change is not None:
@@ -157,9 +158,9 @@ def _gap_lines(old: ExpandedPlan, new: ExpandedPlan) -> list[str]:
 
 
 def _replacement(before, after) -> Change:
-    a, b = before.facts(), after.facts()
+    a, b = facts(before), facts(after)
     fields = {k: _field_json(a.get(k), b.get(k)) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)}
-    return Change("-/+", after.id, after.kind, [before.describe(), after.describe()], fields, old_id=before.id,
+    return Change("-/+", after.id, after.kind, [describe(before), describe(after)], fields, old_id=before.id,
                   layers=list(after.layers))
 
 
@@ -218,10 +219,10 @@ def _header_lines(old: ExpandedPlan, new: ExpandedPlan, inputs: list[str]) -> li
 def diff_step(old, new) -> Change | None:
     if old == new:
         return None
-    before, after = old.facts(), new.facts()
+    before, after = facts(old), facts(new)
     changed = [k for k in dict.fromkeys([*before, *after]) if before.get(k) != after.get(k)]
     fields = {k: _field_json(before.get(k), after.get(k)) for k in changed}
-    lines = new.change_lines(FactChanges(before, after, changed))
+    lines = change_lines(new, FactChanges(before, after, changed))
     if not lines:  # same facts, other values: say which raw fields differ rather than claim nothing
         lines, fields = _raw_changes(old.to_dict(), new.to_dict(), before, after, fields)
     return Change("~", new.id, new.kind, lines, fields)
