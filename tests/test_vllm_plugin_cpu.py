@@ -64,14 +64,13 @@ def test_an_engine_config_as_plan_is_refused():
 
 import json  # noqa: E402
 import logging  # noqa: E402
-import multiprocessing  # noqa: E402
 
 from executor.precompile import compile_jobs, default_jobs  # noqa: E402
 from planner.steps import GemmLike  # noqa: E402
 from vllm_bridge import phases as ph  # noqa: E402
 from vllm_bridge import plugin  # noqa: E402
-from vllm_bridge.warmup import (DEEP_GEMM_BACKEND, compile_keys, options_for, plugin_plan,  # noqa: E402
-                                precompile_jobs, summary_line)
+from vllm_bridge.warmup import (DEEP_GEMM_BACKEND, compile_keys, local_ranks, options_for,  # noqa: E402
+                                plugin_plan, precompile_jobs, summary_line)
 
 SHIPPED = sorted(f[:-5] for f in os.listdir(engines_dir()) if f.endswith(".yaml"))
 
@@ -115,19 +114,12 @@ def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, eng
     assert any(j.backend == "vllm_triton" for j in jobs) == (plan_name == "vllm-0.25-plugin")
 
 
-def test_workers_default_to_the_cores_and_a_daemon_compiles_in_place():
+def test_workers_default_to_the_cores_shared_by_the_nodes_ranks():
     assert precompile_jobs(Settings("p")) == default_jobs()
-    assert precompile_jobs(Settings("p", jobs=3)) == 3
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_jobs_in_child, args=(queue,), daemon=True)
-    child.start()
-    child.join(120)
-    assert queue.get(timeout=5) == 0  # a daemon (vLLM's tensor-parallel workers) may not have children
-
-
-def _jobs_in_child(queue):
-    queue.put(precompile_jobs(Settings("p", jobs=8)))
+    assert precompile_jobs(Settings("p"), local_ranks=2) == max(1, default_jobs() // 2)
+    assert precompile_jobs(Settings("p"), local_ranks=10_000) == 1
+    assert precompile_jobs(Settings("p", jobs=3), local_ranks=8) == 3  # WARMUP_JOBS is per rank, as given
+    assert local_ranks(NS(parallel_config=NS(local_world_size=4))) == 4 and local_ranks(None) == 1
 
 
 class StuckPool:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import multiprocessing
 import os
 import time
 from typing import NamedTuple
@@ -160,15 +159,23 @@ def compile_keys(expanded) -> set[str]:
     return {key for step in expanded.steps for key in getattr(step, "compile_keys", ())}
 
 
-def precompile_jobs(settings: Settings) -> int:
-    """Worker processes for the pool: WARMUP_JOBS, else the machine's cores (the pool takes at
-    most one per job). 0 in a daemon process: Python forbids it children (vLLM's tensor-parallel
-    workers are daemons), so the plan compiles in the worker itself there."""
+def precompile_jobs(settings: Settings, local_ranks: int = 1) -> int:
+    """Worker processes for this rank's pool: WARMUP_JOBS, else the machine's cores shared by the
+    node's ranks (each rank, a daemon process in vLLM's tensor parallelism, starts its own pool:
+    executor/precompile/processes.py; the pool takes at most one per job)."""
     from executor.precompile import default_jobs
 
-    if multiprocessing.current_process().daemon:
-        return 0
-    return default_jobs() if settings.jobs is None else settings.jobs
+    if settings.jobs is not None:
+        return settings.jobs
+    return max(1, default_jobs() // max(1, local_ranks))
+
+
+def local_ranks(vllm_config) -> int:
+    """vLLM's ranks on this node (ParallelConfig.local_world_size; 1 where it cannot tell)."""
+    try:
+        return max(1, int(vllm_config.parallel_config.local_world_size))
+    except Exception:  # noqa: BLE001 - a stand-in config, or a release without it
+        return 1
 
 
 def options_for(worker, release: Release, jobs: int):
@@ -273,10 +280,7 @@ class WorkerWarmup:
     def start(self) -> None:
         """Install the monitor and start the pool, before vLLM loads the weights (they need none)."""
         self.monitor.install()
-        jobs = precompile_jobs(self.settings)
-        if jobs == 0 and multiprocessing.current_process().daemon:
-            log.info("warmup-planner: this vLLM worker is a daemon process, which Python forbids child "
-                     "processes: the plan's kernels compile in the worker itself, once each")
+        jobs = precompile_jobs(self.settings, local_ranks(self.worker.vllm_config))
         if jobs > 1:
             self._start_pool(jobs)
         p = self.precompiler.summary() if self.precompiler else {"status": "off", "reason": f"{jobs} jobs"}

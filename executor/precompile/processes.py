@@ -6,10 +6,17 @@ jobs submitted, from a background thread, because starting the first worker wait
 fork server's imports. It ends in one of three ways: left to exit once idle (the run went on),
 joined (a caller's barrier: nothing of the pool may outlive it), or killed (cancelled); either
 of the last two reaps this pool's own processes by their handles, never by name.
+
+A daemon process may start a pool too (vLLM's tensor-parallel ranks are daemons): Python refuses
+it children because a daemon is ended without joining them, which would orphan them. These
+workers do not outlive it: they block on the pool's call queue, whose pipe breaks when the process
+that owns the pool dies, and the fork server they come from exits with it too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import threading
 import time
 
@@ -48,8 +55,9 @@ class WorkerPool:
 
     def _spawn(self, then) -> None:
         try:
-            for _ in range(self.workers):  # one no-op each: every worker starts now, not at its first job
-                self.executor.submit(ready).add_done_callback(self._on_ready)
+            with children_allowed():  # every process of the pool starts here (see the module docstring)
+                for _ in range(self.workers):  # one no-op each: every worker starts now, not at its first job
+                    self.executor.submit(ready).add_done_callback(self._on_ready)
             self.timings.spawned_s = round(time.time() - self.timings.created, 3)
             if self.setup.get("capability") and "triton" in self.specs:
                 self.executor.submit(build_cuda_utils).add_done_callback(self._on_utils)
@@ -81,7 +89,8 @@ class WorkerPool:
         main process compiles its variant."""
         for slot in slots:
             try:
-                future = self.executor.submit(run_job, slot.job)
+                with children_allowed():  # a submit may start a worker when none is idle yet
+                    future = self.executor.submit(run_job, slot.job)
             except Exception as e:  # noqa: BLE001
                 slot.result = book.ended(slot, f"not submitted ({type(e).__name__}: {e})")
                 continue
@@ -99,6 +108,21 @@ class WorkerPool:
             _join(processes, join)
         if kill or join is not None:
             _terminate(processes)
+
+
+@contextlib.contextmanager
+def children_allowed():
+    """Inside, this process may start child processes even when it is a daemon (Python's check is
+    the `daemon` entry of the current process's config, read when a child starts)."""
+    config = multiprocessing.current_process()._config  # noqa: SLF001 - the one place Python keeps it
+    daemon = config.get("daemon")
+    if daemon:
+        config["daemon"] = False
+    try:
+        yield
+    finally:
+        if daemon:
+            config["daemon"] = daemon
 
 
 def worker_specs(backends) -> dict:

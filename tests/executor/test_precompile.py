@@ -644,3 +644,27 @@ def test_a_deep_gemm_kernel_seen_by_several_jobs_is_counted_once():
     pc.attribute_deep_gemm([c, a, b])
     assert [(r.key, r.deep_gemm_entries, r.deep_gemm_jit) for r in (a, b, c)] == [
         ("k1", ["e1"], 1), ("k2", ["e2"], 1), ("k3", ["e3"], 1)]
+
+
+def _pool_in_a_daemon(log_dir, cache, queue):
+    """In a daemon process (as vLLM's tensor-parallel ranks are): a run with a pool of 2 workers."""
+    os.environ.update(WARMUP_FAKE_LOG_DIR=log_dir, TRITON_CACHE_DIR=cache)
+    registry.BACKENDS["fake"] = FAKE
+    rep = run(plan(gemm("a", [1, 2, 3], ["k1", "k2", "k3"])))
+    queue.put((multiprocessing.current_process().daemon, rep["precompile"]["status"], rep["precompile"]["ok"],
+               os.getpid()))
+
+
+def test_a_daemon_process_runs_its_jobs_in_worker_processes(fake_env):
+    """Python refuses a daemon process children; the pool starts its workers anyway (issue 28:
+    vLLM's ranks are daemons), and they compile the jobs."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_pool_in_a_daemon, args=(str(fake_env["log"]), str(fake_env["cache"]), queue),
+                        daemon=True)
+    child.start()
+    child.join(120)
+    daemon, status, ok, pid = queue.get(timeout=5)
+    assert (daemon, status, ok) == (True, "ran", 3)
+    workers, _ = logged(fake_env["log"])  # the daemon's own calls log as a worker's too: it has a parent
+    assert len([w for w in workers if w.split("-")[1] != str(pid)]) == 3  # each key once, in a pool worker
