@@ -436,8 +436,29 @@ class Keyed:
         raise NotImplementedError
 
 
-class GemmLike(Keyed):
-    """gemm and grouped_gemm: a weight shape called once per M (or M_sum)."""
+class GemmLike(Keyed, Step):
+    """gemm and grouped_gemm: a weight shape called once per M (or M_sum). ``SHAPE`` names the
+    fields of the kind's shape, which its plain form writes first, in that order."""
+
+    kernel: str
+    backend: str
+    n: int
+    k: int
+    block_size: tuple | None = None
+    layers: tuple = ()
+    m_values: tuple = ()
+    exact: bool = False
+    max_value: int | None = None
+    variants: tuple = ()
+
+    SHAPE: ClassVar[tuple] = ("kernel", "backend", "n", "k")
+    OMIT: ClassVar[tuple] = ("block_size",)
+
+    def __init_subclass__(cls, **kwargs):
+        """A kind's shape fields first, in SHAPE's order: a grouped GEMM's expert fields sit
+        among n and k, where its plans have always written them."""
+        super().__init_subclass__(**kwargs)
+        cls._fields = ("id", "stage", *cls.SHAPE, *(f for f in cls._fields[2:] if f not in cls.SHAPE))
 
     def call_values(self) -> list:
         return list(self.m_values)
@@ -458,23 +479,11 @@ class GemmLike(Keyed):
         return self.max_value or max(self.m_values)
 
 
-class Gemm(GemmLike, Step):
+class Gemm(GemmLike):
     """One GEMM kernel over one weight shape (A is M x K, the weight N x K), once per M-value."""
-
-    kernel: str
-    backend: str
-    n: int
-    k: int
-    block_size: tuple | None = None
-    layers: tuple = ()
-    m_values: tuple = ()
-    exact: bool = False
-    max_value: int | None = None
-    variants: tuple = ()
 
     kind: ClassVar[str] = "gemm"
     family: ClassVar[str] = "gemm"
-    OMIT: ClassVar[tuple] = ("block_size",)
 
     def shape_key(self) -> tuple:
         return (self.kind, self.kernel, self.n, self.k, self.block_size)
@@ -483,28 +492,18 @@ class Gemm(GemmLike, Step):
         return f"gemm-n{self.n}-k{self.k}"
 
 
-class GroupedGemm(GemmLike, Step):
+class GroupedGemm(GemmLike):
     """A grouped (MoE) GEMM over the contiguous expert-sorted layout, one step per weight
     (w13, w2), once per M_sum (total padded rows, a multiple of `alignment`)."""
 
-    kernel: str
-    backend: str
     weight: str
     num_groups: int
-    n: int
-    k: int
     top_k: int
     alignment: int = 128
-    block_size: tuple | None = None
-    layers: tuple = ()
-    m_values: tuple = ()
-    exact: bool = False
-    max_value: int | None = None
-    variants: tuple = ()
 
     kind: ClassVar[str] = "grouped_gemm"
     family: ClassVar[str] = "grouped_gemm"
-    OMIT: ClassVar[tuple] = ("block_size",)
+    SHAPE: ClassVar[tuple] = ("kernel", "backend", "weight", "num_groups", "n", "k", "top_k", "alignment")
 
     def shape_key(self) -> tuple:
         return (self.kind, self.kernel, self.weight, self.num_groups, self.n, self.k, self.alignment)

@@ -11,7 +11,7 @@ import pytest
 from planner import steps
 from planner.engine import load_engine
 from planner.review.phrasing import PHRASING
-from planner.steps import KINDS, FrozenStepError, Gemm, Prefill, Variant, step_from_dict
+from planner.steps import KINDS, FrozenStepError, Gemm, GroupedGemm, Prefill, Variant, step_from_dict
 from tests.factories import steps_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +39,15 @@ def test_fields_in_declaration_order_bases_first():
     assert steps.field_names(Gemm)[:6] == ("id", "stage", "kernel", "backend", "n", "k")
     assert steps.field_names(Gemm)[-3:] == ("exact", "max_value", "variants")
     assert "kind" not in steps.field_names(Gemm) and "RANGE_NAME" not in steps.field_names(Gemm)
+
+
+def test_the_gemm_kinds_share_their_shape():
+    """gemm and grouped_gemm declare their shape once (GemmLike); a kind's SHAPE is written first,
+    in its order: a grouped GEMM's expert fields among n and k, as its plans have always had them."""
+    assert steps.field_names(GroupedGemm) == ("id", "stage", *GroupedGemm.SHAPE, "block_size", "layers",
+                                              "m_values", "exact", "max_value", "variants")
+    assert GroupedGemm.SHAPE == ("kernel", "backend", "weight", "num_groups", "n", "k", "top_k", "alignment")
+    assert set(steps.field_names(Gemm)) < set(steps.field_names(GroupedGemm))
 
 
 def test_defaults_freezing_and_required_fields():

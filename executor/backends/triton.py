@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 import time
 
+from planner.steps import GemmLike
+
 from .base import BaseBackend, Unavailable, torch_cuda_available
 
 SYNC_EVERY = 256  # launches between synchronizations: keeps the queue short and the ETA honest
@@ -44,7 +46,7 @@ def check_kernel(step) -> None:
     if step.kernel not in KERNELS[step.family]:
         raise Unavailable(f"triton backend has no kernel {step.kernel!r} for {step.family} "
                           f"(it has {', '.join(KERNELS[step.family])})")
-    block = getattr(step, "block_size", None)
+    block = step.block_size if isinstance(step, GemmLike) else None  # attention has no weight blocks
     if block is not None and list(block) != [128, 128]:
         raise Unavailable(f"triton block-FP8 kernels take 128x128 weight blocks, the step has {list(block)}")
 

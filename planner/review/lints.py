@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 from ..engine import expression_names
 from ..expr import round_up
 from ..stages.batches import BlockCounter
-from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Prefill, Sample
+from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GemmLike, GroupedGemm, Prefill, Sample
 
 ERROR, WARNING = "error", "warning"
 EXAMPLES = 4
@@ -430,7 +430,7 @@ KERNEL_ALIGNMENT = {
       shapes), or correct n, k, block_size or alignment.""")
 def gemm_shape_unaligned(plan, engine):
     for step in plan.steps:
-        if not isinstance(step, (Gemm, GroupedGemm)):
+        if not isinstance(step, GemmLike):
             continue
         rule = KERNEL_ALIGNMENT.get(step.kernel)
         if rule is None and step.block_size:

@@ -204,16 +204,15 @@ class KeyedPhrasing(Phrasing):
 
 
 class GemmPhrasing(KeyedPhrasing):
-    """gemm: a weight shape and its M-values (compared as sets)."""
+    """gemm: a weight shape (its SHAPE fields) and its M-values (compared as sets)."""
 
     RANGE = "max_m"
-    FACTS = ("kernel", "backend", "n", "k")
 
     def name(self, step) -> str:
         return f"gemm n={step.n} k={step.k}"
 
     def facts(self, step) -> dict:
-        out = {name: getattr(step, name) for name in self.FACTS}
+        out = {name: getattr(step, name) for name in step.SHAPE}
         if step.block_size is not None:
             out["block_size"] = list(step.block_size)
         return {**out, "layers": frozenset(step.layers), "m_values": IntSet(sorted(set(step.m_values))),
@@ -233,8 +232,6 @@ class GemmPhrasing(KeyedPhrasing):
 
 class GroupedGemmPhrasing(GemmPhrasing):
     """grouped_gemm: a GEMM whose shape also names the weight and the experts."""
-
-    FACTS = ("kernel", "backend", "weight", "num_groups", "n", "k", "top_k", "alignment")
 
     def name(self, step) -> str:
         return f"grouped_gemm {step.weight} experts={step.num_groups} n={step.n} k={step.k}"
