@@ -17,6 +17,7 @@ from .limits import MAX_STEPS, MAX_TOTAL_VALUES
 from .plan import Plan
 from .stages import handler
 from .stages.scope import Scope
+from .steps import GemmLike
 from .tables import TableReader
 
 
@@ -31,7 +32,7 @@ def expand(plan: Plan, engine: Engine, deep_gemm: str | None = None) -> Expanded
             continue
         steps += handler(stage.kind)(Scope(stage, engine, names, tables=tables))
         _check_size(stage, steps)
-    uses_dg = any(getattr(step, "backend", None) == "deep_gemm" for step in steps)
+    uses_dg = any(isinstance(step, GemmLike) and step.backend == "deep_gemm" for step in steps)
     inputs = input_digests(plan, engine, tables.consulted(), deep_gemm if uses_dg else None)
     return ExpandedPlan(plan=plan.name, engine=engine.name, planner_version=__version__, digest=digest(inputs),
                         inputs=inputs, steps=tuple(steps), not_modelled=tuple(plan.not_modelled))

@@ -10,14 +10,15 @@ totals, and its (de)serialisation. ``KINDS`` maps a kind to its class: code that
 branches on a kind looks it up there. How a reviewer reads a step (its facts for `warmup
 diff`, its lines there and in the table) is planner.review.phrasing's, by step class.
 
-Kinds and what runs them:
+Kinds, their base, and what runs them (a runner step's ``runner_method``, a backend step's
+``family``):
 
-    prefill, decode, cleanup   the model runner's ``execute_model`` (scheduler steps)
-    sample                     the model runner's ``sample_tokens``
-    cudagraph                  the model runner's ``capture_cudagraphs``
-    gemm, grouped_gemm,        a backend's method of the step's ``family``, once per
-    attention, kernel          value of ``call_values()``
-    autotune                   a backend's ``autotune`` (family "autotune")
+    prefill, decode, cleanup   SchedulerStep   the model runner's ``execute_model``
+    sample                     RunnerStep      the model runner's ``sample_tokens``
+    cudagraph                  RunnerStep      the model runner's ``capture_cudagraphs``
+    gemm, grouped_gemm         GemmLike        a backend's method of the step's ``family``,
+    attention, kernel          Keyed           once per value of ``call_values()``
+    autotune                   Step            a backend's ``autotune`` (family "autotune")
 
 Keyed steps (gemm, grouped_gemm, attention, kernel) carry ``variants``: one
 ``Variant(key, first)`` per compile key their calls reach, in order of ``first``, the
@@ -193,7 +194,8 @@ class Step:
     NESTED: ClassVar[dict] = {}           # field -> how to build its records from plain data
 
     def __init_subclass__(cls, **kwargs):
-        """A kind's fields: its annotations (not ClassVar) after its bases', with their defaults.
+        """A kind's fields: its annotations (not ClassVar) after its bases', with their defaults;
+        a field declared again keeps its place and takes the new default, or none (required).
 
         Declared by hand, not with dataclasses: generating each kind's methods cost `warmup
         plan` measurable start-up (bench/RESULTS.md, part A4); every kind shares Step's."""
@@ -202,7 +204,8 @@ class Step:
                for name, annotation in cls.__annotations__.items()  # its own (Python >= 3.10)
                if not _is_classvar(annotation)}
         cls._fields = tuple(dict.fromkeys(cls._fields + tuple(own)))
-        cls._defaults = {**cls._defaults, **{n: d for n, d in own.items() if d is not _MISSING}}
+        inherited = {n: d for n, d in cls._defaults.items() if n not in own}  # declared again: its own default
+        cls._defaults = {**inherited, **{n: d for n, d in own.items() if d is not _MISSING}}
 
     def __init__(self, *args, **kwargs):
         names = type(self)._fields
@@ -284,9 +287,49 @@ class Step:
         return type(self)(**{**{name: getattr(self, name) for name in self._fields}, **changes})
 
 
-# --- scheduler steps: the model runner runs them ------------------------------------------------------
+# --- the model runner's steps ------------------------------------------------------------------------
 
-class Prefill(Step):
+class RunnerStep(Step):
+    """A step the model runner runs: ``runner_method`` names its method (executor.runner.protocol)."""
+
+    runner_method: ClassVar[str] = ""
+
+
+class SchedulerStep(RunnerStep):
+    """A scheduler step (vLLM's SchedulerOutput), what the runner's ``execute_model`` reads of a
+    prefill, a decode or a cleanup. A kind declares again the fields it schedules (required
+    unless it gives a default) and writes only those: the others keep these defaults."""
+
+    requests: tuple = ()
+    total_num_scheduled_tokens: int = 0
+    prompt_token_ids: tuple | None = None     # the prompt of every new request
+    num_common_prefix_blocks: tuple | None = None
+    finished_req_ids: tuple = ()
+
+    runner_method: ClassVar[str] = "execute_model"
+    SCHEDULES: ClassVar[tuple] = ()           # the fields the kind declares again, in field order
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.SCHEDULES = tuple(name for name in cls._fields if name in cls.__annotations__)
+
+    def __init__(self, *args, **kwargs):
+        """As Step's; a field the kind does not schedule keeps its default (it would not be written)."""
+        super().__init__(*args, **kwargs)
+        other = [n for n in self._fields[2:] if n not in self.SCHEDULES and getattr(self, n) != self._defaults[n]]
+        if other:
+            raise TypeError(f"{type(self).__name__} does not schedule {', '.join(other)}")
+
+    def omits(self, name: str, value) -> bool:
+        return name not in self.SCHEDULES or super().omits(name, value)
+
+    def empty(self) -> str | None:
+        if not self.requests or self.total_num_scheduled_tokens < 1:
+            return "a batch without requests or tokens"
+        return None
+
+
+class Prefill(SchedulerStep):
     """A scheduler step that adds new requests (vLLM's SchedulerOutput.scheduled_new_reqs)."""
 
     requests: tuple                  # NewRequest
@@ -295,8 +338,6 @@ class Prefill(Step):
     num_common_prefix_blocks: tuple
 
     kind: ClassVar[str] = "prefill"
-    runner_method: ClassVar[str] = "execute_model"
-    finished_req_ids: ClassVar[tuple] = ()
     NESTED: ClassVar[dict] = {"requests": lambda r: build(NewRequest, r)}
 
     def value_count(self) -> int:
@@ -306,11 +347,8 @@ class Prefill(Step):
     def totals(self) -> dict:
         return {"requests": len(self.requests), "scheduled_tokens": self.total_num_scheduled_tokens}
 
-    def empty(self) -> str | None:
-        return batch_empty(self)
 
-
-class Decode(Step):
+class Decode(SchedulerStep):
     """A scheduler step of running requests (vLLM's SchedulerOutput.scheduled_cached_reqs)."""
 
     requests: tuple                  # CachedRequest
@@ -318,9 +356,6 @@ class Decode(Step):
     num_common_prefix_blocks: tuple | None = None
 
     kind: ClassVar[str] = "decode"
-    runner_method: ClassVar[str] = "execute_model"
-    finished_req_ids: ClassVar[tuple] = ()
-    prompt_token_ids: ClassVar[None] = None
     OMIT: ClassVar[tuple] = ("num_common_prefix_blocks",)
     NESTED: ClassVar[dict] = {"requests": lambda r: build(CachedRequest, r)}
 
@@ -330,20 +365,13 @@ class Decode(Step):
     def totals(self) -> dict:
         return {"scheduled_tokens": self.total_num_scheduled_tokens}
 
-    def empty(self) -> str | None:
-        return batch_empty(self)
 
-
-class Cleanup(Step):
+class Cleanup(SchedulerStep):
     """Finishes requests: the scheduler step that names them as finished, and nothing else."""
 
     finished_req_ids: tuple
 
     kind: ClassVar[str] = "cleanup"
-    runner_method: ClassVar[str] = "execute_model"
-    requests: ClassVar[tuple] = ()
-    prompt_token_ids: ClassVar[None] = None
-    total_num_scheduled_tokens: ClassVar[int] = 0
 
     def value_count(self) -> int:
         return len(self.finished_req_ids)
@@ -352,7 +380,7 @@ class Cleanup(Step):
         return None if self.finished_req_ids else "a cleanup that finishes no request"
 
 
-class Sample(Step):
+class Sample(RunnerStep):
     """sample_tokens after the execute step before it: every sampler feature the params use,
     and the grammar bitmask of structured output where the plan asks for it."""
 
@@ -368,7 +396,7 @@ class Sample(Step):
         return len(self.features)
 
 
-class CudaGraph(Step):
+class CudaGraph(RunnerStep):
     """CUDA-graph capture at the plan's sizes, largest first (graphs share one memory pool)."""
 
     mode: str
@@ -650,11 +678,3 @@ FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(cls.family for cls in KINDS.valu
 def step_from_dict(data: dict) -> Step:
     """A step from its plain form (the expanded plan's, schema-valid)."""
     return KINDS[data["kind"]].from_dict(data)
-
-
-# --- helpers -----------------------------------------------------------------------------------------
-
-def batch_empty(step) -> str | None:
-    if not step.requests or step.total_num_scheduled_tokens < 1:
-        return "a batch without requests or tokens"
-    return None

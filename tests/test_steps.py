@@ -11,7 +11,8 @@ import pytest
 from planner import steps
 from planner.engine import load_engine
 from planner.review.phrasing import PHRASING
-from planner.steps import KINDS, FrozenStepError, Gemm, GroupedGemm, Prefill, Variant, step_from_dict
+from planner.steps import (KINDS, Cleanup, CudaGraph, Decode, FrozenStepError, Gemm, GroupedGemm, Prefill,
+                           RunnerStep, Sample, Variant, step_from_dict)
 from tests.factories import steps_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +49,21 @@ def test_the_gemm_kinds_share_their_shape():
                                               "m_values", "exact", "max_value", "variants")
     assert GroupedGemm.SHAPE == ("kernel", "backend", "weight", "num_groups", "n", "k", "top_k", "alignment")
     assert set(steps.field_names(Gemm)) < set(steps.field_names(GroupedGemm))
+
+
+def test_scheduler_steps_share_their_declared_fields():
+    """Prefill, Decode and Cleanup are SchedulerSteps (what execute_model reads): each has every
+    field, requires and writes the ones it schedules, and keeps the others at their defaults."""
+    cleanup = Cleanup(id="w/cleanup", stage="w", finished_req_ids=["r0"])
+    assert (cleanup.requests, cleanup.total_num_scheduled_tokens, cleanup.num_common_prefix_blocks) == ((), 0, None)
+    assert cleanup.to_dict() == {"id": "w/cleanup", "stage": "w", "kind": "cleanup", "finished_req_ids": ["r0"]}
+    with pytest.raises(TypeError, match="does not schedule requests"):
+        Cleanup(id="w/c", stage="w", finished_req_ids=(), requests=("r0",))
+    with pytest.raises(TypeError, match="needs the field 'prompt_token_ids'"):
+        Prefill(id="w/p", stage="w", requests=(), total_num_scheduled_tokens=0, num_common_prefix_blocks=())
+    # the executor's loop finds the model runner's steps by their runner_method
+    assert [k for k in KINDS.values() if hasattr(k, "runner_method")] == [
+        k for k in KINDS.values() if issubclass(k, RunnerStep)] == [Prefill, Sample, Decode, Cleanup, CudaGraph]
 
 
 def test_defaults_freezing_and_required_fields():

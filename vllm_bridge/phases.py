@@ -20,6 +20,8 @@ import contextlib
 import logging
 import time
 
+from planner.steps import Keyed
+
 KINDS = ("triton", "deep_gemm", "torch_compile")
 
 log = logging.getLogger("vllm.warmup_planner")
@@ -120,7 +122,7 @@ def _step_counts(record, writes_deep_gemm, kernels: int | None) -> dict:
 
 def step_kernels(steps) -> dict:
     """step id -> its distinct kernels, for the steps whose compile keys the plan knows."""
-    return {s.id: len(s.compile_keys) for s in steps if getattr(s, "variants", None)}
+    return {s.id: len(s.compile_keys) for s in steps if isinstance(s, Keyed) and s.variants}
 
 
 def stage_line(row: dict) -> str:

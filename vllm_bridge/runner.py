@@ -85,7 +85,7 @@ class VllmWorkerRunner:
         else:
             raise TypeError(f"execute_model does not run {step.kind} steps")
         out.total_num_scheduled_tokens = step.total_num_scheduled_tokens
-        if getattr(step, "num_common_prefix_blocks", None) is not None:
+        if step.num_common_prefix_blocks is not None:
             out.num_common_prefix_blocks = list(step.num_common_prefix_blocks)
         if hasattr(out, "num_spec_tokens_to_schedule"):
             out.num_spec_tokens_to_schedule = self._num_spec_steps()

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..expanded import ExpandedPlan
+from ..steps import Attention, GemmLike, GroupedGemm
 from ..words import EXAMPLES, SHORT_LIST, FactChanges, IntSet, count, order
 from .phrasing import change_lines, describe, facts
 
@@ -171,8 +172,9 @@ def _replacements(removed: list, added: list) -> dict:
     replacement, and a reviewer wants to see `n=6144 k=1536` become `n=3072 k=1536`.
     """
     def key(s):
-        layers = getattr(s, "layers", None)
-        return (s.stage, s.kind, getattr(s, "weight", None), tuple(layers)) if layers else None
+        if not isinstance(s, (GemmLike, Attention)) or not s.layers:
+            return None  # only a step that warms layers is replaced
+        return (s.stage, s.kind, s.weight if isinstance(s, GroupedGemm) else None, tuple(s.layers))
 
     candidates: dict = {}
     for s in added:
