@@ -1,4 +1,5 @@
-"""The step model (planner.steps): construction, immutability, equality, (de)serialisation."""
+"""The step model (planner.steps, its records planner.records): construction, immutability, equality,
+(de)serialisation."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 from planner import steps
 from planner.engine import load_engine
+from planner.records import FrozenStepError
 from planner.review.phrasing import PHRASING
-from planner.steps import (KINDS, Cleanup, CudaGraph, Decode, FrozenStepError, Gemm, GroupedGemm, Prefill,
-                           RunnerStep, Sample, Variant, step_from_dict)
+from planner.steps import (KINDS, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Prefill, RunnerStep, Sample,
+                           Variant, step_from_dict)
 from tests.factories import steps_of
 
 ROOT = Path(__file__).resolve().parent.parent

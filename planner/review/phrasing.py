@@ -17,7 +17,8 @@ dataclass (the start-up rule: planner/__init__.py).
 
 from __future__ import annotations
 
-from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Kernel, Prefill, Sample, thaw
+from ..records import thaw
+from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Kernel, Prefill, Sample
 from ..words import FactChanges, IntSet, count, list_summary, show, spread
 
 
