@@ -4,12 +4,12 @@ Exit codes: 0 ok, 1 a difference or lint error (diff, check), 2 invalid input,
 3 internal error, 130 interrupted. Bad input is one line on stderr, never a
 traceback (set WARMUP_DEBUG=1 to see one for internal errors).
 
-Start-up is where `warmup plan` spends most of its time (bench/RESULTS.md, part A), so
-this module is where its economics live, and only here: the command table below names
-the module of each command, and only the module of the command being run is imported
-(every module imports at its top); commands other packages register (`warmup execute`)
-cost an entry-point scan, paid only when no built-in command is named; and a planner
-command runs without the cyclic garbage collector.
+Start-up is where `warmup plan` spends most of its time (bench/RESULTS.md, part A; what it
+may import: planner/__init__.py), so this module keeps the commands' share of it: the
+command table below names the module of each command, and only the module of the command
+being run is imported (every module imports at its top); commands other packages register
+(`warmup execute`) cost an entry-point scan, paid only when no built-in command is named;
+and a planner command runs without the cyclic garbage collector.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
   result must not depend on the order, the gaps or the seeds;
 - the YAML writer inlines integers and short lists: same bytes as the generic writer;
 - the `warmup` process runs planner commands without the cyclic GC and without importing
-  the review commands; a caller of main() (the tests) keeps its collector.
+  the review commands; a caller of main() (the tests) keeps its collector;
+- `warmup plan` imports only what the start-up rule allows (planner/__init__.py).
 """
 
 import gc
@@ -132,6 +133,42 @@ def test_plan_does_not_import_the_review_commands():
     after = "'planner.review' in sys.modules"
     assert run_program(["plan", "vllm-head", "-e", "qwen3-30b-a3b-fp8-h100"], after) == "False"
     assert run_program(["diff", "--help"], after) == "True"
+
+
+# The start-up rule (planner/__init__.py): what `warmup plan` never imports, whatever the plan,
+NEVER = ("dataclasses", "inspect", "hashlib", "jsonschema", "executor", "vllm_bridge", "vllm", "torch", "triton",
+         "numpy", "planner.hf", "planner.review.commands", "planner.review.diff", "planner.review.lints")
+# but a plan with kernel steps imports the model of their launches, which declares dataclasses.
+LAUNCH_MODELS = ("kernel_model.runner_kernels", "kernel_model.vllm_sampler", "dataclasses", "inspect")
+PACKAGES = ("planner", "kernel_model", "yaml")  # besides the standard library (PyYAML's C loader: Cython's)
+
+
+def imported_by_plan(argv: list[str]) -> set[str]:
+    """The modules a `warmup plan` process imports beyond the interpreter's own start."""
+    code = ("import sys\nbefore = set(sys.modules)\nfrom planner.cli import main\n"
+            f"sys.argv = ['warmup', 'plan', *{argv!r}, '-o', '/dev/null']\nmain()\n"
+            "print(*sorted(set(sys.modules) - before))")
+    return set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+
+
+def named(modules: set[str], names) -> set[str]:
+    return {m for m in modules if any(m == n or m.startswith(n + ".") for n in names)}
+
+
+@pytest.mark.parametrize("plan,engine,fmt,kernel_steps", [
+    ("vllm-0.33", "llama-3.1-8b-fp8-h100", "table", False), ("vllm", "deepseek-v3-fp8-tp8-h200", "yaml", False),
+    ("vllm-head", "qwen3-30b-a3b-fp8-h100", "json", False), ("triton", "mixtral-8x7b-tp2-h100", "yaml", False),
+    ("reference", "llama-3.1-8b-fp8-h100", "yaml", True), ("vllm-0.25-plugin", "qwen3-30b-a3b-fp8-h100", "json", True)])
+def test_plan_imports_only_what_the_start_up_rule_allows(plan, engine, fmt, kernel_steps):
+    imported = imported_by_plan([plan, "--engine", engine, "-f", fmt])
+    top = {m.split(".")[0] for m in imported}
+    assert top - set(sys.stdlib_module_names) - set(PACKAGES) - {"cython_runtime"} <= {
+        m for m in top if m.startswith("_cython_")}
+    allowed = set(LAUNCH_MODELS) if kernel_steps else set()
+    assert named(imported, NEVER) - allowed == set()
+    assert bool(named(imported, LAUNCH_MODELS[:2])) == kernel_steps  # their cost, only where their steps are
+    assert named(imported, ["planner.review"]) == ({"planner.review", "planner.review.phrasing"} if fmt == "table"
+                                                   else set())
 
 
 def test_main_called_by_a_program_keeps_its_collector(capsys):
