@@ -22,6 +22,7 @@ import signal
 import sys
 
 from planner import api
+from planner.cli import Parser
 from planner.errors import PlanError
 from planner.output import check_writable
 from planner.tables import table_path
@@ -33,11 +34,6 @@ from .progress import Progress
 from .registry import backend_families, known_backends
 from .report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, Report  # one definition of the exit codes
 from .run import INJECT_KINDS, Options, execute
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
 
 
 def add_commands(sub) -> None:
@@ -287,8 +283,8 @@ def _set_kernel_config_dir(path: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="warmup", description="Execute GPU kernel warmup plans (the executor's commands).")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser = Parser(prog="warmup", description="Execute GPU kernel warmup plans (the executor's commands).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     add_commands(sub)
     from .bundle.cli import add_commands as add_bundle_commands  # `python3 -m executor.cli bundle ...`

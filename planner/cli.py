@@ -39,7 +39,7 @@ COMMANDS = {
 PLUGIN_GROUP = "warmup.commands"
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse, but usage errors exit 2 with one line, like every other bad input."""
 
     def error(self, message):
@@ -59,10 +59,10 @@ class _Version(argparse.Action):
 def build_parser(command: str | None = None, with_plugins: bool = True) -> argparse.ArgumentParser:
     """The parser, with the full arguments of `command` (a built-in command's name) only: the
     other built-in commands are listed with their help, and their modules are not imported."""
-    parser = _Parser(prog="warmup", description="Plan, review and execute GPU kernel warmup for LLM serving.")
+    parser = Parser(prog="warmup", description="Plan, review and execute GPU kernel warmup for LLM serving.")
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print the version, the expanded-plan format and the supported vLLM releases, and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name, (module, help) in COMMANDS.items():
         if name == command:
