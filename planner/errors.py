@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 
+def one_line(text, limit: int | None = None) -> str:
+    """Any text (an exception's, a tool's) as one line; cut to `limit` characters, ending '...'."""
+    line = " ".join(str(text).split())
+    if limit is not None and len(line) > limit:
+        return line[: max(0, limit - 3)] + "..."
+    return line
+
+
 class PlanError(Exception):
     """Invalid input. Printed as one line: ``FILE:LINE: PATH: MESSAGE`` and exit code 2."""
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  path: str | None = None):
         super().__init__(message)
-        self.message = " ".join(str(message).split())  # always one line
+        self.message = one_line(message)
         self.file = file
         self.line = line
         self.path = path
