@@ -227,6 +227,9 @@ def render_precompile(p: dict | None) -> str:
         line += (f"; {p['busy_s']:.2f} s of jobs in {p['wall_s']:.2f} s wall (speed-up {p['speedup']:.1f}x)")
     if p.get("keys_in_manifest"):
         line += f"; {p['keys_in_manifest']} of {p['keys_planned']} keys already cached"
+    from .precompile.summary import shared_keys
+
+    line += shared_keys(p.get("claims") or {})
     if p["status"] == "cancelled":
         line += f"; cancelled: {p['reason']}"
     failed = [r for r in p.get("records") or [] if r.get("status") in ("failed", "unavailable")]

@@ -314,21 +314,22 @@ def start_up(ctx: Context, steps) -> dict:
 
 
 def start_precompile(expanded, engine: dict | None, options: Options,
-                     monitor: Monitor | None = None) -> Precompiler:
+                     monitor: Monitor | None = None, note=None) -> Precompiler:
     """Start the precompile pool of a plan ahead of ``execute`` (pass it as `precompiler`), so
     that the workers compile while the caller imports torch and builds its model runner.
     Imports neither torch nor triton here. Points this process and the workers at the
     engine's tuned tables (WARMUP_TABLE_DEVICE), as execute does. `monitor`: the JIT monitor
     the caller will pass to execute (the pool's DeepGEMM kernels are not its compiles); without
-    it, execute gives the pool its own."""
+    it, execute gives the pool its own. `note`: where the line of a key taken over from another
+    process goes (executor.precompile.node: a logger)."""
     use_engine_tables(engine)
     dg_install.use_vllm_cache_dir()
-    return _start_precompile(expanded.steps, options, None, monitor)
+    return _start_precompile(expanded.steps, options, None, monitor, note)
 
 
 def _start_precompile(steps, options: Options, progress: Progress | None,
-                      monitor: Monitor | None) -> Precompiler:
-    pre = Precompiler(steps, options, lambda step: backend_name(options, step), progress, monitor)
+                      monitor: Monitor | None, note=None) -> Precompiler:
+    pre = Precompiler(steps, options, lambda step: backend_name(options, step), progress, monitor, note)
     try:
         pre.start()
     except Exception as e:  # noqa: BLE001 - precompiling is an optimisation: never the run's failure

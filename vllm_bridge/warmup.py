@@ -299,10 +299,14 @@ class WorkerWarmup:
         self.options = options_for(self.worker, self.release, jobs)
         try:
             # The monitor: the pool's DeepGEMM kernels are not this process's compiles.
+            # A key another process (a rank) held and lost is taken over: one line of vLLM's log.
             self.precompiler = start_precompile(self.in_worker_plan(), self.engine.data, self.options,
-                                                monitor=self.monitor)
+                                                monitor=self.monitor, note=self._note)
         except Exception as e:  # noqa: BLE001 - an optimisation: vLLM's warmup is the fallback
             self._give_up(f"the precompile pool did not start ({type(e).__name__}: {one_line(e)})")
+
+    def _note(self, line: str) -> None:
+        log.warning("warmup-planner: rank %d: %s", self.rank, line)
 
     # --- determine_available_memory: the pool's barrier ---
 
@@ -319,7 +323,7 @@ class WorkerWarmup:
         self.waited_s = pre.finish_s
         if why is None:
             log.info("warmup-planner: %s; vLLM waited %.1f s for it before its memory profile",
-                     _pool_line(pre.summary()), self.waited_s or 0.0)
+                     _pool_line(pre.summary(), self.rank), self.waited_s or 0.0)
             return
         self._give_up(f"the precompile pool {why}")
 
@@ -453,7 +457,8 @@ class WorkerWarmup:
         self.report.host = {"engine": "vllm", "rank": self.rank, "fallback": self.fallback,
                             "precompile_wait_s": self.waited_s, "phases": self.phases.rows, "stages": stages,
                             "after_ready_jsonl": self.monitor.jsonl_path}
-        log.info(summary_line(self.expanded.plan, stages, self.phases.rows, self.report.precompile, self.fallback))
+        log.info(summary_line(self.expanded.plan, stages, self.phases.rows, self.report.precompile, self.fallback,
+                              self.rank))
         if self.settings.report:
             try:
                 self.report.write(with_rank(self.settings.report, self.rank))
@@ -461,12 +466,22 @@ class WorkerWarmup:
                 log.warning("warmup-planner: cannot write the report: %s", one_line(e))
 
 
-def _pool_line(p: dict) -> str:
-    return (f"precompile: {p.get('ok', 0)} of {p['jobs']} jobs done on {p['workers']} workers in "
+def _pool_line(p: dict, rank: int = 0) -> str:
+    """The pool of one rank: its jobs, and of the keys the node's ranks share through one cache (the
+    claims: executor/precompile/node.py) those this rank compiled, those it waited for or loaded
+    (another process compiled them), and the node's total: each key once."""
+    line = (f"precompile (rank {rank}): {p.get('ok', 0)} of {p['jobs']} jobs done on {p['workers']} workers in "
             f"{p.get('wall_s') or 0.0:.1f} s, {p.get('compiled') or 0} kernels compiled")
+    c = p.get("claims")
+    if c:
+        line += (f"; keys: {c['compiled']} compiled by this rank, {c['waited']} waited for, {c['loaded']} loaded, "
+                 f"{c['node_keys']} on the node by {c['node_processes']} processes")
+        line += f", {len(c['taken_over'])} taken over" if c.get("taken_over") else ""
+    return line
 
 
-def summary_line(plan: str, stages: list, phases: list, precompile: dict | None, fallback: str | None) -> str:
+def summary_line(plan: str, stages: list, phases: list, precompile: dict | None, fallback: str | None,
+                 rank: int = 0) -> str:
     """The one line vLLM's log gets at the end: what the plan ran, what the pool did, what each of
     vLLM's phases compiled (counts add up: each compile is counted in one row)."""
     if fallback:
@@ -478,7 +493,7 @@ def summary_line(plan: str, stages: list, phases: list, precompile: dict | None,
             f"{sum(r['calls'] for r in stages)} calls in {sum(r['wall_s'] for r in stages):.1f} s "
             f"({ph.describe_counts(total)})")
     if precompile and precompile.get("jobs"):
-        text += "; " + _pool_line(precompile)
+        text += "; " + _pool_line(precompile, rank)
     for row in phases:
         compiled = row["compiled"]
         if any(compiled.values()):

@@ -10,11 +10,16 @@ run the library itself. Workers share the on-disk caches with the main process (
 ``TRITON_CACHE_DIR``, DeepGEMM's ``DG_JIT_CACHE_DIR``), which write every entry to a
 temporary directory and rename it into place, so concurrent workers leave complete entries.
 The main process then runs every planned step as before, and its launches are disk loads.
+Processes that share those caches (a tensor-parallel server's ranks) compile each key once
+between them: a worker claims a key before compiling it, the others wait for it (claims.py).
 
     jobs.py         the jobs of a plan, and what became of each (JobResult)
     manifest.py     the keys known to be cached (fingerprint.py: what must match for that)
     worker_start.py how a worker starts: settings, GPU target, Triton's per-process costs
     worker.py       a worker's backends, and one job
+    claims.py       a key's claims on disk: who holds it, whether it is done (owner.py: a worker's side)
+    node.py         where a run's claims live (the caches it shares with other processes), its counts
+    waits.py        the main process waiting for keys other processes compile, and the takeovers
     pool.py         the pool of one run (Precompiler), made of one piece per job:
       decide.py       whether the run gets a pool, for which jobs, or why not (and --jobs' default)
       book.py         the jobs by key and by step, and their results (no processes)

@@ -11,6 +11,7 @@ they are (``absorb_deep_gemm``): they are not the main process's compiles.
 from __future__ import annotations
 
 from .. import registry
+from .jobs import JobResult
 
 
 class DeepGemmBarrier:
@@ -61,9 +62,11 @@ class DeepGemmBarrier:
             return
         self.book.settle()
         self._absorbed = True
-        attribute_deep_gemm([r for r in self.book.results() if self.writes(r.backend)])
+        ours = [r for r in self.book.results() if self.writes(r.backend)]
+        theirs = compiled_elsewhere(ours)
+        attribute_deep_gemm(ours + theirs)
         if self.monitor is not None:
-            self.monitor.absorb_deep_gemm(self.entries())
+            self.monitor.absorb_deep_gemm(self.entries() | {e for r in theirs for e in r.deep_gemm_entries})
 
 
 def attribute_deep_gemm(results: list) -> None:
@@ -79,3 +82,18 @@ def attribute_deep_gemm(results: list) -> None:
         result.deep_gemm_entries = [e for e in result.deep_gemm_entries if owner[e] is result]
         if result.deep_gemm_jit is not None:
             result.deep_gemm_jit = len(result.deep_gemm_entries)
+
+
+def compiled_elsewhere(results: list) -> list:
+    """The jobs of other processes that compiled the keys these waited for or found done, from their
+    done marks (claims.py): the entries each saw and its end. A kernel is then counted for the job,
+    of any process, that ended first after seeing it: another process's kernels are not this one's
+    compiles (nor the main process's), and what its jobs saw of ours stays ours."""
+    out = []
+    for r in results:
+        claim = r.claim or {}
+        if claim.get("how") in ("waited", "done") and claim.get("entries"):
+            out.append(JobResult(key=r.key, keys=[], step=r.step, backend=r.backend, kind=r.kind, whole_step=False,
+                                 values=0, end=claim.get("end") or float("inf"),
+                                 deep_gemm_entries=list(claim["entries"])))
+    return out

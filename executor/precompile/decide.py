@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .. import dg_install
 from .jobs import PRECOMPILE_BACKENDS
-from .processes import backend_attr
+from .worker_start import backend_attr
 
 MAX_DEFAULT_JOBS = 32
 
@@ -38,6 +38,7 @@ class Decision:
     device: str
     keys_planned: int = 0         # distinct (backend, key) pairs the plan reaches through them
     keys_in_manifest: int = 0
+    keys_done_elsewhere: int = 0  # of the others, those another process (or run) compiled (node.py)
     workers: int = 0              # worker processes: --jobs, at most one per job
     status: str = "ran"           # ran | off | skipped
     reason: str | None = None
@@ -51,9 +52,9 @@ class Decision:
         return self
 
 
-def decide(d: Decision, book, manifest) -> Decision:
+def decide(d: Decision, book, manifest, claims=None) -> Decision:
     """Fill `d`, and open a job in `book` for every planned key the run's manifest (a RunManifest)
-    does not list."""
+    does not list and, with `claims` (node.py), no other process has compiled: both are skipped."""
     d.backends, why_not = usable_backends(d.backends, d.device)
     planned = book.plan(d.backends)
     d.keys_planned = len(planned)
@@ -64,8 +65,14 @@ def decide(d: Decision, book, manifest) -> Decision:
                                                  f"attention step of {', '.join(d.backends)})")
     have = manifest.listed()
     d.keys_in_manifest = len(planned & have)
+    if claims is not None:
+        claims.open(manifest.fingerprint(), d.backends)
+        have = have | claims.done(planned - have)
+        d.keys_done_elsewhere = len(claims.loaded)
     if not book.open(have):
-        return d.no("skipped", f"all {d.keys_planned} compile keys are in the disk cache (manifest {manifest.path})")
+        others = f"; {d.keys_done_elsewhere} compiled by other processes" if d.keys_done_elsewhere else ""
+        return d.no("skipped", f"all {d.keys_planned} compile keys are in the disk cache (manifest "
+                               f"{manifest.path}{others})")
     d.workers = min(d.requested, len(book.slots))
     return d
 

@@ -34,6 +34,7 @@ class Job:
     values: list              # the values of the step's family method (step.call_values())
     whole_step: bool = False  # every value of a step that pairs no key with a value
     release: int = -1         # index of the last autotune step before it (-1: none)
+    claim: object = None      # its key's claims (claims.KeyClaim; None: none, it compiles unclaimed)
 
 
 @dataclass
@@ -48,7 +49,7 @@ class JobResult:
     kind: str
     whole_step: bool
     values: int                        # how many values it ran
-    status: str = "ok"                 # ok | failed | unavailable | cancelled
+    status: str = "ok"                 # ok | failed | unavailable | cancelled (held: waits.py's, never final)
     error: str | None = None
     pid: int | None = None
     compiled: int | None = None
@@ -61,6 +62,7 @@ class JobResult:
     end: float | None = None
     wall_s: float = 0.0
     oom: bool = False
+    claim: dict | None = None          # how the key was had: compiled under this pool's claim, waited for... (waits.py)
 
     @classmethod
     def of(cls, job: Job, **fields) -> "JobResult":
@@ -75,9 +77,11 @@ class JobResult:
     def public(self, created: float | None) -> dict:
         """The record for the report: times relative to the pool's start, the number of keys."""
         out = {k: v for k, v in asdict(self).items()
-               if k not in ("start", "end", "keys", "oom", "deep_gemm_entries")}
+               if k not in ("start", "end", "keys", "oom", "deep_gemm_entries", "claim")}
         if self.oom:
             out["oom"] = True
+        if self.claim:
+            out["claim"] = {k: v for k, v in self.claim.items() if k not in ("entries", "end") and v is not None}
         out["keys"] = len(self.keys)
         if created is not None and self.pid is not None:
             out["start_s"] = round(self.start - created, 3)

@@ -1,18 +1,21 @@
 """The precompile pool of one run (``Precompiler``): its pieces put together, in the main process.
 
 Each piece has one job: decide.py, book.py, processes.py, hook.py (the executor loop's hook),
-barrier.py (DeepGEMM's cache, shared with the JIT monitor), timings.py and summary.py (the
-report); the package docstring says what each does. Nothing here imports torch or triton.
+barrier.py (DeepGEMM's cache, shared with the JIT monitor), node.py (the keys other processes
+compile), timings.py and summary.py (the report); the package docstring says what each does.
+Nothing here imports torch or triton.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import wait
 
 from .barrier import DeepGemmBarrier
 from .book import JobBook
 from .decide import Decision, decide
 from .manifest import RunManifest
+from .node import NodeClaims
 from .processes import JOIN_S, WorkerPool
 from .summary import cached_keys, failure_line, pool_summary
 from .timings import Timings
@@ -22,14 +25,16 @@ CANCEL_WAIT_S = 10.0  # how long cancel() waits for a starter thread that is sti
 
 class Precompiler:
     """The precompile phase of one run: whether a pool runs, its start and end, and what it did.
-    `monitor`: the JIT monitor of the process that runs the plan; `progress`: the pool's line."""
+    `monitor`: the JIT monitor of the process that runs the plan; `progress`: the pool's line;
+    `note`: where a takeover's line goes (node.py: a logger)."""
 
-    def __init__(self, steps, options, backend_of, progress=None, monitor=None):
+    def __init__(self, steps, options, backend_of, progress=None, monitor=None, note=None):
         self.steps, self.options, self.progress = steps, options, progress
         self.decision = Decision.of(options)
         self.status, self.reason = "off", None   # off | skipped | ran | cancelled, and why not ran
         self.manifest = RunManifest()
         self.book = JobBook(steps, backend_of)
+        self.claims = NodeClaims(options.worker_env, note)  # other processes' compiles of the same keys
         self.barrier = DeepGemmBarrier(self.book, monitor)
         self.timings = Timings()
         self.pool: WorkerPool | None = None      # None before the start and once the workers are ended
@@ -45,24 +50,22 @@ class Precompiler:
     def start(self) -> "Precompiler":
         """Decide, then start the pool and submit the jobs that need no earlier step."""
         with self.timings.clock("start_s", 4):
-            d = decide(self.decision, self.book, self.manifest)
+            d = decide(self.decision, self.book, self.manifest, self.claims)
             self.status, self.reason = d.status, d.reason
             if d.status == "skipped":
                 self._announce()
             if d.status == "ran":
                 self.pool = WorkerPool(d.workers, self.book, self.options, self.timings)
+                self.claims.start(self.pool, self.book.slots)
                 self.pool.start(then=lambda: self.submit(-1))
         return self
 
     def submit(self, index: int) -> None:
         """Submit the jobs whose last autotune step is at or before `index` (DeepGEMM first)."""
         if self.pool is not None:
-            self.pool.run(self.book, self.book.due(index, first=self.barrier.writes))
+            self.pool.run(self.book, self.book.due(index, first=self.barrier.writes), self.claims.follow)
 
-    # What callers read of the pieces: finish()'s wait (vllm_bridge logs it), the DeepGEMM barrier's.
-    finish_s = property(lambda self: self.timings.finish_s)
-    deep_gemm_busy = property(lambda self: self.barrier.busy)
-    deep_gemm_entries = property(lambda self: self.barrier.entries)
+    finish_s = property(lambda self: self.timings.finish_s)  # finish()'s wait (vllm_bridge logs it)
 
     # --- the end: idle, cancelled, a caller's barrier, the run's end ----------------------------------
 
@@ -94,8 +97,6 @@ class Precompiler:
         if self.pool is None:
             return None
         with self.timings.clock("finish_s", 3):
-            from concurrent.futures import wait
-
             deadline = time.perf_counter() + max(0.0, timeout)
             if not self.pool.await_start(max(0.0, deadline - time.perf_counter())):
                 self.cancel(f"the workers did not start within {timeout:g} s")
@@ -120,8 +121,6 @@ class Precompiler:
                 self.cancel("interrupted (Ctrl-C)")
                 return
             self.book.end_unsubmitted("not run: the run ended first")  # held back: the run stopped early
-            from concurrent.futures import wait
-
             wait(self.book.futures())
             self._wind_up()
 
@@ -134,6 +133,7 @@ class Precompiler:
 
     def _end_pool(self, kill: bool = False, join: float | None = None) -> None:
         pool, self.pool = self.pool, None
+        self.claims.close()
         if pool is not None:
             pool.shutdown(kill=kill, join=join)
 

@@ -20,11 +20,11 @@ import multiprocessing
 import threading
 import time
 
-from .. import registry
-from .worker import WORKER_CLASSES, init_worker, ready, run_job
-from .worker_start import build_cuda_utils, worker_context, worker_setup
+from .worker import init_worker, ready, run_job
+from .worker_start import backend_attr, build_cuda_utils, worker_context, worker_setup, worker_specs
 
 JOIN_S = 5.0  # how long a finished pool's workers get to exit before they are terminated
+_CONFIG_LOCK = threading.RLock()
 
 
 class WorkerPool:
@@ -84,17 +84,20 @@ class WorkerPool:
         """Wait for the starter thread (at most `timeout` s); False if it has not finished."""
         return self.started.wait(timeout)
 
-    def run(self, book, slots: list) -> None:
-        """Submit the jobs of `slots`; a job that cannot be submitted (a broken pool) fails, and the
-        main process compiles its variant."""
+    def run(self, book, slots: list, follow) -> None:
+        """Submit the jobs of `slots`, each followed by its key's future (waits.py); a job that
+        cannot be submitted (a broken pool) fails, and the main process compiles its variant."""
         for slot in slots:
             try:
-                with children_allowed():  # a submit may start a worker when none is idle yet
-                    future = self.executor.submit(run_job, slot.job)
+                future = follow(slot.job, self.submit(slot.job))
             except Exception as e:  # noqa: BLE001
                 slot.result = book.ended(slot, f"not submitted ({type(e).__name__}: {e})")
                 continue
             book.submitted(slot, future)
+
+    def submit(self, job):
+        with children_allowed():  # a submit may start a worker when none is idle yet
+            return self.executor.submit(run_job, job)
 
     def shutdown(self, kill: bool = False, join: float | None = None) -> None:
         """End the pool. `kill`: terminate its workers now; `join`: let them exit on their own
@@ -115,28 +118,15 @@ def children_allowed():
     """Inside, this process may start child processes even when it is a daemon (Python's check is
     the `daemon` entry of the current process's config, read when a child starts)."""
     config = multiprocessing.current_process()._config  # noqa: SLF001 - the one place Python keeps it
-    daemon = config.get("daemon")
-    if daemon:
-        config["daemon"] = False
-    try:
-        yield
-    finally:
+    with _CONFIG_LOCK:  # the starter thread and the waits' takeovers submit: one restores it, last
+        daemon = config.get("daemon")
         if daemon:
-            config["daemon"] = daemon
-
-
-def worker_specs(backends) -> dict:
-    """The class each worker runs a backend with: its compile-only twin where it has one."""
-    return {name: WORKER_CLASSES.get(name) or registry.backend_spec(name) for name in sorted(set(backends))
-            if name in registry.known_backends()}
-
-
-def backend_attr(name: str, attr: str, default):
-    """A class attribute of a registered backend (its default when the backend is unknown)."""
-    try:
-        return getattr(registry.load_backend(name), attr, default)
-    except Exception:  # noqa: BLE001 - unknown or broken: the jobs will say it
-        return default
+            config["daemon"] = False
+        try:
+            yield
+        finally:
+            if daemon:
+                config["daemon"] = daemon
 
 
 def _join(processes, seconds: float) -> None:

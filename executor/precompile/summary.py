@@ -20,7 +20,21 @@ def pool_summary(pre) -> dict:
         results = pre.book.results()
         out.update(pre.timings.report(results),
                    **pool_counts(results, pre.barrier.entries(), pre.barrier.writes, pre.timings.created))
+    if pre.claims.roots:
+        out["claims"] = claim_counts(pre.claims, pre.book)
     return out
+
+
+def claim_counts(claims, book) -> dict:
+    """This process's share of the keys it did not find in the manifest (node.py): those it
+    compiled, those another process compiled (waited for, or found done: loaded), its takeovers'
+    lines, and the node's count of those keys done (once each: the distinct keys) and by how many
+    processes."""
+    how = [(r.claim or {}).get("how") for r in book.results() if r.status == "ok"]
+    pairs = claims.loaded | {(s.job.backend, s.job.key) for s in book.slots}
+    return {"compiled": len(how) - how.count("waited") - how.count("done"), "waited": how.count("waited"),
+            "loaded": len(claims.loaded) + how.count("done"), "taken_over": list(claims.notes),
+            **claims.node(pairs), "dirs": sorted(set(claims.roots.values()))}
 
 
 def failure_line(results: list) -> str | None:
@@ -76,6 +90,16 @@ def cached_keys(book, records: list) -> dict:
         for backend, key in info.keys:
             add.setdefault(backend, set()).add(key)
     return add
+
+
+def shared_keys(c: dict) -> str:
+    """The report line's words on the keys other processes compiled into the same caches (claims),
+    said only when there were any: a lone run's line stays as it was."""
+    if not (c.get("waited") or c.get("loaded") or c.get("taken_over")):
+        return ""
+    line = (f"; keys: {c['compiled']} compiled here, {c['waited']} waited for and {c['loaded']} loaded from other "
+            f"processes, {c['node_keys']} on the node")
+    return line + (f", {len(c['taken_over'])} taken over" if c.get("taken_over") else "")
 
 
 def _sum(values, empty=None):

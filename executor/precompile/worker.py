@@ -16,10 +16,9 @@ import time
 
 from ..backends.base import Unavailable, is_oom
 from .jobs import Job, JobResult
+from .owner import claim_key
 from .worker_start import apply_setup, prime_triton
 
-# A worker runs a backend's compile-only twin where it has one (no torch, no CUDA context).
-WORKER_CLASSES = {"triton": ("executor.backends.triton_compile", "TritonCompileOnly")}
 EMPTY_CACHE_BYTES = 1 << 30  # a worker frees its cached GPU memory above this much
 
 _WORKER: dict | None = None  # this worker's backends, monitor and start-up errors (init_worker)
@@ -97,6 +96,9 @@ def run_job(job: Job) -> JobResult:
     if backend is None:
         why = state["errors"].get(job.backend) or "backend not loaded in the worker"
         return out.ended("unavailable", _first_line(why))
+    held = claim_key(job, out)
+    if out.claim and out.claim["how"] != "mine":
+        return out.ended("ok" if out.claim["how"] == "done" else "held", None)  # another process's key
     monitor = state["monitor"]
     if monitor is not None:
         monitor.begin_step(job.key)
@@ -117,6 +119,8 @@ def run_job(job: Job) -> JobResult:
             if getattr(backend, "jit_cache", None) == "deep_gemm":  # else they are its neighbours'
                 out.deep_gemm_jit, out.deep_gemm_loads = counts.deep_gemm_jit, counts.deep_gemm_loads
                 out.deep_gemm_entries = list(counts.deep_gemm_entries)
+        if held is not None:  # the done mark once the entry is in the cache, or the claim given back
+            held.end(out.status == "ok", counts.deep_gemm_entries if counts is not None else (), out.end)
         _free(backend, job.step, state["device"])
     return out
 

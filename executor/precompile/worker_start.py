@@ -1,4 +1,4 @@
-"""How a precompile worker starts: its settings, its GPU target, Triton's per-process costs.
+"""How a precompile worker starts: its settings, its backends' classes, its GPU target, Triton's costs.
 
 Workers fork from a fork server that imported Triton and the kernel sources once
 (executor/worker_preload.py; torch too only when DeepGEMM jobs need it), take the main
@@ -13,7 +13,11 @@ from __future__ import annotations
 import os
 import time
 
+from .. import registry
+
 WORKER_ENV_PREFIXES = ("TRITON_", "DG_", "WARMUP_")  # settings a worker takes from the main process
+# A worker runs a backend's compile-only twin where it has one (no torch, no CUDA context).
+WORKER_CLASSES = {"triton": ("executor.backends.triton_compile", "TritonCompileOnly")}
 
 
 def gpu_capability() -> int | None:
@@ -111,3 +115,17 @@ def worker_context(preload=()):
         return multiprocessing.get_context("spawn")
     ctx.set_forkserver_preload(list(preload) + ["executor.worker_preload"])
     return ctx
+
+
+def worker_specs(backends) -> dict:
+    """The class each worker runs a backend with: its compile-only twin where it has one."""
+    return {name: WORKER_CLASSES.get(name) or registry.backend_spec(name) for name in sorted(set(backends))
+            if name in registry.known_backends()}
+
+
+def backend_attr(name: str, attr: str, default):
+    """A class attribute of a registered backend (its default when the backend is unknown)."""
+    try:
+        return getattr(registry.load_backend(name), attr, default)
+    except Exception:  # noqa: BLE001 - unknown or broken: the jobs will say it
+        return default
