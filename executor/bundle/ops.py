@@ -31,6 +31,7 @@ from planner.output import check_writable
 
 from .. import dg_install, dg_rekey, triton_cache
 from ..precompile import manifest as precompile_manifest
+from ..precompile.claims import CLAIMS_DIR
 from ..report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from . import archive, environment
 from .archive import FORMAT, FileRecord, KernelRecord, Manifest
@@ -165,10 +166,12 @@ def pack(dirs: CacheDirs, head: Manifest) -> tuple[Manifest, dict]:
 
 
 def collect_tree(base: str, prefix: str) -> dict:
-    """member name -> file, for every regular file under `base` (links and the rest skipped)."""
+    """member name -> file, for every regular file under `base` (links and the rest skipped), but
+    the precompile claims: they say which process of this machine compiles what, and claims left by
+    a killed owner would hold up the installing machine's pool until they go stale."""
     out = {}
     for folder, dirs, files in os.walk(base):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if not (folder == base and d == CLAIMS_DIR))
         for name in sorted(files):
             path = os.path.join(folder, name)
             if os.path.isfile(path) and not os.path.islink(path) and not name.endswith(".lock"):

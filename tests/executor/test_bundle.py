@@ -307,3 +307,13 @@ def test_fingerprint_fields_and_mismatch():
     assert environment.mismatch(fingerprint(), fingerprint(nvcc="12.9")) == "nvcc: bundle '13.0', here '12.9'"
     assert {"gpu", "num_sms", "capability", "driver_major", "cuda", "nvcc", "torch", "triton", "deep_gemm_version",
             "deep_gemm_headers", "flashinfer"} == set(environment.FIELDS)
+
+
+def test_a_bundle_leaves_the_precompile_claims_behind(tmp_path):
+    """Claims say which process of the building machine compiles what: not the installer's business."""
+    base = tmp_path / "triton"
+    (base / "HASH1").mkdir(parents=True)
+    (base / "HASH1" / "k.cubin").write_bytes(b"cubin")
+    (base / "warmup-claims" / "ns" / "key").mkdir(parents=True)
+    (base / "warmup-claims" / "ns" / "key" / "done").write_text("{}")
+    assert sorted(ops.collect_tree(str(base), "triton")) == ["triton/HASH1/k.cubin"]
