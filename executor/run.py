@@ -28,7 +28,7 @@ import sys
 import time
 import traceback
 
-from planner.errors import PlanError
+from planner.errors import PlanError, one_line
 from planner.tables import TABLE_DEVICE_ENV
 
 from . import dg_install, registry
@@ -44,6 +44,7 @@ from .report import Report, environment
 __all__ = ["Context", "Options", "execute", "run_step", "start_precompile"]
 
 INJECT_KINDS = ("error", "oom", "interrupt")
+STEP_ERROR_CHARS = 500  # a step's error in the report: its first line, this long at most
 VERIFIED_FAMILIES = ("gemm", "grouped_gemm", "attention")  # what --verify calls again at random values
 BATCH_METHODS = ("execute_model", "sample_tokens")  # a stage of these steps runs in runner.warmup_scope()
 
@@ -215,14 +216,14 @@ def run_step(step, ctx: Context) -> StepRecord:
         record.kernel_calls = out.get("kernel_calls", ctx.step_ticks)
         record.details = out.get("details") or None
     except Unavailable as e:
-        record.status, record.error = "unavailable", _first_line(e)
+        record.status, record.error = "unavailable", one_line(e, STEP_ERROR_CHARS)
     except Skipped as e:
-        record.status, record.error = "skipped", _first_line(e)
+        record.status, record.error = "skipped", one_line(e, STEP_ERROR_CHARS)
     except KeyboardInterrupt:
         record.status, record.error, record.interrupted = "failed", "interrupted (Ctrl-C)", True
         record.kernel_calls = ctx.step_ticks
     except Exception as e:  # noqa: BLE001 - every failure becomes the step's status
-        record.status, record.error = "failed", _first_line(f"{type(e).__name__}: {e}")
+        record.status, record.error = "failed", one_line(f"{type(e).__name__}: {e}", STEP_ERROR_CHARS)
         record.kernel_calls, record.traceback, record.oom = ctx.step_ticks, traceback.format_exc(limit=8), is_oom(e)
         _free_after_failure(ctx, step)
     finally:
@@ -255,11 +256,6 @@ def _free_after_failure(ctx: Context, step) -> None:
             torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001 - the device may be in a bad state: the next step will say so
         pass
-
-
-def _first_line(text: str, limit: int = 500) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --- start-up, tables, precompile ---------------------------------------------------------------------------
@@ -297,7 +293,7 @@ def start_up(ctx: Context, steps) -> dict:
             ctx.backend(name)
             out["backends"][name] = "ok"
         except Unavailable as e:
-            out["backends"][name] = _first_line(e, 200)
+            out["backends"][name] = one_line(e, 200)
     torch = sys.modules.get("torch")
     if torch is not None and str(ctx.device).startswith("cuda"):
         cuda_start = time.perf_counter()
@@ -308,7 +304,7 @@ def start_up(ctx: Context, steps) -> dict:
                     prime_triton()  # Triton's driver, the hash of its sources, the backend's hash
                 out["cuda_init_s"] = round(time.perf_counter() - cuda_start, 3)
         except Exception as e:  # noqa: BLE001 - the steps will report it
-            out["cuda_error"] = _first_line(f"{type(e).__name__}: {e}", 200)
+            out["cuda_error"] = one_line(f"{type(e).__name__}: {e}", 200)
     out["wall_s"] = round(time.perf_counter() - start, 3)
     return out
 

@@ -37,7 +37,7 @@ import time
 from typing import NamedTuple
 
 from planner.api import check_fresh, expand, load_engine, load_target, source_plan
-from planner.errors import PlanError
+from planner.errors import PlanError, one_line
 from planner.steps import Autotune, GemmLike
 
 from . import phases as ph
@@ -121,10 +121,6 @@ def make_plan(settings: Settings, engine):
     plan = source_plan(target.expanded, None, file=target.path)
     check_fresh(target.expanded, engine, plan, file=target.path)
     return target.expanded
-
-
-def one_line(error: Exception) -> str:
-    return " ".join(str(error).split())
 
 
 def with_rank(path: str | None, rank: int) -> str | None:

@@ -14,6 +14,8 @@ import signal
 import sys
 import time
 
+from planner.errors import one_line
+
 from ..backends.base import Unavailable, is_oom
 from .jobs import Job, JobResult
 from .owner import claim_key
@@ -80,10 +82,7 @@ def ready() -> dict:
     return {"pid": os.getpid(), "init_s": state.get("init_s"), "errors": dict(state.get("errors") or {}),
             "time": time.time()}
 
-
-def _first_line(text, limit: int = 400) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+JOB_ERROR_CHARS = 400  # a job's error in the report: its first line, this long at most
 
 
 def run_job(job: Job) -> JobResult:
@@ -95,7 +94,7 @@ def run_job(job: Job) -> JobResult:
     backend = state["backends"].get(job.backend)
     if backend is None:
         why = state["errors"].get(job.backend) or "backend not loaded in the worker"
-        return out.ended("unavailable", _first_line(why))
+        return out.ended("unavailable", one_line(why, JOB_ERROR_CHARS))
     held = claim_key(job, out)
     if out.claim and out.claim["how"] != "mine":
         return out.ended("ok" if out.claim["how"] == "done" else "held", None)  # another process's key
@@ -108,7 +107,7 @@ def run_job(job: Job) -> JobResult:
         backend.synchronize()
     except Exception as e:  # noqa: BLE001 - every failure is the job's, the main process compiles it
         out.status = "unavailable" if isinstance(e, Unavailable) else "failed"
-        out.error = _first_line(f"{type(e).__name__}: {e}")
+        out.error = one_line(f"{type(e).__name__}: {e}", JOB_ERROR_CHARS)
         out.oom = is_oom(e)
     finally:
         out.wall_s, out.end = round(time.perf_counter() - t0, 4), time.time()
