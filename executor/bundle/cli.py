@@ -149,12 +149,22 @@ def cmd_inspect(args) -> int:
     archive.verify_members(args.bundle, manifest)  # what install would refuse: one line, exit 2
     fp = manifest.fingerprint
     print(f"bundle {args.bundle}: plan {manifest.plan}, engine {manifest.engine}, digest {manifest.plan_digest}")
-    print("fingerprint: " + ", ".join(f"{k}={fp.get(k)}" for k in environment.FIELDS + environment.PATH_FIELDS))
+    for line in fingerprint_table(manifest.fingerprint):
+        print(line)
     print(f"members: {len(manifest.files)} files, each a listed regular file matching its size and sha256 "
           "(checked as install checks them)")
     for line in key_report(manifest):
         print(line)
     return EXIT_OK
+
+
+def fingerprint_table(fp: dict) -> list[str]:
+    """What the bundle was built with, one field a line: what install checks against this machine
+    (the DeepGEMM include directory may differ: install re-keys 2.5/2.6 entries for its own)."""
+    rows = [(k, fp.get(k)) for k in environment.FIELDS]
+    rows += [(f"{k} (may differ: re-keyed)", fp.get(k)) for k in environment.PATH_FIELDS]
+    width = max(len(k) for k, _ in rows)
+    return ["fingerprint (install refuses a machine that differs):"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
 
 
 def key_report(manifest) -> list[str]:

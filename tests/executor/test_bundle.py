@@ -244,7 +244,11 @@ def test_inspect_checks_members_and_prints_a_table_per_family(built, capsys):
     assert cli.cmd_bundle(parse(["inspect", str(out)])) == 0
     lines = capsys.readouterr().out.splitlines()
     text = "\n".join(lines)
-    assert "plan vllm, engine deepseek-v3-fp8-tp8-h200" in text and "deep_gemm_version=2.5.0" in text
+    assert "plan vllm, engine deepseek-v3-fp8-tp8-h200" in text
+    start = lines.index("fingerprint (install refuses a machine that differs):")
+    rows = {line.split()[0]: line.split(None, 1)[1].strip() for line in lines[start + 1:start + 13]}
+    assert rows["deep_gemm_version"] == "2.5.0" and rows["gpu"] == fingerprint()["gpu"]
+    assert "(may differ: re-keyed)" in lines[start + 12]
     assert f"members: {len(manifest.files)} files, each a listed regular file matching its size and sha256" in text
     table = lines[lines.index(next(line for line in lines if line.startswith("family"))):][:5]
     sizes = {k: sum(f.size for f in manifest.files if f.path.startswith(k + "/")) for k in archive.KINDS}
