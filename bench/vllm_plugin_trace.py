@@ -79,6 +79,7 @@ PHASES: list[dict] = []
 WRAPPED: list[str] = []
 NOT_FOUND: list[str] = []
 RESULT: dict = {}
+CACHES: dict = {}  # the arm's cache listings at process start and at ready (cache_files)
 PLUGIN_DIST = "warmup_planner"  # this project's entry point name in vllm.general_plugins
 
 
@@ -357,6 +358,97 @@ def plugin_report(path: str | None, plan_phase: dict | None) -> dict:
     return out
 
 
+# --- what the ranks and the caches say (tensor parallelism: the ranks are other processes) ---------
+
+# The arm's cache roots (bench/vllm_startup_proof.sh sets them) and what a new file under each is.
+CACHE_ROOTS = (("vllm", "VLLM_CACHE_ROOT"), ("triton", "TRITON_HOME"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"))
+CACHE_FAMILIES = (("vllm/deep_gemm/", "deep_gemm"), ("vllm/torch_compile_cache/", "torch_compile"),
+                  ("triton/", "triton"), ("inductor/triton/", "triton"), ("inductor/", "inductor"), ("vllm/", "vllm"))
+KERNEL_FILE = ".cubin"  # a Triton or DeepGEMM kernel is one directory that holds its cubin
+
+
+def cache_files() -> set:
+    """Every file under the arm's cache roots, as 'root/relative/path' (the plugin's claims left out:
+    they are bookkeeping, not compiled code)."""
+    out = set()
+    for name, var in CACHE_ROOTS:
+        root = os.environ.get(var)
+        if not root or not os.path.isdir(root):
+            continue
+        for dirpath, dirnames, files in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d != "warmup-claims"]
+            rel = os.path.relpath(dirpath, root)
+            out.update(os.path.normpath(os.path.join(name, rel, f)) for f in files)
+    return out
+
+
+def cache_family(path: str) -> str:
+    return next((family for prefix, family in CACHE_FAMILIES if path.startswith(prefix)), "other")
+
+
+def new_cache_entries(before: set, after: set) -> dict:
+    """What the caches gained between two listings: kernels (directories with a new cubin) for
+    Triton and DeepGEMM, files for torch.compile, Inductor and the rest. Counts compiles in every
+    process of the engine, the tensor-parallel ranks and their precompile pools included."""
+    new = sorted(after - before)
+    kernels: dict = {}
+    files: dict = {}
+    for path in new:
+        family = cache_family(path)
+        files[family] = files.get(family, 0) + 1
+        if path.endswith(KERNEL_FILE):
+            kernels.setdefault(family, set()).add(os.path.dirname(path))
+    return {"kernels": {f: len(d) for f, d in sorted(kernels.items())}, "files": dict(sorted(files.items())),
+            "examples": new[:20]}
+
+
+def rank_path(path: str | None, rank: int) -> str | None:
+    """The plugin's per-rank file (vllm_bridge.warmup.with_rank: rank 0 keeps the name)."""
+    from vllm_bridge.warmup import with_rank
+
+    return with_rank(path, rank)
+
+
+def rank_reports(ranks: int) -> list:
+    """Each rank's plugin report, briefly: its pool, its share of the node's keys, its fallback."""
+    out = []
+    for rank in range(ranks):
+        path = rank_path(os.environ.get("WARMUP_PLAN_REPORT"), rank)
+        report = load_json(path) or {}
+        pre, host = report.get("precompile") or {}, report.get("host") or {}
+        claims = {k: v for k, v in (pre.get("claims") or {}).items() if not isinstance(v, (list, dict))}
+        out.append({"rank": rank, "report": path, "found": bool(report), "status": report.get("status"),
+                    "fallback": host.get("fallback"), "precompile_wait_s": host.get("precompile_wait_s"),
+                    "jobs": pre.get("jobs"), "workers": pre.get("workers"), "compiled": pre.get("compiled"),
+                    "claims": claims, "phases": host.get("phases")})
+    return out
+
+
+def rank_events(ranks: int) -> list:
+    """Compiles each rank's plugin monitor logged after its warmup was sealed, by backend."""
+    out = []
+    for rank in range(ranks):
+        path = rank_path(os.environ.get("WARMUP_JIT_LOG"), rank)
+        by_backend: dict = {}
+        try:
+            with open(path or "", encoding="utf-8") as f:
+                for text in f:
+                    backend = json.loads(text).get("backend", "?")
+                    by_backend[backend] = by_backend.get(backend, 0) + 1
+        except (OSError, ValueError):
+            pass
+        out.append({"rank": rank, "log": path, "events": sum(by_backend.values()), "by_backend": by_backend})
+    return out
+
+
+def load_json(path: str | None):
+    try:
+        with open(path or "") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 # --- the run ---------------------------------------------------------------------------------------------
 
 def write_result(out_dir: str) -> None:
@@ -409,9 +501,14 @@ def start_engine(args):
     phase("import vllm", t, time.time())
     install_phase_wrappers(args.arm)
     t = time.time()
+    CACHES["start"] = cache_files()
     llm = LLM(model=path, load_format="dummy", skip_tokenizer_init=True, max_model_len=args.max_model_len,
-              gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
+              gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
+              tensor_parallel_size=args.tensor_parallel_size)
     ready = time.time()
+    CACHES["ready"] = cache_files()
+    RESULT["cache_new_to_ready"] = new_cache_entries(CACHES["start"], CACHES["ready"])
+    RESULT["tensor_parallel_size"] = args.tensor_parallel_size
     phase("LLM() to ready", t, ready)
     RESULT.update(ready_at=ready, ready_s=round(ready - RESULT["process_start"], 3),
                   ready_s_from_script=round(ready - SCRIPT_START, 3), llm_init_s=round(ready - t, 3),
@@ -420,6 +517,8 @@ def start_engine(args):
     RESULT["vllm_compilation_time_s"] = getattr(compilation, "compilation_time", None)
     plans = [p for p in PHASES if p["name"] == "plugin plan"]
     RESULT["plugin"] = plugin_report(os.environ.get("WARMUP_PLAN_REPORT"), plans[0] if plans else None)
+    if args.arm == "plugin":
+        RESULT["ranks"] = rank_reports(args.tensor_parallel_size)
     return llm, ready
 
 
@@ -447,6 +546,10 @@ def trace(llm, args, ready: float) -> None:
     RESULT.update(first_request_s=walls[0]["wall_s"], batches=walls, trace_s=round(trace_end - trace_start, 3),
                   engine_steps=step_stats(steps, ready), compiles_after_ready=summary_counts(summary),
                   monitor={**summary, "post_seal_events": summary.get("post_seal_events", [])[:50]})
+    # The monitor above sees this process only; the caches and the ranks' own monitors see the rest.
+    RESULT["cache_new_after_ready"] = new_cache_entries(CACHES["ready"], cache_files())
+    if args.arm == "plugin":
+        RESULT["rank_events_after_ready"] = rank_events(args.tensor_parallel_size)
 
 
 def run_batches(llm, monitor, args):
@@ -501,6 +604,9 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="vLLM's tensor_parallel_size: above 1 the ranks are worker processes, whose "
+                        "compiles this process's monitor cannot see (the caches and the ranks' reports do)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -516,6 +622,7 @@ def main() -> None:
     brief = {k: RESULT.get(k) for k in ("arm", "ready_s", "first_request_s", "trace_s", "plugin_active")}
     brief["kv_blocks"] = (RESULT.get("kv_cache") or {}).get("num_gpu_blocks")
     brief["compiles_after_ready"] = RESULT.get("compiles_after_ready")
+    brief["cache_kernels_after_ready"] = (RESULT.get("cache_new_after_ready") or {}).get("kernels")
     brief["max_step_s"] = (RESULT.get("engine_steps") or {}).get("max_s")
     print(json.dumps(brief))
 

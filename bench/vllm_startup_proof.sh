@@ -63,7 +63,8 @@
 # The timeline plot: python3 bench/plot_startup_timeline.py STOCK/result.json PLUGIN/result.json -o t.png
 #
 # Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm), MODEL (llama | qwen |
-# a tests/fixtures/hf name), PLUGIN_PLAN (vllm-0.25-plugin), PLUGIN_JOBS (WARMUP_JOBS for the plugin
+# a tests/fixtures/hf name), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
+# and caches; NCCL's NVLink multicast stays off), PLUGIN_PLAN (vllm-0.25-plugin), PLUGIN_JOBS (WARMUP_JOBS for the plugin
 # arm; unset: the plugin's default), REQUESTS (500), RUN_TIMEOUT_S (560), BUDGET_S (585),
 # CALL_START (epoch s), PROOF_ROOT (/tmp/warmup-proof), VLLM_SITE (/tmp/vllm-site), DRY_RUN=1 (or --dry-run).
 set -u -o pipefail
@@ -80,7 +81,9 @@ case "${MODEL:-llama}" in
 esac
 CONFIG=tests/fixtures/hf/$MODEL.json
 ROOT=${PROOF_ROOT:-/tmp/warmup-proof}
-RUNS=$ROOT/runs/$MODEL
+TP=${TP:-1}
+SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")   # a tensor-parallel series keeps its own runs and caches
+RUNS=$ROOT/runs/$SERIES
 MODEL_DIR=$ROOT/models/$MODEL
 PLUGIN_PLAN=${PLUGIN_PLAN:-vllm-0.25-plugin}
 REQUESTS=${REQUESTS:-500}
@@ -120,7 +123,7 @@ machine_facts() {
 # run_part ARM-TEMP: empties the arm's caches for a cold run, runs the trace under timeout, writes run.json.
 run_part() {
     local part=$1 arm=${1%-*} temp=${1#*-}
-    local dir=$RUNS/$part cache=$ROOT/cache/$MODEL/$arm
+    local dir=$RUNS/$part cache=$ROOT/cache/$SERIES/$arm
     local left=$((BUDGET_S - ($(date +%s) - CALL_START) - 15)) limit=$RUN_TIMEOUT_S
     [ "$left" -lt "$limit" ] && limit=$left
     do_or_show rm -rf "$dir"
@@ -141,7 +144,8 @@ run_part() {
     local env_set=(VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1 PYTHONPATH="$PYPATH"
                    VLLM_CACHE_ROOT="$cache/vllm" TRITON_HOME="$cache/triton"
                    TORCHINDUCTOR_CACHE_DIR="$cache/inductor" CUDA_CACHE_PATH="$cache/nv"
-                   WARMUP_PLAN_REPORT="$dir/plan_report.json" WARMUP_JIT_LOG="$dir/plugin_jit.jsonl")
+                   WARMUP_PLAN_REPORT="$dir/plan_report.json" WARMUP_JIT_LOG="$dir/plugin_jit.jsonl"
+                   NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1)
     [ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] && env_set+=(VLLM_USE_FLASHINFER_SAMPLER="$VLLM_USE_FLASHINFER_SAMPLER")
     if [ "$arm" = plugin ]; then
         env_set+=(WARMUP_PLAN="$PLUGIN_PLAN")
@@ -150,7 +154,7 @@ run_part() {
     local cmd=(env -u TRITON_CACHE_DIR -u DG_JIT_CACHE_DIR -u WARMUP_PLAN -u WARMUP_JOBS -u WARMUP_ENGINE
                -u VLLM_PLUGINS -u TORCHINDUCTOR_FX_GRAPH_CACHE "${env_set[@]}"
                timeout --kill-after=20 "$limit" python3 bench/vllm_plugin_trace.py --config "$CONFIG" --arm "$arm"
-               --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS")
+               --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS" --tensor-parallel-size "$TP")
     if [ "$DRY_RUN" = 1 ]; then
         show "${cmd[@]}" '>' "$dir/stdout.txt" '2>' "$dir/stderr.txt"
         return
@@ -210,13 +214,13 @@ pack() {
         { head -c 1048576 "$f"; printf '\n[... cut by vllm_startup_proof.sh ...]\n'; tail -c 6291456 "$f"; } > "$f.cut" \
             && mv "$f.cut" "$f"
     done
-    tar czf "$RESULTS/$MODEL.$part.tar.gz" -C "$stage" "$part"
+    tar czf "$RESULTS/$SERIES.$part.tar.gz" -C "$stage" "$part"
     rm -rf "$stage"
-    python3 bench/vllm_startup_summary.py "$RUNS" --json "$RESULTS/$MODEL.$part.json" --runs "$part" >/dev/null
+    python3 bench/vllm_startup_summary.py "$RUNS" --json "$RESULTS/$SERIES.$part.json" --runs "$part" >/dev/null
 }
 
 main() {
-    say "model $MODEL, parts: ${PART_LIST[*]}, root $ROOT, results $RESULTS$([ "$DRY_RUN" = 1 ] && echo ', DRY RUN: nothing runs')"
+    say "model $MODEL (tensor_parallel_size $TP), parts: ${PART_LIST[*]}, root $ROOT, results $RESULTS$([ "$DRY_RUN" = 1 ] && echo ', DRY RUN: nothing runs')"
     if [ "$DRY_RUN" = 1 ]; then
         show bash bench/vllm_gpu_setup.sh check
     else

@@ -25,8 +25,9 @@ import os
 
 RUNS = ("stock-cold", "plugin-cold", "plugin-warm", "stock-warm")
 KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
-COLUMNS = ("run", "rc", "wall_s", "ready_s", "llm_init_s", "kv_blocks", "first_request_s", "max_step_s",
-           "trace_s", *KINDS, "events", "plugin_active", "model_runner", "error")
+COLUMNS = ("run", "rc", "wall_s", "tp", "ready_s", "llm_init_s", "kv_blocks", "first_request_s", "max_step_s",
+           "trace_s", *KINDS, "events", "cache_kernels", "rank_events", "node_compiled", "node_keys",
+           "plugin_active", "model_runner", "error")
 
 
 def load(path: str) -> dict | None:
@@ -52,8 +53,28 @@ def row(runs_dir: str, name: str) -> dict | None:
             "first_request_s": result.get("first_request_s"),
             "max_step_s": (result.get("engine_steps") or {}).get("max_s"), "trace_s": result.get("trace_s"),
             **{k: compiles.get(k) for k in KINDS}, "events": compiles.get("events"),
+            "tp": result.get("tensor_parallel_size"), **after_ready_elsewhere(result), **node_keys(result),
             "plugin_active": result.get("plugin_active"), "model_runner": result.get("model_runner"),
             "error": error}
+
+
+def after_ready_elsewhere(result: dict) -> dict:
+    """Compiles after ready that the harness's own monitor cannot see (tensor-parallel ranks are
+    other processes): kernels new in the arm's caches, and the events of the ranks' plugin monitors."""
+    cache = result.get("cache_new_after_ready")
+    ranks = result.get("rank_events_after_ready")
+    return {"cache_kernels": None if cache is None else sum((cache.get("kernels") or {}).values()),
+            "rank_events": None if ranks is None else sum(r.get("events") or 0 for r in ranks)}
+
+
+def node_keys(result: dict) -> dict:
+    """The node's precompile: keys compiled, summed over the ranks, and the distinct keys the ranks
+    shared (each key once across the node when the two agree)."""
+    claims = [r.get("claims") or {} for r in result.get("ranks") or [] if r.get("claims")]
+    if not claims:
+        return {"node_compiled": None, "node_keys": None}
+    return {"node_compiled": sum(c.get("compiled") or 0 for c in claims),
+            "node_keys": max(c.get("node_keys") or 0 for c in claims)}
 
 
 def checks(rows: dict) -> list[dict]:
@@ -75,8 +96,9 @@ def checks(rows: dict) -> list[dict]:
         parts, total = [], 0
         for name in ran:
             counts = {k: rows[name].get(k) for k in KINDS}
-            total += sum(v or 0 for v in counts.values())
-            parts.append(f"{name}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+            elsewhere = {k: rows[name].get(k) for k in ("cache_kernels", "rank_events")}
+            total += sum(v or 0 for v in (*counts.values(), *elsewhere.values()))
+            parts.append(f"{name}: " + ", ".join(f"{k} {v}" for k, v in {**counts, **elsewhere}.items())
                          + f" (monitor events {rows[name].get('events')}: compiles and first launches)")
         out.append({"check": "0 compiles after ready (plugin)", "pass": total == 0, "detail": "; ".join(parts)})
     else:
@@ -90,12 +112,23 @@ def checks(rows: dict) -> list[dict]:
                               + ", ".join(f"{n} {rows[n]['kv_blocks']}" for n in plugins)})
     else:
         out.append({"check": "KV cache = stock-warm's", "pass": None, "detail": "needs stock-warm and a plugin run"})
+    out.append(node_check(rows))
     inactive = [n for n in plugins if rows[n].get("plugin_active") is not True]
     inactive += [n for n in ("stock-cold", "stock-warm") if done(n) and rows[n].get("plugin_active")]
     if inactive:
         out.append({"check": "plugin active only in the plugin arm", "pass": False,
                     "detail": "wrong arm state in " + ", ".join(inactive) + ": these numbers do not count"})
     return out
+
+
+def node_check(rows: dict) -> dict:
+    """Tensor parallelism: the ranks' precompile compiled each key once across the node."""
+    r = rows.get("plugin-cold")
+    if not r or r.get("node_keys") is None or not r.get("tp") or r["tp"] < 2:
+        return {"check": "node compiles = distinct keys", "pass": None, "detail": "needs a plugin-cold run with TP > 1"}
+    return {"check": "node compiles = distinct keys", "pass": r["node_compiled"] == r["node_keys"],
+            "detail": f"plugin-cold, {r['tp']} ranks: {r['node_compiled']} compiled across the ranks, "
+                      f"{r['node_keys']} distinct keys"}
 
 
 def line(r: dict) -> str:
@@ -105,6 +138,7 @@ def line(r: dict) -> str:
     text = (f"{r['run']:<12} rc {f(r['rc'])}  ready {f(r['ready_s'], '{:.1f}')} s  KV {f(r['kv_blocks'])} blocks  "
             f"first request {f(r['first_request_s'], '{:.3f}')} s  longest step {f(r['max_step_s'], '{:.3f}')} s  "
             f"compiles after ready: " + ", ".join(f"{k} {f(r[k])}" for k in KINDS)
+            + f", cache kernels {f(r.get('cache_kernels'))}, rank events {f(r.get('rank_events'))}"
             + f"  plugin {'on' if r['plugin_active'] else 'off'}")
     if r.get("error"):
         text += f"  [{str(r['error'])[:160]}]"

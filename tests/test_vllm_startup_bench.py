@@ -169,3 +169,89 @@ def test_plot_layout_nests_by_containment():
     assert labels[-2:] == ["plugin-cold: precompile pid 7", "plugin-cold: precompile pid 8"]
     assert lay["marks"][0]["at"] == 50 and lay["end"] == 51
     assert plot.category("DeepGEMM warmup")[0] == plot.category("plan: deep_gemm")[0] == "DeepGEMM"
+
+
+def test_cache_listing_counts_kernels_new_after_ready(trace, tmp_path, monkeypatch):
+    """Tensor-parallel ranks compile in other processes: the arm's caches say what they compiled."""
+    vllm, triton, inductor = (tmp_path / n for n in ("vllm", "triton", "inductor"))
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(vllm))
+    monkeypatch.setenv("TRITON_HOME", str(triton))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+
+    def put(path, text="x"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    put(vllm / "deep_gemm/cache/kernel.gemm.aa/kernel.cubin")
+    before = trace.cache_files()
+    put(vllm / "deep_gemm/cache/kernel.gemm.bb/kernel.cubin")
+    put(vllm / "deep_gemm/cache/kernel.gemm.bb/kernel.cu")
+    put(vllm / "deep_gemm/cache/warmup-claims/kernel.gemm.cc.claim")  # bookkeeping, not a compile
+    put(triton / ".triton/cache/HASH1/_topk_topp_kernel.cubin")
+    put(triton / ".triton/cache/HASH1/_topk_topp_kernel.json")
+    put(inductor / "triton/0/HASH2/triton_poi.cubin")
+    put(vllm / "torch_compile_cache/abc/rank_0_0/backbone/artifact")
+    got = trace.new_cache_entries(before, trace.cache_files())
+    assert got["kernels"] == {"deep_gemm": 1, "triton": 2}
+    assert got["files"] == {"deep_gemm": 2, "torch_compile": 1, "triton": 3}
+    assert not any("warmup-claims" in p for p in got["examples"])
+    assert trace.new_cache_entries(before, before)["kernels"] == {}
+
+
+def test_rank_reports_and_events_read_every_rank(trace, tmp_path, monkeypatch):
+    report, log = tmp_path / "plan_report.json", tmp_path / "plugin_jit.jsonl"
+    monkeypatch.setenv("WARMUP_PLAN_REPORT", str(report))
+    monkeypatch.setenv("WARMUP_JIT_LOG", str(log))
+    claims = {"compiled": 30, "waited": 2, "loaded": 0, "node_keys": 58, "node_processes": 2, "taken_over": []}
+    report.write_text(json.dumps({"status": "ok", "precompile": {"jobs": 58, "claims": claims}}))
+    (tmp_path / "plan_report.rank1.json").write_text(json.dumps(
+        {"status": "ok", "precompile": {"jobs": 58, "claims": {**claims, "compiled": 28}}}))
+    (tmp_path / "plugin_jit.rank1.jsonl").write_text(json.dumps({"backend": "triton"}) + "\n")
+    ranks = trace.rank_reports(2)
+    assert [r["claims"]["compiled"] for r in ranks] == [30, 28] and "taken_over" not in ranks[0]["claims"]
+    events = trace.rank_events(2)
+    assert [e["events"] for e in events] == [0, 1] and events[1]["by_backend"] == {"triton": 1}
+
+    summary = load("vllm_startup_summary")
+    result = {"tensor_parallel_size": 2, "ranks": ranks, "rank_events_after_ready": events,
+              "cache_new_after_ready": {"kernels": {"deep_gemm": 1}}}
+    assert summary.node_keys(result) == {"node_compiled": 58, "node_keys": 58}
+    assert summary.after_ready_elsewhere(result) == {"cache_kernels": 1, "rank_events": 1}
+
+
+def test_summary_node_check_and_compiles_seen_outside_the_harness(tmp_path):
+    summary = load("vllm_startup_summary")
+    runs = tmp_path / "runs"
+    cold = result("plugin", 120.0, 1000) | {
+        "tensor_parallel_size": 2, "cache_new_after_ready": {"kernels": {"triton": 1}},
+        "ranks": [{"claims": {"compiled": 40, "node_keys": 58}}, {"claims": {"compiled": 20, "node_keys": 58}}]}
+    write_run(runs, "plugin-cold", **cold)
+    rows = {n: r for n in summary.RUNS if (r := summary.row(str(runs), n))}
+    checks = {c["check"]: c for c in summary.checks(rows)}
+    assert checks["node compiles = distinct keys"]["pass"] is False  # 60 compiled for 58 keys
+    assert "60 compiled across the ranks, 58 distinct keys" in checks["node compiles = distinct keys"]["detail"]
+    assert checks["0 compiles after ready (plugin)"]["pass"] is False  # a Triton kernel in the cache
+
+
+def test_precompile_race_verdicts(tmp_path):
+    race = load("precompile_race")
+
+    def report(name, status="ok", claims=None, stages=(), post_seal=0):
+        body = {"status": status, "counts": {"ok": 3}, "precompile": {"status": "ran", "claims": claims} if claims else None,
+                "stages": [{"stage": s, "compiled": n} for s, n in stages],
+                "jit_monitor": {"post_seal_events": [{}] * post_seal}}
+        (tmp_path / f"{name}.json").write_text(json.dumps(body))
+
+    report("dg.a", claims={"compiled": 20, "waited": 5, "loaded": 0, "node_keys": 33})
+    report("dg.b", claims={"compiled": 13, "waited": 7, "loaded": 0, "node_keys": 33})
+    report("dg.warm", stages=[("deep_gemm", 0)])
+    report("triton.a", claims={"compiled": 7, "waited": 0, "loaded": 0, "node_keys": 7})
+    report("triton.b", claims={"compiled": 1, "waited": 0, "loaded": 0, "node_keys": 7})  # a key twice
+    report("triton.warm", stages=[("triton", 0)], post_seal=1)
+    dg, triton = (race.verdicts(str(tmp_path), n) for n in race.RACES)
+    assert dg["checks"] == {"each key once on the node": True, "both racers ok": True, "warm run compiles nothing": True}
+    assert triton["checks"]["each key once on the node"] is False
+    assert triton["checks"]["warm run compiles nothing"] is False and triton["warm"]["compiled"] == 1
+    missing = race.verdicts(str(tmp_path / "none"), "dg")
+    assert missing["checks"] == {"each key once on the node": None, "both racers ok": False,
+                                 "warm run compiles nothing": None}
