@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -217,3 +218,122 @@ def test_empty_caches_write_no_bundle(tmp_path):
     with pytest.raises(archive.PlanError, match="the start-up's caches are empty"):
         startup.build(str(out), startup.StartupRoots.from_env(environ(tmp_path)), vllm_fp(), startup.Origin())
     assert not out.exists()
+
+
+# --- through the vLLM plugin (vllm_bridge.plugin with a stand-in worker and VllmConfig) ----------------
+
+def plugin_worker(config_hash=CFG, rank=0):
+    from types import SimpleNamespace as NS
+
+    return NS(vllm_config=NS(compute_hash=lambda: config_hash), rank=rank)
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    from vllm_bridge import plugin as plugin_module
+    from vllm_bridge.releases import RELEASES
+
+    monkeypatch.setattr(environment, "current", lambda: vllm_fp(vllm_config_hash=None))  # the machine's part
+    for key in ("TRITON_CACHE_DIR", "DG_JIT_CACHE_DIR", "XDG_CACHE_HOME", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"):
+        monkeypatch.delenv(key, raising=False)
+
+    def start(base, settings, worker, compile_or_warm_up=lambda self: "ready", load=lambda self: "loaded"):
+        """One vLLM start-up on the machine `base`: load_model, then compile_or_warm_up_model."""
+        for key, value in environ(base).items():
+            monkeypatch.setenv(key, value)
+        release = RELEASES["0.25.0"]
+        loaded = plugin_module._load_model(load, release, settings)(worker)
+        return loaded, plugin_module._compile_or_warm_up_model(compile_or_warm_up, release, settings)(worker)
+    return start
+
+
+def vllm_compiles(base, monkeypatch, out):
+    def compile_or_warm_up(self):
+        assert not out.exists()  # packed once vLLM is ready, not before
+        roots = fill_startup(base)
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", roots.inductor)  # vLLM's AOT compile points it there
+        return "ready"
+    return compile_or_warm_up
+
+
+def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin, tmp_path, monkeypatch, caplog):
+    from vllm_bridge.warmup import Settings
+
+    out = tmp_path / "s.warmup"
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        assert plugin(tmp_path / "build", Settings(None, bundle_out=str(out)), plugin_worker(),
+                      vllm_compiles(tmp_path / "build", monkeypatch, out)) == ("loaded", "ready")
+    manifest = archive.read_manifest(str(out))
+    assert manifest.origin == archive.VLLM and manifest.fingerprint["vllm_config_hash"] == CFG
+    assert {f.path.split("/")[0] for f in manifest.files} == {"deep_gemm", "triton", "torch_compile",
+                                                              "flashinfer_autotune"}
+    assert len(caplog.records) == 1 and re.fullmatch(
+        rf"warmup-planner: bundle {re.escape(str(out))} written in \d+\.\d s: deep_gemm 4 files .*",
+        caplog.records[0].getMessage())
+    serve = tmp_path / "serve"
+    aot_model = serve / "vllm" / "torch_compile_cache" / "torch_aot_compile" / AOT / "rank_0_0" / "model"
+
+    def load(self):
+        assert aot_model.is_file()  # in place before vLLM loads (and then compiles)
+        return "loaded"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        assert plugin(serve, Settings(None, bundle=str(out)), plugin_worker(), load=load) == ("loaded", "ready")
+    assert len(caplog.records) == 1 and caplog.records[0].getMessage().startswith(
+        f"warmup-planner: bundle {out} installed: deep_gemm 1 new")
+
+
+def test_the_plugin_refuses_another_config_in_one_line_and_vllm_starts_cold(plugin, bundle, tmp_path, caplog):
+    from vllm_bridge.warmup import Settings
+
+    out, _, _ = bundle
+    serve = tmp_path / "serve"
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        assert plugin(serve, Settings(None, bundle=str(out)), plugin_worker("cfgOTHER")) == ("loaded", "ready")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"warmup-planner: bundle not installed, vLLM starts cold: {out}: refused: the bundle was built for another "
+        f"environment (vllm_config_hash: bundle '{CFG}', here 'cfgOTHER')"]
+    assert not serve.exists()
+
+
+def test_only_rank_0_packs_and_an_unwritable_output_is_said_before_the_weights(plugin, tmp_path, monkeypatch, caplog):
+    from vllm_bridge.warmup import Settings
+
+    out = tmp_path / "s.warmup"
+    plugin(tmp_path / "b1", Settings(None, bundle_out=str(out)), plugin_worker(rank=1),
+           vllm_compiles(tmp_path / "b1", monkeypatch, out))
+    assert not out.exists()
+    nowhere = tmp_path / "missing-dir" / "s.warmup"
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        assert plugin(tmp_path / "b2", Settings(None, bundle_out=str(nowhere)), plugin_worker(),
+                      vllm_compiles(tmp_path / "b2", monkeypatch, nowhere)) == ("loaded", "ready")
+    assert len(caplog.records) == 1 and "WARMUP_BUNDLE_OUT: no bundle will be written" in caplog.records[0].getMessage()
+    assert not nowhere.parent.exists()
+
+
+def test_with_a_plan_the_bundle_names_it_and_is_packed_after_the_plans_warmup(plugin, tmp_path, monkeypatch):
+    from types import SimpleNamespace as NS
+
+    from vllm_bridge import plugin as plugin_module
+    from vllm_bridge.warmup import Settings, WorkerWarmup
+
+    out = tmp_path / "s.warmup"
+    state = NS(start=lambda: None, phases=NS(phase=lambda name: __import__("contextlib").nullcontext()),
+               warm_up=lambda original: original(), expanded=NS(plan="vllm-0.25-plugin", engine="llama-fp8"),
+               report=NS(digest="sha256:p"))
+    monkeypatch.setattr(WorkerWarmup, "prepare", classmethod(lambda cls, worker, release, settings: state))
+    worker = plugin_worker()
+    plugin(tmp_path / "b", Settings("vllm-0.25-plugin", bundle_out=str(out)), worker,
+           vllm_compiles(tmp_path / "b", monkeypatch, out))
+    manifest = archive.read_manifest(str(out))
+    assert (manifest.plan, manifest.engine, manifest.plan_digest) == ("vllm-0.25-plugin", "llama-fp8", "sha256:p")
+    assert getattr(worker, plugin_module.STATE) is state
+
+
+def test_the_plugin_is_active_for_a_bundle_alone():
+    from vllm_bridge.warmup import Settings
+
+    assert not Settings.from_env({}).active
+    assert Settings.from_env({"WARMUP_BUNDLE": "b.warmup"}).active
+    assert Settings.from_env({"WARMUP_BUNDLE_OUT": "b.warmup"}).bundle_out == "b.warmup"
