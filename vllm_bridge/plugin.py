@@ -1,16 +1,19 @@
 """The vLLM plugin (entry point group ``vllm.general_plugins``): vLLM warms up from a plan.
 
 vLLM calls ``register`` in every process, before a worker class is resolved
-(vllm/plugins/__init__.py, load_general_plugins). Without WARMUP_PLAN it does nothing. With it,
-the installed vLLM must be a release in vllm_bridge.releases (else it raises, one line: the server
-must not start without the warmup the user asked for), and that release's GPU Worker is patched:
+(vllm/plugins/__init__.py, load_general_plugins). Without WARMUP_PLAN, WARMUP_BUNDLE and
+WARMUP_BUNDLE_OUT it does nothing. With one of them, the installed vLLM must be a release in
+vllm_bridge.releases (else it raises, one line: the server must not start without the warmup the
+user asked for), and that release's GPU Worker is patched:
 
-- ``load_model``: the plan is made (engine from the live VllmConfig, a stale saved plan refused)
-  and its precompile pool started before vLLM loads the weights;
+- ``load_model``: the plan is made (engine from the live VllmConfig, a stale saved plan refused),
+  a start-up bundle installed (WARMUP_BUNDLE, vllm_bridge.bundle) and the cache directories
+  recorded for one to be built (WARMUP_BUNDLE_OUT), and the plan's precompile pool started before
+  vLLM loads the weights;
 - ``determine_available_memory``: the pool is finished, its processes gone, before vLLM's memory
   profile (bounded; a failed pool falls back to vLLM's own warmup);
 - ``compile_or_warm_up_model``: vLLM's own method with the plan in place of what the plan models
-  (vllm_bridge.warmup).
+  (vllm_bridge.warmup); then, vLLM ready, the start-up's caches packed into WARMUP_BUNDLE_OUT.
 
 Patching twice is a no-op: the originals are kept on the class.
 """
@@ -21,6 +24,7 @@ import functools
 import importlib
 import os
 
+from . import bundle
 from .releases import Release, release_for
 from .warmup import Settings, WorkerWarmup
 
@@ -30,7 +34,7 @@ STATE = "_warmup_planner"               # on a worker: its WorkerWarmup
 
 def register() -> None:
     settings = Settings.from_env(os.environ)
-    if settings.plan is None:
+    if not settings.active:
         return
     import vllm
 
@@ -68,8 +72,12 @@ def unpatch_worker(release: Release) -> None:
 def _load_model(original, release: Release, settings: Settings):
     @functools.wraps(original)
     def load_model(self, *args, **kwargs):
+        if settings.plan is None:  # a bundle only: installed or recorded, vLLM's method as it is
+            _bundle_before_compile(self, settings)
+            return original(self, *args, **kwargs)
         state = WorkerWarmup.prepare(self, release, settings)  # before the weights: fail fast
         setattr(self, STATE, state)
+        _bundle_before_compile(self, settings)  # before the pool: it then finds the bundle's kernels
         state.start()
         try:
             with state.phases.phase("load_model"):
@@ -78,6 +86,11 @@ def _load_model(original, release: Release, settings: Settings):
             state.abandon("not needed: vLLM's load_model failed")
             raise
     return load_model
+
+
+def _bundle_before_compile(worker, settings: Settings) -> None:
+    bundle.install_before_compile(worker, settings.bundle)
+    bundle.record_roots(worker, settings.bundle_out)
 
 
 def _determine_available_memory(original, release: Release, settings: Settings):
@@ -95,6 +108,21 @@ def _determine_available_memory(original, release: Release, settings: Settings):
 def _compile_or_warm_up_model(original, release: Release, settings: Settings):
     @functools.wraps(original)
     def compile_or_warm_up_model(self, *args, **kwargs):
+        if settings.plan is None:
+            result = original(self, *args, **kwargs)
+            bundle.build_after_ready(self, settings.bundle_out, _origin(None))
+            return result
         state = getattr(self, STATE, None) or WorkerWarmup.prepare(self, release, settings)
-        return state.warm_up(lambda: original(self, *args, **kwargs))
+        result = state.warm_up(lambda: original(self, *args, **kwargs))
+        bundle.build_after_ready(self, settings.bundle_out, _origin(state))
+        return result
     return compile_or_warm_up_model
+
+
+def _origin(state):
+    """What the bundle says started vLLM: the plan the plugin ran, if any."""
+    from executor.bundle.startup import Origin
+
+    if state is None:
+        return Origin()
+    return Origin(state.expanded.plan, state.expanded.engine, getattr(state.report, "digest", None) or "")

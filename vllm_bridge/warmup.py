@@ -66,13 +66,21 @@ class Settings(NamedTuple):
     #                                cores, at most one per key; 0 or 1: none, the plan compiles serially)
     strict: bool = False           # WARMUP_STRICT: a failed precompile stops the worker (else vLLM's warmup)
     timeout_s: float = DEFAULT_TIMEOUT_S  # WARMUP_PRECOMPILE_TIMEOUT: longest wait for the pool
+    bundle: str | None = None      # WARMUP_BUNDLE: a start-up bundle installed before vLLM compiles
+    bundle_out: str | None = None  # WARMUP_BUNDLE_OUT: the start-up's caches packed there once ready
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
         return cls(environ.get("WARMUP_PLAN") or None, environ.get("WARMUP_PLAN_REPORT") or None,
                    environ.get("WARMUP_JIT_LOG") or None, environ.get("WARMUP_ENGINE") or None,
                    _jobs(environ.get("WARMUP_JOBS", "")), _flag(environ, "WARMUP_STRICT"),
-                   _seconds(environ.get("WARMUP_PRECOMPILE_TIMEOUT", "")))
+                   _seconds(environ.get("WARMUP_PRECOMPILE_TIMEOUT", "")),
+                   environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None)
+
+    @property
+    def active(self) -> bool:
+        """Whether the plugin patches vLLM: a plan, a bundle to install or one to build."""
+        return bool(self.plan or self.bundle or self.bundle_out)
 
 
 def _jobs(text: str) -> int | None:

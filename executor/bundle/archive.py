@@ -2,7 +2,11 @@
 
 Members: ``deep_gemm/<entry>/...`` (DeepGEMM kernels, either layout), ``triton/<...>`` (the
 Triton cache the warmup filled, its precompile manifest included), ``flashinfer/<file>``
-(FlashInfer's autotune cache). The manifest lists every member with its sha256 and size.
+(FlashInfer's autotune cache). A bundle built from a vLLM start-up (``origin`` "vllm",
+executor/bundle/startup.py) adds ``torch_compile/<...>`` (vLLM's torch.compile cache, its AOT
+artifacts included), ``inductor/<...>`` (Inductor's cache, where it is outside vLLM's) and
+``flashinfer_autotune/<...>`` (vLLM's FlashInfer autotune cache). The manifest lists every member
+with its sha256 and size.
 ``verify_members`` is the one check of the members, for install (which extracts them) and
 inspect (which only reads): a member that is not a listed regular file (a link, a device, a
 directory), has an absolute path or '..', or does not match its size and sha256 is refused in
@@ -26,7 +30,8 @@ from planner.errors import PlanError, WriteError
 
 FORMAT = "warmup-bundle/v1"
 MANIFEST = "warmup-bundle.json"
-KINDS = ("deep_gemm", "triton", "flashinfer")
+KINDS = ("deep_gemm", "triton", "flashinfer", "torch_compile", "inductor", "flashinfer_autotune")
+PLAN, VLLM = "plan", "vllm"  # what a bundle was built from: a plan's warmup, or a vLLM start-up
 
 
 class FileRecord(NamedTuple):
@@ -55,6 +60,8 @@ class Manifest(NamedTuple):
     files: list          # [FileRecord]
     deep_gemm: list      # [KernelRecord]
     keys: dict           # backend -> the plan's compile keys the warmup cached (precompile manifest)
+    origin: str = PLAN   # PLAN: `warmup bundle build`; VLLM: a vLLM start-up through the plugin
+    roots: dict | None = None  # VLLM: family -> the cache directory it was packed from (shown by inspect)
 
     def to_json(self) -> str:
         doc = self._asdict()

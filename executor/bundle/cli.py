@@ -4,8 +4,11 @@
     warmup bundle verify FILE          install into a fresh directory, run the plan: 0 compiles or exit 1
     warmup bundle install FILE         into DG_JIT_CACHE_DIR (vLLM's when unset), TRITON_CACHE_DIR and
                                        --flashinfer-cache; refused (exit 2, one line) on a mismatch
-    warmup bundle inspect FILE         every member checked as install checks it; per family the
-                                       entries, bytes, and the plan's keys present and missing
+    warmup bundle inspect FILE         every member checked as install checks it; the fingerprint
+                                       table; per family the entries, bytes (and the plan's keys)
+
+A bundle of a whole vLLM start-up is written by the vLLM plugin (WARMUP_BUNDLE_OUT) and installed by
+it (WARMUP_BUNDLE) or by `install`, into vLLM's caches (--vllm-cache-root, else VLLM_CACHE_ROOT).
 
 Exit codes as `warmup execute`: 0 ok; 1 verify saw a compile, a step failed, or build cannot
 run its warmup here (no CUDA device: said in one line before any work); 2 invalid input (a
@@ -30,7 +33,7 @@ from planner.steps import Keyed
 from .. import dg_install
 from ..precompile import manifest as precompile_manifest
 from ..report import EXIT_FAILED, EXIT_OK
-from . import archive, environment, ops
+from . import archive, environment, ops, startup
 
 
 BUILD_HELP = """Run the plan's warmup (`warmup execute`, in a fresh process) into fresh cache
@@ -60,6 +63,10 @@ def add_commands(sub) -> None:
     i.add_argument("--deep-gemm-cache", help="DeepGEMM's cache root (default: DG_JIT_CACHE_DIR, else vLLM's)")
     i.add_argument("--triton-cache", help="Triton's cache (default: TRITON_CACHE_DIR, else ~/.triton/cache)")
     i.add_argument("--flashinfer-cache", help="FlashInfer's autotune file (default: $DG... none: not installed)")
+    i.add_argument("--vllm-cache-root", help="a vLLM start-up bundle: vLLM's cache root (default: VLLM_CACHE_ROOT, "
+                                             "else ~/.cache/vllm)")
+    i.add_argument("--vllm-config-hash", help="a vLLM start-up bundle: refuse it unless it was built with this "
+                                              "VllmConfig.compute_hash() (the plugin checks the live one itself)")
     n = cmds.add_parser("inspect", help="check every member as install does; per family the entries, bytes, "
                                          "the plan's keys present and missing")
     n.add_argument("bundle")
@@ -99,8 +106,29 @@ def default_dirs(args) -> ops.CacheDirs:
 
 
 def cmd_install(args) -> int:
+    if archive.read_manifest(args.bundle).origin == archive.VLLM:
+        return install_startup(args)
     placed = ops.install(args.bundle, default_dirs(args), environment.measure())
     print(describe(placed))
+    return EXIT_OK
+
+
+def startup_roots(args) -> startup.StartupRoots:
+    """vLLM's caches here as a vLLM started now would find them, less what the options override."""
+    roots = startup.StartupRoots.from_env(os.environ, args.vllm_cache_root)
+    if args.vllm_cache_root and not os.environ.get("DG_JIT_CACHE_DIR"):
+        roots = roots._replace(deep_gemm=os.path.join(args.vllm_cache_root, "deep_gemm"))
+    return roots._replace(deep_gemm=args.deep_gemm_cache or roots.deep_gemm,
+                          triton=args.triton_cache or roots.triton)
+
+
+def install_startup(args) -> int:
+    here = {**environment.measure(), "vllm_config_hash": args.vllm_config_hash}
+    placed = startup.install(args.bundle, startup_roots(args), here)
+    print(startup.describe(placed))
+    if args.vllm_config_hash is None:
+        print("note: vllm_config_hash not checked (give --vllm-config-hash, or install with the plugin: "
+              "WARMUP_BUNDLE); vLLM finds the torch.compile files only under the same configuration")
     return EXIT_OK
 
 
@@ -113,6 +141,9 @@ def describe(placed: dict) -> str:
 
 def cmd_verify(args) -> int:
     manifest = archive.read_manifest(args.bundle)
+    if manifest.origin == archive.VLLM:
+        raise PlanError("a bundle of a vLLM start-up is verified by starting vLLM with it (WARMUP_BUNDLE=FILE "
+                        "and WARMUP_JIT_LOG: no compile), not by `bundle verify`", file=args.bundle)
     if args.report:
         check_writable(args.report)  # refused before the install and the run, not after them
     work = tempfile.mkdtemp(prefix="warmup-bundle-verify-")
@@ -147,21 +178,38 @@ LIST_LIMIT = 20  # keys listed per backend and kind (missing, extra); the rest c
 def cmd_inspect(args) -> int:
     manifest = archive.read_manifest(args.bundle)
     archive.verify_members(args.bundle, manifest)  # what install would refuse: one line, exit 2
-    fp = manifest.fingerprint
-    print(f"bundle {args.bundle}: plan {manifest.plan}, engine {manifest.engine}, digest {manifest.plan_digest}")
-    for line in fingerprint_table(manifest.fingerprint):
+    vllm = manifest.origin == archive.VLLM
+    what = f"a vLLM start-up (plan {manifest.plan or 'none'})" if vllm else f"plan {manifest.plan}"
+    print(f"bundle {args.bundle}: {what}, engine {manifest.engine or '-'}, digest {manifest.plan_digest or '-'}")
+    for line in fingerprint_table(manifest.fingerprint, with_vllm=vllm):
         print(line)
     print(f"members: {len(manifest.files)} files, each a listed regular file matching its size and sha256 "
           "(checked as install checks them)")
-    for line in key_report(manifest):
+    for line in (startup_report(manifest) if vllm else key_report(manifest)):
         print(line)
     return EXIT_OK
 
 
-def fingerprint_table(fp: dict) -> list[str]:
+def startup_report(manifest) -> list[str]:
+    """A vLLM start-up bundle: per family its entries, files and bytes, and where it was packed from."""
+    sizes = family_sizes(manifest)
+    files: dict = {}
+    for f in manifest.files:
+        files[f.path.split("/")[0]] = files.get(f.path.split("/")[0], 0) + 1
+    names = [k for k in archive.KINDS if k in sizes]
+    rows = [(n, sizes[n][0], files[n], sizes[n][1]) for n in names]
+    total = ("total", sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows))
+    lines = table([("family", "entries", "files", "bytes"), *rows, total])
+    built = [""] + [(manifest.roots or {}).get(n, "-") for n in names] + [""]
+    lines = [f"{line}  {root}".rstrip() for line, root in zip(lines, ["built from"] + built[1:])]
+    return lines + _deep_gemm_notes(manifest)
+
+
+def fingerprint_table(fp: dict, with_vllm: bool = False) -> list[str]:
     """What the bundle was built with, one field a line: what install checks against this machine
-    (the DeepGEMM include directory may differ: install re-keys 2.5/2.6 entries for its own)."""
-    rows = [(k, fp.get(k)) for k in environment.FIELDS]
+    (the DeepGEMM include directory may differ: install re-keys 2.5/2.6 entries for its own); a
+    vLLM start-up's adds vLLM's version and the hash of the config vLLM keys its compile cache with."""
+    rows = [(k, fp.get(k)) for k in environment.FIELDS + (environment.VLLM_FIELDS if with_vllm else ())]
     rows += [(f"{k} (may differ: re-keyed)", fp.get(k)) for k in environment.PATH_FIELDS]
     width = max(len(k) for k, _ in rows)
     return ["fingerprint (install refuses a machine that differs):"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]

@@ -1,7 +1,9 @@
 """The environment fingerprint a bundle is built in and checked against at install.
 
 GPU name, SM count, compute capability, driver major, CUDA and NVCC versions, torch, triton,
-DeepGEMM (version, header path and header content) and FlashInfer versions. Read in a
+DeepGEMM (version, header path and header content) and FlashInfer versions; for a bundle of a
+vLLM start-up also vLLM's version and the hash of the configuration vLLM keys its torch.compile
+cache with (``VllmConfig.compute_hash()``, which the plugin reads from the live config). Read in a
 subprocess (``python -m executor.bundle.environment``) so that the command itself imports no
 torch. ``mismatch`` names the first field that differs; DeepGEMM's header path is not a
 mismatch: the install re-keys (2.5/2.6) or needs nothing (2.8).
@@ -20,6 +22,7 @@ from ..precompile import manifest as precompile_manifest
 FIELDS = ("gpu", "num_sms", "capability", "driver_major", "cuda", "nvcc", "torch", "triton",
           "deep_gemm_version", "deep_gemm_headers", "flashinfer")
 PATH_FIELDS = ("deep_gemm_include_dir",)  # may differ: handled by the install
+VLLM_FIELDS = ("vllm", "vllm_config_hash")  # checked where the bundle has them (a vLLM start-up's)
 
 
 def _driver_major() -> str | None:
@@ -60,7 +63,8 @@ def current() -> dict:
     deep_gemm = precompile_manifest.deep_gemm_fingerprint()  # the precompile manifest's own reading
     fp = dict.fromkeys(FIELDS + PATH_FIELDS)
     fp.update(_gpu(), driver_major=_driver_major(), nvcc=dg_rekey.nvcc_version(),
-              triton=_module_version("triton"), flashinfer=_module_version("flashinfer-python"))
+              triton=_module_version("triton"), flashinfer=_module_version("flashinfer-python"),
+              vllm=_module_version("vllm"))
     if deep_gemm is not None:
         fp.update(deep_gemm_version=deep_gemm["version"], deep_gemm_include_dir=deep_gemm["include_dir"],
                   deep_gemm_headers=deep_gemm["headers"])
@@ -92,9 +96,15 @@ def device_problem(fp: dict) -> str | None:
 
 
 def mismatch(built: dict, here: dict) -> str | None:
-    """'FIELD: bundle X, here Y' for the first field that differs (None: compatible)."""
+    """'FIELD: bundle X, here Y' for the first field that differs (None: compatible). vLLM's
+    version is checked where the bundle names one; the config hash where both sides know it (the
+    plugin reads it from the live config; `warmup bundle install --vllm-config-hash`)."""
     for field in FIELDS:
         if built.get(field) != here.get(field):
+            return f"{field}: bundle {built.get(field)!r}, here {here.get(field)!r}"
+    for field in VLLM_FIELDS:
+        known = field != "vllm_config_hash" or here.get(field) is not None
+        if built.get(field) is not None and known and built.get(field) != here.get(field):
             return f"{field}: bundle {built.get(field)!r}, here {here.get(field)!r}"
     return None
 

@@ -162,7 +162,7 @@ def pack(dirs: CacheDirs, head: Manifest) -> tuple[Manifest, dict]:
     if os.path.isfile(dirs.flashinfer):
         sources[f"flashinfer/{os.path.basename(dirs.flashinfer)}"] = dirs.flashinfer
     files = [FileRecord(name, archive.sha256_file(path), os.path.getsize(path)) for name, path in sorted(sources.items())]
-    return head._replace(files=files, deep_gemm=kernels, keys=_cached_keys(dirs)), sources
+    return head._replace(files=files, deep_gemm=kernels, keys=cached_keys(dirs.triton)), sources
 
 
 def collect_tree(base: str, prefix: str) -> dict:
@@ -197,9 +197,10 @@ def collect_deep_gemm(root: str, fp: dict) -> tuple[list, dict]:
     return kernels, sources
 
 
-def _cached_keys(dirs: CacheDirs) -> dict:
+def cached_keys(triton_dir: str) -> dict:
+    """backend -> keys, as the precompile manifest in this Triton cache lists them ({}: none)."""
     try:
-        with open(os.path.join(dirs.triton, precompile_manifest.MANIFEST_NAME), encoding="utf-8") as f:
+        with open(os.path.join(triton_dir, precompile_manifest.MANIFEST_NAME), encoding="utf-8") as f:
             return json.load(f).get("keys") or {}
     except (OSError, ValueError):
         return {}
@@ -218,13 +219,13 @@ def install(path: str, dirs: CacheDirs, here: dict) -> dict:
     staging = tempfile.mkdtemp(prefix="warmup-bundle-")
     try:
         archive.verify_members(path, manifest, staging)
-        with _locked(dirs.deep_gemm):
-            dg = _place_deep_gemm(manifest, names, staging, dirs.deep_gemm, here.get("deep_gemm_include_dir"))
+        with locked(dirs.deep_gemm):
+            dg = place_deep_gemm(manifest, names, staging, dirs.deep_gemm, here.get("deep_gemm_include_dir"))
             return {"deep_gemm": dg,
-                    "triton": _place_children(os.path.join(staging, "triton"), dirs.triton,
+                    "triton": place_children(os.path.join(staging, "triton"), dirs.triton,
                                               triton_cache.rehome_entry),
                     "flashinfer": _place_flashinfer(staging, dirs.flashinfer),
-                    "manifest_keys": _write_precompile_manifest(manifest, dirs)}
+                    "manifest_keys": write_precompile_manifest(manifest, dirs)}
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -245,7 +246,7 @@ def rekeyed_names(manifest: Manifest, include_dir: str | None, path: str) -> dic
     return names
 
 
-def _place_deep_gemm(manifest: Manifest, names: dict, staging: str, root: str, include_dir: str | None) -> Placed:
+def place_deep_gemm(manifest: Manifest, names: dict, staging: str, root: str, include_dir: str | None) -> Placed:
     cache = os.path.join(root, "cache")
     os.makedirs(cache, exist_ok=True)
     placed = Placed()
@@ -293,7 +294,7 @@ def place(src: str, dest: str, prepare=None) -> bool:
         shutil.rmtree(staged, ignore_errors=True)
 
 
-def _place_children(src_dir: str, dest_dir: str, prepare=None) -> Placed:
+def place_children(src_dir: str, dest_dir: str, prepare=None) -> Placed:
     """Each entry of `src_dir` into `dest_dir`. Triton's group files name their files by absolute
     path: `prepare` points them at the installed copies, else the entries miss once the building
     machine's directory is gone (tests/executor/test_triton_cache.py)."""
@@ -318,7 +319,7 @@ def _place_flashinfer(staging: str, dest: str) -> Placed:
     return Placed(new=int(outcome), kept=int(not outcome))
 
 
-def _write_precompile_manifest(manifest: Manifest, dirs: CacheDirs) -> int:
+def write_precompile_manifest(manifest: Manifest, dirs: CacheDirs) -> int:
     """The keys the bundle holds, for this machine's fingerprint, so that a warm start skips the pool."""
     saved = {k: os.environ.get(k) for k in ("DG_JIT_CACHE_DIR", "TRITON_CACHE_DIR")}
     os.environ.update(dirs.env())
@@ -334,7 +335,7 @@ def _write_precompile_manifest(manifest: Manifest, dirs: CacheDirs) -> int:
 
 
 @contextmanager
-def _locked(root: str):
+def locked(root: str):
     """One installer at a time per DeepGEMM cache (others wait): fcntl, released on exit or crash."""
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, LOCK), "a") as f:

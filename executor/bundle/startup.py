@@ -1,0 +1,227 @@
+"""A bundle of a whole vLLM start-up: every cache vLLM's start-up compiled or tuned into, packed
+once vLLM is ready (the plugin: WARMUP_BUNDLE_OUT) and installed where a vLLM started the same
+way reads it (the plugin before vLLM compiles: WARMUP_BUNDLE; or `warmup bundle install`).
+
+Families and where vLLM 0.25/0.33 keep them (``StartupRoots.from_env``):
+
+- ``deep_gemm``: DG_JIT_CACHE_DIR, which vLLM sets to ``$VLLM_CACHE_ROOT/deep_gemm`` when unset;
+- ``triton``: Triton's cache as the user's environment names it (TRITON_CACHE_DIR, else
+  ``$TRITON_HOME/.triton/cache``): vLLM's own Triton kernels and the plan's;
+- ``torch_compile``: ``$VLLM_CACHE_ROOT/torch_compile_cache``. vLLM names its directories by a
+  hash of its environment's compile factors, ``VllmConfig.compute_hash()``, the traced code and
+  the compiler (compilation/backends.py), and its AOT artifacts (VLLM_USE_AOT_COMPILE, on by
+  default from torch 2.10) ``torch_aot_compile/<hash>/`` with Inductor's cache inside
+  (compilation/decorators.py points TORCHINDUCTOR_CACHE_DIR there, so Inductor's Triton kernels
+  are in it too);
+- ``inductor``: TORCHINDUCTOR_CACHE_DIR where it is outside the torch.compile cache (torch's
+  default ``<tmp>/torchinductor_<user>`` when vLLM does not point it into its own);
+- ``flashinfer_autotune``: VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, else
+  ``$VLLM_CACHE_ROOT/flashinfer_autotune_cache`` (model_executor/warmup/flashinfer_autotune_cache.py).
+
+A directory inside another family's is packed once, with the outer one. Install checks the
+fingerprint (environment.mismatch: the machine, vLLM's version and the config hash) and every
+member before it writes anything, then places under the lock: a directory the cache lacks lands
+whole with one rename, one it has is merged into file by file (a file there wins), a Triton entry
+there is kept; Triton entries land with their group files pointing at their new place.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import tempfile
+from typing import NamedTuple
+
+from planner.errors import PlanError
+
+from .. import triton_cache
+from . import archive, environment, ops
+from .archive import FORMAT, VLLM, FileRecord, Manifest
+
+FAMILIES = ("deep_gemm", "triton", "torch_compile", "inductor", "flashinfer_autotune")
+
+
+class StartupRoots(NamedTuple):
+    """Where one machine's vLLM start-up caches live, per family (None: that cache is not used)."""
+
+    deep_gemm: str | None = None
+    triton: str | None = None
+    torch_compile: str | None = None
+    inductor: str | None = None
+    flashinfer_autotune: str | None = None
+
+    @classmethod
+    def from_env(cls, environ=os.environ, vllm_cache_root: str | None = None) -> "StartupRoots":
+        """As vLLM (envs.py VLLM_CACHE_ROOT, utils/deep_gemm.py), Triton and torch resolve them
+        from this environment; `vllm_cache_root` is vLLM's own answer where vLLM is imported."""
+        root = vllm_cache_root or default_vllm_cache_root(environ)
+        triton = environ.get("TRITON_CACHE_DIR") or os.path.join(
+            environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+        return cls(environ.get("DG_JIT_CACHE_DIR") or os.path.join(root, "deep_gemm"), triton,
+                   os.path.join(root, "torch_compile_cache"),
+                   environ.get("TORCHINDUCTOR_CACHE_DIR") or default_inductor_dir(),
+                   environ.get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR") or os.path.join(root, "flashinfer_autotune_cache"))
+
+    def distinct(self) -> dict:
+        """family -> root, each directory once: a root inside another family's is left out (its
+        files are packed with the outer family, and installed inside it)."""
+        given = {f: os.path.abspath(r) for f, r in self._asdict().items() if r}
+        return {f: r for f, r in given.items()
+                if not any(g != f and _inside(r, other) and (r != other or FAMILIES.index(g) < FAMILIES.index(f))
+                           for g, other in given.items())}
+
+
+def default_vllm_cache_root(environ=os.environ) -> str:
+    """vLLM's VLLM_CACHE_ROOT: the variable, else $XDG_CACHE_HOME/vllm, else ~/.cache/vllm."""
+    if environ.get("VLLM_CACHE_ROOT"):
+        return os.path.expanduser(environ["VLLM_CACHE_ROOT"])
+    return os.path.expanduser(os.path.join(environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "vllm"))
+
+
+def default_inductor_dir() -> str:
+    """torch Inductor's cache without TORCHINDUCTOR_CACHE_DIR: <tmp>/torchinductor_<user>."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + "".join(c if c.isalnum() else "_" for c in user))
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+# --- build -----------------------------------------------------------------------------------------
+
+class Origin(NamedTuple):
+    """What started vLLM: the plan the plugin ran (if any), the engine, the plan's digest."""
+
+    plan: str = ""
+    engine: str = ""
+    plan_digest: str = ""
+
+
+def pack(roots: StartupRoots, fingerprint: dict, origin: Origin) -> tuple[Manifest, dict]:
+    """The manifest of everything under the roots (every regular file with its sha256 and size;
+    DeepGEMM's kernels with their keys) and, per member name, its file on disk."""
+    kernels, sources, packed = [], {}, {}
+    for family, root in roots.distinct().items():
+        if not os.path.isdir(root):
+            continue
+        if family == "deep_gemm":
+            kernels, found = ops.collect_deep_gemm(root, fingerprint)
+        else:
+            found = ops.collect_tree(root, family)
+        sources.update(found)
+        packed[family] = root if found else None
+    files = [FileRecord(name, archive.sha256_file(path), os.path.getsize(path)) for name, path in sorted(sources.items())]
+    keys = ops.cached_keys(roots.triton) if roots.triton else {}
+    manifest = Manifest(FORMAT, origin.plan, origin.engine, origin.plan_digest, fingerprint, files, kernels, keys,
+                        origin=VLLM, roots={f: r for f, r in packed.items() if r})
+    return manifest, sources
+
+
+def build(out: str, roots: StartupRoots, fingerprint: dict, origin: Origin) -> Manifest:
+    """Pack the start-up's caches into `out` (written whole or not at all)."""
+    ops.check_output(out)
+    manifest, sources = pack(roots, fingerprint, origin)
+    if not manifest.files:
+        raise PlanError("no bundle written: the start-up's caches are empty (" +
+                        ", ".join(f"{f} {r}" for f, r in roots.distinct().items()) + ")", file=out)
+    archive.write_bundle(out, manifest, sources)
+    return manifest
+
+
+# --- install ---------------------------------------------------------------------------------------
+
+def check(manifest: Manifest, roots: StartupRoots, here: dict, path: str) -> None:
+    """Everything refused before a byte is written: another environment (one line naming the
+    field, the bundle's value and this machine's), a family this machine has no directory for."""
+    problem = environment.mismatch(manifest.fingerprint, here)
+    if problem:
+        raise PlanError(f"refused: the bundle was built for another environment ({problem})", file=path)
+    held = families(manifest)
+    lacking = [f for f in held if f in FAMILIES and not getattr(roots, f)]
+    if lacking or held - set(FAMILIES):
+        what = lacking[0] if lacking else sorted(held - set(FAMILIES))[0]
+        raise PlanError(f"refused: the bundle holds {what} files and there is no {what} cache to put them in",
+                        file=path)
+
+
+def families(manifest: Manifest) -> set:
+    return {f.path.split("/")[0] for f in manifest.files}
+
+
+def install(path: str, roots: StartupRoots, here: dict) -> dict:
+    """Install a start-up bundle into `roots`: family -> Placed (and the precompile manifest's
+    key count). PlanError (one line, nothing written) when the bundle is foreign, corrupted,
+    unsafe or made for another environment or vLLM configuration."""
+    manifest = archive.read_manifest(path)
+    check(manifest, roots, here, path)
+    names = ops.rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path)
+    staging = tempfile.mkdtemp(prefix="warmup-bundle-")
+    try:
+        archive.verify_members(path, manifest, staging)
+        lock_root = next(r for f, r in roots._asdict().items() if r and f in families(manifest) | {"deep_gemm"})
+        with ops.locked(lock_root):
+            return place_all(manifest, names, staging, roots, here)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def place_all(manifest: Manifest, names: dict, staging: str, roots: StartupRoots, here: dict) -> dict:
+    held = families(manifest)
+    placed = {}
+    for family in FAMILIES:
+        if family not in held:
+            continue
+        src, dest = os.path.join(staging, family), getattr(roots, family)
+        if family == "deep_gemm":
+            placed[family] = ops.place_deep_gemm(manifest, names, staging, dest, here.get("deep_gemm_include_dir"))
+        elif family == "triton":
+            placed[family] = ops.place_children(src, dest, triton_cache.rehome_entry)
+        else:
+            placed[family] = place_tree(src, dest)
+    keys = 0
+    if manifest.keys and roots.triton:
+        keys = ops.write_precompile_manifest(manifest, ops.CacheDirs(roots.deep_gemm or "", roots.triton, ""))
+    return {"families": placed, "manifest_keys": keys}
+
+
+def place_tree(src: str, dest: str) -> ops.Placed:
+    """`src`'s tree into `dest`: a directory `dest` lacks lands whole (one rename, its Triton
+    entries pointing at their new place), one it has is merged into, a file there or a Triton
+    entry there is kept (vLLM, Inductor and Triton publish them complete)."""
+    placed = ops.Placed()
+    for name in sorted(os.listdir(src)):
+        source, target = os.path.join(src, name), os.path.join(dest, name)
+        if os.path.isdir(source) and os.path.isdir(target) and not triton_cache.groups(source):
+            inner = place_tree(source, target)
+            placed = placed._replace(new=placed.new + inner.new, kept=placed.kept + inner.kept)
+            continue
+        outcome = ops.place(source, target, rehome_tree if os.path.isdir(source) else None)
+        placed = placed._replace(new=placed.new + outcome, kept=placed.kept + (not outcome))
+    return placed
+
+
+def rehome_tree(copy: str, final: str) -> None:
+    """Every Triton entry under `copy` (being prepared) points at where it will be once renamed to `final`."""
+    for folder, _, _ in os.walk(copy):
+        if triton_cache.groups(folder):
+            triton_cache.rehome_entry(folder, os.path.normpath(os.path.join(final, os.path.relpath(folder, copy))))
+
+
+def describe(placed: dict) -> str:
+    """One line: per family the entries placed and those already there."""
+    parts = [f"{family} {p.new} new ({p.kept} already there)" for family, p in placed["families"].items()]
+    return f"installed: {', '.join(parts) or 'nothing'}; {placed['manifest_keys']} keys in the precompile manifest"
+
+
+def summary(manifest: Manifest) -> str:
+    """One line: the bundle's families with their files and bytes."""
+    sizes: dict = {}
+    for f in manifest.files:
+        count, size = sizes.get(f.path.split("/")[0], (0, 0))
+        sizes[f.path.split("/")[0]] = (count + 1, size + f.size)
+    return ", ".join(f"{family} {n} files {size / 2**20:.1f} MiB" for family, (n, size) in sizes.items())

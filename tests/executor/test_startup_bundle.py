@@ -1,0 +1,339 @@
+"""Bundles of a whole vLLM start-up on CPU (issue 25 item 3): cache trees planted the way vLLM
+0.25, Inductor, Triton, DeepGEMM and vLLM's FlashInfer autotune write them, packed, inspected and
+installed into another machine's cache roots. The GPU part of the fingerprint is stood in for;
+the tar, the manifest, the checks and the placement are real."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from executor.bundle import archive, cli, environment, startup
+from test_bundle import deepjit_entry, fingerprint, parse, rewrite
+
+CFG = "cfg0123456789"
+AOT = "a0" * 32
+
+
+def vllm_fp(**changes):
+    return {**fingerprint(version="2.8.0"), "vllm": "0.25.0", "vllm_config_hash": CFG, **changes}
+
+
+def triton_entry(folder, name, files=("k.cubin", "k.json")):
+    """A Triton cache entry: its files and a group file naming them by absolute path, as Triton writes."""
+    os.makedirs(os.path.join(folder, name))
+    for f in files:
+        with open(os.path.join(folder, name, f), "w") as out:
+            out.write(f"{name}/{f}")
+    with open(os.path.join(folder, name, "__grp__k.json"), "w") as out:
+        json.dump({"child_paths": {f: os.path.join(folder, name, f) for f in files}}, out)
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def environ(base):
+    """A machine's environment as the plugin's vLLM sees it before compiling."""
+    return {"VLLM_CACHE_ROOT": str(base / "vllm"), "TRITON_HOME": str(base / "home"),
+            "TORCHINDUCTOR_CACHE_DIR": str(base / "inductor")}
+
+
+def fill_startup(base):
+    """What vLLM 0.25's start-up leaves: DeepGEMM, vLLM's Triton kernels, the torch.compile cache
+    with its AOT artifacts and Inductor's cache inside them, the FlashInfer autotune file."""
+    root = base / "vllm"
+    deepjit_entry(root / "deep_gemm")
+    triton_entry(str(base / "home" / ".triton" / "cache"), "SAMPLERHASH")
+    hashed = root / "torch_compile_cache" / "abcdef0123" / "rank_0_0" / "backbone"
+    write(str(hashed / "vllm_compile_cache.py"), "{(1, 8192): 'artifact_compile_range_1_8192'}")
+    write(str(hashed / "cache_key_factors.json"), json.dumps({"config_hash": CFG}))
+    aot = root / "torch_compile_cache" / "torch_aot_compile" / AOT
+    write(str(aot / "rank_0_0" / "model"), "aot artifact")
+    triton_entry(str(aot / "inductor_cache" / "triton" / "0"), "INDUCTORHASH")
+    write(str(aot / "inductor_cache" / "fxgraph" / "xy" / "fkey" / "entry"), "fx graph")
+    write(str(root / "flashinfer_autotune_cache" / "flashinfer" / "0.6.13" / "h1" / "autotune_configs.json"), "{}")
+    return startup.StartupRoots.from_env(environ(base))._replace(inductor=str(aot / "inductor_cache"))
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    roots = fill_startup(tmp_path / "build")
+    out = tmp_path / "s.warmup"
+    manifest = startup.build(str(out), roots, vllm_fp(), startup.Origin("vllm-0.25-plugin", "llama", "sha256:d"))
+    return out, manifest, roots
+
+
+def files_under(folder):
+    out = {}
+    for base, _, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(base, name)) as f:
+                out[os.path.relpath(os.path.join(base, name), folder)] = f.read()
+    return out
+
+
+def test_a_root_inside_another_is_packed_once_with_it(tmp_path):
+    roots = startup.StartupRoots("/v/deep_gemm", "/v/tc/x/inductor/triton/0", "/v/tc", "/v/tc/x/inductor", "/v/fi")
+    assert startup.StartupRoots.distinct(roots) == {"deep_gemm": "/v/deep_gemm", "torch_compile": "/v/tc",
+                                                    "flashinfer_autotune": "/v/fi"}
+    env = startup.StartupRoots.from_env({"XDG_CACHE_HOME": "/x", "TRITON_CACHE_DIR": "/t"})
+    assert (env.torch_compile, env.deep_gemm, env.triton) == ("/x/vllm/torch_compile_cache", "/x/vllm/deep_gemm", "/t")
+    assert env.flashinfer_autotune == "/x/vllm/flashinfer_autotune_cache"
+
+
+def test_build_packs_every_family_of_the_start_up(bundle):
+    out, manifest, _ = bundle
+    assert archive.read_manifest(str(out)) == manifest and manifest.origin == archive.VLLM
+    families = {f.path.split("/")[0] for f in manifest.files}
+    assert families == {"deep_gemm", "triton", "torch_compile", "flashinfer_autotune"}  # inductor: inside AOT
+    paths = {f.path for f in manifest.files}
+    assert f"torch_compile/torch_aot_compile/{AOT}/rank_0_0/model" in paths
+    assert f"torch_compile/torch_aot_compile/{AOT}/inductor_cache/triton/0/INDUCTORHASH/__grp__k.json" in paths
+    assert manifest.fingerprint["vllm_config_hash"] == CFG and manifest.fingerprint["vllm"] == "0.25.0"
+
+
+def test_inspect_shows_the_fingerprint_table_and_sizes_per_family(bundle, capsys):
+    out, manifest, _ = bundle
+    assert cli.cmd_bundle(parse(["inspect", str(out)])) == 0
+    text = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  ")}
+    assert rows["vllm"][1] == "0.25.0"
+    assert rows["vllm_config_hash"][1] == CFG and rows["gpu"][1:] == ["NVIDIA", "H100", "80GB", "HBM3"]
+    table = {line.split()[0]: line.split() for line in text.splitlines() if line.split()
+             and line.split()[0] in startup.FAMILIES + ("total",)}
+    for family in ("deep_gemm", "triton", "torch_compile", "flashinfer_autotune"):
+        size = sum(f.size for f in manifest.files if f.path.startswith(family + "/"))
+        assert table[family][3] == str(size), family
+    assert table["total"][3] == str(sum(f.size for f in manifest.files))
+
+
+def test_round_trip_into_other_cache_roots(bundle, tmp_path):
+    out, manifest, built = bundle
+    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    placed = startup.install(str(out), roots, vllm_fp())
+    assert set(placed["families"]) == {"deep_gemm", "triton", "torch_compile", "flashinfer_autotune"}
+    for family in ("triton", "torch_compile", "flashinfer_autotune"):
+        before, after = files_under(getattr(built, family)), files_under(getattr(roots, family))
+        assert set(before) == set(after), family
+        for name, text in before.items():
+            if "__grp__" not in name:
+                assert after[name] == text
+    assert files_under(os.path.join(roots.deep_gemm, "cache")) == files_under(os.path.join(built.deep_gemm, "cache"))
+
+
+def test_installed_triton_entries_point_at_their_installed_files(bundle, tmp_path):
+    """Triton's group files list absolute paths: both vLLM's Triton cache and Inductor's, inside the
+    AOT artifacts, must name the installed copies, else every kernel compiles again."""
+    out, _, _ = bundle
+    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    startup.install(str(out), roots, vllm_fp())
+    for entry in (os.path.join(roots.triton, "SAMPLERHASH"),
+                  os.path.join(roots.torch_compile, "torch_aot_compile", AOT, "inductor_cache", "triton", "0",
+                               "INDUCTORHASH")):
+        group = json.load(open(os.path.join(entry, "__grp__k.json")))
+        assert group["child_paths"] == {f: os.path.join(entry, f) for f in ("k.cubin", "k.json")}
+
+
+def test_install_merges_into_a_cache_another_rank_started_and_keeps_its_files(bundle, tmp_path):
+    out, _, _ = bundle
+    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    other = os.path.join(roots.torch_compile, "abcdef0123", "rank_1_0", "backbone", "vllm_compile_cache.py")
+    mine = os.path.join(roots.torch_compile, "abcdef0123", "rank_0_0", "backbone", "cache_key_factors.json")
+    write(other, "rank 1")
+    write(mine, "already there")
+    placed = startup.install(str(out), roots, vllm_fp())
+    assert open(other).read() == "rank 1" and open(mine).read() == "already there"
+    assert os.path.isfile(os.path.join(os.path.dirname(mine), "vllm_compile_cache.py"))
+    assert placed["families"]["torch_compile"].kept == 1
+    again = startup.install(str(out), roots, vllm_fp())  # a second installer: everything already there
+    assert sum(p.new for p in again["families"].values()) == 0
+
+
+def nothing_written(roots):
+    return all(not os.path.exists(r) for r in roots)
+
+
+@pytest.mark.parametrize("here, line", [
+    (vllm_fp(vllm_config_hash="cfgOTHER"), f"(vllm_config_hash: bundle '{CFG}', here 'cfgOTHER')"),
+    (vllm_fp(vllm="0.33.0"), "(vllm: bundle '0.25.0', here '0.33.0')"),
+    (vllm_fp(torch="2.12.0"), "(torch: bundle '2.11.0+cu130', here '2.12.0')"),
+])
+def test_a_mismatch_is_refused_in_one_line_naming_field_and_both_values_nothing_written(bundle, tmp_path, here, line):
+    out, _, _ = bundle
+    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    with pytest.raises(archive.PlanError) as e:
+        startup.install(str(out), roots, here)
+    assert str(e.value) == f"{out}: refused: the bundle was built for another environment {line}"
+    assert nothing_written(roots)
+
+
+def test_an_unknown_config_hash_is_not_a_mismatch_an_unknown_vllm_is():
+    assert environment.mismatch(vllm_fp(), vllm_fp(vllm_config_hash=None)) is None
+    assert environment.mismatch(vllm_fp(), vllm_fp(vllm=None)) == "vllm: bundle '0.25.0', here None"
+    assert environment.mismatch(fingerprint(), {**fingerprint(), "vllm": "0.25.0"}) is None  # a plan's bundle
+
+
+def test_a_corrupted_member_leaves_every_cache_untouched(bundle, tmp_path):
+    out, manifest, _ = bundle
+    bad = tmp_path / "bad.warmup"
+    rewrite(str(out), str(bad), manifest, corrupt=f"torch_compile/torch_aot_compile/{AOT}/rank_0_0/model")
+    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    with pytest.raises(archive.PlanError, match="does not match its sha256"):
+        startup.install(str(bad), roots, vllm_fp())
+    assert nothing_written(roots)
+
+
+def test_cli_install_checks_the_config_hash_when_given(bundle, tmp_path, monkeypatch, capsys):
+    out, _, _ = bundle
+    monkeypatch.setattr(environment, "measure", lambda: vllm_fp(vllm_config_hash=None))
+    serve = tmp_path / "serve"
+    for key, value in environ(serve).items():
+        monkeypatch.setenv(key, value)
+    code = cli.cmd_bundle(parse(["install", str(out), "--vllm-config-hash", "cfgOTHER"]))
+    assert code == 2 and capsys.readouterr().err == (
+        f"warmup: error: {out}: refused: the bundle was built for another environment "
+        f"(vllm_config_hash: bundle '{CFG}', here 'cfgOTHER')\n")
+    assert not serve.exists()
+    assert cli.cmd_bundle(parse(["install", str(out)])) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("installed: deep_gemm 1 new (0 already there), triton 1 new")
+    assert printed[1].startswith("note: vllm_config_hash not checked")
+    assert os.path.isfile(serve / "vllm" / "torch_compile_cache" / "torch_aot_compile" / AOT / "rank_0_0" / "model")
+
+
+def test_verify_refuses_a_start_up_bundle_in_one_line(bundle, capsys):
+    out, _, _ = bundle
+    assert cli.cmd_bundle(parse(["verify", str(out)])) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_empty_caches_write_no_bundle(tmp_path):
+    out = tmp_path / "s.warmup"
+    with pytest.raises(archive.PlanError, match="the start-up's caches are empty"):
+        startup.build(str(out), startup.StartupRoots.from_env(environ(tmp_path)), vllm_fp(), startup.Origin())
+    assert not out.exists()
+
+
+# --- through the vLLM plugin (vllm_bridge.plugin with a stand-in worker and VllmConfig) ----------------
+
+def plugin_worker(config_hash=CFG, rank=0):
+    from types import SimpleNamespace as NS
+
+    return NS(vllm_config=NS(compute_hash=lambda: config_hash), rank=rank)
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    from vllm_bridge import plugin as plugin_module
+    from vllm_bridge.releases import RELEASES
+
+    monkeypatch.setattr(environment, "current", lambda: vllm_fp(vllm_config_hash=None))  # the machine's part
+    for key in ("TRITON_CACHE_DIR", "DG_JIT_CACHE_DIR", "XDG_CACHE_HOME", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"):
+        monkeypatch.delenv(key, raising=False)
+
+    def start(base, settings, worker, compile_or_warm_up=lambda self: "ready", load=lambda self: "loaded"):
+        """One vLLM start-up on the machine `base`: load_model, then compile_or_warm_up_model."""
+        for key, value in environ(base).items():
+            monkeypatch.setenv(key, value)
+        release = RELEASES["0.25.0"]
+        loaded = plugin_module._load_model(load, release, settings)(worker)
+        return loaded, plugin_module._compile_or_warm_up_model(compile_or_warm_up, release, settings)(worker)
+    return start
+
+
+def vllm_compiles(base, monkeypatch, out):
+    def compile_or_warm_up(self):
+        assert not out.exists()  # packed once vLLM is ready, not before
+        roots = fill_startup(base)
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", roots.inductor)  # vLLM's AOT compile points it there
+        return "ready"
+    return compile_or_warm_up
+
+
+def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin, tmp_path, monkeypatch, caplog):
+    from vllm_bridge.warmup import Settings
+
+    out = tmp_path / "s.warmup"
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        assert plugin(tmp_path / "build", Settings(None, bundle_out=str(out)), plugin_worker(),
+                      vllm_compiles(tmp_path / "build", monkeypatch, out)) == ("loaded", "ready")
+    manifest = archive.read_manifest(str(out))
+    assert manifest.origin == archive.VLLM and manifest.fingerprint["vllm_config_hash"] == CFG
+    assert {f.path.split("/")[0] for f in manifest.files} == {"deep_gemm", "triton", "torch_compile",
+                                                              "flashinfer_autotune"}
+    assert len(caplog.records) == 1 and re.fullmatch(
+        rf"warmup-planner: bundle {re.escape(str(out))} written in \d+\.\d s: deep_gemm 4 files .*",
+        caplog.records[0].getMessage())
+    serve = tmp_path / "serve"
+    aot_model = serve / "vllm" / "torch_compile_cache" / "torch_aot_compile" / AOT / "rank_0_0" / "model"
+
+    def load(self):
+        assert aot_model.is_file()  # in place before vLLM loads (and then compiles)
+        return "loaded"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        assert plugin(serve, Settings(None, bundle=str(out)), plugin_worker(), load=load) == ("loaded", "ready")
+    assert len(caplog.records) == 1 and caplog.records[0].getMessage().startswith(
+        f"warmup-planner: bundle {out} installed: deep_gemm 1 new")
+
+
+def test_the_plugin_refuses_another_config_in_one_line_and_vllm_starts_cold(plugin, bundle, tmp_path, caplog):
+    from vllm_bridge.warmup import Settings
+
+    out, _, _ = bundle
+    serve = tmp_path / "serve"
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        assert plugin(serve, Settings(None, bundle=str(out)), plugin_worker("cfgOTHER")) == ("loaded", "ready")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"warmup-planner: bundle not installed, vLLM starts cold: {out}: refused: the bundle was built for another "
+        f"environment (vllm_config_hash: bundle '{CFG}', here 'cfgOTHER')"]
+    assert not serve.exists()
+
+
+def test_only_rank_0_packs_and_an_unwritable_output_is_said_before_the_weights(plugin, tmp_path, monkeypatch, caplog):
+    from vllm_bridge.warmup import Settings
+
+    out = tmp_path / "s.warmup"
+    plugin(tmp_path / "b1", Settings(None, bundle_out=str(out)), plugin_worker(rank=1),
+           vllm_compiles(tmp_path / "b1", monkeypatch, out))
+    assert not out.exists()
+    nowhere = tmp_path / "missing-dir" / "s.warmup"
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        assert plugin(tmp_path / "b2", Settings(None, bundle_out=str(nowhere)), plugin_worker(),
+                      vllm_compiles(tmp_path / "b2", monkeypatch, nowhere)) == ("loaded", "ready")
+    assert len(caplog.records) == 1 and "WARMUP_BUNDLE_OUT: no bundle will be written" in caplog.records[0].getMessage()
+    assert not nowhere.parent.exists()
+
+
+def test_with_a_plan_the_bundle_names_it_and_is_packed_after_the_plans_warmup(plugin, tmp_path, monkeypatch):
+    from types import SimpleNamespace as NS
+
+    from vllm_bridge import plugin as plugin_module
+    from vllm_bridge.warmup import Settings, WorkerWarmup
+
+    out = tmp_path / "s.warmup"
+    state = NS(start=lambda: None, phases=NS(phase=lambda name: __import__("contextlib").nullcontext()),
+               warm_up=lambda original: original(), expanded=NS(plan="vllm-0.25-plugin", engine="llama-fp8"),
+               report=NS(digest="sha256:p"))
+    monkeypatch.setattr(WorkerWarmup, "prepare", classmethod(lambda cls, worker, release, settings: state))
+    worker = plugin_worker()
+    plugin(tmp_path / "b", Settings("vllm-0.25-plugin", bundle_out=str(out)), worker,
+           vllm_compiles(tmp_path / "b", monkeypatch, out))
+    manifest = archive.read_manifest(str(out))
+    assert (manifest.plan, manifest.engine, manifest.plan_digest) == ("vllm-0.25-plugin", "llama-fp8", "sha256:p")
+    assert getattr(worker, plugin_module.STATE) is state
+
+
+def test_the_plugin_is_active_for_a_bundle_alone():
+    from vllm_bridge.warmup import Settings
+
+    assert not Settings.from_env({}).active
+    assert Settings.from_env({"WARMUP_BUNDLE": "b.warmup"}).active
+    assert Settings.from_env({"WARMUP_BUNDLE_OUT": "b.warmup"}).bundle_out == "b.warmup"

@@ -1,0 +1,111 @@
+"""Start-up bundles inside vLLM (vllm_bridge.plugin calls these from the patched Worker).
+
+- ``WARMUP_BUNDLE=FILE``: at ``load_model``, before vLLM compiles anything (torch.compile runs in
+  the memory profile, after it), the bundle is installed into the caches this process will read
+  (executor.bundle.startup): its fingerprint is checked first against this machine, this vLLM
+  and the live ``VllmConfig.compute_hash()``, the hash vLLM keys its torch.compile cache with.
+- ``WARMUP_BUNDLE_OUT=FILE``: the cache directories are recorded at ``load_model`` (before
+  vLLM's compile points TORCHINDUCTOR_CACHE_DIR at its own), and once ``compile_or_warm_up_model``
+  has returned (vLLM is ready: everything it compiles or tunes at start is on disk) rank 0 packs
+  them into FILE.
+
+Both are work around vLLM's: a failure is one line of vLLM's log and vLLM goes on, cold or with
+no bundle written (a server is never stopped by a bundle).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from planner.errors import PlanError, one_line
+
+log = logging.getLogger("vllm.warmup_planner")
+ROOTS = "_warmup_planner_bundle_roots"  # on a worker: the StartupRoots recorded at load_model
+
+
+def vllm_cache_root() -> str | None:
+    """vLLM's own VLLM_CACHE_ROOT (None where vLLM is not importable: tests)."""
+    try:
+        import vllm.envs as envs
+
+        return envs.VLLM_CACHE_ROOT
+    except Exception:  # noqa: BLE001 - resolved from the environment as vLLM does
+        return None
+
+
+def roots_now():
+    from executor.bundle.startup import StartupRoots
+
+    return StartupRoots.from_env(os.environ, vllm_cache_root())
+
+
+def config_hash(vllm_config) -> str | None:
+    """The hash vLLM keys its torch.compile cache with (None: the config cannot say)."""
+    try:
+        return str(vllm_config.compute_hash())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def machine(vllm_config) -> dict:
+    """This worker's fingerprint: the machine's (torch is imported already) and the config hash."""
+    from executor.bundle import environment
+
+    return {**environment.current(), "vllm_config_hash": config_hash(vllm_config)}
+
+
+def _why(e: BaseException) -> str:
+    return one_line(e) if isinstance(e, PlanError) else f"{type(e).__name__}: {one_line(e)}"
+
+
+def install_before_compile(worker, path: str | None) -> dict | None:
+    """Install WARMUP_BUNDLE; what was placed, or None (not asked, or refused: one log line)."""
+    if not path:
+        return None
+    from executor.bundle import startup
+
+    started = time.monotonic()
+    try:
+        placed = startup.install(path, roots_now(), machine(worker.vllm_config))
+    except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts cold
+        log.warning("warmup-planner: bundle not installed, vLLM starts cold: %s", _why(e))
+        return None
+    log.info("warmup-planner: bundle %s %s (%.1f s)", path, startup.describe(placed), time.monotonic() - started)
+    return placed
+
+
+def record_roots(worker, out: str | None) -> None:
+    """Where this start-up's caches are, before vLLM compiles; an output that cannot be written
+    is said now (one line), and nothing is packed at the end."""
+    if not out:
+        return
+    from executor.bundle import ops
+
+    try:
+        ops.check_output(out)
+    except Exception as e:  # noqa: BLE001
+        log.warning("warmup-planner: WARMUP_BUNDLE_OUT: no bundle will be written: %s", _why(e))
+        return
+    setattr(worker, ROOTS, roots_now())
+
+
+def build_after_ready(worker, out: str | None, origin) -> str | None:
+    """Rank 0 packs the start-up's caches into WARMUP_BUNDLE_OUT; the path written, or None."""
+    roots = getattr(worker, ROOTS, None)
+    if not out or roots is None or int(getattr(worker, "rank", 0) or 0) != 0:
+        return None
+    from executor.bundle import startup
+
+    # vLLM's compile may have pointed Inductor at a directory of its own (its AOT cache) since.
+    roots = roots._replace(inductor=os.environ.get("TORCHINDUCTOR_CACHE_DIR") or roots.inductor)
+    started = time.monotonic()
+    try:
+        manifest = startup.build(out, roots, machine(worker.vllm_config), origin)
+    except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
+        log.warning("warmup-planner: no bundle written: %s", _why(e))
+        return None
+    log.info("warmup-planner: bundle %s written in %.1f s: %s", out, time.monotonic() - started,
+             startup.summary(manifest))
+    return out
