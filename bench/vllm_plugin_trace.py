@@ -420,7 +420,19 @@ def rank_reports(ranks: int) -> list:
         out.append({"rank": rank, "report": path, "found": bool(report), "status": report.get("status"),
                     "fallback": host.get("fallback"), "precompile_wait_s": host.get("precompile_wait_s"),
                     "jobs": pre.get("jobs"), "workers": pre.get("workers"), "compiled": pre.get("compiled"),
+                    "failed": pre.get("failed"), "startup_compiles": startup_compiles(report),
                     "claims": claims, "phases": host.get("phases")})
+    return out
+
+
+def startup_compiles(report: dict) -> dict:
+    """What one rank compiled from load_model to ready, by kind, as its plugin counted it: vLLM's
+    phases, the plan's stages (in the rank's process) and its pool (kernels its workers compiled)."""
+    host, out = report.get("host") or {}, {}
+    for row in (host.get("phases") or []) + (host.get("stages") or []):
+        for kind, n in (row.get("compiled") or {}).items():
+            out[kind] = out.get(kind, 0) + (n or 0)
+    out["pool"] = (report.get("precompile") or {}).get("compiled") or 0
     return out
 
 

@@ -62,7 +62,11 @@
 # on this machine so far) and proof.log (this script's output). So at most 3 parts per call.
 # The timeline plot: python3 bench/plot_startup_timeline.py STOCK/result.json PLUGIN/result.json -o t.png
 #
-# Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm), MODEL (llama | qwen |
+# Bundles (issue 25): bundle-build is a plugin run from empty caches of its own that packs the
+# start-up's caches once vLLM is ready (WARMUP_BUNDLE_OUT=$ROOT/bundles/<series>.warmup; `bundle
+# inspect` of it lands in the run's bundle_inspect.txt); bundle-cold is a plugin run from other
+# empty caches that installs that bundle first (WARMUP_BUNDLE): compare its ready with stock-warm.
+# Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold), MODEL (llama | qwen |
 # a tests/fixtures/hf name), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
 # and caches; NCCL's NVLink multicast stays off), PLUGIN_PLAN (vllm-0.25-plugin), PLUGIN_JOBS (WARMUP_JOBS for the plugin
 # arm; unset: the plugin's default), REQUESTS (500), RUN_TIMEOUT_S (560), BUDGET_S (585),
@@ -85,6 +89,7 @@ TP=${TP:-1}
 SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")   # a tensor-parallel series keeps its own runs and caches
 RUNS=$ROOT/runs/$SERIES
 MODEL_DIR=$ROOT/models/$MODEL
+BUNDLE_FILE=$ROOT/bundles/$SERIES.warmup   # bundle-build writes it (WARMUP_BUNDLE_OUT), bundle-cold installs it
 PLUGIN_PLAN=${PLUGIN_PLAN:-vllm-0.25-plugin}
 REQUESTS=${REQUESTS:-500}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-560}
@@ -96,8 +101,8 @@ VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}
 [ -f "$CONFIG" ] || { echo "no model config $CONFIG" >&2; exit 2; }
 set -f; read -r -a PART_LIST <<< "$PARTS"; set +f
 for part in "${PART_LIST[@]}"; do
-    case "$part" in plugin-cold|plugin-warm|stock-cold|stock-warm) ;;
-        *) echo "unknown part '$part' (plugin-cold, plugin-warm, stock-cold, stock-warm)" >&2; exit 2 ;;
+    case "$part" in plugin-cold|plugin-warm|stock-cold|stock-warm|bundle-build|bundle-cold) ;;
+        *) echo "unknown part '$part' (plugin-cold, plugin-warm, stock-cold, stock-warm, bundle-build, bundle-cold)" >&2; exit 2 ;;
     esac
 done
 [ ${#PART_LIST[@]} -le 3 ] || echo "WARNING: ${#PART_LIST[@]} parts: only 8 files come back from \$OUT (2 per part + 2)"
@@ -122,8 +127,18 @@ machine_facts() {
 # --- one run -----------------------------------------------------------------------------------------
 # run_part ARM-TEMP: empties the arm's caches for a cold run, runs the trace under timeout, writes run.json.
 run_part() {
-    local part=$1 arm=${1%-*} temp=${1#*-}
+    local part=$1 arm=${1%-*} temp=${1#*-} extra=()
     local dir=$RUNS/$part cache=$ROOT/cache/$SERIES/$arm
+    case "$part" in  # the bundle runs: the plugin arm from empty caches of their own
+        bundle-build) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-build extra=(WARMUP_BUNDLE_OUT="$BUNDLE_FILE") ;;
+        bundle-cold) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE") ;;
+    esac
+    if [ "$part" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
+        say "$part: skipped, no bundle at $BUNDLE_FILE (bundle-build first, on this machine)"
+        mkdir -p "$dir" && json_run "$dir" skipped="no bundle built on this machine"
+        return
+    fi
+    [ "$part" = bundle-build ] && do_or_show rm -f "$BUNDLE_FILE"
     local left=$((BUDGET_S - ($(date +%s) - CALL_START) - 15)) limit=$RUN_TIMEOUT_S
     [ "$left" -lt "$limit" ] && limit=$left
     do_or_show rm -rf "$dir"
@@ -147,6 +162,7 @@ run_part() {
                    WARMUP_PLAN_REPORT="$dir/plan_report.json" WARMUP_JIT_LOG="$dir/plugin_jit.jsonl"
                    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1)
     [ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] && env_set+=(VLLM_USE_FLASHINFER_SAMPLER="$VLLM_USE_FLASHINFER_SAMPLER")
+    env_set+=("${extra[@]}")
     if [ "$arm" = plugin ]; then
         env_set+=(WARMUP_PLAN="$PLUGIN_PLAN")
         [ -n "${PLUGIN_JOBS:-}" ] && env_set+=(WARMUP_JOBS="$PLUGIN_JOBS")
@@ -170,6 +186,10 @@ run_part() {
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
         command="$(printf '%q ' "${cmd[@]}")"
+    if [ "$part" = bundle-build ]; then
+        ls -la "$BUNDLE_FILE" > "$dir/bundle_inspect.txt" 2>&1
+        PYTHONPATH="$PYPATH" python3 -m executor.cli bundle inspect "$BUNDLE_FILE" >> "$dir/bundle_inspect.txt" 2>&1
+    fi
     if [ "$rc" != 0 ]; then
         say "$part: FAILED (rc $rc$( { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && echo ': its time limit')), stderr's end:"
         tail -n 5 "$dir/stderr.txt" | cut -c1-300
@@ -254,6 +274,6 @@ PYPATH="$PWD:$PYTHONPATH"   # the checkout first: its planner/executor/vllm_brid
 if [ "$DRY_RUN" = 1 ]; then
     main
 else
-    mkdir -p "$RESULTS" "$RUNS"
+    mkdir -p "$RESULTS" "$RUNS" "$ROOT/bundles"
     main 2>&1 | tee -a "$RESULTS/proof.log"   # the pipeline waits for tee: the log is whole
 fi

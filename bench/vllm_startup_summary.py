@@ -23,10 +23,10 @@ import argparse
 import json
 import os
 
-RUNS = ("stock-cold", "plugin-cold", "plugin-warm", "stock-warm")
+RUNS = ("stock-cold", "plugin-cold", "plugin-warm", "stock-warm", "bundle-build", "bundle-cold")
 KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
 COLUMNS = ("run", "rc", "wall_s", "tp", "ready_s", "llm_init_s", "kv_blocks", "first_request_s", "max_step_s",
-           "trace_s", *KINDS, "events", "cache_kernels", "rank_events", "node_compiled", "node_keys",
+           "trace_s", *KINDS, "events", "cache_kernels", "rank_events", "node_compiled", "node_keys", "node_failed", "startup_compiles",
            "plugin_active", "model_runner", "error")
 
 
@@ -70,11 +70,14 @@ def after_ready_elsewhere(result: dict) -> dict:
 def node_keys(result: dict) -> dict:
     """The node's precompile: keys compiled, summed over the ranks, and the distinct keys the ranks
     shared (each key once across the node when the two agree)."""
-    claims = [r.get("claims") or {} for r in result.get("ranks") or [] if r.get("claims")]
-    if not claims:
-        return {"node_compiled": None, "node_keys": None}
-    return {"node_compiled": sum(c.get("compiled") or 0 for c in claims),
-            "node_keys": max(c.get("node_keys") or 0 for c in claims)}
+    ranks = [r for r in result.get("ranks") or [] if r.get("claims")]
+    if not ranks:
+        return {"node_compiled": None, "node_keys": None, "node_failed": None, "startup_compiles": None}
+    return {"node_compiled": sum(r["claims"].get("compiled") or 0 for r in ranks),
+            "node_keys": max(r["claims"].get("node_keys") or 0 for r in ranks),
+            # a failed job compiled (or tried to) a key that another rank then compiled again
+            "node_failed": sum(r.get("failed") or 0 for r in ranks),
+            "startup_compiles": sum(sum((r.get("startup_compiles") or {}).values()) for r in ranks)}
 
 
 def checks(rows: dict) -> list[dict]:
@@ -113,6 +116,7 @@ def checks(rows: dict) -> list[dict]:
     else:
         out.append({"check": "KV cache = stock-warm's", "pass": None, "detail": "needs stock-warm and a plugin run"})
     out.append(node_check(rows))
+    out.append(bundle_check(rows))
     inactive = [n for n in plugins if rows[n].get("plugin_active") is not True]
     inactive += [n for n in ("stock-cold", "stock-warm") if done(n) and rows[n].get("plugin_active")]
     if inactive:
@@ -126,9 +130,27 @@ def node_check(rows: dict) -> dict:
     r = rows.get("plugin-cold")
     if not r or r.get("node_keys") is None or not r.get("tp") or r["tp"] < 2:
         return {"check": "node compiles = distinct keys", "pass": None, "detail": "needs a plugin-cold run with TP > 1"}
-    return {"check": "node compiles = distinct keys", "pass": r["node_compiled"] == r["node_keys"],
+    failed = r.get("node_failed") or 0
+    return {"check": "node compiles = distinct keys", "pass": r["node_compiled"] == r["node_keys"] and not failed,
             "detail": f"plugin-cold, {r['tp']} ranks: {r['node_compiled']} compiled across the ranks, "
-                      f"{r['node_keys']} distinct keys"}
+                      f"{r['node_keys']} distinct keys, {failed} pool jobs failed"}
+
+
+def bundle_check(rows: dict) -> dict:
+    """Issue 25's target: fresh caches plus the bundle start within 1.1x stock-warm's ready and
+    compile nothing from process start to the end of the trace (every rank's plugin count and
+    the caches after ready)."""
+    name = "bundle-cold: ready <= 1.1x stock-warm, 0 compiles"
+    b, ref = rows.get("bundle-cold"), rows.get("stock-warm")
+    if not b or b.get("ready_s") is None or not ref or ref.get("ready_s") is None:
+        return {"check": name, "pass": None, "detail": "needs bundle-cold and stock-warm"}
+    ratio = b["ready_s"] / ref["ready_s"]
+    after = sum(b.get(k) or 0 for k in (*KINDS, "cache_kernels", "rank_events"))
+    start = b.get("startup_compiles")
+    ok = ratio <= 1.1 and start == 0 and after == 0
+    return {"check": name, "pass": ok,
+            "detail": f"bundle-cold {b['ready_s']:.1f} s / stock-warm {ref['ready_s']:.1f} s = {ratio:.2f}x; "
+                      f"compiles to ready {start}, after ready {after}"}
 
 
 def line(r: dict) -> str:

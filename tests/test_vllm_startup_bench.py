@@ -205,7 +205,7 @@ def test_rank_reports_and_events_read_every_rank(trace, tmp_path, monkeypatch):
     claims = {"compiled": 30, "waited": 2, "loaded": 0, "node_keys": 58, "node_processes": 2, "taken_over": []}
     report.write_text(json.dumps({"status": "ok", "precompile": {"jobs": 58, "claims": claims}}))
     (tmp_path / "plan_report.rank1.json").write_text(json.dumps(
-        {"status": "ok", "precompile": {"jobs": 58, "claims": {**claims, "compiled": 28}}}))
+        {"status": "ok", "precompile": {"jobs": 58, "failed": 0, "claims": {**claims, "compiled": 28}}}))
     (tmp_path / "plugin_jit.rank1.jsonl").write_text(json.dumps({"backend": "triton"}) + "\n")
     ranks = trace.rank_reports(2)
     assert [r["claims"]["compiled"] for r in ranks] == [30, 28] and "taken_over" not in ranks[0]["claims"]
@@ -215,7 +215,7 @@ def test_rank_reports_and_events_read_every_rank(trace, tmp_path, monkeypatch):
     summary = load("vllm_startup_summary")
     result = {"tensor_parallel_size": 2, "ranks": ranks, "rank_events_after_ready": events,
               "cache_new_after_ready": {"kernels": {"deep_gemm": 1}}}
-    assert summary.node_keys(result) == {"node_compiled": 58, "node_keys": 58}
+    assert summary.node_keys(result) == {"node_compiled": 58, "node_keys": 58, "node_failed": 0, "startup_compiles": 0}
     assert summary.after_ready_elsewhere(result) == {"cache_kernels": 1, "rank_events": 1}
 
 
@@ -230,6 +230,14 @@ def test_summary_node_check_and_compiles_seen_outside_the_harness(tmp_path):
     checks = {c["check"]: c for c in summary.checks(rows)}
     assert checks["node compiles = distinct keys"]["pass"] is False  # 60 compiled for 58 keys
     assert "60 compiled across the ranks, 58 distinct keys" in checks["node compiles = distinct keys"]["detail"]
+    # What the H100 pair showed: the claims add up, but rank 1's pool failed 57 jobs (wrong GPU).
+    cold["ranks"] = [{"claims": {"compiled": 73, "node_keys": 73}, "failed": 0},
+                     {"claims": {"compiled": 0, "node_keys": 73}, "failed": 57}]
+    write_run(runs, "plugin-cold-again", **cold)
+    row = summary.row(str(runs), "plugin-cold-again")
+    checks = {c["check"]: c for c in summary.checks({"plugin-cold": row})}
+    assert checks["node compiles = distinct keys"]["pass"] is False
+    assert "57 pool jobs failed" in checks["node compiles = distinct keys"]["detail"]
     assert checks["0 compiles after ready (plugin)"]["pass"] is False  # a Triton kernel in the cache
 
 
@@ -255,3 +263,24 @@ def test_precompile_race_verdicts(tmp_path):
     missing = race.verdicts(str(tmp_path / "none"), "dg")
     assert missing["checks"] == {"each key once on the node": None, "both racers ok": False,
                                  "warm run compiles nothing": None}
+
+
+def test_bundle_check_needs_speed_and_no_compiles(tmp_path):
+    summary = load("vllm_startup_summary")
+    trace_module = load("vllm_plugin_trace")
+    report = {"host": {"phases": [{"compiled": {"triton": 0, "torch_compile": 1}}],
+                       "stages": [{"compiled": {"triton": 2, "deep_gemm": 0}}]},
+              "precompile": {"compiled": 0}}
+    assert trace_module.startup_compiles(report) == {"triton": 2, "torch_compile": 1, "deep_gemm": 0, "pool": 0}
+    runs = tmp_path / "runs"
+    write_run(runs, "stock-warm", **result("stock", 50.0, 1000))
+    warm_ranks = [{"claims": {"compiled": 0, "node_keys": 0}, "startup_compiles": {"triton": 0, "pool": 0}}]
+    write_run(runs, "bundle-cold", **(result("plugin", 54.0, 1000) | {"ranks": warm_ranks}))
+    rows = {n: r for n in summary.RUNS if (r := summary.row(str(runs), n))}
+    check = {c["check"]: c for c in summary.checks(rows)}["bundle-cold: ready <= 1.1x stock-warm, 0 compiles"]
+    assert check["pass"] is True and "1.08x" in check["detail"]
+    slow_ranks = [{"claims": {"compiled": 0, "node_keys": 0}, "startup_compiles": {"torch_compile": 1}}]
+    write_run(runs, "bundle-cold2", **(result("plugin", 54.0, 1000) | {"ranks": slow_ranks}))
+    rows["bundle-cold"] = summary.row(str(runs), "bundle-cold2")
+    check = {c["check"]: c for c in summary.checks(rows)}["bundle-cold: ready <= 1.1x stock-warm, 0 compiles"]
+    assert check["pass"] is False and "compiles to ready 1" in check["detail"]

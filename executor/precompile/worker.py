@@ -56,6 +56,8 @@ def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dic
         state["monitor"] = Monitor("warn" if monitor_mode != "off" else "off").install()
     except Exception as e:  # noqa: BLE001
         state["errors"]["monitor"] = f"{type(e).__name__}: {e}"
+    with_device = _device_setter(device, state)
+    with_device()  # torch preloaded by the fork server: the backends' checks run on the device too
     for name, (module, cls) in specs.items():
         try:
             instance = getattr(importlib.import_module(module), cls)(device, options)
@@ -66,6 +68,7 @@ def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dic
             state["backends"][name] = instance
         else:
             state["errors"][name] = why or "unavailable"
+    with_device()
     if state["target"]:
         # Triton's fixed per-process costs, for the offline target: no CUDA context, no torch.
         # (Without a target, Triton's own driver would create a context here: the jobs do it.)
@@ -74,6 +77,28 @@ def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dic
         except Exception as e:  # noqa: BLE001 - the jobs will say it
             state["errors"]["prime"] = f"{type(e).__name__}: {e}"
     state["init_s"] = round(time.perf_counter() - start, 3)
+
+
+def _device_setter(device: str, state: dict):
+    def set_it() -> None:
+        try:
+            use_device(device)
+        except Exception as e:  # noqa: BLE001 - the jobs will fail and say why
+            state["errors"]["device"] = f"{type(e).__name__}: {e}"
+    return set_it
+
+
+def use_device(device: str) -> None:
+    """Make the pool's device the worker's current CUDA device. A fresh process's current device
+    is cuda:0, and DeepGEMM and Triton launch on the current device whatever device the tensors
+    are on: the pool of a tensor-parallel rank on cuda:1 then launched its kernels on GPU 0 over
+    GPU 1's memory (CUDA_ERROR_ILLEGAL_ADDRESS, 57 of 73 jobs failed on the H100 pair,
+    bench/RESULTS.md part T). Only where a backend has imported torch already: workers that
+    compile Triton offline stay without torch and without a CUDA context."""
+    torch = sys.modules.get("torch")
+    if torch is None or not str(device).startswith("cuda:"):
+        return
+    torch.cuda.set_device(int(str(device).split(":", 1)[1]))
 
 
 def ready() -> dict:

@@ -243,3 +243,40 @@ def test_a_pool_that_ends_idle_tells_the_monitor_its_deep_gemm_kernels():
     Precompiler.end_idle(NS(book=book, barrier=barrier, _end_pool=lambda: ended.append(True),
                             _announce=lambda: None))
     assert told == [{"e1"}] and ended == [True]
+
+
+def test_a_rank_pool_worker_launches_on_its_rank_gpu(monkeypatch):
+    """The pool of a tensor-parallel rank on cuda:1: its workers' current device is cuda:1 (a fresh
+    process starts on cuda:0, where DeepGEMM then launched over GPU 1's memory on the H100 pair);
+    a worker without torch (offline Triton) stays without it."""
+    import sys
+    import types
+
+    from executor.precompile import worker
+
+    calls = []
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=calls.append))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    worker.use_device("cuda:1")
+    worker.use_device("cuda")     # no index: the current device is the one meant
+    worker.use_device("cpu")
+    assert calls == [1]
+    monkeypatch.delitem(sys.modules, "torch")
+    worker.use_device("cuda:1")   # torch not imported: nothing imported for it
+    assert "torch" not in sys.modules and calls == [1]
+
+
+def test_the_worker_initializer_sets_the_device_for_its_backends(monkeypatch):
+    import sys
+    import types
+
+    from executor.precompile import worker
+
+    calls = []
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=calls.append))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(worker, "_WORKER", None)
+    monkeypatch.setattr(worker, "apply_setup", lambda setup: None)  # this process's environment stays
+    monkeypatch.setattr(worker.signal, "signal", lambda *a: None)    # and its Ctrl-C
+    worker.init_worker({}, "cuda:1", "off", NS(), {"env": {}, "capability": None})
+    assert calls == [1, 1] and "device" not in worker._WORKER["errors"]
