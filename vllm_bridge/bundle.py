@@ -18,11 +18,24 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import NamedTuple
 
 from planner.errors import PlanError, one_line
 
 log = logging.getLogger("vllm.warmup_planner")
-ROOTS = "_warmup_planner_bundle_roots"  # on a worker: the StartupRoots recorded at load_model
+ROOTS = "_warmup_planner_bundle_roots"  # on a worker: the Recorded of load_model
+
+
+class Recorded(NamedTuple):
+    """What a bundle to be built is made of, taken at load_model, before vLLM compiles: the cache
+    roots (vLLM's compile then points TORCHINDUCTOR_CACHE_DIR inside its torch.compile cache, while
+    Inductor's Triton kernels stay under the Inductor directory it started with) and the config hash
+    (VllmConfig.compute_hash() changes while vLLM starts; an installing worker checks it at
+    load_model, so the bundle carries the load_model value: on the H100 pair the value taken at
+    ready, '8962b20ae2', refused the same configuration's load_model value, '41a1425599')."""
+
+    roots: object
+    config_hash: str | None
 
 
 def vllm_cache_root() -> str | None:
@@ -49,11 +62,12 @@ def config_hash(vllm_config) -> str | None:
         return None
 
 
-def machine(vllm_config) -> dict:
-    """This worker's fingerprint: the machine's (torch is imported already) and the config hash."""
+def machine(vllm_config, recorded_hash: str | None = None) -> dict:
+    """This worker's fingerprint: the machine's (torch is imported already) and the config hash
+    (`recorded_hash`: the one taken at load_model, else the config's now)."""
     from executor.bundle import environment
 
-    return {**environment.current(), "vllm_config_hash": config_hash(vllm_config)}
+    return {**environment.current(), "vllm_config_hash": recorded_hash or config_hash(vllm_config)}
 
 
 def _why(e: BaseException) -> str:
@@ -88,21 +102,22 @@ def record_roots(worker, out: str | None) -> None:
     except Exception as e:  # noqa: BLE001
         log.warning("warmup-planner: WARMUP_BUNDLE_OUT: no bundle will be written: %s", _why(e))
         return
-    setattr(worker, ROOTS, roots_now())
+    setattr(worker, ROOTS, Recorded(roots_now(), config_hash(worker.vllm_config)))
 
 
 def build_after_ready(worker, out: str | None, origin) -> str | None:
     """Rank 0 packs the start-up's caches into WARMUP_BUNDLE_OUT; the path written, or None."""
-    roots = getattr(worker, ROOTS, None)
-    if not out or roots is None or int(getattr(worker, "rank", 0) or 0) != 0:
+    recorded = getattr(worker, ROOTS, None)
+    if not out or recorded is None or int(getattr(worker, "rank", 0) or 0) != 0:
         return None
     from executor.bundle import startup
 
-    # vLLM's compile may have pointed Inductor at a directory of its own (its AOT cache) since.
-    roots = roots._replace(inductor=os.environ.get("TORCHINDUCTOR_CACHE_DIR") or roots.inductor)
+    # The roots of load_model: where vLLM's AOT compile moved TORCHINDUCTOR_CACHE_DIR since is
+    # inside the torch.compile cache (packed with it), and Inductor's Triton kernels are in the
+    # directory Inductor started with, which that move would have left out.
     started = time.monotonic()
     try:
-        manifest = startup.build(out, roots, machine(worker.vllm_config), origin)
+        manifest = startup.build(out, recorded.roots, machine(worker.vllm_config, recorded.config_hash), origin)
     except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
         log.warning("warmup-planner: no bundle written: %s", _why(e))
         return None

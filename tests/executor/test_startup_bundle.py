@@ -58,6 +58,9 @@ def fill_startup(base):
     triton_entry(str(aot / "inductor_cache" / "triton" / "0"), "INDUCTORHASH")
     write(str(aot / "inductor_cache" / "fxgraph" / "xy" / "fkey" / "entry"), "fx graph")
     write(str(root / "flashinfer_autotune_cache" / "flashinfer" / "0.6.13" / "h1" / "autotune_configs.json"), "{}")
+    # Inductor's Triton kernels, in the Inductor directory it started with (TRITON_CACHE_DIR is pinned
+    # under it at import): where the H100 pair found them, 98 of them, outside the AOT cache
+    triton_entry(str(base / "inductor" / "triton" / "0"), "STARTINDUCTORHASH")
     return startup.StartupRoots.from_env(environ(base))._replace(inductor=str(aot / "inductor_cache"))
 
 
@@ -247,11 +250,18 @@ def plugin(monkeypatch):
     return start
 
 
-def vllm_compiles(base, monkeypatch, out):
+def vllm_compiles(base, monkeypatch, out, worker=None):
+    """vLLM's start-up as the H100 pair showed it: the caches fill, vLLM's AOT compile points
+    TORCHINDUCTOR_CACHE_DIR inside its torch.compile cache (vllm/compilation/decorators.py) while
+    Inductor's Triton kernels stay in the Inductor directory it started with, and the config's
+    compute_hash() is no longer what it was at load_model."""
     def compile_or_warm_up(self):
         assert not out.exists()  # packed once vLLM is ready, not before
-        roots = fill_startup(base)
-        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", roots.inductor)  # vLLM's AOT compile points it there
+        fill_startup(base)
+        aot_inductor = base / "vllm" / "torch_compile_cache" / "torch_aot_compile" / AOT / "inductor_cache"
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(aot_inductor))
+        if worker is not None:
+            worker.vllm_config.compute_hash = lambda: "cfgAFTER"
         return "ready"
     return compile_or_warm_up
 
@@ -260,12 +270,15 @@ def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin,
     from vllm_bridge.warmup import Settings
 
     out = tmp_path / "s.warmup"
+    worker = plugin_worker()
     with caplog.at_level("INFO", logger="vllm.warmup_planner"):
-        assert plugin(tmp_path / "build", Settings(None, bundle_out=str(out)), plugin_worker(),
-                      vllm_compiles(tmp_path / "build", monkeypatch, out)) == ("loaded", "ready")
+        assert plugin(tmp_path / "build", Settings(None, bundle_out=str(out)), worker,
+                      vllm_compiles(tmp_path / "build", monkeypatch, out, worker)) == ("loaded", "ready")
     manifest = archive.read_manifest(str(out))
+    # the hash of load_model, where an installing worker checks it, not the one of ready
     assert manifest.origin == archive.VLLM and manifest.fingerprint["vllm_config_hash"] == CFG
-    assert {f.path.split("/")[0] for f in manifest.files} == {"deep_gemm", "triton", "torch_compile",
+    # Inductor's directory of load_model is packed: its Triton kernels are there
+    assert {f.path.split("/")[0] for f in manifest.files} == {"deep_gemm", "triton", "torch_compile", "inductor",
                                                               "flashinfer_autotune"}
     assert len(caplog.records) == 1 and re.fullmatch(
         rf"warmup-planner: bundle {re.escape(str(out))} written in \d+\.\d s: deep_gemm 4 files .*",
