@@ -42,6 +42,7 @@ class Options:
     precompile_backends: tuple = PRECOMPILE_BACKENDS  # backends whose variants workers compile
     backend_settings: dict = field(default_factory=dict)  # backend name -> its settings (constructor)
     worker_env: dict = field(default_factory=dict)  # environment the precompile workers get on top of ours
+    table_device: str | None = None                # whose tuned tables the kernels read (the engine's device)
 
     def public(self) -> dict:
         return asdict(self)

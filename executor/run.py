@@ -23,13 +23,12 @@ the main process's launches are then disk loads.
 from __future__ import annotations
 
 import contextlib
-import os
+import dataclasses
 import sys
 import time
 import traceback
 
 from planner.errors import PlanError, one_line
-from planner.tables import TABLE_DEVICE_ENV
 
 from . import dg_install, registry
 from .backends.base import Skipped, Unavailable, is_oom
@@ -61,7 +60,7 @@ def execute(expanded, engine: dict | None = None, options: Options | None = None
     before loading its weights and builds its runner meanwhile); execute finishes it.
     `monitor`: a JIT monitor the caller installed and keeps (a serving engine's, which spans
     more than the plan): the steps are counted on it, and execute neither seals nor removes it."""
-    options = options or Options()
+    options = with_engine_tables(options or Options(), engine)
     dg_install.use_vllm_cache_dir()  # vLLM's DeepGEMM cache when unset, before DeepGEMM or a worker reads it
     if options.verify_trace and options.runner == "none":
         raise PlanError("--verify-trace runs a serving trace on the model runner: it cannot be used with "
@@ -71,7 +70,6 @@ def execute(expanded, engine: dict | None = None, options: Options | None = None
     owned = monitor is None
     monitor = monitor or Monitor(_monitor_mode(options, report), options.jit_log)
     ctx = Context(options, engine, progress, monitor, runner)
-    tables_before = use_engine_tables(engine)  # before any kernel (or worker) reads a tuned table
     pre = precompiler or _start_precompile(expanded.steps, options, progress, monitor)  # before torch and triton
     pre.attach(monitor, progress)  # a pool started ahead of the run (start_precompile) without them
     monitor.install()
@@ -88,7 +86,7 @@ def execute(expanded, engine: dict | None = None, options: Options | None = None
     except KeyboardInterrupt:
         _interrupted(report, expanded.steps)
     finally:
-        _finish(report, ctx, pre, tables_before, owned)
+        _finish(report, ctx, pre, owned)
     return report
 
 
@@ -121,8 +119,7 @@ def _interrupted(report: Report, steps) -> None:
             report.add_step(StepRecord.not_run(step, "not run: interrupted (Ctrl-C)"))
 
 
-def _finish(report: Report, ctx: Context, pre: Precompiler, tables_before: str | None,
-            owned: bool = True) -> None:
+def _finish(report: Report, ctx: Context, pre: Precompiler, owned: bool = True) -> None:
     _finish_precompile(pre, report)
     monitor = ctx.monitor
     report.monitor = monitor.summary() if monitor.mode != "off" else {"mode": "off"}
@@ -132,7 +129,6 @@ def _finish(report: Report, ctx: Context, pre: Precompiler, tables_before: str |
     finally:
         if owned and not ctx.options.keep_monitor:
             monitor.uninstall()
-        restore_tables(tables_before)
     report.finished = time.time()
 
 
@@ -260,22 +256,14 @@ def _free_after_failure(ctx: Context, step) -> None:
 
 # --- start-up, tables, precompile ---------------------------------------------------------------------------
 
-def use_engine_tables(engine: dict | None) -> str | None:
-    """Make the kernels, here and in the precompile workers, read the tuned tables of the
-    engine config's device: the tables the plan was made with (kernel_model.gemm_tables),
-    also on a GPU of another name (an engine for H100 run on an H200). Returns the previous
-    setting, for ``restore_tables`` when the run ends."""
-    previous = os.environ.get(TABLE_DEVICE_ENV)
-    if engine is not None:
-        os.environ[TABLE_DEVICE_ENV] = engine["device"]["name"]
-    return previous
-
-
-def restore_tables(previous: str | None) -> None:
-    if previous is None:
-        os.environ.pop(TABLE_DEVICE_ENV, None)
-    else:
-        os.environ[TABLE_DEVICE_ENV] = previous
+def with_engine_tables(options: Options, engine: dict | None) -> Options:
+    """The options with the engine config's device as the one whose tuned tables the kernels read,
+    here and in the precompile workers (their backends get the options): the tables the plan was
+    made with (kernel_model.gemm_tables), also on a GPU of another name (an engine for H100 run on
+    an H200). An argument, not the environment: nothing outlives the run."""
+    if engine is None or options.table_device:
+        return options
+    return dataclasses.replace(options, table_device=engine["device"]["name"])
 
 
 def start_up(ctx: Context, steps) -> dict:
@@ -314,13 +302,12 @@ def start_precompile(expanded, engine: dict | None, options: Options,
     """Start the precompile pool of a plan ahead of ``execute`` (pass it as `precompiler`), so
     that the workers compile while the caller imports torch and builds its model runner.
     Imports neither torch nor triton here. Points this process and the workers at the
-    engine's tuned tables (WARMUP_TABLE_DEVICE), as execute does. `monitor`: the JIT monitor
+    engine's tuned tables (Options.table_device), as execute does. `monitor`: the JIT monitor
     the caller will pass to execute (the pool's DeepGEMM kernels are not its compiles); without
     it, execute gives the pool its own. `note`: where the line of a key taken over from another
     process goes (executor.precompile.node: a logger)."""
-    use_engine_tables(engine)
     dg_install.use_vllm_cache_dir()
-    return _start_precompile(expanded.steps, options, None, monitor, note)
+    return _start_precompile(expanded.steps, with_engine_tables(options, engine), None, monitor, note)
 
 
 def _start_precompile(steps, options: Options, progress: Progress | None,

@@ -18,9 +18,6 @@ from .errors import PlanError
 from .resources import plans_dir
 
 CONFIG_DIR_ENV = "WARMUP_KERNEL_CONFIG_DIR"
-# The device whose tables the executor's kernels read, in every process of a run: the engine
-# config's, so that they launch the configs the plan was made with (executor.run sets it).
-TABLE_DEVICE_ENV = "WARMUP_TABLE_DEVICE"
 
 
 def default_config_root() -> Path:

@@ -78,6 +78,8 @@ class BaseBackend:
     def __init__(self, device: str = "cuda", options=None):
         self.device = device
         self.options = options
+        # The device whose tuned tables the kernels read (the engine's: Options.table_device), else the GPU's.
+        self.table_device = getattr(options, "table_device", None)
         self.settings = dict((getattr(options, "backend_settings", None) or {}).get(self.name) or {})
 
     def available(self) -> tuple[bool, str]:

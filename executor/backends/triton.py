@@ -142,11 +142,11 @@ class TritonBackend(BaseBackend):
                               lambda m: g.alloc_gemm_inputs(m, n, k, device=self.device))
 
         check_planned_keys(step, m_values, lambda m: g.specialization_key(
-            m, n, k, table=g.lookup_table(g.KERNEL_NAME, n, k, self.device)))
+            m, n, k, table=g.lookup_table(g.KERNEL_NAME, n, k, self.device, self.table_device)))
 
         def launch(m):
             rows = inputs.rows(m)
-            g.fp8_gemm(*rows.args(), out=rows.out)
+            g.fp8_gemm(*rows.args(), out=rows.out, table_device=self.table_device)
 
         return self._launch_loop(m_values, launch, tick)
 
@@ -159,11 +159,11 @@ class TritonBackend(BaseBackend):
                               lambda m: gg.alloc_grouped_inputs(m, n, k, e, device=self.device, block_m=block_m))
 
         check_planned_keys(step, m_values, lambda m: gg.specialization_key(
-            m, n, k, block_m, table=g.lookup_table(gg.KERNEL_NAME, n, k, self.device)))
+            m, n, k, block_m, table=g.lookup_table(gg.KERNEL_NAME, n, k, self.device, self.table_device)))
 
         def launch(m):
             rows = inputs.rows(m)
-            gg.grouped_fp8_gemm(*rows.args(), block_m=block_m, out=rows.out)
+            gg.grouped_fp8_gemm(*rows.args(), block_m=block_m, out=rows.out, table_device=self.table_device)
 
         return self._launch_loop(m_values, launch, tick)
 
@@ -209,7 +209,7 @@ class TritonBackend(BaseBackend):
             raise Unavailable(f"triton autotune has no tuner for {', '.join(unsupported)} (only fp8_gemm)")
         retune = bool(getattr(self.options, "retune", False))
         try:
-            details = at.tune_step(step, device_name=g.device_name(self.device), root=configs.config_root(),
+            details = at.tune_step(step, device_name=g.device_name(self.device, self.table_device), root=configs.config_root(),
                                    retune=retune, candidates=lambda kernel: [dict(c) for c in configs.CANDIDATE_CONFIGS],
                                    bench_for=self._bench_for, tick=tick, configs_module=configs)
         finally:

@@ -10,7 +10,7 @@ could tell it the GPU's compute capability) the worker compiles for that target;
 Triton's own driver is used (it imports torch and creates a context: slower, same result).
 
 The config each M selects comes from the same tuned tables (``configs.lookup_table``, the
-engine's device from $WARMUP_TABLE_DEVICE) and the same dispatch functions as in the main
+engine's device from Options.table_device) and the same dispatch functions as in the main
 process, and an exact step's per-M keys are checked as there (``check_planned_keys``).
 """
 
@@ -61,7 +61,7 @@ class TritonCompileOnly(BaseBackend):
 
         check_kernel(step)
         n, k = step.n, step.k
-        table = configs.lookup_table(dispatch.FP8_GEMM, n, k)
+        table = configs.lookup_table(dispatch.FP8_GEMM, n, k, table_device=self.table_device)
         check_planned_keys(step, m_values, lambda m: dispatch.fp8_gemm_key(m, n, k, table))
         for m in m_values:
             self._built(fp8_gemm.compile_variant(m, n, k, dispatch.fp8_gemm_config(m, n, k, table)), tick)
@@ -72,7 +72,7 @@ class TritonCompileOnly(BaseBackend):
         from ..kernels.jit import grouped_gemm
 
         n, k, e, block_m = grouped_gemm_shape(step, m_values)
-        table = configs.lookup_table(dispatch.GROUPED_FP8_GEMM, n, k)
+        table = configs.lookup_table(dispatch.GROUPED_FP8_GEMM, n, k, table_device=self.table_device)
         check_planned_keys(step, m_values, lambda m: dispatch.grouped_gemm_key(m, n, k, block_m, table))
         for m in m_values:
             config = dispatch.grouped_gemm_config(m, n, k, block_m, table)

@@ -25,7 +25,7 @@ from kernel_model.gemm_tables import (  # noqa: F401 - re-exported for the kerne
     CONFIG_KEYS, SCALE_BLOCK, Config, default_config, make_config, next_power_of_2, validate_config,
 )
 from planner.output import write_atomic
-from planner.tables import CONFIG_DIR_ENV, TABLE_DEVICE_ENV, config_root, table_path  # noqa: F401 - re-exported
+from planner.tables import CONFIG_DIR_ENV, config_root, table_path  # noqa: F401 - re-exported
 
 # Autotuning candidates: small-M (decode), mid and large-M (prefill) tiles.
 CANDIDATE_CONFIGS: tuple[Config, ...] = (
@@ -59,14 +59,13 @@ def cdiv(a: int, b: int) -> int:
 
 # --- the tables a process's launches read ----------------------------------------------------------
 
-def device_name(device=None) -> str:
-    """The device whose tuned tables the kernels read: $WARMUP_TABLE_DEVICE when set (the
-    executor sets it to the engine config's device, so that the kernels launch the configs
-    of the tables its plan was made with, in every process and also on a GPU of another
-    name), else the GPU's own name (this asks torch: a precompile worker has the variable)."""
-    override = os.environ.get(TABLE_DEVICE_ENV)
-    if override:
-        return override
+def device_name(device=None, table_device: str | None = None) -> str:
+    """The device whose tuned tables the kernels read: `table_device` when given (the executor
+    passes the engine config's device, Options.table_device, so that the kernels launch the
+    configs of the tables its plan was made with, in every process and also on a GPU of another
+    name), else the GPU's own name (this asks torch)."""
+    if table_device:
+        return table_device
     import torch
 
     device = torch.device(device if device is not None else "cuda")
@@ -87,12 +86,13 @@ def _cached_table(path: str):
     return gemm_tables.load_table(path) if Path(path).is_file() else None
 
 
-def lookup_table(kernel: str, N: int, K: int, device=None):
-    """The tuned table for (kernel, N, K, device) under ``config_root()``, or None.
+def lookup_table(kernel: str, N: int, K: int, device=None, table_device: str | None = None):
+    """The tuned table for (kernel, N, K, device) under ``config_root()``, or None (`table_device`:
+    the device whose tables to read, see ``device_name``).
 
     Tables are read once per process (``clear_table_cache()`` forgets them).
     """
-    return _cached_table(str(table_path(kernel, N, K, device_name(device))))
+    return _cached_table(str(table_path(kernel, N, K, device_name(device, table_device))))
 
 
 def clear_table_cache() -> None:

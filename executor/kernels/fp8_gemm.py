@@ -77,12 +77,13 @@ def check_out(out, shape, device, name="out") -> torch.Tensor:
     return out
 
 
-def fp8_gemm(a, a_scales, b, b_scales, out=None, config=None) -> torch.Tensor:
-    """C = (a * a_scales) @ (b * b_scales).T; config defaults to ``resolve_config(M, N, K, a.device)``."""
+def fp8_gemm(a, a_scales, b, b_scales, out=None, config=None, table_device: str | None = None) -> torch.Tensor:
+    """C = (a * a_scales) @ (b * b_scales).T; config defaults to ``resolve_config(M, N, K, a.device,
+    table_device)``."""
     M, N, K = check_gemm_args(a, a_scales, b, b_scales)
     out = check_out(out, (M, N), a.device)
     if M > 0:
-        _launch(a, a_scales, b, b_scales, out, config or resolve_config(M, N, K, a.device))
+        _launch(a, a_scales, b, b_scales, out, config or resolve_config(M, N, K, a.device, table_device))
     return out
 
 
@@ -91,8 +92,8 @@ _launch = jit.launch  # one argument list for real launches and workers' compile
 
 # --- config lookup: kernel_model, shared with the planner ---------------------------------------
 
-def resolve_config(M: int, N: int, K: int, device=None) -> configs.Config:
-    return dispatch.fp8_gemm_config(M, N, K, lookup_table(KERNEL_NAME, N, K, device))
+def resolve_config(M: int, N: int, K: int, device=None, table_device: str | None = None) -> configs.Config:
+    return dispatch.fp8_gemm_config(M, N, K, lookup_table(KERNEL_NAME, N, K, device, table_device))
 
 
 # --- specialization facts for the planner -------------------------------------------------------

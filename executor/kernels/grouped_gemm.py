@@ -61,18 +61,19 @@ def check_grouped_args(a, a_scales, b, b_scales, expert_ids, block_m) -> tuple[i
     return M, N, K, E
 
 
-def grouped_config(M: int, N: int, K: int, block_m: int, device=None) -> configs.Config:
+def grouped_config(M: int, N: int, K: int, block_m: int, device=None, table_device: str | None = None) -> configs.Config:
     """Tuned (table) or default config, with BLOCK_SIZE_M capped to divide block_m."""
-    table = lookup_table(KERNEL_NAME, N, K, device) if device is not None else None
+    table = lookup_table(KERNEL_NAME, N, K, device, table_device) if device is not None else None
     return dispatch.grouped_gemm_config(M, N, K, block_m, table)
 
 
-def grouped_fp8_gemm(a, a_scales, b, b_scales, expert_ids, block_m: int = 128, out=None, config=None):
+def grouped_fp8_gemm(a, a_scales, b, b_scales, expert_ids, block_m: int = 128, out=None, config=None,
+                     table_device: str | None = None):
     """out[rows of chunk c] = (a * a_scales)[rows] @ (b[e] * b_scales[e]).T, e = expert_ids[c * block_m]."""
     M, N, K, _ = check_grouped_args(a, a_scales, b, b_scales, expert_ids, block_m)
     out = check_out(out, (M, N), a.device)
     if M > 0:
-        config = config or grouped_config(M, N, K, block_m, a.device)
+        config = config or grouped_config(M, N, K, block_m, a.device, table_device)
         _launch(a, a_scales, b, b_scales, expert_ids, block_m, out, config)
     return out
 

@@ -40,6 +40,7 @@ class ModelConfig:
     moe_intermediate_size: int = 0
     rope_theta: float = 1e6
     eps: float = 1e-6
+    table_device: str | None = None  # whose tuned GEMM tables the kernels read: the engine's device
 
     @classmethod
     def from_engine(cls, engine: dict, num_layers: int = 2) -> "ModelConfig":
@@ -68,7 +69,7 @@ class ModelConfig:
             fields["intermediate_size"] = linear["down_proj"]["k"]
         else:
             raise ValueError("the reference runner needs either model.moe or gate_up_proj/down_proj linears")
-        return cls(fp8=fp8, **fields)
+        return cls(fp8=fp8, table_device=engine.get("device", {}).get("name"), **fields)
 
 
 def _is_block_fp8(layer: dict | None) -> bool:
@@ -91,9 +92,11 @@ class AttentionMetadata:
 
 
 class Linear:
-    def __init__(self, n: int, k: int, fp8: bool, dtype, device, gen: torch.Generator):
+    def __init__(self, n: int, k: int, fp8: bool, dtype, device, gen: torch.Generator,
+                 table_device: str | None = None):
         w = torch.randn(n, k, generator=gen, device=device) * k ** -0.5
         self.dtype = dtype
+        self.table_device = table_device
         self.fp8 = fp8 and k % 128 == 0
         if self.fp8:
             self.weight, self.scales = quantize_fp8_block(w)
@@ -105,7 +108,7 @@ class Linear:
             return x @ self.weight.t()
         xq, xs = quantize_fp8_per_token_group(x)
         out = x.new_empty(x.shape[0], self.weight.shape[0])
-        return fp8_gemm(xq, xs, self.weight, self.scales, out=out)
+        return fp8_gemm(xq, xs, self.weight, self.scales, out=out, table_device=self.table_device)
 
 
 class MoE:
@@ -116,6 +119,7 @@ class MoE:
     def __init__(self, cfg: ModelConfig, dtype, device, gen):
         e, h, i = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
         self.dtype = dtype
+        self.table_device = cfg.table_device
         self.num_experts, self.top_k, self.inter = e, cfg.top_k, i
         self.router = (torch.randn(e, h, generator=gen, device=device) * h ** -0.5).to(dtype)
         w13 = torch.randn(e, 2 * i, h, generator=gen, device=device) * h ** -0.5
@@ -167,18 +171,18 @@ class MoE:
         a_s = torch.zeros(rows, xs.shape[1], dtype=torch.float32, device=x.device)
         a_s[dest] = xs[token]
         h = grouped_fp8_gemm(a.view(torch.float8_e4m3fn), a_s, self.w13, self.w13_s, expert_ids,
-                             block_m=MOE_BLOCK_M, out=x.new_empty(rows, 2 * self.inter))
+                             block_m=MOE_BLOCK_M, out=x.new_empty(rows, 2 * self.inter), table_device=self.table_device)
         hq, hs = quantize_fp8_per_token_group(_silu_and_mul(h))
         y = grouped_fp8_gemm(hq, hs, self.w2, self.w2_s, expert_ids, block_m=MOE_BLOCK_M,
-                             out=x.new_empty(rows, H))
+                             out=x.new_empty(rows, H), table_device=self.table_device)
         return (y[dest].view(T, self.top_k, H).float() * weights[..., None]).sum(1).to(x.dtype)
 
 
 class MLP:
     def __init__(self, cfg: ModelConfig, dtype, device, gen):
         i, h, fp8 = cfg.intermediate_size, cfg.hidden_size, cfg.fp8["mlp"]
-        self.gate_up = Linear(2 * i, h, fp8, dtype, device, gen)
-        self.down = Linear(h, i, fp8, dtype, device, gen)
+        self.gate_up = Linear(2 * i, h, fp8, dtype, device, gen, cfg.table_device)
+        self.down = Linear(h, i, fp8, dtype, device, gen, cfg.table_device)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(_silu_and_mul(self.gate_up(x)))
@@ -213,8 +217,8 @@ class DecoderLayer:
         self.cfg = cfg
         h, d = cfg.hidden_size, cfg.head_size
         self.q_size, self.kv_size = cfg.num_heads * d, cfg.num_kv_heads * d
-        self.qkv = Linear(self.q_size + 2 * self.kv_size, h, cfg.fp8["qkv_proj"], dtype, device, gen)
-        self.o_proj = Linear(h, self.q_size, cfg.fp8["o_proj"], dtype, device, gen)
+        self.qkv = Linear(self.q_size + 2 * self.kv_size, h, cfg.fp8["qkv_proj"], dtype, device, gen, cfg.table_device)
+        self.o_proj = Linear(h, self.q_size, cfg.fp8["o_proj"], dtype, device, gen, cfg.table_device)
         self.input_norm = torch.ones(h, dtype=dtype, device=device)
         self.post_norm = torch.ones(h, dtype=dtype, device=device)
         if cfg.num_experts:

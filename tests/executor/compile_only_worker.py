@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import executor.worker_preload  # noqa: E402,F401 - what the pool's fork server imports first
 from executor import precompile, run  # noqa: E402
+from executor.context import Options  # noqa: E402
 from executor.precompile import worker  # noqa: E402
 from executor.precompile.worker_start import WORKER_CLASSES, worker_setup  # noqa: E402
 from executor.kernels.jit import stand_in  # noqa: E402
@@ -33,10 +34,10 @@ LAUNCHERS: list[str] = []
 def main(plan_name: str, engine_name: str) -> None:
     engine = load_engine(engine_name)
     steps = expand(load_plan(plan_name), engine).steps
-    run.use_engine_tables(engine.data)
+    options = run.with_engine_tables(Options(), engine.data)  # the engine's tuned tables, by argument
     jobs = precompile.compile_jobs(steps)
     specs = {"triton": WORKER_CLASSES["triton"]}
-    worker.init_worker(specs, "cuda", "warn", None, {"env": worker_setup("cpu")["env"], "capability": 90})
+    worker.init_worker(specs, "cuda", "warn", options, {"env": worker_setup("cpu")["env"], "capability": 90})
     stand_in.build_launcher = lambda compiled: LAUNCHERS.append(compiled.hash)
     records = []
     for job in jobs:

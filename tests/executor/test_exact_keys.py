@@ -42,37 +42,41 @@ def tables(tmp_path, monkeypatch):
     root = tmp_path / "kernel-configs"
     root.mkdir()
     monkeypatch.setenv("WARMUP_KERNEL_CONFIG_DIR", str(root))
-    monkeypatch.setenv("WARMUP_TABLE_DEVICE", "")  # restored afterwards; plan_steps sets the engine's
     yield root
     fp8_gemm.clear_table_cache()
 
 
 
 def plan_steps(plan: str, engine_name: str) -> list:
-    engine = load_engine(engine_name)
-    os.environ["WARMUP_TABLE_DEVICE"] = engine.data["device"]["name"]  # as `warmup execute` does
-    return expand(load_plan(plan), engine).steps
+    return expand(load_plan(plan), load_engine(engine_name)).steps
 
 
-def launched_gemm_key(step, m: int) -> str:
+def table_device(engine_name: str) -> str:
+    """Whose tuned tables the kernels read: the engine's device, as `warmup execute` passes it
+    (Options.table_device)."""
+    return load_engine(engine_name).data["device"]["name"]
+
+
+def launched_gemm_key(step, m: int, device: str) -> str:
     n, k = step.n, step.k
     if step.kind == "gemm":
-        return fp8_gemm.specialization_key(m, n, k, table=fp8_gemm.lookup_table(fp8_gemm.KERNEL_NAME, n, k))
+        table = fp8_gemm.lookup_table(fp8_gemm.KERNEL_NAME, n, k, table_device=device)
+        return fp8_gemm.specialization_key(m, n, k, table=table)
     block_m = step.alignment
-    table = fp8_gemm.lookup_table(grouped_gemm.KERNEL_NAME, n, k)
+    table = fp8_gemm.lookup_table(grouped_gemm.KERNEL_NAME, n, k, table_device=device)
     return grouped_gemm.specialization_key(m, n, k, block_m, table=table)
 
 
-def assert_every_call_planned(steps: list) -> int:
+def assert_every_call_planned(steps: list, device: str) -> int:
     checked = 0
     for step in steps:
         keys = set(step.compile_keys if hasattr(step, "compile_keys") else ())
         if step.kind in ("gemm", "grouped_gemm") and step.backend == "triton":
             assert len(step.compile_keys) == len(step.m_values), step.id
-            assert [launched_gemm_key(step, m) for m in step.m_values] == step.compile_keys, step.id
+            assert [launched_gemm_key(step, m, device) for m in step.m_values] == step.compile_keys, step.id
             align = getattr(step, "alignment", 1)
             for m in range(align, step.max_value + 1, align):
-                assert launched_gemm_key(step, m) in keys, (step.id, m)
+                assert launched_gemm_key(step, m, device) in keys, (step.id, m)
                 checked += 1
         elif step.kind == "attention":
             for n in range(1, step.value_range() + 1):
@@ -88,7 +92,7 @@ def assert_every_call_planned(steps: list) -> int:
 @pytest.mark.parametrize("plan", ["triton", "reference"])
 def test_every_m_hits_a_planned_key(plan, engine, tables):
     steps = plan_steps(plan, engine)
-    checked = assert_every_call_planned(steps)
+    checked = assert_every_call_planned(steps, table_device(engine))
     if any(s.kind == "gemm" for s in steps):
         assert checked >= 8192
 
@@ -101,7 +105,7 @@ def test_every_m_hits_a_planned_key_with_tuned_tables(engine, tables):
             (tables / name).write_text(json.dumps(DOWN_PROJ_TABLE))
     fp8_gemm.clear_table_cache()
     steps = plan_steps("triton", engine)
-    assert_every_call_planned(steps)
+    assert_every_call_planned(steps, table_device(engine))
     dense = [s for s in steps if s.kind == "gemm"]
     assert dense and all(len(s.m_values) == 5 for s in dense)  # one M per distinct table config
 
@@ -115,7 +119,7 @@ def test_m_1209_left_cold_by_sparse_buckets_is_planned_by_exact(tables):
     exact = {s.id: s for s in plan_steps("triton", "llama-3.1-8b-fp8-h100")}
     step_id = "triton_gemm/gemm-n4096-k14336"
     assert list(sparse[step_id].m_values) == [1, 2, 16, 8192]
-    miss = launched_gemm_key(exact[step_id], 1209)
+    miss = launched_gemm_key(exact[step_id], 1209, "H100")
     assert "128x128x128 g8 w8 s3" in miss
     assert miss not in sparse[step_id].compile_keys
     assert miss in exact[step_id].compile_keys

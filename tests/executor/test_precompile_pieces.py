@@ -280,3 +280,31 @@ def test_the_worker_initializer_sets_the_device_for_its_backends(monkeypatch):
     monkeypatch.setattr(worker.signal, "signal", lambda *a: None)    # and its Ctrl-C
     worker.init_worker({}, "cuda:1", "off", NS(), {"env": {}, "capability": None})
     assert calls == [1, 1] and "device" not in worker._WORKER["errors"]
+
+
+def test_the_engine_device_reaches_the_kernels_by_argument_not_the_environment(tmp_path, monkeypatch):
+    """Issue 26 item 4: the tables of the engine's device (an H100 engine run on an H200 reads the
+    H100 tables) reach every backend, the pool's included, through Options; nothing is put in the
+    environment, so nothing outlives a run."""
+    import os
+
+    from executor.backends.base import BaseBackend
+    from executor.context import Options
+    from executor.kernels import configs
+    from executor.run import with_engine_tables
+
+    engine = {"device": {"name": "H100"}}
+    options = with_engine_tables(Options(), engine)
+    assert options.table_device == "H100" and Options().table_device is None
+    assert with_engine_tables(options, {"device": {"name": "H200"}}).table_device == "H100"  # the caller's stays
+    assert with_engine_tables(Options(), None).table_device is None
+    assert BaseBackend("cuda:1", options).table_device == "H100"
+    assert configs.device_name("cuda:1", "H100") == "H100"  # no torch, no GPU asked
+    monkeypatch.setenv("WARMUP_KERNEL_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "fp8_gemm,N=256,K=512,device=H100.json").write_text('{"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, '
+                                                                    '"BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, '
+                                                                    '"num_warps": 4, "num_stages": 3}}')
+    configs.clear_table_cache()
+    assert configs.lookup_table("fp8_gemm", 256, 512, "cuda:1", "H100") is not None
+    configs.clear_table_cache()
+    assert not any(k.startswith("WARMUP_TABLE") for k in os.environ)

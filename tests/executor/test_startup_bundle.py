@@ -38,6 +38,15 @@ def write(path, text):
         f.write(text)
 
 
+@pytest.fixture(autouse=True)
+def no_cache_variables(monkeypatch):
+    """Every cache root from `environ` alone: an earlier test's `warmup execute` in this process
+    sets DG_JIT_CACHE_DIR (vLLM's default, executor.dg_install), which would send an install
+    into this user's real cache."""
+    for key in ("TRITON_CACHE_DIR", "DG_JIT_CACHE_DIR", "XDG_CACHE_HOME", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"):
+        monkeypatch.delenv(key, raising=False)
+
+
 def environ(base):
     """A machine's environment as the plugin's vLLM sees it before compiling."""
     return {"VLLM_CACHE_ROOT": str(base / "vllm"), "TRITON_HOME": str(base / "home"),
