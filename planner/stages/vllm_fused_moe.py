@@ -10,18 +10,22 @@ each key with the launch that reaches it (backend `vllm_triton`: vLLM's own kern
 No step where vLLM runs another MoE kernel: expert parallelism (FlashInfer CUTLASS MoE for block
 FP8; not modelled), a device other than SM 9.0 H100 / H200, or another quantization. A layer whose
 vLLM tuned table the model does not carry is skipped too (its configs would be guesses).
+
+The model is imported only for an engine with MoE layers: it declares dataclasses, which
+`warmup plan` imports only where a plan has kernel steps (planner/__init__.py's start-up rule).
 """
 
 from __future__ import annotations
-
-from kernel_model import vllm_fused_moe as moe
 
 from ..steps import Kernel, Variant
 from .scope import Scope
 
 
-def layer_shape(layer: dict, device: str) -> moe.MoeShape | None:
-    """The layer as the Triton kernel sees it, or None when vLLM runs no Triton fused_moe for it."""
+def layer_shape(layer: dict, device: str):
+    """The layer as the Triton kernel sees it (a MoeShape), or None when vLLM runs no Triton
+    fused_moe for it."""
+    from kernel_model import vllm_fused_moe as moe
+
     quant = layer.get("quant") or {"method": "none"}
     if quant["method"] == "fp8" and list(quant.get("weight_block_size") or ()) == [moe.BLOCK, moe.BLOCK]:
         kind = "fp8_block"
@@ -33,9 +37,13 @@ def layer_shape(layer: dict, device: str) -> moe.MoeShape | None:
                         kind, device)
 
 
-def shapes(engine: dict) -> list[moe.MoeShape]:
-    """The engine's distinct Triton fused-MoE layers, in engine order (none under expert
-    parallelism, off SM 9.0, or on a device whose tables the model does not name)."""
+def shapes(engine: dict) -> list:
+    """The engine's distinct Triton fused-MoE layers (MoeShape), in engine order (none under
+    expert parallelism, off SM 9.0, or on a device whose tables the model does not name)."""
+    if not engine["model"].get("moe"):
+        return []
+    from kernel_model import vllm_fused_moe as moe
+
     par, device = engine["parallel"], engine["device"]
     if par["enable_expert_parallel"] and par["tensor_parallel_size"] * par["data_parallel_size"] > 1:
         return []
@@ -47,8 +55,13 @@ def shapes(engine: dict) -> list[moe.MoeShape]:
 
 def variants(engine: dict, max_tokens: int) -> list:
     """Every launch of every layer, first of each key kept (layers whose table is not carried skipped)."""
+    layers = shapes(engine)
+    if not layers:
+        return []
+    from kernel_model import vllm_fused_moe as moe
+
     unique: dict = {}
-    for shape in shapes(engine):
+    for shape in layers:
         try:
             launches = moe.fused_moe_variants(shape, max_tokens)
         except moe.TableNotCarried:
@@ -63,5 +76,5 @@ def expand(scope: Scope) -> list:
     launches = variants(scope.engine.data, max_tokens)
     if not launches:
         return []
-    return [scope.new(Kernel, "fused_moe", backend="vllm_triton", kernel=moe.KERNEL,
+    return [scope.new(Kernel, "fused_moe", backend="vllm_triton", kernel=launches[0].kernel,
                       variants=tuple(Variant(launch.key(), launch) for launch in launches))]
