@@ -35,15 +35,18 @@ by a cheap signature, building a key only for a new one. Keys are stable strings
 
     vllm.fused_moe[w13 BLOCK_SIZE_M=16 ... naive_block_assignment=0 SWAP_AB=1 warps=4 stages=3](fp8e4nv ... | N=i32D ... EM=i32D num_valid_tokens=i32)
 
-Tuned tables are vLLM's data: ``TABLES`` carries the two the shipped engines load (identical in
-0.25.0 and 0.33.0); ``TUNED_NOT_CARRIED`` names every other H100/H200 table vLLM ships for these two
-dtypes, for which ``config_table`` raises ``TableNotCarried`` (the stage then plans nothing for
-that layer rather than the default configs vLLM would not use). The parity test
-(tests/test_vllm_fused_moe.py) holds the configs to vLLM's own function for every M.
+Tuned tables are vLLM's data and are never carried here: a table is read from the directories it
+is given (``TableDirs``: in vLLM's order, VLLM_TUNED_CONFIG_FOLDER's then the configs directory of
+the vLLM that serves; planner/moe_tables.py says where they come from), named as
+``get_config_file_name`` names it (``table_file_name``) and parsed as ``get_moe_configs`` parses it
+(``parse_table``). The parity test (tests/test_vllm_fused_moe.py) holds the configs to vLLM's own
+function for every M, with vLLM's own configs directory.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 
 from .specialization import int_spec
@@ -69,60 +72,93 @@ CONSTEXPRS = ("group_n", "group_k", "naive_block_assignment", "BLOCK_SIZE_M", "B
               "use_int8_w8a8", "use_int8_w8a16", "per_channel_quant", "HAS_BIAS", "SWAP_AB")
 
 
-def _rows(*rows: tuple) -> tuple:
-    """A table as ((M key, config dict), ...) in the file's order."""
-    return tuple((m, dict(zip(CONFIG_KEYS, values))) for m, *values in rows)
+# get_config_file_name's dtype and block_shape selectors for each quantization.
+SELECTORS = {"fp8_block": f",dtype=fp8_w8a8,block_shape=[{BLOCK},{BLOCK}]", "none": ""}
+REQUIRED_KEYS = CONFIG_KEYS[:4]   # num_warps and num_stages may be absent (Triton's defaults)
+MAX_TABLE_BYTES = 1 << 20         # vLLM's tables are a few KiB
 
 
-# (E, N, device, quant) -> table. Read from vLLM 0.25.0's fused_moe/configs (0.33.0's are the same).
-TABLES = {
-    (256, 256, "H200", "fp8_block"): _rows(
-        (1, 8, 32, 128, 1, 4, 4), (2, 8, 32, 128, 1, 4, 5), (4, 8, 64, 128, 1, 4, 4),
-        (8, 16, 64, 128, 32, 4, 3), (16, 16, 128, 128, 16, 4, 3), (24, 16, 128, 128, 16, 4, 4),
-        (32, 16, 128, 128, 16, 4, 5), (48, 16, 128, 128, 64, 4, 3), (64, 16, 128, 128, 64, 4, 3),
-        (96, 16, 128, 128, 16, 4, 3), (128, 16, 128, 128, 32, 4, 3), (256, 16, 128, 128, 32, 4, 3),
-        (512, 16, 128, 128, 16, 4, 3), (1024, 64, 128, 128, 32, 4, 4), (1536, 64, 128, 128, 32, 4, 4),
-        (2048, 64, 128, 128, 32, 4, 4), (3072, 64, 128, 128, 32, 4, 4), (4096, 64, 128, 128, 16, 4, 3)),
-    (8, 7168, "H100", "none"): _rows(
-        (1, 16, 64, 128, 64, 4, 4), (2, 16, 128, 128, 32, 8, 4), (4, 16, 32, 256, 16, 4, 4),
-        (8, 16, 128, 128, 32, 8, 4), (16, 16, 128, 128, 1, 4, 4), (24, 16, 128, 128, 1, 4, 4),
-        (32, 16, 128, 128, 1, 4, 4), (48, 32, 128, 128, 1, 4, 4), (64, 32, 128, 128, 1, 4, 4),
-        (96, 32, 128, 128, 64, 4, 4), (128, 64, 128, 128, 1, 4, 4), (256, 64, 128, 128, 64, 4, 4),
-        (512, 64, 256, 64, 32, 4, 4), (1024, 128, 256, 64, 16, 8, 4), (1536, 128, 256, 64, 64, 8, 4),
-        (2048, 128, 256, 64, 32, 8, 4), (3072, 128, 256, 64, 64, 8, 4), (4096, 128, 256, 64, 16, 8, 4)),
-}
+class TableError(ValueError):
+    """A table file that is not a table vLLM could read (the message names the file)."""
 
-# Other tables vLLM 0.25.0 / 0.33.0 ship for H100 / H200 and these two dtypes: (E, N, device, quant).
-_F, _U = "fp8_block", "none"
-TUNED_NOT_CARRIED = frozenset(
-    [(1, 3072, "H100", _U), (16, 1024, "H200", _U), (16, 1344, "H100", _U), (16, 1792, "H100", _U),
-     (16, 2048, "H200", _U), (16, 2688, "H100", _U), (16, 4096, "H200", _F), (32, 1792, "H100", _U),
-     (32, 2048, "H200", _F), (62, 256, "H100", _U), (62, 512, "H100", _U), (72, 384, "H100", _U),
-     (72, 768, "H100", _U), (128, 96, "H200", _U), (128, 384, "H200", _F), (128, 512, "H200", _F),
-     (128, 768, "H200", _F), (128, 928, "H100", _U), (128, 1024, "H200", _U), (128, 1856, "H100", _U),
-     (128, 2880, "H100", _U), (256, 128, "H100", _F), (256, 384, "H100", _F), (256, 512, "H100", _U),
-     (256, 512, "H200", _F), (384, 128, "H200", _F), (512, 64, "H200", _U), (512, 128, "H100", _F),
-     (512, 256, "H100", _F)]
-    + [(8, n, d, _U) for n in (1792, 2048, 3584, 4096) for d in ("H100", "H200")]
-    + [(8, 7168, "H200", _U), (8, 14336, "H200", _U), (8, 2048, "H200", _F)]
-    + [(64, n, d, _U) for n in (320, 640, 1280) for d in ("H100", "H200")]
-    + [(64, 1536, "H100", _U), (64, 2560, "H200", _U), (128, 192, "H100", _U), (128, 192, "H200", _U),
-       (128, 384, "H100", _U), (128, 384, "H200", _U), (128, 512, "H100", _U), (128, 512, "H200", _U),
-       (128, 768, "H200", _U)]
-    + [(512, n, d, _U) for n in (128, 256, 512) for d in ("H100", "H200")])
+    def __init__(self, file: str, reason: str):
+        super().__init__(f"{file}: {reason}")
+        self.file, self.reason = file, reason
 
 
-class TableNotCarried(LookupError):
-    """vLLM ships a tuned table for this layer that kernel_model does not carry."""
+def table_file_name(num_experts: int, intermediate: int, device: str, quant: str) -> str:
+    """get_config_file_name's name for a layer's table on `device` (H100 / H200)."""
+    return (f"E={num_experts},N={intermediate},device_name={DEVICE_NAMES[device]}{SELECTORS[quant]}.json")
 
 
-def config_table(num_experts: int, intermediate: int, device: str, quant: str) -> tuple | None:
-    """The tuned table vLLM loads for a layer on `device` (H100 / H200), or None (defaults)."""
-    key = (num_experts, intermediate, device, quant)
-    if key in TUNED_NOT_CARRIED:
-        raise TableNotCarried(f"vLLM's tuned fused_moe table E={num_experts},N={intermediate} for {device} "
-                              f"({quant}) is not carried by kernel_model.vllm_fused_moe")
-    return TABLES.get(key)
+def parse_table(text: str, file: str) -> tuple:
+    """get_moe_configs' reading of one table: a JSON object of token count -> config, its
+    ``triton_version`` dropped, keys as ints (a repeated key keeps its first place and last
+    config, as vLLM's dict does). ((M, config), ...) in that order; () for an empty table."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise TableError(file, f"not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise TableError(file, "expected a JSON object of token count -> config")
+    data.pop("triton_version", None)
+    table: dict = {}
+    for key, config in data.items():
+        try:
+            m = int(key)
+        except ValueError:
+            raise TableError(file, f"key {key!r} is not a token count") from None
+        table[m] = _table_config(config, file, key)
+    return tuple(table.items())
+
+
+def _table_config(config, file: str, key: str) -> dict:
+    if not isinstance(config, dict):
+        raise TableError(file, f"the config of {key!r} is not an object")
+    unknown = sorted(set(config) - set(CONFIG_KEYS) - {"SPLIT_K"})
+    missing = [name for name in REQUIRED_KEYS if name not in config]
+    if unknown or missing:
+        raise TableError(file, f"the config of {key!r} has " +
+                         (f"keys the model does not know: {unknown}" if unknown else f"no {missing}"))
+    if config.get("SPLIT_K", 1) != 1 or any(type(v) is not int or v < 1 for v in config.values()):
+        raise TableError(file, f"the config of {key!r} must hold positive integers (SPLIT_K 1)")
+    return {name: config[name] for name in CONFIG_KEYS if name in config}
+
+
+def read_table(path: str) -> tuple:
+    """One table file, parsed (TableError naming the file when it cannot be read or parsed)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TABLE_BYTES + 1)
+    except OSError as e:
+        raise TableError(path, f"cannot be read ({e.strerror or e})") from None
+    if len(raw) > MAX_TABLE_BYTES:
+        raise TableError(path, f"over {MAX_TABLE_BYTES} bytes, not a tuned fused_moe table")
+    try:
+        return parse_table(raw.decode("utf-8"), path)
+    except UnicodeDecodeError:
+        raise TableError(path, "not UTF-8 text") from None
+
+
+class TableDirs:
+    """A table source: directories searched in order for a layer's table file, as
+    get_moe_configs searches VLLM_TUNED_CONFIG_FOLDER and then vLLM's configs directory."""
+
+    def __init__(self, dirs):
+        self.dirs = tuple(str(d) for d in dirs)
+
+    def find(self, name: str) -> str | None:
+        """The first directory's file of that name, or None (vLLM then uses the defaults)."""
+        for folder in self.dirs:
+            path = os.path.join(folder, name)
+            if os.path.exists(path):
+                return path
+        return None
+
+    def table(self, shape: "MoeShape") -> tuple | None:
+        """The layer's table rows, or None where no directory holds its file."""
+        path = self.find(table_file_name(shape.num_experts, shape.intermediate, shape.device, shape.quant))
+        return None if path is None else read_table(path)
 
 
 def default_config(M: int, num_experts: int, quant: str) -> dict:
@@ -138,9 +174,9 @@ def default_config(M: int, num_experts: int, quant: str) -> dict:
             "num_warps": 4 if M <= 128 else 8, "num_stages": 4 if M <= 32 else 3}
 
 
-def choose_config(M: int, num_experts: int, intermediate: int, device: str, quant: str) -> dict:
-    """try_get_optimal_moe_config for M tokens: the nearest tuned entry, else the defaults."""
-    table = config_table(num_experts, intermediate, device, quant)
+def choose_config(M: int, num_experts: int, quant: str, table: tuple | None) -> dict:
+    """try_get_optimal_moe_config for M tokens with the layer's table (rows, or None): the
+    entry whose key is nearest M, the first such in the table on a tie, else the defaults."""
     if not table:
         return default_config(M, num_experts, quant)
     best = min(table, key=lambda row: abs(row[0] - M))  # min keeps the first of equals, as vLLM's
@@ -288,22 +324,21 @@ def _signature(shape: MoeShape, M: int, config: dict) -> tuple:
             numel < shape.num_experts, numel > 2**31 - 1)
 
 
-def scan_limit(shape: MoeShape, max_tokens: int) -> int:
+def scan_limit(shape: MoeShape, max_tokens: int, table: tuple | None) -> int:
     """The last M worth looking at: past every point where the config, naive_block_assignment
     or a cap of EM can change, each key recurs every 16 tokens (a table's last key, the
     defaults' thresholds up to 512 and, for bf16, GROUP_SIZE_M's at 129 tokens per expert)."""
-    table = config_table(shape.num_experts, shape.intermediate, shape.device, shape.quant)
     last = max(m for m, _ in table) if table else (512 if shape.quant == "fp8_block" else 129 * shape.num_experts)
     return min(max_tokens, max(last, 512, shape.num_experts) + 32)
 
 
-def fused_moe_variants(shape: MoeShape, max_tokens: int) -> list[FusedMoeLaunch]:
+def fused_moe_variants(shape: MoeShape, max_tokens: int, table: tuple | None) -> list[FusedMoeLaunch]:
     """One launch per compile key that forwards of 1..max_tokens tokens reach, w13 then w2 for
-    each new key in order of M (raises TableNotCarried; see config_table)."""
+    each new key in order of M, with the layer's tuned table (rows, or None for the defaults)."""
     seen: set = set()
     unique: dict[str, FusedMoeLaunch] = {}
-    for M in range(1, scan_limit(shape, max_tokens) + 1):
-        config = choose_config(M, shape.num_experts, shape.intermediate, shape.device, shape.quant)
+    for M in range(1, scan_limit(shape, max_tokens, table) + 1):
+        config = choose_config(M, shape.num_experts, shape.quant, table)
         signature = _signature(shape, M, config)
         if signature in seen:
             continue

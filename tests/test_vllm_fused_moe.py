@@ -14,9 +14,15 @@ import sys
 
 import pytest
 
+from factories import MADE_UP_MOE_TABLES, write_moe_tables
 from kernel_model import vllm_fused_moe as moe
-from kernel_model.vllm_fused_moe import FusedMoeLaunch, MoeShape, choose_config, compile_key, fused_moe_variants
+from kernel_model.vllm_fused_moe import FusedMoeLaunch, MoeShape, TableDirs, choose_config, compile_key
+from kernel_model.vllm_fused_moe import fused_moe_variants as variants_with
+from planner import moe_tables as where
+from planner.api import check_fresh
+from planner.cli import main
 from planner.engine import load_engine
+from planner.errors import PlanError
 from planner.expand import expand
 from planner.plan import load_plan
 from planner.stages.vllm_fused_moe import shapes
@@ -26,20 +32,34 @@ QWEN = MoeShape(128, 2048, 768, 8, "fp8_block", "H100")
 MIXTRAL = MoeShape(8, 4096, 7168, 2, "none", "H100")
 DSV3 = MoeShape(256, 7168, 256, 8, "fp8_block", "H200")
 ENGINES = {"qwen3-30b-a3b-fp8-h100": QWEN, "mixtral-8x7b-tp2-h100": MIXTRAL, "deepseek-v3-fp8-tp8-h200": DSV3}
+MIXTRAL_TABLE = "E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json"
+DSV3_TABLE = "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+QWEN_TABLE = "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128,128].json"
+
+
+def made_up(shape: MoeShape):
+    """The made-up table rows of tests/factories.py for the layer, or None."""
+    name = moe.table_file_name(shape.num_experts, shape.intermediate, shape.device, shape.quant)
+    table = MADE_UP_MOE_TABLES.get(name)
+    return None if table is None else moe.parse_table(json.dumps(table), name)
+
+
+def fused_moe_variants(shape: MoeShape, max_tokens: int, table=None):
+    return variants_with(shape, max_tokens, made_up(shape) if table is None else table)
 
 
 def every_key(shape: MoeShape, max_tokens: int) -> set:
     """The keys of every token count, by brute force."""
-    keys = set()
+    keys, table = set(), made_up(shape)
     for m in range(1, max_tokens + 1):
-        config = moe._config_items(choose_config(m, shape.num_experts, shape.intermediate, shape.device, shape.quant))
+        config = moe._config_items(choose_config(m, shape.num_experts, shape.quant, table))
         for gemm in moe.GEMMS:
             keys.add(FusedMoeLaunch(gemm, m, shape.num_experts, shape.hidden, shape.intermediate, shape.top_k,
                                     shape.quant, config).key())
     return keys
 
 
-@pytest.mark.parametrize("shape,count", [(QWEN, 20), (MIXTRAL, 66), (DSV3, 50)])
+@pytest.mark.parametrize("shape,count", [(QWEN, 20), (MIXTRAL, 22), (DSV3, 18)])
 def test_variant_count_and_scan_covers_every_token_count(shape, count):
     launches = fused_moe_variants(shape, 8192)
     assert len(launches) == count
@@ -71,14 +91,56 @@ def test_qwen3_keys():
 
 
 def test_mixtral_keys_follow_the_tuned_table():
-    """bf16 with vLLM's H100 table E=8,N=7168: nearest key, the first of a tie (3 -> key 2)."""
-    assert choose_config(3, 8, 7168, "H100", "none")["BLOCK_SIZE_N"] == 128   # key 2, not 4
-    assert choose_config(6, 8, 7168, "H100", "none")["BLOCK_SIZE_K"] == 256   # key 4, not 8
-    assert choose_config(100000, 8, 7168, "H100", "none")["BLOCK_SIZE_M"] == 128
-    launch = fused_moe_variants(MIXTRAL, 8192)[0]
+    """bf16 with a (made-up) H100 table E=8,N=7168 of keys 1, 4, 100, 700: the nearest key, the
+    first of a tie (52 -> key 4, 400 -> key 100), Triton's defaults where a config has no warps."""
+    table = made_up(MIXTRAL)
+    assert [m for m, _ in table] == [1, 4, 100, 700]
+    assert choose_config(52, 8, "none", table)["BLOCK_SIZE_K"] == 128     # key 4, not 100
+    assert choose_config(53, 8, "none", table)["BLOCK_SIZE_K"] == 64      # key 100
+    assert choose_config(400, 8, "none", table)["BLOCK_SIZE_M"] == 32     # key 100, not 700
+    assert choose_config(100000, 8, "none", table)["BLOCK_SIZE_M"] == 128
+    assert choose_config(3, 8, "none", None) == moe.default_config(3, 8, "none")
+    launches = fused_moe_variants(MIXTRAL, 8192)
+    launch = launches[0]
     assert launch.naive() and launch.pointer_dtypes()["a_scale_ptr"] is None
     assert launch.constexprs()["group_n"] == 0 and not launch.constexprs()["SWAP_AB"]
-    assert "BLOCK_SIZE_K=128" in launch.key() and "warps=4 stages=4" in launch.key()
+    assert "BLOCK_SIZE_K=64" in launch.key() and "warps=4 stages=2" in launch.key()
+    assert "BLOCK_SIZE_M=128" in launches[-1].key() and "warps=4 stages=3" in launches[-1].key()
+
+
+def test_table_file_names_are_vllms():
+    assert moe.table_file_name(8, 7168, "H100", "none") == MIXTRAL_TABLE
+    assert moe.table_file_name(256, 256, "H200", "fp8_block") == DSV3_TABLE
+
+
+def test_parse_table_reads_as_vllm_does():
+    text = '{"triton_version": "3.4", "16": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, ' \
+           '"GROUP_SIZE_M": 1, "SPLIT_K": 1}, "8": {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, ' \
+           '"GROUP_SIZE_M": 1}, "016": {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}}'
+    rows = moe.parse_table(text, "t.json")
+    assert [m for m, _ in rows] == [16, 8]                 # file order, a repeated key keeps its place
+    assert rows[0][1] == {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+    assert moe.parse_table('{"triton_version": "3.4"}', "t.json") == ()
+
+
+@pytest.mark.parametrize("text,why", [
+    ("{", "not JSON"), ("[1]", "JSON object"), ('{"x": {}}', "not a token count"), ('{"1": 3}', "not an object"),
+    ('{"1": {"BLOCK_SIZE_M": 16}}', "no ["), ('{"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, '
+                                             '"GROUP_SIZE_M": 1, "kpack": 2}}', "does not know"),
+    ('{"1": {"BLOCK_SIZE_M": true, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}}', "positive integers"),
+    ('{"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "SPLIT_K": 2}}', "SPLIT_K")])
+def test_a_malformed_table_is_one_error_naming_the_file(text, why):
+    with pytest.raises(moe.TableError) as e:
+        moe.parse_table(text, "/x/E=1.json")
+    assert str(e.value).startswith("/x/E=1.json: ") and why in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_malformed_table_fails_the_cli_with_exit_2(moe_tables, capsys):
+    with open(os.path.join(moe_tables, MIXTRAL_TABLE), "w") as f:
+        f.write('{"1": [}')
+    assert main(["plan", "vllm-0.25", "--engine", "mixtral-8x7b-tp2-h100"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and MIXTRAL_TABLE in err and "not JSON" in err
 
 
 def test_default_config_thresholds():
@@ -91,13 +153,87 @@ def test_default_config_thresholds():
     assert (d(8 * 128, 8, "none")["GROUP_SIZE_M"], d(8 * 129, 8, "none")["GROUP_SIZE_M"]) == (1, 16)
 
 
-def test_a_table_not_carried_is_refused_not_guessed():
-    with pytest.raises(moe.TableNotCarried):
-        choose_config(1, 128, 768, "H200", "fp8_block")
+def test_table_dirs_search_in_order(tmp_path):
+    first = write_moe_tables(tmp_path / "user", {MIXTRAL_TABLE: {"7": MADE_UP_MOE_TABLES[MIXTRAL_TABLE]["4"]}})
+    second = write_moe_tables(tmp_path / "shipped")
+    assert [m for m, _ in TableDirs([first, second]).table(MIXTRAL)] == [7]
+    assert [m for m, _ in TableDirs([second, first]).table(MIXTRAL)] == [1, 4, 100, 700]
+    assert TableDirs([first, second]).table(QWEN) is None and TableDirs([]).table(MIXTRAL) is None
+
+
+def test_without_tables_the_stage_plans_nothing_and_says_how(monkeypatch):
+    monkeypatch.setenv("WARMUP_VLLM_MOE_CONFIGS", "")
+    expanded = expand(load_plan("vllm-0.25"), load_engine("deepseek-v3-fp8-tp8-h200"))
+    assert [s for s in expanded.steps if s.stage == "fused_moe"] == []
+    (gap,) = [g for g in expanded.not_modelled if "tuned tables not found" in g["family"]]
+    assert "E=256,N=256 (block FP8, H200)" in gap["why"] and "WARMUP_VLLM_MOE_CONFIGS" in gap["action"]
+    assert "vllm_moe_configs" not in expanded.inputs
+
+
+def test_the_plan_names_the_tables_it_read(moe_tables):
+    expanded = expand(load_plan("vllm-0.25"), load_engine("qwen3-30b-a3b-fp8-h100"))
+    assert expanded.inputs["vllm_moe_config_tables"] == {QWEN_TABLE: None}  # absent: vLLM's defaults
+    expanded = expand(load_plan("vllm-0.25"), load_engine("mixtral-8x7b-tp2-h100"))
+    (read,) = expanded.inputs["vllm_moe_config_tables"].values()
+    assert list(expanded.inputs["vllm_moe_config_tables"]) == [MIXTRAL_TABLE] and read.startswith("sha256:")
+    assert not any("tuned tables not found" in g["family"] for g in expanded.not_modelled)
+    assert expand(load_plan("vllm-0.25"), load_engine("mixtral-8x7b-tp2-h100")) == expanded  # deterministic
+    check_fresh(expanded, load_engine("mixtral-8x7b-tp2-h100"), load_plan("vllm-0.25"))
+    table = dict(MADE_UP_MOE_TABLES[MIXTRAL_TABLE])
+    table["1"] = {**table["1"], "num_stages": 3}
+    write_moe_tables(moe_tables, {MIXTRAL_TABLE: table})
+    with pytest.raises(PlanError, match="vLLM's tuned fused_moe tables changed"):
+        check_fresh(expanded, load_engine("mixtral-8x7b-tp2-h100"), load_plan("vllm-0.25"))
+    assert expand(load_plan("vllm-0.25"), load_engine("mixtral-8x7b-tp2-h100")).digest != expanded.digest
+
+
+def fake_vllm(root) -> str:
+    """A vllm package dir whose import would fail, with made-up tables where vLLM keeps its own."""
+    package = root / "vllm"
+    write_moe_tables(package.joinpath(*where.CONFIGS_IN_VLLM))
+    (package / "__init__.py").write_text("raise RuntimeError('the planner imported vllm')\n")
+    return str(package.joinpath(*where.CONFIGS_IN_VLLM))
+
+
+def test_the_installed_vllms_tables_are_found_without_importing_it(tmp_path, monkeypatch):
+    configs = fake_vllm(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("WARMUP_VLLM_MOE_CONFIGS", "")
+    assert where.config_dirs() == ()                     # set but empty: none
+    monkeypatch.delenv("WARMUP_VLLM_MOE_CONFIGS")
+    assert where.config_dirs() == (configs,)
+    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(tmp_path / "mine"))
+    assert where.config_dirs() == (str(tmp_path / "mine"), configs)   # vLLM's order
+    monkeypatch.setenv("WARMUP_VLLM_MOE_CONFIGS", str(tmp_path / "nowhere"))
+    with pytest.raises(PlanError, match="is not a directory"):
+        where.config_dirs()
+    assert "vllm" not in sys.modules
+
+
+def test_the_plugin_plans_with_the_tables_of_the_vllm_it_runs_in(tmp_path, monkeypatch):
+    """Inside vLLM (the plugin's make_plan), with nothing set, the running vLLM's tables are read."""
+    from vllm_bridge.warmup import Settings, make_plan
+
+    fake_vllm(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("WARMUP_VLLM_MOE_CONFIGS")
+    expanded = make_plan(Settings("vllm-0.25-plugin"), load_engine("mixtral-8x7b-tp2-h100"))
+    (step,) = [s for s in expanded.steps if s.stage == "fused_moe"]
+    assert [v.key for v in step.variants] == [l.key() for l in fused_moe_variants(MIXTRAL, 8192)]
+    assert list(expanded.inputs["vllm_moe_config_tables"]) == [MIXTRAL_TABLE] and "vllm" not in sys.modules
+
+
+def test_a_table_vllm_does_not_ship_gives_the_defaults(moe_tables):
     engine = load_engine("qwen3-30b-a3b-fp8-h100").data
     engine = {**engine, "device": {**engine["device"], "name": "H200"}}
     from planner.stages.vllm_fused_moe import variants
-    assert shapes(engine) == [MoeShape(128, 2048, 768, 8, "fp8_block", "H200")] and variants(engine, 64) == []
+    launches = variants(engine, 64, moe_tables_reader())
+    assert shapes(engine) == [MoeShape(128, 2048, 768, 8, "fp8_block", "H200")]
+    assert launches == variants_with(MoeShape(128, 2048, 768, 8, "fp8_block", "H200"), 64, None)
+
+
+def moe_tables_reader():
+    return where.MoeTables()
 
 
 def test_launch_round_trips_through_plan_data():
@@ -113,7 +249,7 @@ def test_launch_round_trips_through_plan_data():
 @pytest.mark.parametrize("plan", ["vllm-0.25", "vllm-0.33", "vllm-0.25-plugin"])
 @pytest.mark.parametrize("engine", ["qwen3-30b-a3b-fp8-h100", "mixtral-8x7b-tp2-h100", "deepseek-v3-fp8-tp8-h200",
                                     "llama-3.1-8b-fp8-h100"])
-def test_stage_in_every_release_plan(plan, engine):
+def test_stage_in_every_release_plan(plan, engine, moe_tables):
     expanded = expand(load_plan(plan), load_engine(engine))
     steps = [s for s in expanded.steps if s.stage == "fused_moe"]
     if engine not in ENGINES:
@@ -143,12 +279,29 @@ def release_paths() -> dict:
     return dict(item.partition("=")[::2] for item in items)
 
 
-def oracle_request() -> dict:
+def vllm_tables(paths: str) -> dict:
+    """{MoeShape: that release's own table rows, or None} for the MoE engines' layers."""
+    configs = os.path.join(paths.split(":")[0], "vllm", *where.CONFIGS_IN_VLLM)
+    assert os.path.isdir(configs), configs
+    source = TableDirs([configs])
+    return {shape: source.table(shape) for shape in ENGINES.values()}
+
+
+def planned_launches(tables: dict) -> list:
+    return [l for shape in ENGINES.values() for l in variants_with(shape, 8192, tables[shape])]
+
+
+def oracle_request(tables: dict) -> dict:
     cases = [{**shape.__dict__, "max_tokens": load_engine(name).data["scheduler"]["max_num_batched_tokens"]}
              for name, shape in ENGINES.items()]
-    launches = [{**launch.spec(), "device": shape.device} for shape in ENGINES.values()
-                for launch in fused_moe_variants(shape, 8192)]
+    launches = [{**launch.spec(), "device": launch_device(launch)} for launch in planned_launches(tables)]
     return {"cases": cases, "launches": launches}
+
+
+def launch_device(launch) -> str:
+    (shape,) = [s for s in ENGINES.values() if (s.num_experts, s.intermediate) == (launch.num_experts,
+                                                                                    launch.intermediate)]
+    return shape.device
 
 
 @pytest.fixture(scope="module", params=["0.25", "0.33"], name="facts")
@@ -156,15 +309,17 @@ def _facts(request):
     paths = release_paths().get(request.param)
     if paths is None:
         pytest.skip(f"WARMUP_VLLM_ENVS has no {request.param} release (tests/vllm_parity/setup_vllm.sh)")
+    tables = vllm_tables(paths)
     oracle = os.path.join(os.path.dirname(__file__), "vllm_parity", "fused_moe_oracle.py")
     env = {**os.environ, "PYTHONPATH": paths, "VLLM_LOGGING_LEVEL": "ERROR"}
     env.pop("TRITON_INTERPRET", None)
-    run = subprocess.run([sys.executable, oracle], input=json.dumps(oracle_request()), capture_output=True,
+    env.pop("VLLM_TUNED_CONFIG_FOLDER", None)
+    run = subprocess.run([sys.executable, oracle], input=json.dumps(oracle_request(tables)), capture_output=True,
                          text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     facts = json.loads(run.stdout)
     assert facts["version"].startswith(request.param)
-    return facts
+    return {**facts, "tables": tables, "paths": paths}
 
 
 def test_parity_declaration(facts):
@@ -175,10 +330,25 @@ def test_parity_declaration(facts):
 
 
 def test_parity_config_for_every_token_count(facts):
+    """Our choice from the release's own tables (read where it keeps them) is its own choice."""
+    assert facts["tables"][MIXTRAL] and facts["tables"][DSV3] and facts["tables"][QWEN] is None
     for (name, shape), theirs in zip(ENGINES.items(), facts["configs"]):
-        ours = [[choose_config(m, shape.num_experts, shape.intermediate, shape.device, shape.quant)[key]
-                 for key in moe.CONFIG_KEYS] for m in range(1, len(theirs) + 1)]
+        table = facts["tables"][shape]
+        ours = [[choose_config(m, shape.num_experts, shape.quant, table).get(key) for key in moe.CONFIG_KEYS]
+                for m in range(1, len(theirs) + 1)]
         assert ours == theirs, name
+
+
+def test_parity_the_plan_reads_the_releases_configs_dir(facts, monkeypatch):
+    """The plan made with WARMUP_VLLM_MOE_CONFIGS at the release's configs dir plans exactly the
+    launches checked below, and records the tables it read."""
+    configs = os.path.join(facts["paths"].split(":")[0], "vllm", *where.CONFIGS_IN_VLLM)
+    monkeypatch.setenv("WARMUP_VLLM_MOE_CONFIGS", configs)
+    for name, shape in ENGINES.items():
+        expanded = expand(load_plan("vllm-0.25"), load_engine(name))
+        (step,) = [s for s in expanded.steps if s.stage == "fused_moe"]
+        assert [v.first for v in step.variants] == variants_with(shape, 8192, facts["tables"][shape])
+        assert (list(expanded.inputs["vllm_moe_config_tables"].values())[0] is None) == (shape == QWEN)
 
 
 SHORT = {"float8_e4m3fn": "fp8e4nv", "bfloat16": "bf16", "float32": "fp32", "int32": "i32"}
@@ -187,7 +357,7 @@ SHORT = {"float8_e4m3fn": "fp8e4nv", "bfloat16": "bf16", "float32": "fp32", "int
 def test_parity_every_planned_launch(facts):
     """The key of each launch vLLM's launcher makes for a planned variant's GEMM and token count,
     read from its arguments, is the planned key."""
-    launches = [l for shape in ENGINES.values() for l in fused_moe_variants(shape, 8192)]
+    launches = planned_launches(facts["tables"])
     assert len(launches) == len(facts["launches"])
     for launch, seen in zip(launches, facts["launches"]):
         dtypes = {p: SHORT[seen[p]["dtype"]] if seen[p] else None for p in moe.POINTERS}

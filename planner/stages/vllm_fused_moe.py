@@ -8,8 +8,9 @@ tokens a forward, for every distinct fused-MoE layer of the engine: one Kernel s
 each key with the launch that reaches it (backend `vllm_triton`: vLLM's own kernel).
 
 No step where vLLM runs another MoE kernel: expert parallelism (FlashInfer CUTLASS MoE for block
-FP8; not modelled), a device other than SM 9.0 H100 / H200, or another quantization. A layer whose
-vLLM tuned table the model does not carry is skipped too (its configs would be guesses).
+FP8; not modelled), a device other than SM 9.0 H100 / H200, or another quantization. The configs
+come from vLLM's own tuned tables, read where vLLM keeps them (planner/moe_tables.py); where that is
+not known, no step, and the plan's not_modelled list names the layers and how to give the tables.
 
 The model is imported only for an engine with MoE layers: it declares dataclasses, which
 `warmup plan` imports only where a plan has kernel steps (planner/__init__.py's start-up rule).
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 from ..steps import Kernel, Variant
 from .scope import Scope
+
+QUANT_WORDS = {"fp8_block": "block FP8", "none": "bf16"}
 
 
 def layer_shape(layer: dict, device: str):
@@ -53,28 +56,40 @@ def shapes(engine: dict) -> list:
     return list(dict.fromkeys(shape for shape in found if shape is not None))
 
 
-def variants(engine: dict, max_tokens: int) -> list:
-    """Every launch of every layer, first of each key kept (layers whose table is not carried skipped)."""
-    layers = shapes(engine)
-    if not layers:
-        return []
+def variants(engine: dict, max_tokens: int, tables) -> list:
+    """Every launch of every layer, first of each key kept; `tables`: planner.moe_tables.MoeTables."""
     from kernel_model import vllm_fused_moe as moe
 
     unique: dict = {}
-    for shape in layers:
-        try:
-            launches = moe.fused_moe_variants(shape, max_tokens)
-        except moe.TableNotCarried:
-            continue
-        for launch in launches:
+    for shape in shapes(engine):
+        for launch in moe.fused_moe_variants(shape, max_tokens, tables.get(shape)):
             unique.setdefault(launch.key(), launch)
     return list(unique.values())
 
 
+def no_tables_gap(layers: list) -> dict:
+    """The not_modelled entry of an expansion that does not know where vLLM's tables are."""
+    from ..moe_tables import HOW
+
+    named = ", ".join(f"E={s.num_experts},N={s.intermediate} ({QUANT_WORDS[s.quant]}, {s.device})" for s in layers)
+    return {"family": "Triton fused_moe (vLLM's tuned tables not found)",
+            "why": f"the configs of the MoE layers {named} come from vLLM's tuned fused_moe tables, and this "
+                   "planner was given no directory of them, so the fused_moe stage planned no step",
+            "action": HOW}
+
+
 def expand(scope: Scope) -> list:
     max_tokens = scope.integer("max_tokens")
-    launches = variants(scope.engine.data, max_tokens)
-    if not launches:
+    layers = shapes(scope.engine.data)
+    if not layers:
         return []
+    from ..moe_tables import MoeTables
+
+    if scope.notes.moe_tables is None:
+        scope.notes.moe_tables = MoeTables()
+    if not scope.notes.moe_tables.dirs:
+        scope.notes.gaps.append(no_tables_gap(layers))
+        return []
+    launches = variants(scope.engine.data, max_tokens, scope.notes.moe_tables)
     return [scope.new(Kernel, "fused_moe", backend="vllm_triton", kernel=launches[0].kernel,
                       variants=tuple(Variant(launch.key(), launch) for launch in launches))]
