@@ -30,7 +30,8 @@ __all__ = ["Target", "check_fresh", "expand", "load_engine", "load_expanded", "l
            "source_plan"]
 
 WHAT = {"plan": "the plan", "engine": "the engine config", "planner": "the planner version",
-        "kernel_configs": "the tuned kernel config tables", "deep_gemm": "the DeepGEMM install"}
+        "kernel_configs": "the tuned kernel config tables", "deep_gemm": "the DeepGEMM install",
+        "vllm_moe_configs": "vLLM's tuned fused_moe tables"}
 VERSIONED = ("planner", "deep_gemm")  # inputs recorded as they are, not as a digest
 
 

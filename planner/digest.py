@@ -29,7 +29,7 @@ except ImportError:
     except ImportError:
         from hashlib import sha256
 
-INPUTS = ("plan", "engine", "planner", "kernel_configs", "deep_gemm")
+INPUTS = ("plan", "engine", "planner", "kernel_configs", "vllm_moe_configs", "deep_gemm")
 
 
 def digest(value) -> str:
@@ -37,16 +37,22 @@ def digest(value) -> str:
     return "sha256:" + sha256(text.encode()).hexdigest()
 
 
-def input_digests(plan, engine, consulted: dict | None = None, deep_gemm: str | None = None) -> dict:
+def input_digests(plan, engine, consulted: dict | None = None, deep_gemm: str | None = None,
+                  moe_read: dict | None = None) -> dict:
     """The inputs of a plan expanded now. `consulted`: {table name: content or None} of the tuned
     tables the dispatch read (planner.tables.TableReader.consulted); `deep_gemm`: the DeepGEMM
-    install its DeepGEMM steps are for (``VERSION@INCLUDE_DIR``), recorded as it is."""
+    install its DeepGEMM steps are for (``VERSION@INCLUDE_DIR``), recorded as it is; `moe_read`:
+    {file name: digest or None} of vLLM's fused_moe tables read (planner.moe_tables)."""
     inputs = {"plan": digest(plan.shaping_fields()), "engine": digest(engine.shaping_fields()),
               "planner": __version__}
     if consulted:
         # Only plans whose dispatch read tables carry this input (and the names, to re-read them).
         inputs["kernel_configs"] = digest(consulted)
         inputs["kernel_config_tables"] = sorted(consulted)
+    if moe_read:
+        # Which of vLLM's tables shaped the fused_moe steps (null: none, vLLM's defaults).
+        inputs["vllm_moe_configs"] = digest(moe_read)
+        inputs["vllm_moe_config_tables"] = dict(moe_read)
     if deep_gemm:
         inputs["deep_gemm"] = deep_gemm
     return inputs
@@ -61,6 +67,10 @@ def current_inputs(recorded: dict, engine, plan=None, deep_gemm: str | None = No
         now["plan"] = digest(plan.shaping_fields())
     if "kernel_configs" in recorded:
         now["kernel_configs"] = digest(tables.reread(recorded.get("kernel_config_tables", [])))
+    if "vllm_moe_configs" in recorded:
+        from . import moe_tables
+
+        now["vllm_moe_configs"] = digest(moe_tables.reread(recorded.get("vllm_moe_config_tables", {})))
     if "deep_gemm" in recorded and deep_gemm is not None:
         now["deep_gemm"] = deep_gemm
     return now

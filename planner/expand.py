@@ -16,7 +16,7 @@ from .expr import ExprError, evaluate
 from .limits import MAX_STEPS, MAX_TOTAL_VALUES
 from .plan import Plan
 from .stages import handler
-from .stages.scope import Scope
+from .stages.scope import Notes, Scope
 from .steps import GemmLike
 from .tables import TableReader
 
@@ -26,16 +26,17 @@ def expand(plan: Plan, engine: Engine, deep_gemm: str | None = None) -> Expanded
     among its inputs when it has DeepGEMM steps (planner.digest)."""
     names = engine.expression_names()
     tables = TableReader(engine.data["device"]["name"])
+    notes = Notes()
     steps: list = []
     for stage in plan.stages:
         if not _enabled(stage, names):
             continue
-        steps += handler(stage.kind)(Scope(stage, engine, names, tables=tables))
+        steps += handler(stage.kind)(Scope(stage, engine, names, tables=tables, notes=notes))
         _check_size(stage, steps)
     uses_dg = any(isinstance(step, GemmLike) and step.backend == "deep_gemm" for step in steps)
-    inputs = input_digests(plan, engine, tables.consulted(), deep_gemm if uses_dg else None)
+    inputs = input_digests(plan, engine, tables.consulted(), deep_gemm if uses_dg else None, notes.moe_read())
     return ExpandedPlan(plan=plan.name, engine=engine.name, planner_version=__version__, digest=digest(inputs),
-                        inputs=inputs, steps=tuple(steps), not_modelled=tuple(plan.not_modelled))
+                        inputs=inputs, steps=tuple(steps), not_modelled=tuple(plan.not_modelled) + tuple(notes.gaps))
 
 
 def _enabled(stage, names: dict) -> bool:

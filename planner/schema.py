@@ -164,6 +164,10 @@ def _check_object(node: dict, value: dict, path: tuple, root: dict) -> None:
     for key, sub in props.items():
         if key in value:
             _check(sub, value[key], path + (key,), root)
+    if isinstance(node.get("additionalProperties"), dict):  # a schema for every other key's value
+        for key in value:
+            if key not in props:
+                _check(node["additionalProperties"], value[key], path + (key,), root)
 
 
 def _check_one_of(options: list, value, path: tuple, root: dict) -> None:

@@ -24,3 +24,22 @@ def pytest_collection_modifyitems(config, items):
     if reason:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _no_vllm_moe_tables(monkeypatch):
+    """Every test plans as if no vLLM's fused_moe tables were known (planner/moe_tables.py), whether
+    or not this Python has vLLM: a test that wants tables sets WARMUP_VLLM_MOE_CONFIGS itself
+    (`moe_tables`), so plans and goldens do not depend on the machine."""
+    monkeypatch.setenv("WARMUP_VLLM_MOE_CONFIGS", "")
+    monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
+
+
+@pytest.fixture
+def moe_tables(tmp_path, monkeypatch):
+    """WARMUP_VLLM_MOE_CONFIGS pointed at made-up tables (tests/factories.py); the directory."""
+    from factories import write_moe_tables
+
+    folder = write_moe_tables(tmp_path / "moe-configs")
+    monkeypatch.setenv("WARMUP_VLLM_MOE_CONFIGS", folder)
+    return folder

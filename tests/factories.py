@@ -59,3 +59,40 @@ def steps_of(plan: str, engine, stage: str | None = None, kind: str | None = Non
 def plain_steps_of(plan: str, engine, stage: str | None = None, kind: str | None = None) -> list[dict]:
     """The same steps in their plain form, as an expanded plan file holds them."""
     return [s.to_dict() for s in steps_of(plan, engine, stage, kind)]
+
+
+# Made-up tuned fused_moe tables (not vLLM's numbers) for the MoE layers of the shipped engines
+# that have one: Mixtral TP2 on H100 (bf16) and DeepSeek-V3 TP8 on H200 (block FP8). Qwen3's
+# layer (E=128, N=768, H100) has none here: vLLM's default configs.
+MADE_UP_MOE_TABLES = {
+    "E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json": {
+        "triton_version": "0.0.0",
+        "1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+              "num_stages": 2},
+        "4": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 8, "num_warps": 4,
+              "num_stages": 3},
+        "100": {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 8,
+                "num_stages": 4},
+        "700": {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 16},
+    },
+    "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json": {
+        "2": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,
+              "num_stages": 5},
+        "10": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 256, "GROUP_SIZE_M": 4, "num_warps": 4,
+               "num_stages": 3},
+        "300": {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 32, "num_warps": 8,
+                "num_stages": 3},
+    },
+}
+
+
+def write_moe_tables(folder, tables=None) -> str:
+    """Write tuned fused_moe tables (default: MADE_UP_MOE_TABLES) into `folder`; return it."""
+    import json
+    import os
+
+    os.makedirs(folder, exist_ok=True)
+    for name, table in (MADE_UP_MOE_TABLES if tables is None else tables).items():
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            json.dump(table, f)
+    return str(folder)

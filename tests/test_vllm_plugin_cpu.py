@@ -91,7 +91,7 @@ def test_settings_default_to_the_pool_and_refuse_bad_values_in_one_line():
 
 @pytest.mark.parametrize("plan_name", [r.plan for r in RELEASES.values()] + ["vllm-0.25-plugin"])
 @pytest.mark.parametrize("engine_name", SHIPPED)
-def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, engine_name):
+def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, engine_name, moe_tables):
     """How differs, what does not: the plugin's steps name every compile key the release's plan
     names and make every call it makes (each DeepGEMM shape on vLLM's DeepGEMM), and the pool gets
     one job per key (before the fix the pool got none: the plan's DeepGEMM steps named the
@@ -111,7 +111,9 @@ def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, eng
     for backend in (DEEP_GEMM_BACKEND, "vllm_triton"):
         keys = {k for s in ours.steps if getattr(s, "backend", None) == backend for k in s.compile_keys}
         assert {j.key for j in jobs if j.backend == backend} == keys
-    assert any(j.backend == "vllm_triton" for j in jobs) == (plan_name == "vllm-0.25-plugin")
+    # vLLM's own Triton kernels: the sampler's (the plugin plan) and fused_moe's (every release plan, MoE engines)
+    has_moe = bool(load_engine(engine_name).data["model"].get("moe"))
+    assert any(j.backend == "vllm_triton" for j in jobs) == (plan_name == "vllm-0.25-plugin" or has_moe)
 
 
 def test_workers_default_to_the_cores_shared_by_the_nodes_ranks():

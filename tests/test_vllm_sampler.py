@@ -187,7 +187,8 @@ def test_expanded_plan_file_round_trip(capsys, tmp_path, fmt):
 
 
 def test_kernel_launches_pick_the_kernels_model():
-    assert LAUNCH_MODELS == {sampler.KERNEL: ("kernel_model.vllm_sampler", "TopkToppLaunch")}
+    assert LAUNCH_MODELS == {sampler.KERNEL: ("kernel_model.vllm_sampler", "TopkToppLaunch"),
+                             "fused_moe_kernel": ("kernel_model.vllm_fused_moe", "FusedMoeLaunch")}
     runner = Launch("_gumbel_sample_kernel", ("float32", "float32", "int64", "int32", "int32", 8, 8),
                     Meta({"BLOCK": 8}))
     (variant,) = Kernel.launches("_gumbel_sample_kernel", [(runner.key(), runner.spec())])

@@ -20,6 +20,7 @@ HANDLERS = {  # stage kind -> (module, function)
     "cudagraph_capture": ("cudagraph", "expand"),
     "runner_kernels": ("runner_kernels", "expand"),
     "vllm_sampler_kernels": ("vllm_sampler", "expand"),
+    "vllm_fused_moe_kernels": ("vllm_fused_moe", "expand"),
 }
 
 

@@ -12,9 +12,9 @@ from ..plan import Stage
 class Scope:
     """One stage being expanded: its parameters, the engine's names, what each value came from."""
 
-    __slots__ = ("stage", "engine", "names", "sources", "tables")
+    __slots__ = ("stage", "engine", "names", "sources", "tables", "notes")
 
-    def __init__(self, stage: Stage, engine: Engine, names: dict, tables=None):
+    def __init__(self, stage: Stage, engine: Engine, names: dict, tables=None, notes=None):
         self.stage, self.engine = stage, engine
         self.names = names  # engine expression names (engine.expression_names())
         # param -> the engine names its value came from, so a refused value blames the engine
@@ -23,6 +23,8 @@ class Scope:
         # Tuned kernel config tables (planner.tables.TableReader): an input of
         # planning wherever a kernel's dispatch depends on them.
         self.tables = tables
+        # What the stages of one expansion add to the plan besides steps (Notes).
+        self.notes = notes if notes is not None else Notes()
 
     @property
     def params(self) -> dict:
@@ -83,6 +85,22 @@ class Scope:
             return where.error(plan_message)
         return self.engine.blame(engine_names, f"in the {self.stage.name} stage "
                                                f"({location(where.file, where.line)}), {engine_message}")
+
+
+class Notes:
+    """Shared by the stages of one expansion: the plan's not_modelled entries a stage found
+    (``gaps``) and vLLM's fused_moe tables it read (``moe_tables``, planner.moe_tables.MoeTables,
+    made on first use)."""
+
+    __slots__ = ("gaps", "moe_tables")
+
+    def __init__(self):
+        self.gaps: list = []
+        self.moe_tables = None
+
+    def moe_read(self) -> dict:
+        """{table file name: digest or None} of the fused_moe tables read, for the plan's inputs."""
+        return dict(sorted(self.moe_tables.read.items())) if self.moe_tables is not None else {}
 
 
 def _explain(raw) -> str:
