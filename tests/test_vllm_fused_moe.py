@@ -365,3 +365,22 @@ def test_parity_every_planned_launch(facts):
                           {n: seen[n] for n in moe.CONSTEXPRS},
                           {"num_warps": seen["num_warps"], "num_stages": seen["num_stages"]})
         assert key == launch.key(), launch
+
+
+def test_one_expert_aliases_one_expert_with_the_real_layers_specialization():
+    """The fused_moe runner's weights: E experts at the memory of one (the first GPU run failed
+    building them with the full strides), and Triton specializes the expert stride as it does the
+    real layer's (a multiple of 16, 32-bit)."""
+    torch = pytest.importorskip("torch")
+    from vllm_bridge.triton import one_expert
+
+    w = one_expert((128, 1536, 2048), torch.uint8, "cpu")
+    assert w.shape == (128, 1536, 2048) and w.stride() == (0, 2048, 1)
+    assert w.untyped_storage().nbytes() == 1536 * 2048
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.nvidia.compiler import CUDABackend
+    except ImportError:
+        return
+    assert native_specialize_impl(CUDABackend, w.stride(0), False, True, True) == \
+        native_specialize_impl(CUDABackend, 1536 * 2048, False, True, True)

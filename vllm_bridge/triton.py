@@ -111,12 +111,15 @@ def vllm_moe_config(fused_moe, launch) -> dict:
 
 
 def one_expert(shape: tuple, dtype, device: str):
-    """An (E, N, K) weight whose experts all alias one expert's storage: the strides of the full
-    tensor (what Triton keys on) at the memory of one; every token is routed to expert 0."""
+    """An (E, N, K) weight whose experts all alias one expert's memory (every token is routed to
+    expert 0): the expert stride is 0. Triton keys an int argument by its type and by whether it is
+    1 or a multiple of 16 (0 and n * k alike give ('i32', 'D')), so the variant is the real
+    layer's. (The full strides over one expert's storage, tried first, are out of bounds for
+    torch: on the H100 the first GPU run failed there, 2026-11-25.)"""
     import torch
 
     experts, n, k = shape
-    return torch.zeros(n * k, dtype=dtype, device=device).as_strided(shape, (n * k, k, 1))
+    return torch.zeros(1, n, k, dtype=dtype, device=device).expand(experts, n, k)
 
 
 def run_fused_moe(fused_moe, launch, device: str) -> None:
