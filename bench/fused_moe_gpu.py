@@ -4,8 +4,9 @@ plan's keys and nothing else, and a second run compiles nothing.
 
     python3 bench/fused_moe_gpu.py --out DIR [--engine qwen3-30b-a3b-fp8-h100] [--plan vllm-0.25] [--pass cold|warm]
 
-Needs vLLM 0.25.0 importable (bench/vllm_gpu_setup.sh, then `source bench/vllm_gpu_setup.sh env`)
-and a GPU; the tuned tables are the installed vLLM's (planner.moe_tables finds them without
+Needs vLLM 0.25.0 importable and this project's plugin wheel installed (bench/vllm_gpu_setup.sh
+parts core, ext, py and plugin: the wheel's entry points register the `vllm_triton` backend; the
+checkout on PYTHONPATH alone has none), `source bench/vllm_gpu_setup.sh env`, and a GPU; the tuned tables are the installed vLLM's (planner.moe_tables finds them without
 importing vLLM). Only the plan's fused_moe steps run, through `executor.run.execute` with the
 `vllm_triton` backend as the plugin configures it (no pool, no runner), into TRITON_CACHE_DIR.
 Pass `cold` (an empty cache): Triton compiles per step must equal the step's distinct compile
