@@ -7,12 +7,15 @@ so it runs wherever a VllmConfig exists.
 
 What vLLM resolved is taken from vLLM: capture sizes and CUDA-graph mode, scheduler limits, the
 speculative method, parallel sizes, max_model_len, block size, KV blocks (when given or profiled),
-an attention backend the user chose. The model's per-rank shapes come from the HF config vLLM
+an attention backend the user chose, the model runner (VllmConfig.use_v2_model_runner) and each
+block-FP8 linear's kernel, through vLLM's own choose_scaled_mm_linear_kernel in this environment
+(FlashInfer installed or not, VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER, --linear-backend). The model's per-rank shapes come from the HF config vLLM
 loaded, through planner/hf.py (the same derivation as `--from-hf`, so the two cannot drift).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 
@@ -42,6 +45,8 @@ def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
     data["speculative"] = _speculative(vllm_config.speculative_config)
     data["compilation"] = _compilation(vllm_config)
     _apply_attention_backend(data, getattr(vllm_config, "attention_config", None))
+    data["model"]["model_runner"] = "v2" if vllm_config.use_v2_model_runner else "v1"
+    _apply_linear_kernels(data, vllm_config)
     data["description"] = _description(data, model_config, cache_config)
     data = {key: data[key] for key in load_schema("engine")["properties"] if key in data}  # schema order
     return engine_from_document(Document(data=data, file=f"<VllmConfig of {source}>"))
@@ -137,6 +142,57 @@ def _apply_attention_backend(data: dict, attention_config) -> None:
                          f"(known: {', '.join(known)})")
     for entry in data["model"]["attention"]:
         entry["backend"] = name
+
+
+# vLLM's block-FP8 linear kernel classes (the CUDA list of _POSSIBLE_FP8_BLOCK_KERNELS in 0.25.0 and
+# 0.33.0) -> the engine schema's fp8_linear_kernel names.
+KERNEL_NAMES = {
+    "FlashInferFp8DeepGEMMDynamicBlockScaledKernel": "flashinfer_deep_gemm",
+    "DeepGemmFp8BlockScaledMMKernel": "deep_gemm",
+    "CutlassFp8BlockScaledMMKernel": "cutlass",
+    "B12xFp8BlockScaledMMKernel": "b12x",
+    "MarlinFP8ScaledMMLinearKernel": "marlin",
+    "HummingFP8ScaledMMLinearKernel": "humming",
+    "TritonFp8BlockScaledMMKernel": "triton",
+    "BlockWiseTorchFP8ScaledMMLinearKernel": "torch",
+}
+
+
+def _apply_linear_kernels(data: dict, vllm_config) -> None:
+    """Every block-FP8 linear's kernel as vLLM selects it here, once per distinct shape."""
+    chosen: dict = {}
+    for layer in data["model"]["linear"]:
+        block = (layer.get("quant") or {}).get("weight_block_size")
+        if "kernel" not in layer or not block:
+            continue  # planner/hf.py gave a kernel to the block-FP8 linears only
+        key = (layer["n"], layer["k"], tuple(block))
+        if key not in chosen:
+            chosen[key] = fp8_linear_kernel(vllm_config, (layer["n"], layer["k"]), block)
+        layer["kernel"] = chosen[key]
+
+
+def fp8_linear_kernel(vllm_config, weight_shape: tuple, block: list) -> str:
+    """The kernel vLLM's choose_scaled_mm_linear_kernel picks for a block-FP8 linear of
+    `weight_shape` (N, K), as Fp8LinearMethod asks it (dynamic (1, block) activation groups, the
+    model dtype in and out), with `vllm_config` current: the engine schema's name for it. The
+    parity tests call it too. Raises ValueError where vLLM finds no kernel."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.kernels import linear
+    from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape, create_fp8_quant_key
+
+    dtype = vllm_config.model_config.dtype
+    config = linear.FP8ScaledMMLinearLayerConfig(
+        weight_quant_key=create_fp8_quant_key(static=True, group_shape=GroupShape(*block)),
+        activation_quant_key=create_fp8_quant_key(static=False, group_shape=GroupShape(1, block[0])),
+        input_dtype=dtype, out_dtype=dtype, weight_shape=tuple(weight_shape))
+    choose = linear.choose_scaled_mm_linear_kernel
+    extra = {"quantization": "fp8_block_w8a8"} if "quantization" in inspect.signature(choose).parameters else {}
+    with set_current_vllm_config(vllm_config):
+        kernel = choose(config, linear._POSSIBLE_FP8_BLOCK_KERNELS, **extra)
+    if kernel.__name__ not in KERNEL_NAMES:
+        raise ValueError(f"vLLM selected {kernel.__name__} for a block-FP8 linear, a kernel the engine config "
+                         f"does not name (known: {', '.join(KERNEL_NAMES)})")
+    return KERNEL_NAMES[kernel.__name__]
 
 
 def _description(data: dict, model_config, cache_config) -> str:

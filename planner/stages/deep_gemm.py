@@ -61,15 +61,18 @@ def is_block_fp8(layer: dict, block: int) -> bool:
     return quant.get("method") == "fp8" and quant.get("weight_block_size") == [block, block]
 
 
-def dense_shapes(engine: dict, block: int, n_multiple: int | None = None) -> dict:
+def dense_shapes(engine: dict, block: int, n_multiple: int | None = None, kernels=None) -> dict:
     """Distinct (N, K) of the linears DeepGEMM can take -> names of the layers sharing it.
 
     N must be a multiple of `n_multiple` (default: the block): vLLM 0.25's warmup asks for
     N % 128, vLLM 0.33's linear kernel selection accepts N % 64 (should_use_deepgemm_for_fp8_linear).
+    `kernels`: only the layers whose kernel (model.linear[].kernel) is one of these (None: all).
     """
     n_multiple = n_multiple or block
     shapes: dict = {}
     for layer in engine["model"]["linear"]:
+        if kernels is not None and layer.get("kernel") not in kernels:
+            continue
         if is_block_fp8(layer, block) and layer["n"] % n_multiple == 0 and layer["k"] % block == 0:
             shapes.setdefault((layer["n"], layer["k"]), []).append(layer["name"])
     return shapes
@@ -110,7 +113,8 @@ def dense_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, keyed
     mode = scope.params["mode"]
     steps = []
     n_multiple = scope.integer("n_multiple", raw=scope.params.get("n_multiple", "block_m"), block_m=block_m)
-    for (n, k), layers in dense_shapes(scope.engine.data, block_m, n_multiple).items():
+    kernels = scope.params.get("linear_kernels")
+    for (n, k), layers in dense_shapes(scope.engine.data, block_m, n_multiple, kernels).items():
         m_values = dense_m_values(scope, mode, max_tokens, n, num_sms)
         found = modelled_keys(scope, ("linear", layers[0], "k"), k, lambda: model.dense_keys(m_values, n, k, num_sms),
                               lambda: model.max_k(n, num_sms)) if keyed else {}
