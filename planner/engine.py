@@ -34,8 +34,9 @@ class Engine(NamedTuple):
         return self.doc.file
 
     def shaping_fields(self) -> dict:
-        """Everything that can shape a plan (the digest covers exactly this)."""
-        return {k: v for k, v in self.data.items() if k not in COSMETIC_KEYS}
+        """Everything that can shape a plan (the digest covers exactly this), in one form whether
+        the file writes vLLM's default choices or leaves them out (canonical_choices)."""
+        return canonical_choices({k: v for k, v in self.data.items() if k not in COSMETIC_KEYS})
 
     def expression_names(self, release: str | None = None) -> dict:
         """The names plans use; `release`: the vLLM release the plan mirrors (it resolves
@@ -103,6 +104,25 @@ def _fill_linear_kernels(data: dict) -> None:
             kernel = default_linear_kernel(layer, data["model"]["dtype"], data["device"]["capability"])
             if kernel is not None:
                 layer["kernel"] = kernel
+
+
+def canonical_choices(data: dict) -> dict:
+    """`data` without the start-up choices that are vLLM's default for the engine: model_runner
+    `auto` and a block-FP8 linear's kernel where it is the one planner/vllm_choices.py fills in.
+    Written or left out, they mean the same engine, so they give one digest, the digest engines had
+    before the fields existed (plans saved then stay fresh); any other value is covered."""
+    model = dict(data["model"])
+    if model.get("model_runner") == "auto":
+        del model["model_runner"]
+    capability = data["device"]["capability"]
+    model["linear"] = [_without_default_kernel(layer, model["dtype"], capability) for layer in model["linear"]]
+    return {**data, "model": model}
+
+
+def _without_default_kernel(layer: dict, dtype: str, capability: str) -> dict:
+    if "kernel" in layer and layer["kernel"] == default_linear_kernel(layer, dtype, capability):
+        return {k: v for k, v in layer.items() if k != "kernel"}
+    return layer
 
 
 def num_lookahead_tokens(method: str, k: int) -> int:

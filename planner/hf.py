@@ -47,11 +47,12 @@ Sharding follows vLLM
 * What vLLM decides at start-up is its defaults as a user installs it
   (planner/vllm_choices.py): every block-FP8 linear's ``kernel`` is what vLLM's
   kernel selection picks with FlashInfer installed (``pip install vllm==0.25.0``
-  brings it): FlashInferFp8DeepGEMMDynamicBlockScaledKernel on SM 9.0;
-  ``--fp8-linear-kernel deep_gemm`` says FlashInfer is absent or
-  VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0 (DeepGEMM's kernel). ``model_runner`` is
-  ``auto``, each release's own choice for the model, decided for the plan of that
-  release; ``--model-runner v1|v2`` pins it (VLLM_USE_V2_MODEL_RUNNER).
+  brings it): FlashInferFp8DeepGEMMDynamicBlockScaledKernel on SM 9.0, which the
+  engine loader fills in, so it is not written; ``--fp8-linear-kernel deep_gemm``
+  says FlashInfer is absent or VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0 (DeepGEMM's
+  kernel, written on each layer). ``model_runner`` is
+  ``auto`` (not written), each release's own choice for the model, decided for the plan of
+  that release; ``--model-runner v1|v2`` pins it (VLLM_USE_V2_MODEL_RUNNER).
 
 KV-cache size estimate (when ``num_blocks`` is not given)
 ---------------------------------------------------------
@@ -1099,7 +1100,6 @@ def _assemble(*, name: str, description: str, model: _Model, linear: list, moe: 
             "vocab_size": model.vocab_size,
             "max_model_len": model.max_model_len,
             "runner": "generate",
-            "model_runner": "auto",
             "dtype": model.dtype,
             "hidden_size": model.hidden_size,
             "num_layers": model.num_layers,
@@ -1167,7 +1167,9 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
 
 def _vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str | None, source: str) -> dict:
     """The model runner (`auto` unless --model-runner) and each block-FP8 linear's kernel: vLLM's
-    choice with FlashInfer installed, or DeepGEMM's for `--fp8-linear-kernel deep_gemm`."""
+    choice with FlashInfer installed, or DeepGEMM's for `--fp8-linear-kernel deep_gemm`. Defaults are
+    left out, as the engine schema's defaults are: the runner `auto`, and a kernel that is what the
+    engine loader fills in (vLLM's choice with FlashInfer installed)."""
     for value, flag, choices in ((fp8_linear_kernel, "--fp8-linear-kernel", FP8_LINEAR_KERNEL_CHOICES),
                                  (model_runner, "--model-runner", MODEL_RUNNERS)):
         if value is not None and value not in choices:
@@ -1176,13 +1178,28 @@ def _vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str
     if fp8_linear_kernel == "flashinfer_deep_gemm" and capability != "9.0":
         raise _fail(source, f"--fp8-linear-kernel flashinfer_deep_gemm: vLLM selects FlashInfer's block-FP8 "
                             f"kernel on SM 9.0 only (has_flashinfer_fp8_blockscale_gemm), and the GPU is SM {capability}")
+    given = [f"{flag} {value}" for flag, value in (("--fp8-linear-kernel", fp8_linear_kernel),
+                                                   ("--model-runner", model_runner)) if value is not None]
+    if given:  # the command that regenerates the config names them too
+        engine["description"] = engine["description"].replace("` from ", f" {' '.join(given)}` from ", 1)
     model = engine["model"]
-    model["model_runner"] = model_runner or "auto"
-    for layer in model["linear"]:
+    if model_runner not in (None, "auto"):  # auto, the schema's default, is left out as the shipped engines do
+        model = engine["model"] = _insert_after(model, "runner", "model_runner", model_runner)
+    for layer in model["linear"]:  # only where it is not the engine's default (planner/engine.py fills that in)
         kernel = default_linear_kernel(layer, model["dtype"], capability, fp8_linear_kernel != "deep_gemm")
-        if kernel is not None:
+        if kernel != default_linear_kernel(layer, model["dtype"], capability):
             layer["kernel"] = kernel
     return engine
+
+
+def _insert_after(mapping: dict, after: str, key: str, value) -> dict:
+    """`mapping` with key: value right after `after` (the engine schema's key order)."""
+    out = {}
+    for name, item in mapping.items():
+        out[name] = item
+        if name == after:
+            out[key] = value
+    return out
 
 
 def engine_to_yaml(engine: dict) -> str:

@@ -29,6 +29,17 @@ from __future__ import annotations
 # FlashInfer's fp8_blockscale_gemm_sm90 (flashinfer_deep_gemm).
 DEEP_GEMM_LINEAR_KERNELS = ("deep_gemm", "flashinfer_deep_gemm")
 FLASHINFER_MAX_M = 31  # FlashInferFp8DeepGEMMDynamicBlockScaledKernel: FlashInfer for M < 32
+KERNEL_CLASSES = {"flashinfer_deep_gemm": "FlashInferFp8DeepGEMMDynamicBlockScaledKernel",
+                  "deep_gemm": "DeepGemmFp8BlockScaledMMKernel"}
+# Where a release's own DeepGEMM warmup leaves a kernel's DeepGEMM M-values cold, the upstream fix.
+UPSTREAM_FIXES = {("0.25.0", "flashinfer_deep_gemm"): "vLLM PR #49467, after 0.25"}
+
+
+def deep_gemm_min_m(kernel: str | None) -> int | None:
+    """The smallest M a linear on `kernel` runs DeepGEMM's fp8_gemm_nt for (None: never)."""
+    if kernel == "deep_gemm":
+        return 1
+    return FLASHINFER_MAX_M + 1 if kernel == "flashinfer_deep_gemm" else None
 
 # vllm/config/vllm.py @ v0.25.0: MoE architectures that keep Model Runner V2 by default.
 V2_MOE_ARCHITECTURES_025 = ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM")

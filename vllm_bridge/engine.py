@@ -24,7 +24,7 @@ from planner.engine import Engine, engine_from_document
 from planner.schema import load_schema
 from planner.yamlio import Document
 
-__all__ = ["engine_from_vllm_config", "gpu_of_device_name"]
+__all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernels_mismatch", "live_linear_kernels"]
 
 
 def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
@@ -41,11 +41,11 @@ def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
         config, gpu=device or _platform_gpu(), source=source,
         max_model_len=model_config.max_model_len, num_blocks=_num_blocks(cache_config),
         block_size=getattr(cache_config, "block_size", None), **_parallel_flags(vllm_config.parallel_config),
-        **_scheduler_flags(vllm_config.scheduler_config))
+        **_scheduler_flags(vllm_config.scheduler_config),
+        model_runner="v2" if vllm_config.use_v2_model_runner else "v1")  # vLLM's own answer, not `auto`
     data["speculative"] = _speculative(vllm_config.speculative_config)
     data["compilation"] = _compilation(vllm_config)
     _apply_attention_backend(data, getattr(vllm_config, "attention_config", None))
-    data["model"]["model_runner"] = "v2" if vllm_config.use_v2_model_runner else "v1"
     _apply_linear_kernels(data, vllm_config)
     data["description"] = _description(data, model_config, cache_config)
     data = {key: data[key] for key in load_schema("engine")["properties"] if key in data}  # schema order
@@ -162,9 +162,10 @@ def _apply_linear_kernels(data: dict, vllm_config) -> None:
     """Every block-FP8 linear's kernel as vLLM selects it here, once per distinct shape."""
     chosen: dict = {}
     for layer in data["model"]["linear"]:
-        block = (layer.get("quant") or {}).get("weight_block_size")
-        if "kernel" not in layer or not block:
-            continue  # planner/hf.py gave a kernel to the block-FP8 linears only
+        quant = layer.get("quant") or {}
+        block = quant.get("weight_block_size")
+        if quant.get("method") != "fp8" or not block:
+            continue  # block-FP8 linears only: vLLM's answer is written even where it is the default
         key = (layer["n"], layer["k"], tuple(block))
         if key not in chosen:
             chosen[key] = fp8_linear_kernel(vllm_config, (layer["n"], layer["k"]), block)
@@ -193,6 +194,31 @@ def fp8_linear_kernel(vllm_config, weight_shape: tuple, block: list) -> str:
         raise ValueError(f"vLLM selected {kernel.__name__} for a block-FP8 linear, a kernel the engine config "
                          f"does not name (known: {', '.join(KERNEL_NAMES)})")
     return KERNEL_NAMES[kernel.__name__]
+
+
+def live_linear_kernels(model) -> dict:
+    """{engine schema kernel name: how many layers} of the block-FP8 linears of a loaded vLLM model,
+    read from each layer's quant method (Fp8LinearMethod.fp8_linear, the kernel vLLM built it with,
+    0.25.0 and 0.33.0); a kernel class the engine config does not name counts under its class name."""
+    counts: dict = {}
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        kernel = getattr(method, "fp8_linear", None)
+        if kernel is None or not getattr(method, "block_quant", False):
+            continue
+        name = KERNEL_NAMES.get(type(kernel).__name__, type(kernel).__name__)
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def kernels_mismatch(engine_data: dict, live: dict) -> str | None:
+    """One line where the live layers run kernels the engine config did not record (None: they agree)."""
+    recorded = sorted({layer["kernel"] for layer in engine_data["model"]["linear"] if layer.get("kernel")})
+    if not live or sorted(live) == recorded:
+        return None
+    return (f"the loaded model's block-FP8 linears run {', '.join(f'{k} ({n})' for k, n in live.items())}, the "
+            f"engine config the plan was made for records {', '.join(recorded) or 'none'}: the plan's DeepGEMM "
+            "steps may miss what serving compiles (set WARMUP_ENGINE to an engine config with model.linear[].kernel)")
 
 
 def _description(data: dict, model_config, cache_config) -> str:

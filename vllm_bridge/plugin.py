@@ -6,7 +6,8 @@ the installed vLLM must be a release in vllm_bridge.releases (else it raises, on
 must not start without the warmup the user asked for), and that release's GPU Worker is patched:
 
 - ``load_model``: the plan is made (engine from the live VllmConfig, a stale saved plan refused)
-  and its precompile pool started before vLLM loads the weights;
+  and its precompile pool started before vLLM loads the weights; once they are loaded, the kernel
+  each block-FP8 linear was built with is checked against the engine config's (one warning line);
 - ``determine_available_memory``: the pool is finished, its processes gone, before vLLM's memory
   profile (bounded; a failed pool falls back to vLLM's own warmup);
 - ``compile_or_warm_up_model``: vLLM's own method with the plan in place of what the plan models
@@ -73,10 +74,12 @@ def _load_model(original, release: Release, settings: Settings):
         state.start()
         try:
             with state.phases.phase("load_model"):
-                return original(self, *args, **kwargs)
+                result = original(self, *args, **kwargs)
         except BaseException:
             state.abandon("not needed: vLLM's load_model failed")
             raise
+        state.check_live_kernels()
+        return result
     return load_model
 
 

@@ -9,7 +9,7 @@
 # vLLM 0.25.0's env also holds flashinfer-python 0.6.13, the FlashInfer its wheel requires
 # (Requires-Dist: flashinfer-python==0.6.13, flashinfer-cubin==0.6.13), so vLLM's linear-kernel
 # selection sees FlashInfer's real exports (flashinfer.gemm.fp8_blockscale_gemm_sm90); it imports
-# on CPU with nvidia-ml-py and tabulate (in DEPS). flashinfer-cubin (458 MB of prebuilt kernels,
+# on CPU with nvidia-ml-py and tabulate (FLASHINFER_DEPS, beside it). flashinfer-cubin (458 MB of prebuilt kernels,
 # no Python vLLM reads beyond its presence) is not installed: the oracle sets vLLM's own
 # VLLM_HAS_FLASHINFER_CUBIN=1 in its place (tests/vllm_parity/oracle.py).
 # The last line printed is the WARMUP_VLLM_ENVS value tests/vllm_parity/test_parity.py reads.
@@ -32,8 +32,10 @@ DEPS="transformers==5.20.2 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors
  llguidance==1.9.1 compressed-tensors==0.17.0 loguru==0.7.3 typer==0.29.2 click==8.5.1 rich==15.0.0
  httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5
  shellingham==1.5.4 markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 jinja2==3.1.6 markupsafe==3.0.4
- urllib3==2.8.0 requests==2.34.2 charset-normalizer==3.5.3 cloudpickle==3.1.3
- nvidia-ml-py==13.615.71 tabulate==0.10.0"
+ urllib3==2.8.0 requests==2.34.2 charset-normalizer==3.5.3 cloudpickle==3.1.3"
+# What FlashInfer's import needs beyond DEPS, in a target of its own on the 0.25.0 path only (DEPS is
+# shared by both releases, and a cache made from another DEPS list is redone).
+FLASHINFER_DEPS="nvidia-ml-py==13.615.71 tabulate==0.10.0"
 
 mkdir -p "$CACHE/wheels"
 envs=""
@@ -48,7 +50,7 @@ for v in $RELEASES; do
         touch "$target/.complete"
     }
     extra=""
-    [ "$v" = "0.25.0" ] && extra=":$CACHE/flashinfer-$FLASHINFER"
+    [ "$v" = "0.25.0" ] && extra=":$CACHE/flashinfer-$FLASHINFER:$CACHE/flashinfer-$FLASHINFER-deps"
     envs="$envs${envs:+,}${v%.0}=$target$extra:$CACHE/deps"
 done
 fi_wheel="$CACHE/wheels/flashinfer_python-$FLASHINFER-py3-none-any.whl"
@@ -58,6 +60,13 @@ fi_wheel="$CACHE/wheels/flashinfer_python-$FLASHINFER-py3-none-any.whl"
     rm -rf "$CACHE/flashinfer-$FLASHINFER"
     "$PY" -m pip install -q --no-deps --no-compile --target "$CACHE/flashinfer-$FLASHINFER" "$fi_wheel"
     touch "$CACHE/flashinfer-$FLASHINFER/.complete"
+}
+[ "$(cat "$CACHE/flashinfer-$FLASHINFER-deps/.complete" 2>/dev/null)" = "$FLASHINFER_DEPS" ] || {
+    rm -rf "$CACHE/flashinfer-$FLASHINFER-deps"
+    # shellcheck disable=SC2086
+    "$PY" -m pip install -q --no-deps --no-compile --only-binary=:all: --target "$CACHE/flashinfer-$FLASHINFER-deps" \
+        $FLASHINFER_DEPS
+    printf '%s' "$FLASHINFER_DEPS" > "$CACHE/flashinfer-$FLASHINFER-deps/.complete"
 }
 # The marker holds the list it was installed from: a cache made from an older list is redone.
 [ "$(cat "$CACHE/deps/.complete" 2>/dev/null)" = "$DEPS" ] || {

@@ -216,6 +216,22 @@ def test_every_engine_of_the_family_agrees(release):
     assert not failures, json.dumps(summary)[:6000]
 
 
+def test_the_family_reaches_both_runners_and_the_installed_kernels(release):
+    """The comparison above means something only where vLLM's own answers vary: both model runners
+    on each release, and on 0.25 (FlashInfer 0.6.13 installed beside it, as its wheel brings it)
+    FlashInfer's block-FP8 kernel selected through FlashInfer's real exports, DeepGEMM's without it."""
+    version, engines, facts = release
+    assert {f["model_runner"] for f in facts.values()} == {"v1", "v2"}
+    kernels = {k for f in facts.values() for k in f["linear_kernels"].values()}
+    without = {k for f in facts.values() for k in f["linear_kernels_without_flashinfer"].values()}
+    assert "deep_gemm" in without and "flashinfer_deep_gemm" not in without
+    if version == "0.25":
+        sm90 = {n for n, e in engines.items() if e.expression_names()["device_capability"] == 90}
+        assert sm90 and {n for n, f in facts.items() if f["flashinfer"]} == sm90  # its block GEMM is SM 9.0's
+        assert "flashinfer_deep_gemm" in kernels
+        assert {f["flashinfer_cache"] for f in facts.values()} == {"memory", "persistent"}
+
+
 def test_033_orders_warmup_kernels_before_capture(release):
     version, engines, _ = release
     order = plan_facts(version, engines["base"])["order"]
