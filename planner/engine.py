@@ -12,6 +12,7 @@ from typing import NamedTuple
 from . import schema
 from .errors import PlanError, format_path
 from .resources import resolve
+from .vllm_choices import default_linear_kernel, model_runner
 from .yamlio import Document, load_file
 
 # Cosmetic fields: they name or describe the engine but shape no step.
@@ -33,11 +34,14 @@ class Engine(NamedTuple):
         return self.doc.file
 
     def shaping_fields(self) -> dict:
-        """Everything that can shape a plan (the digest covers exactly this)."""
-        return {k: v for k, v in self.data.items() if k not in COSMETIC_KEYS}
+        """Everything that can shape a plan (the digest covers exactly this), in one form whether
+        the file writes vLLM's default choices or leaves them out (canonical_choices)."""
+        return canonical_choices({k: v for k, v in self.data.items() if k not in COSMETIC_KEYS})
 
-    def expression_names(self) -> dict:
-        return expression_names(self.data)
+    def expression_names(self, release: str | None = None) -> dict:
+        """The names plans use; `release`: the vLLM release the plan mirrors (it resolves
+        model_runner `auto`, planner/vllm_choices.py)."""
+        return expression_names(self.data, release)
 
     def blame(self, names, message: str) -> PlanError:
         """An error caused by the engine fields behind expression `names`, in one line.
@@ -88,7 +92,37 @@ def engine_from_document(doc: Document) -> Engine:
     schema.validate(doc, "engine")
     engine = Engine(doc=doc, data=schema.apply_defaults("engine", doc.data))
     check_consistency(engine)
+    _fill_linear_kernels(engine.data)
     return engine
+
+
+def _fill_linear_kernels(data: dict) -> None:
+    """A block-FP8 linear whose kernel the file leaves out gets vLLM's choice with FlashInfer
+    installed (planner/vllm_choices.py), so every plan reads one fact per layer."""
+    for layer in data["model"]["linear"]:
+        if "kernel" not in layer:
+            kernel = default_linear_kernel(layer, data["model"]["dtype"], data["device"]["capability"])
+            if kernel is not None:
+                layer["kernel"] = kernel
+
+
+def canonical_choices(data: dict) -> dict:
+    """`data` without the start-up choices that are vLLM's default for the engine: model_runner
+    `auto` and a block-FP8 linear's kernel where it is the one planner/vllm_choices.py fills in.
+    Written or left out, they mean the same engine, so they give one digest, the digest engines had
+    before the fields existed (plans saved then stay fresh); any other value is covered."""
+    model = dict(data["model"])
+    if model.get("model_runner") == "auto":
+        del model["model_runner"]
+    capability = data["device"]["capability"]
+    model["linear"] = [_without_default_kernel(layer, model["dtype"], capability) for layer in model["linear"]]
+    return {**data, "model": model}
+
+
+def _without_default_kernel(layer: dict, dtype: str, capability: str) -> dict:
+    if "kernel" in layer and layer["kernel"] == default_linear_kernel(layer, dtype, capability):
+        return {k: v for k, v in layer.items() if k != "kernel"}
+    return layer
 
 
 def num_lookahead_tokens(method: str, k: int) -> int:
@@ -104,8 +138,9 @@ def num_lookahead_tokens(method: str, k: int) -> int:
     return 0  # ngram, suffix
 
 
-def expression_names(data: dict) -> dict:
-    """Flat engine names usable in plan expressions (vLLM's vocabulary)."""
+def expression_names(data: dict, release: str | None = None) -> dict:
+    """Flat engine names usable in plan expressions (vLLM's vocabulary); `release` is the vLLM
+    release of the plan, which decides the model runner where the engine says `auto`."""
     model, sched, spec = data["model"], data["scheduler"], data["speculative"]
     par, dev, kv = data["parallel"], data["device"], data["kv_cache"]
     k = spec["num_speculative_tokens"]
@@ -117,6 +152,7 @@ def expression_names(data: dict) -> dict:
         "runner": model["runner"],
         "dtype": model["dtype"],
         "is_pooling_model": model["runner"] == "pooling",
+        "model_runner": model_runner(release, data)[0],
         "max_num_seqs": sched["max_num_seqs"],
         "max_num_batched_tokens": sched["max_num_batched_tokens"],
         "speculative_method": spec["method"],
@@ -131,6 +167,8 @@ def expression_names(data: dict) -> dict:
         "data_parallel_size": par["data_parallel_size"],
         "pipeline_parallel_size": par["pipeline_parallel_size"],
         "pipeline_rank": par["pipeline_rank"],
+        # vLLM's world group: every rank of TP x PP x DP (parallel_state.init_distributed_environment)
+        "world_size": par["tensor_parallel_size"] * par["pipeline_parallel_size"] * par["data_parallel_size"],
         "is_last_pp_rank": par["pipeline_rank"] == par["pipeline_parallel_size"] - 1,
         "num_sms": dev["num_sms"],
         "device_capability": major * 10 + minor,
@@ -147,6 +185,7 @@ EXPRESSION_FIELDS = {
     "runner": (("model", "runner"),),
     "dtype": (("model", "dtype"),),
     "is_pooling_model": (("model", "runner"),),
+    "model_runner": (("model", "model_runner"),),
     "max_num_seqs": (("scheduler", "max_num_seqs"),),
     "max_num_batched_tokens": (("scheduler", "max_num_batched_tokens"),),
     "speculative_method": (("speculative", "method"),),
@@ -160,6 +199,8 @@ EXPRESSION_FIELDS = {
     "data_parallel_size": (("parallel", "data_parallel_size"),),
     "pipeline_parallel_size": (("parallel", "pipeline_parallel_size"),),
     "pipeline_rank": (("parallel", "pipeline_rank"),),
+    "world_size": (("parallel", "tensor_parallel_size"), ("parallel", "pipeline_parallel_size"),
+                   ("parallel", "data_parallel_size")),
     "is_last_pp_rank": (("parallel", "pipeline_rank"), ("parallel", "pipeline_parallel_size")),
     "num_sms": (("device", "num_sms"),),
     "device_capability": (("device", "capability"),),
@@ -193,6 +234,9 @@ def check_consistency(engine: Engine) -> None:
                                 "weight_block_size applies to block-quantized (fp8) weights only")
             if block and layer["quant"]["method"] == "fp8":
                 _check_fp8_blocks(doc, section, i, layer, par["tensor_parallel_size"])
+            elif "kernel" in layer:
+                raise doc.error(("model", section, i, "kernel"), "kernel names the kernel of a block-FP8 "
+                                "linear (quant method fp8 with a weight_block_size); this layer is not one")
     for i, group in enumerate(d["kv_cache"]["groups"]):
         if group["kind"] == "cross_attention" and d["model"]["max_encoder_len"] == 0:
             raise doc.error(("kv_cache", "groups", i, "kind"),

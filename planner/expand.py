@@ -24,7 +24,7 @@ from .tables import TableReader
 def expand(plan: Plan, engine: Engine, deep_gemm: str | None = None) -> ExpandedPlan:
     """`deep_gemm`: the DeepGEMM install (``VERSION@INCLUDE_DIR``) the plan is for, recorded
     among its inputs when it has DeepGEMM steps (planner.digest)."""
-    names = engine.expression_names()
+    names = engine.expression_names(plan.vllm_release)
     tables = TableReader(engine.data["device"]["name"])
     notes = Notes()
     steps: list = []
@@ -36,7 +36,8 @@ def expand(plan: Plan, engine: Engine, deep_gemm: str | None = None) -> Expanded
     uses_dg = any(isinstance(step, GemmLike) and step.backend == "deep_gemm" for step in steps)
     inputs = input_digests(plan, engine, tables.consulted(), deep_gemm if uses_dg else None, notes.moe_read())
     return ExpandedPlan(plan=plan.name, engine=engine.name, planner_version=__version__, digest=digest(inputs),
-                        inputs=inputs, steps=tuple(steps), not_modelled=tuple(plan.not_modelled) + tuple(notes.gaps))
+                        inputs=inputs, steps=tuple(steps), not_modelled=tuple(plan.not_modelled) + tuple(notes.gaps),
+                        vllm_release=plan.vllm_release)
 
 
 def _enabled(stage, names: dict) -> bool:

@@ -35,6 +35,7 @@ class ExpandedPlan(NamedTuple):
     steps: tuple
     format: str = FORMAT
     not_modelled: tuple = ()  # {family, why, action} of what the plan leaves out (planner.plan.Plan)
+    vllm_release: str | None = None  # the vLLM release the plan mirrors (planner.plan.Plan)
 
     @property
     def summary(self) -> dict:
@@ -45,9 +46,11 @@ class ExpandedPlan(NamedTuple):
         return {"plan": self.plan, "engine": self.engine, "digest": self.digest, "inputs": self.inputs}
 
     def to_dict(self) -> dict:
-        data = {"format": FORMAT, "plan": self.plan, "engine": self.engine, "planner_version": self.planner_version,
-                "digest": self.digest, "inputs": self.inputs, "summary": self.summary,
-                "steps": [step.to_dict() for step in self.steps]}
+        data = {"format": FORMAT, "plan": self.plan, "engine": self.engine, "planner_version": self.planner_version}
+        if self.vllm_release:  # absent for plans of no release: they keep their bytes
+            data["vllm_release"] = self.vllm_release
+        data.update({"digest": self.digest, "inputs": self.inputs, "summary": self.summary,
+                     "steps": [step.to_dict() for step in self.steps]})
         if self.not_modelled:  # absent when empty: plans without gaps keep their bytes
             data["not_modelled"] = [dict(gap) for gap in self.not_modelled]
         return data
@@ -59,7 +62,8 @@ class ExpandedPlan(NamedTuple):
         return cls(plan=data["plan"], engine=data["engine"], planner_version=data["planner_version"],
                    digest=data["digest"], inputs=dict(data["inputs"]),
                    steps=tuple(read(s) for s in data["steps"]),
-                   not_modelled=tuple(dict(gap) for gap in data.get("not_modelled", ())))
+                   not_modelled=tuple(dict(gap) for gap in data.get("not_modelled", ())),
+                   vllm_release=data.get("vllm_release"))
 
 
 def summarize(steps) -> dict:

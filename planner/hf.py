@@ -44,6 +44,15 @@ Sharding follows vLLM
 * ``--kv-cache-dtype`` (vLLM's CacheConfig.cache_dtype, the engine schema's
   values) is every attention layer's ``kv_cache_dtype``; ``auto`` is the model
   dtype.
+* What vLLM decides at start-up is its defaults as a user installs it
+  (planner/vllm_choices.py): every block-FP8 linear's ``kernel`` is what vLLM's
+  kernel selection picks with FlashInfer installed (``pip install vllm==0.25.0``
+  brings it): FlashInferFp8DeepGEMMDynamicBlockScaledKernel on SM 9.0, which the
+  engine loader fills in, so it is not written; ``--fp8-linear-kernel deep_gemm``
+  says FlashInfer is absent or VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0 (DeepGEMM's
+  kernel, written on each layer). ``model_runner`` is
+  ``auto`` (not written), each release's own choice for the model, decided for the plan of
+  that release; ``--model-runner v1|v2`` pins it (VLLM_USE_V2_MODEL_RUNNER).
 
 KV-cache size estimate (when ``num_blocks`` is not given)
 ---------------------------------------------------------
@@ -80,8 +89,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from .limits import (KV_CACHE_DTYPES, MAX_BLOCKS, MAX_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS, MAX_VOCAB,
-                     SPECULATIVE_METHODS)
+from .limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_BLOCKS, MAX_SEQS, MAX_SPECULATIVE_TOKENS,
+                     MAX_TOKENS, MAX_VOCAB, MODEL_RUNNERS, SPECULATIVE_METHODS)
+from .vllm_choices import default_linear_kernel
 from .yamlio import dump
 
 __all__ = ["GPUS", "HFConfigError", "SUPPORTED_ARCHITECTURES", "engine_from_hf", "engine_to_yaml", "gpu_name"]
@@ -1112,7 +1122,8 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
                    gpu: str = "H100", max_model_len: int | None = None,
                    name: str | None = None, source: str = "config.json", ignore_memory=None,
                    speculative_method: str | None = None, num_speculative_tokens: int | None = None,
-                   kv_cache_dtype: str | None = None) -> dict:
+                   kv_cache_dtype: str | None = None, fp8_linear_kernel: str | None = None,
+                   model_runner: str | None = None) -> dict:
     """The engine config (a dict valid against schemas/engine.schema.json) of one rank.
 
     Raises HFConfigError, naming the config key or flag, when the config cannot
@@ -1120,6 +1131,8 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     an FP8 block shape vLLM refuses, an unknown GPU, a size past its bound, weights
     that leave no room for one max_model_len request when num_blocks is estimated ...).
     `ignore_memory`, a function taking a warning, turns the last refusal into that warning.
+    `fp8_linear_kernel` and `model_runner` say what vLLM chooses where its defaults do not hold
+    (planner/vllm_choices.py: by default FlashInfer installed, and each release's runner).
     """
     if not isinstance(hf, dict):
         raise _fail(source, f"expected a JSON object, got {type(hf).__name__}")
@@ -1145,10 +1158,48 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     scheduler = _scheduler_config(flags, device, source)
     if name is None:
         name = _engine_name(hf, source, par, device)
-    return _assemble(name=name, description=_description(source, model, flags, device, block_size, unfit),
-                     model=model, linear=linear, moe=moe, attention=attention,
-                     kv_cache={"num_blocks": num_blocks, "groups": kv_groups}, scheduler=scheduler,
-                     speculative=speculative, par=par, gpu=device)
+    engine = _assemble(name=name, description=_description(source, model, flags, device, block_size, unfit),
+                       model=model, linear=linear, moe=moe, attention=attention,
+                       kv_cache={"num_blocks": num_blocks, "groups": kv_groups}, scheduler=scheduler,
+                       speculative=speculative, par=par, gpu=device)
+    return _vllm_choices(engine, fp8_linear_kernel, model_runner, source)
+
+
+def _vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str | None, source: str) -> dict:
+    """The model runner (`auto` unless --model-runner) and each block-FP8 linear's kernel: vLLM's
+    choice with FlashInfer installed, or DeepGEMM's for `--fp8-linear-kernel deep_gemm`. Defaults are
+    left out, as the engine schema's defaults are: the runner `auto`, and a kernel that is what the
+    engine loader fills in (vLLM's choice with FlashInfer installed)."""
+    for value, flag, choices in ((fp8_linear_kernel, "--fp8-linear-kernel", FP8_LINEAR_KERNEL_CHOICES),
+                                 (model_runner, "--model-runner", MODEL_RUNNERS)):
+        if value is not None and value not in choices:
+            raise _fail(source, f"{flag} {_short(value)} is not one of {', '.join(choices)}")
+    capability = engine["device"]["capability"]
+    if fp8_linear_kernel == "flashinfer_deep_gemm" and capability != "9.0":
+        raise _fail(source, f"--fp8-linear-kernel flashinfer_deep_gemm: vLLM selects FlashInfer's block-FP8 "
+                            f"kernel on SM 9.0 only (has_flashinfer_fp8_blockscale_gemm), and the GPU is SM {capability}")
+    given = [f"{flag} {value}" for flag, value in (("--fp8-linear-kernel", fp8_linear_kernel),
+                                                   ("--model-runner", model_runner)) if value is not None]
+    if given:  # the command that regenerates the config names them too
+        engine["description"] = engine["description"].replace("` from ", f" {' '.join(given)}` from ", 1)
+    model = engine["model"]
+    if model_runner not in (None, "auto"):  # auto, the schema's default, is left out as the shipped engines do
+        model = engine["model"] = _insert_after(model, "runner", "model_runner", model_runner)
+    for layer in model["linear"]:  # only where it is not the engine's default (planner/engine.py fills that in)
+        kernel = default_linear_kernel(layer, model["dtype"], capability, fp8_linear_kernel != "deep_gemm")
+        if kernel != default_linear_kernel(layer, model["dtype"], capability):
+            layer["kernel"] = kernel
+    return engine
+
+
+def _insert_after(mapping: dict, after: str, key: str, value) -> dict:
+    """`mapping` with key: value right after `after` (the engine schema's key order)."""
+    out = {}
+    for name, item in mapping.items():
+        out[name] = item
+        if name == after:
+            out[key] = value
+    return out
 
 
 def engine_to_yaml(engine: dict) -> str:

@@ -20,3 +20,8 @@ MAX_SPECULATIVE_TOKENS = 256         # speculative.num_speculative_tokens
 # The engine schema's enums behind `warmup engine --from-hf`'s flags (a test checks them too).
 SPECULATIVE_METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "dflash", "dspark", "suffix")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4")
+# `warmup engine --from-hf --fp8-linear-kernel`: the kernel vLLM picks for the block-FP8 linears
+# DeepGEMM can take, with FlashInfer (vLLM's dependency) or without it (or with
+# VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0); `--model-runner`: the engine schema's model.model_runner.
+FP8_LINEAR_KERNEL_CHOICES = ("flashinfer_deep_gemm", "deep_gemm")
+MODEL_RUNNERS = ("auto", "v1", "v2")

@@ -58,10 +58,15 @@ class Plan(NamedTuple):
     # list replaces its parent's, and its `modelled` families drop out of it. Documentation for
     # review: it shapes no step, so no digest covers it.
     not_modelled: tuple = ()
+    # The vLLM release the plan mirrors (`vllm_release:`, inherited): it resolves an engine's
+    # model_runner `auto` (planner/vllm_choices.py). None for plans of no release.
+    vllm_release: str | None = None
 
     def shaping_fields(self) -> list:
-        """What the digest covers: every stage's kind, condition and parameters."""
-        return [{"name": s.name, "kind": s.kind, "when": s.when, "with": s.params} for s in self.stages]
+        """What the digest covers: every stage's kind, condition and parameters, and the release
+        (it decides the model runner; absent for plans of no release, which keep their digest)."""
+        stages = [{"name": s.name, "kind": s.kind, "when": s.when, "with": s.params} for s in self.stages]
+        return stages + ([{"vllm_release": self.vllm_release}] if self.vllm_release else [])
 
 
 def load_plan(name_or_path: str) -> Plan:
@@ -134,7 +139,8 @@ def _merge(doc: Document, parent: Plan | None) -> Plan:
     files = [doc.file] + (parent.files if parent else [])
     return Plan(name=doc.data["name"], description=description,
                 stages=[stages[n] for n in order if n in stages], files=files,
-                not_modelled=_not_modelled(doc, parent))
+                not_modelled=_not_modelled(doc, parent),
+                vllm_release=doc.data.get("vllm_release", parent.vllm_release if parent else None))
 
 
 def _not_modelled(doc: Document, parent: Plan | None) -> tuple:

@@ -330,7 +330,10 @@ def test_golden_plans_are_clean(plan, engine_name):
     exactly this expansion; loading the files again here would only cost time)."""
     eng = engine(base=os.path.join(os.path.dirname(HERE), "plans", "engines", f"{engine_name}.yaml"))
     findings, skipped = lints.run(planned(plan, eng), eng.data)
-    assert [f.line() for f in findings] == [] and skipped == []
+    assert [f.line() for f in findings if f.lint.code != "W204"] == [] and skipped == []
+    # W204 names what the mirrored vLLM compiles after ready: vLLM 0.25's gaps on every shipped engine
+    # (FlashInfer's block-FP8 kernel, the V1 runner), none left where the plugin runs or on 0.33.
+    assert bool([f for f in findings if f.lint.code == "W204"]) == (plan == "vllm-0.25")
 
 
 def test_cases_cover_the_per_release_plans_and_every_shipped_engine():
@@ -344,7 +347,12 @@ def test_warmup_check_passes_every_builtin_plan_on_every_shipped_engine(capsys, 
     """The command itself (plan by name, engine by name): exit 0, no finding."""
     rc, out, err = warmup(capsys, "check", plan, "--engine", engine_name)
     assert (rc, err) == (0, "")
-    assert out.startswith(f"warmup check: {plan} for {engine_name} (") and "\nNo problems: " in out
+    assert out.startswith(f"warmup check: {plan} for {engine_name} (")
+    if plan == "vllm-0.25":  # the release's own gaps: warnings, exit 0 unless --strict
+        assert "\nWARNING W204 (plan): engine " in out and "\n0 errors, " in out
+        assert warmup(capsys, "check", plan, "--engine", engine_name, "--strict")[0] == 1
+    else:
+        assert "\nNo problems: " in out
 
 
 def test_check_golden_file_end_to_end(capsys):
@@ -353,7 +361,7 @@ def test_check_golden_file_end_to_end(capsys):
                           "--engine", "deepseek-v3-fp8-tp8-h200")
     assert (rc, err) == (0, "")
     assert out == ("warmup check: vllm for deepseek-v3-fp8-tp8-h200 (16 steps)\n\n"
-                   "No problems: 14 lints over 16 steps.\n")
+                   "No problems: 15 lints over 16 steps.\n")
 
 
 # --- the command ------------------------------------------------------------------------
@@ -363,7 +371,7 @@ def test_check_pre_40746_exit_1_with_explanation(capsys):
     assert rc == 1 and err == ""
     assert "ERROR E101 warmup_kernels/prefill: per-request query length 2 <= decode query length 2" in out
     assert "E101 prefill-classified-as-decode (error)" in out and "vLLM PR #40746" in out and "Fix: " in out
-    assert out.rstrip().endswith("1 error, 0 warnings (14 lints run).")
+    assert out.rstrip().endswith("1 error, 0 warnings (15 lints run).")
 
 
 def test_check_json(capsys):
@@ -388,7 +396,7 @@ def test_check_expanded_file_without_engine_runs_engine_free_lints(capsys, tmp_p
     assert cli.main(["plan", PRE_40746, "-e", small, "-o", str(path)]) == 0
     rc, out, _ = warmup(capsys, "check", path)
     assert rc == 0  # E101 needs to know the speculation: it is skipped, and the output says so
-    assert "note: no --engine: ran 6 of 14 lints; E101, E102, E105, E106, E107, E110, W201, W202 need" in out
+    assert "note: no --engine: ran 6 of 15 lints; E101, E102, E105, E106, E107, E110, W201, W202, W204 need" in out
     rc, out, _ = warmup(capsys, "check", path, "--engine", small)
     assert rc == 1 and "ERROR E101" in out
     assert "note: plan 'pre-40746' is not a built-in plan" in out

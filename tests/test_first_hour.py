@@ -188,4 +188,4 @@ def test_check_says_one_step(tmp_path, capsys):
                     "    with: {max_capture_size: 1}\n")
     code, out, _ = run(capsys, "check", plan, "-e", LLAMA)
     assert (code, out) == (0, "warmup check: one for llama-3.1-8b-fp8-h100 (1 step)\n\n"
-                              "No problems: 14 lints over 1 step.\n")
+                              "No problems: 15 lints over 1 step.\n")

@@ -457,6 +457,9 @@ def test_key_order():
     assert list(e) == ["name", "description", "model", "kv_cache", "scheduler", "speculative", "parallel", "device"]
     assert list(e["model"]) == ["architecture", "vocab_size", "max_model_len", "runner", "dtype", "hidden_size",
                                 "num_layers", "linear", "moe", "attention"]
+    pinned = engine("deepseek-v3", tp=8, gpu="H200", model_runner="v1")["model"]
+    assert list(pinned)[:6] == ["architecture", "vocab_size", "max_model_len", "runner", "model_runner", "dtype"]
+    assert pinned["model_runner"] == "v1"
 
 
 # ----------------------------------------------------------------------------
@@ -502,7 +505,13 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
             imported.add("." + node.module if node.level else (node.module or "").split(".")[0])
     # .yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
     # .limits: constants only (the engine schema's bounds); .errors: PlanError, for HFConfigError.as_plan_error
-    assert imported <= {"__future__", "dataclasses", "math", "os", "re", ".yamlio", ".limits", ".errors"}, imported
+    # .vllm_choices: the release defaults --from-hf writes (stdlib only, checked below)
+    assert imported <= {"__future__", "dataclasses", "math", "os", "re", ".yamlio", ".limits", ".errors",
+                        ".vllm_choices"}, imported
+    with open(os.path.join(ROOT, "planner", "vllm_choices.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module != "__future__"
+                or isinstance(node, ast.Import)]
 
 
 def test_shipped_engines_match_regen_script():

@@ -255,3 +255,45 @@ def test_a_failed_load_model_ends_the_pool(monkeypatch):
     with pytest.raises(MemoryError):
         wrapped(NS())
     assert ended == ["not needed: vLLM's load_model failed"]
+
+
+# --- the live layers' kernels (issue 24) ---------------------------------------------------------------
+
+class FlashInferFp8DeepGEMMDynamicBlockScaledKernel:  # named as vLLM's classes: read by class name
+    pass
+
+
+class DeepGemmFp8BlockScaledMMKernel:
+    pass
+
+
+def live_model(*kernels):
+    layers = [NS(quant_method=NS(fp8_linear=k(), block_quant=True)) for k in kernels]
+    layers.append(NS(quant_method=NS(fp8_linear=DeepGemmFp8BlockScaledMMKernel(), block_quant=False)))  # not block
+    layers.append(NS(quant_method=None))
+    return NS(modules=lambda: iter(layers))
+
+
+def test_the_live_layers_kernels_are_checked_against_the_engine_after_load(caplog):
+    from vllm_bridge.engine import live_linear_kernels
+
+    state = bare_state(Settings("vllm-0.25"))  # llama: flashinfer_deep_gemm recorded
+    flashinfer = live_model(*[FlashInferFp8DeepGEMMDynamicBlockScaledKernel] * 4)
+    assert live_linear_kernels(flashinfer) == {"flashinfer_deep_gemm": 4}
+    state.worker.model_runner = NS(model=flashinfer)
+    with caplog.at_level(logging.WARNING, logger="vllm.warmup_planner"):
+        assert state.check_live_kernels() is None
+        state.worker.model_runner = NS(model=live_model(DeepGemmFp8BlockScaledMMKernel, object))
+        why = state.check_live_kernels()
+    assert why.startswith("the loaded model's block-FP8 linears run deep_gemm (1), object (1), the engine config "
+                          "the plan was made for records flashinfer_deep_gemm:")
+    assert [r.getMessage() for r in caplog.records] == [f"warmup-planner: {why}"]
+
+
+def test_a_successful_load_model_checks_the_live_kernels(monkeypatch):
+    order = []
+    state = NS(start=lambda: order.append("pool"), check_live_kernels=lambda: order.append("checked"),
+               phases=ph.Phases(NS(begin_step=lambda name: None, end_step=lambda: None)))
+    monkeypatch.setattr(WorkerWarmup, "prepare", classmethod(lambda cls, worker, release, settings: state))
+    wrapped = plugin._load_model(lambda self: order.append("weights") or "loaded", RELEASES["0.25.0"], Settings("p"))
+    assert wrapped(NS()) == "loaded" and order == ["pool", "weights", "checked"]

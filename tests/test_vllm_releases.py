@@ -78,7 +78,7 @@ def test_not_modelled_in_table_plain_form_and_diff(tmp_path):
     new = expand(load_plan("vllm-0.33"), eng)
     assert "JIT warmup registry (vLLM's own Triton kernels)" in {g["family"] for g in new.not_modelled}
     table = to_table(new)
-    assert "Not modelled (9 of what the engine warms, which this plan does not):" in table
+    assert "Not modelled (10 of what the engine warms, which this plan does not):" in table
     assert "    what to do: keep kernel_config.enable_jit_warmup on" in table
     again = ExpandedPlan.from_dict(new.to_dict())
     assert again.not_modelled == new.not_modelled

@@ -30,6 +30,7 @@ from planner.plan import load_plan
 from planner.resources import builtin_engines
 from planner.stages.vllm_sampler import max_rows
 from planner.steps import LAUNCH_MODELS, Kernel, step_from_dict
+from planner.vllm_choices import model_runner
 from tests.factories import make_engine, steps_of, write_plan
 
 FAMILY = "vLLM's Triton top-k/top-p sampler kernel"
@@ -140,10 +141,16 @@ def test_stage_on_every_shipped_engine(name):
 
 @pytest.mark.parametrize("name", builtin_engines())
 def test_the_mirror_is_the_plugin_plan_without_the_stage(name):
+    """The plugin's plan is the mirror plus what vLLM 0.25 leaves cold: the sampler kernels, DeepGEMM
+    behind FlashInfer's kernel (after the mirror's stages) and, on the V1 runner, the synthetic batches."""
     engine = load_engine(name)
     plugin = steps_of("vllm-0.25-plugin", engine)
-    assert steps_of("vllm-0.25", engine) == [s for s in plugin if s.stage != "sampler_kernels"]
-    assert plugin[-1].stage == "sampler_kernels"
+    v2 = model_runner("0.25.0", engine.data)[0] == "v2"
+    added = ("sampler_kernels", "deep_gemm_flashinfer") + (() if v2 else ("warmup_kernels",))
+    assert steps_of("vllm-0.25", engine) == [s for s in plugin if s.stage not in added]
+    stages = [s.stage for s in plugin]
+    assert stages[-1] in ("sampler_kernels", "deep_gemm_flashinfer") and "sampler_kernels" in stages
+    assert ("warmup_kernels" in stages) and (("deep_gemm_flashinfer" in stages) == (name != "mixtral-8x7b-tp2-h100"))
 
 
 @pytest.mark.parametrize("seqs,spec,count", [(4, 0, 0), (4, 1, 3), (4, 3, 6), (7, 0, 0), (8, 0, 3), (16, 0, 6)])

@@ -10,6 +10,8 @@ failure is a PlanError: one line, exit 2, nothing written.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -77,6 +79,27 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+VENDORED_DEEP_GEMM = "vllm.third_party.deep_gemm"
+
+
+def stand_in_vendored_deep_gemm() -> bool:
+    """The DeepGEMM vLLM vendors is in its wheel, but its extension links libtorch_cuda, which a
+    machine without a GPU lacks: where the package is there and its import fails, register it
+    unexecuted (its real spec), so vLLM's has_deep_gemm() answers as on the GPU machine. Without the
+    package (a build without it) nothing changes. Nothing is launched. True if it stood in."""
+    spec = importlib.util.find_spec(VENDORED_DEEP_GEMM)
+    if spec is None:
+        return False
+    try:
+        importlib.import_module(VENDORED_DEEP_GEMM)
+        return False
+    except (ImportError, OSError):  # 0.25: ImportError (libtorch_cuda.so); 0.33: OSError (libc10_cuda.so)
+        for name in [m for m in sys.modules if m.startswith(VENDORED_DEEP_GEMM + ".")]:
+            del sys.modules[name]  # what the failed import left half made
+        sys.modules[VENDORED_DEEP_GEMM] = importlib.util.module_from_spec(spec)
+        return True
+
+
 def parse_engine_args(argv: list[str]):
     """vLLM's EngineArgs from `vllm serve` arguments, through vLLM's own parser; its usage error
     (an unknown flag, a bad value) becomes one line instead of a usage screen."""
@@ -125,6 +148,7 @@ def build_engine(argv: list[str], gpu: str | None):
         from vllm_bridge.standins import install
         gpu = gpu or "H100"
         install(device_of(gpu))
+        stand_in_vendored_deep_gemm()  # the linear-kernel selection asks whether DeepGEMM is there
     engine_args = parse_engine_args(argv)
     check_model_dir(str(engine_args.model))
     vllm_config = create_engine_config(engine_args)

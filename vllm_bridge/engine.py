@@ -7,12 +7,15 @@ so it runs wherever a VllmConfig exists.
 
 What vLLM resolved is taken from vLLM: capture sizes and CUDA-graph mode, scheduler limits, the
 speculative method, parallel sizes, max_model_len, block size, KV blocks (when given or profiled),
-an attention backend the user chose. The model's per-rank shapes come from the HF config vLLM
+an attention backend the user chose, the model runner (VllmConfig.use_v2_model_runner) and each
+block-FP8 linear's kernel, through vLLM's own choose_scaled_mm_linear_kernel in this environment
+(FlashInfer installed or not, VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER, --linear-backend). The model's per-rank shapes come from the HF config vLLM
 loaded, through planner/hf.py (the same derivation as `--from-hf`, so the two cannot drift).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 
@@ -21,7 +24,7 @@ from planner.engine import Engine, engine_from_document
 from planner.schema import load_schema
 from planner.yamlio import Document
 
-__all__ = ["engine_from_vllm_config", "gpu_of_device_name"]
+__all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernels_mismatch", "live_linear_kernels"]
 
 
 def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
@@ -38,10 +41,12 @@ def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
         config, gpu=device or _platform_gpu(), source=source,
         max_model_len=model_config.max_model_len, num_blocks=_num_blocks(cache_config),
         block_size=getattr(cache_config, "block_size", None), **_parallel_flags(vllm_config.parallel_config),
-        **_scheduler_flags(vllm_config.scheduler_config))
+        **_scheduler_flags(vllm_config.scheduler_config),
+        model_runner="v2" if vllm_config.use_v2_model_runner else "v1")  # vLLM's own answer, not `auto`
     data["speculative"] = _speculative(vllm_config.speculative_config)
     data["compilation"] = _compilation(vllm_config)
     _apply_attention_backend(data, getattr(vllm_config, "attention_config", None))
+    _apply_linear_kernels(data, vllm_config)
     data["description"] = _description(data, model_config, cache_config)
     data = {key: data[key] for key in load_schema("engine")["properties"] if key in data}  # schema order
     return engine_from_document(Document(data=data, file=f"<VllmConfig of {source}>"))
@@ -137,6 +142,83 @@ def _apply_attention_backend(data: dict, attention_config) -> None:
                          f"(known: {', '.join(known)})")
     for entry in data["model"]["attention"]:
         entry["backend"] = name
+
+
+# vLLM's block-FP8 linear kernel classes (the CUDA list of _POSSIBLE_FP8_BLOCK_KERNELS in 0.25.0 and
+# 0.33.0) -> the engine schema's fp8_linear_kernel names.
+KERNEL_NAMES = {
+    "FlashInferFp8DeepGEMMDynamicBlockScaledKernel": "flashinfer_deep_gemm",
+    "DeepGemmFp8BlockScaledMMKernel": "deep_gemm",
+    "CutlassFp8BlockScaledMMKernel": "cutlass",
+    "B12xFp8BlockScaledMMKernel": "b12x",
+    "MarlinFP8ScaledMMLinearKernel": "marlin",
+    "HummingFP8ScaledMMLinearKernel": "humming",
+    "TritonFp8BlockScaledMMKernel": "triton",
+    "BlockWiseTorchFP8ScaledMMLinearKernel": "torch",
+}
+
+
+def _apply_linear_kernels(data: dict, vllm_config) -> None:
+    """Every block-FP8 linear's kernel as vLLM selects it here, once per distinct shape."""
+    chosen: dict = {}
+    for layer in data["model"]["linear"]:
+        quant = layer.get("quant") or {}
+        block = quant.get("weight_block_size")
+        if quant.get("method") != "fp8" or not block:
+            continue  # block-FP8 linears only: vLLM's answer is written even where it is the default
+        key = (layer["n"], layer["k"], tuple(block))
+        if key not in chosen:
+            chosen[key] = fp8_linear_kernel(vllm_config, (layer["n"], layer["k"]), block)
+        layer["kernel"] = chosen[key]
+
+
+def fp8_linear_kernel(vllm_config, weight_shape: tuple, block: list) -> str:
+    """The kernel vLLM's choose_scaled_mm_linear_kernel picks for a block-FP8 linear of
+    `weight_shape` (N, K), as Fp8LinearMethod asks it (dynamic (1, block) activation groups, the
+    model dtype in and out), with `vllm_config` current: the engine schema's name for it. The
+    parity tests call it too. Raises ValueError where vLLM finds no kernel."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.kernels import linear
+    from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape, create_fp8_quant_key
+
+    dtype = vllm_config.model_config.dtype
+    config = linear.FP8ScaledMMLinearLayerConfig(
+        weight_quant_key=create_fp8_quant_key(static=True, group_shape=GroupShape(*block)),
+        activation_quant_key=create_fp8_quant_key(static=False, group_shape=GroupShape(1, block[0])),
+        input_dtype=dtype, out_dtype=dtype, weight_shape=tuple(weight_shape))
+    choose = linear.choose_scaled_mm_linear_kernel
+    extra = {"quantization": "fp8_block_w8a8"} if "quantization" in inspect.signature(choose).parameters else {}
+    with set_current_vllm_config(vllm_config):
+        kernel = choose(config, linear._POSSIBLE_FP8_BLOCK_KERNELS, **extra)
+    if kernel.__name__ not in KERNEL_NAMES:
+        raise ValueError(f"vLLM selected {kernel.__name__} for a block-FP8 linear, a kernel the engine config "
+                         f"does not name (known: {', '.join(KERNEL_NAMES)})")
+    return KERNEL_NAMES[kernel.__name__]
+
+
+def live_linear_kernels(model) -> dict:
+    """{engine schema kernel name: how many layers} of the block-FP8 linears of a loaded vLLM model,
+    read from each layer's quant method (Fp8LinearMethod.fp8_linear, the kernel vLLM built it with,
+    0.25.0 and 0.33.0); a kernel class the engine config does not name counts under its class name."""
+    counts: dict = {}
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        kernel = getattr(method, "fp8_linear", None)
+        if kernel is None or not getattr(method, "block_quant", False):
+            continue
+        name = KERNEL_NAMES.get(type(kernel).__name__, type(kernel).__name__)
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def kernels_mismatch(engine_data: dict, live: dict) -> str | None:
+    """One line where the live layers run kernels the engine config did not record (None: they agree)."""
+    recorded = sorted({layer["kernel"] for layer in engine_data["model"]["linear"] if layer.get("kernel")})
+    if not live or sorted(live) == recorded:
+        return None
+    return (f"the loaded model's block-FP8 linears run {', '.join(f'{k} ({n})' for k, n in live.items())}, the "
+            f"engine config the plan was made for records {', '.join(recorded) or 'none'}: the plan's DeepGEMM "
+            "steps may miss what serving compiles (set WARMUP_ENGINE to an engine config with model.linear[].kernel)")
 
 
 def _description(data: dict, model_config, cache_config) -> str:

@@ -9,7 +9,8 @@ user asked for), and that release's GPU Worker is patched:
 - ``load_model``: the plan is made (engine from the live VllmConfig, a stale saved plan refused),
   a start-up bundle installed (WARMUP_BUNDLE, vllm_bridge.bundle) and the cache directories
   recorded for one to be built (WARMUP_BUNDLE_OUT), and the plan's precompile pool started before
-  vLLM loads the weights;
+  vLLM loads the weights; once they are loaded, the kernel each block-FP8 linear was built with is
+  checked against the engine config's (one warning line);
 - ``determine_available_memory``: the pool is finished, its processes gone, before vLLM's memory
   profile (bounded; a failed pool falls back to vLLM's own warmup);
 - ``compile_or_warm_up_model``: vLLM's own method with the plan in place of what the plan models
@@ -81,10 +82,12 @@ def _load_model(original, release: Release, settings: Settings):
         state.start()
         try:
             with state.phases.phase("load_model"):
-                return original(self, *args, **kwargs)
+                result = original(self, *args, **kwargs)
         except BaseException:
             state.abandon("not needed: vLLM's load_model failed")
             raise
+        state.check_live_kernels()
+        return result
     return load_model
 
 

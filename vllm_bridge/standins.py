@@ -20,6 +20,27 @@ COMPILED_MODULES = ("vllm._C_stable_libtorch", "vllm._moe_C_stable_libtorch",
                     "vllm.vllm_flash_attn._vllm_fa2_C", "vllm.vllm_flash_attn._vllm_fa3_C")
 
 
+# Compiled ops that vLLM's compilation passes name at import as pattern-match targets
+# (vllm/compilation/passes/fusion/matcher_utils.py, rms_quant_fusion.py, 0.25.0 and 0.33.0). With
+# FlashInfer installed and TP > 1, VllmConfig's compile ranges import the allreduce fusion pass,
+# which imports them; on the GPU machine every CUDA build registers them. Never called here.
+PATTERN_OPS = ("rotary_embedding", "static_scaled_fp8_quant", "dynamic_scaled_fp8_quant",
+               "dynamic_per_token_scaled_fp8_quant", "silu_and_mul", "fused_add_rms_norm",
+               "rms_norm_static_fp8_quant", "fused_add_rms_norm_static_fp8_quant",
+               "rms_norm_dynamic_per_token_quant", "rms_norm_per_block_quant")
+
+
+class PatternOp:
+    """A compiled op's overload packet as a pattern names it: `.default`, which refuses a call."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.default = self
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"torch.ops._C.{self.name} is a stand-in (vllm_bridge/standins.py): no kernel runs here")
+
+
 class Device(NamedTuple):
     """What vLLM would read from NVML: the facts of the GPU the engine is planned for."""
 
@@ -42,6 +63,9 @@ def install(device: Device) -> None:
     # (csrc/quantization/w8a8/cutlass: FP8 from SM 8.9, block FP8 from SM 9.0).
     torch.ops._C.cutlass_scaled_mm_supports_fp8 = lambda cap: cap >= 89
     torch.ops._C.cutlass_scaled_mm_supports_block_fp8 = lambda cap: cap >= 90
+    for name in PATTERN_OPS:
+        if not hasattr(torch.ops._C, name):
+            setattr(torch.ops._C, name, PatternOp(name))
     _activate_triton_cuda_driver()
     import vllm.platforms as platforms
 

@@ -10,7 +10,7 @@ import sys
 from .. import hf
 from ..engine import engine_from_document
 from ..errors import PlanError
-from ..limits import KV_CACHE_DTYPES, MAX_SPECULATIVE_TOKENS, SPECULATIVE_METHODS
+from ..limits import FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_SPECULATIVE_TOKENS, MODEL_RUNNERS, SPECULATIVE_METHODS
 from ..output import emit
 from ..yamlio import load_text, read_text
 
@@ -40,6 +40,13 @@ def add_command(sub, name: str, help: str) -> None:
                         "the model's MTP layers, and suffix: 24, vLLM's defaults)")
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, metavar="DTYPE",
                    help=f"vLLM's --kv-cache-dtype: {', '.join(KV_CACHE_DTYPES)} (default auto: the model's dtype)")
+    p.add_argument("--fp8-linear-kernel", choices=FP8_LINEAR_KERNEL_CHOICES, metavar="KERNEL",
+                   help="the kernel vLLM picks for the block-FP8 linears DeepGEMM can take: flashinfer_deep_gemm "
+                        "(the default on SM 9.0: FlashInfer installed, as vLLM's wheel brings it) or deep_gemm "
+                        "(no FlashInfer, or VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0)")
+    p.add_argument("--model-runner", choices=MODEL_RUNNERS, metavar="RUNNER",
+                   help="vLLM's model runner: auto (the default: each release's own choice for the model), v1 or v2 "
+                        "(VLLM_USE_V2_MODEL_RUNNER=0 or 1)")
     p.add_argument("--gpu", help="GPU model: sets SM count and capability (default H100; with --from-vllm, the "
                                  "machine's GPU where there is one)")
     p.add_argument("--ignore-memory", action="store_true",
@@ -59,7 +66,7 @@ ENGINE_SOURCES = "warmup.engine_sources"  # entry points: name -> the command th
 # --from-hf's own flags: with --from-vllm, vLLM's arguments after `--` say these things.
 HF_ONLY_FLAGS = ("tp", "dp", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                  "num_blocks", "block_size", "ignore_memory", "speculative_method", "num_speculative_tokens",
-                 "kv_cache_dtype")
+                 "kv_cache_dtype", "fp8_linear_kernel", "model_runner")
 
 
 def cmd_engine(args) -> int:
@@ -110,7 +117,8 @@ def _from_hf(args) -> int:
             num_blocks=args.num_blocks, block_size=args.block_size, gpu=args.gpu or "H100",
             max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf),
             ignore_memory=_warn if args.ignore_memory else None, speculative_method=args.speculative_method,
-            num_speculative_tokens=args.num_speculative_tokens, kv_cache_dtype=args.kv_cache_dtype)
+            num_speculative_tokens=args.num_speculative_tokens, kv_cache_dtype=args.kv_cache_dtype,
+            fp8_linear_kernel=args.fp8_linear_kernel, model_runner=args.model_runner)
     except hf.HFConfigError as e:  # at the key's line, as every other bad input
         raise e.as_plan_error(args.from_hf, text) from None
     text = hf.engine_to_yaml(engine)

@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator
 from ..engine import expression_names
 from ..expr import round_up
 from ..stages.batches import BlockCounter
+from ..vllm_choices import KERNEL_CLASSES, UPSTREAM_FIXES, deep_gemm_min_m, model_runner
 from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GemmLike, GroupedGemm, Prefill, Sample
 
 ERROR, WARNING = "error", "warning"
@@ -522,3 +523,42 @@ def duplicate_step(plan, engine):
                 yield step.id, f"duplicates {other_id}" + (f": {what}" if what else "")
                 break
         seen.setdefault(key, []).append((step.id, lists))
+
+
+@lint("W204", "compiled-after-ready", WARNING, needs_engine=True,
+      explanation="""What the mirrored vLLM release (the plan's vllm_release) compiles after ready for this
+      engine, because its own warmup does not reach it: a block-FP8 linear whose kernel runs DeepGEMM's
+      fp8_gemm_nt (DeepGemmFp8BlockScaledMMKernel for every M; FlashInferFp8DeepGEMMDynamicBlockScaledKernel,
+      which vLLM selects on SM 9.0 with FlashInfer installed, for M >= 32) and that no DeepGEMM step of the
+      plan warms; and the V1 model runner (planner/vllm_choices.py says when vLLM runs it), which never calls
+      warmup_kernels, so the Triton kernels of its serving batches compile at the first requests. The
+      release plans mirror vLLM, so the finding is vLLM's gap, not the plan's.""",
+      fix="""Start vLLM with the plugin (WARMUP_PLAN=vllm-0.25-plugin on vLLM 0.25), which warms them; or
+      take the upstream fix the finding names; or serve with the other kernel or runner
+      (VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0, VLLM_USE_V2_MODEL_RUNNER=1) and record it in the engine.""")
+def compiled_after_ready(plan, engine):
+    release = plan.vllm_release
+    if not release:
+        return
+    max_tokens = engine["scheduler"]["max_num_batched_tokens"]
+    warmed = {}
+    for step in plan.steps:
+        if isinstance(step, Gemm) and step.kernel == "fp8_gemm_nt" and step.m_values:
+            warmed[(step.n, step.k)] = min(min(step.m_values), warmed.get((step.n, step.k), max_tokens + 1))
+    cold: dict = {}
+    for layer in engine["model"]["linear"]:
+        lo = deep_gemm_min_m(layer.get("kernel"))
+        if lo is None or lo > max_tokens or warmed.get((layer["n"], layer["k"]), max_tokens + 1) <= lo:
+            continue
+        hi = min(max_tokens, warmed.get((layer["n"], layer["k"]), max_tokens + 1) - 1)
+        cold.setdefault((layer["kernel"], layer["n"], layer["k"], lo, hi), []).append(layer["name"])
+    for (kernel, n, k, lo, hi), layers in cold.items():
+        fix = UPSTREAM_FIXES.get((release, kernel))
+        yield "(plan)", (f"engine {plan.engine}: vLLM {release} compiles DeepGEMM fp8_gemm_nt n={n} k={k} "
+                         f"({', '.join(layers)}, on {KERNEL_CLASSES[kernel]}) for M {lo}..{hi} after ready"
+                         + (f" (fixed upstream by {fix})" if fix else ""))
+    runner, why = model_runner(release, engine)
+    if runner == "v1" and not any(True for _ in batches(plan)):
+        yield "(plan)", (f"engine {plan.engine}: {why}; V1 never calls warmup_kernels, so the Triton kernels of "
+                         "its serving batches (block table, slot mapping, sampler) compile at the first requests "
+                         "after ready")

@@ -46,7 +46,8 @@ def expand_flashinfer(scope: Scope) -> list:
     num_tokens = scope.integer("num_tokens")
     buckets = BUCKETS[p["buckets"]](num_tokens)
     return [scope.new(Autotune, "autotune", library="flashinfer", num_tokens=num_tokens,
-                      buckets=None if buckets is None else tuple(buckets), cache=p["cache"],
+                      buckets=None if buckets is None else tuple(buckets),
+                      cache=scope.choice("cache", ("memory", "persistent")),
                       randomize_inputs=p["randomize_inputs"])]
 
 

@@ -86,16 +86,29 @@ def graph_sizes(scope: Scope) -> tuple[str, list[int], list[int]]:
     max_size = sizes[-1]
     decode_sizes = []
     if mode in DECODE_FULL_MODES:
-        if scope.params["decode_rounding"] == "v1" and q > 1:
-            # V1 adjust_cudagraph_sizes_for_spec_decode: every size becomes a multiple of q.
-            sizes = sorted({round_up(s, q) for s in sizes if round_up(s, q) <= max_size})
-            decode_sizes = sizes
+        if scope.choice("decode_rounding", ("v1", "v2")) == "v1":
+            sizes, decode_sizes = v1_sizes(mode, sizes, q, max_seqs)
         elif mode in SEPARATE_DECODE_MODES:
             # V2 CudaGraphManager: a FULL decode descriptor per size, rounded up to q.
             limit = min(max_seqs * q, max_size)
             decode_sizes = sorted({round_up(s, q) for s in sizes
                                    if round_up(s, q) <= limit and round_up(s, q) // q <= max_seqs})
     return mode, sizes, decode_sizes
+
+
+def v1_sizes(mode: str, sizes: list[int], q: int, max_seqs: int) -> tuple[list[int], list[int]]:
+    """The V1 model runner's (sizes, FULL uniform-decode sizes) under a FULL decode mode:
+    CompilationConfig.adjust_cudagraph_sizes_for_spec_decode rounds every size up to a multiple of
+    q (dropping those past the largest, keeping q itself if nothing is left), and
+    CudagraphDispatcher.initialize_cudagraph_keys adds FULL decode keys, with a separate decode
+    routine, at the sizes from q to q x max_num_seqs (vLLM 0.25.0 and 0.33.0)."""
+    if q > 1:
+        max_size = sizes[-1]
+        rounded = sorted({round_up(s, q) for s in sizes if round_up(s, q) <= max_size})
+        sizes = rounded or ([q] if q <= max_size else [])
+    if mode not in SEPARATE_DECODE_MODES:
+        return sizes, []
+    return sizes, [s for s in sizes if q <= s <= q * max_seqs]
 
 
 def expand(scope: Scope) -> list:

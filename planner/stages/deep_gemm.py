@@ -61,15 +61,18 @@ def is_block_fp8(layer: dict, block: int) -> bool:
     return quant.get("method") == "fp8" and quant.get("weight_block_size") == [block, block]
 
 
-def dense_shapes(engine: dict, block: int, n_multiple: int | None = None) -> dict:
+def dense_shapes(engine: dict, block: int, n_multiple: int | None = None, kernels=None) -> dict:
     """Distinct (N, K) of the linears DeepGEMM can take -> names of the layers sharing it.
 
     N must be a multiple of `n_multiple` (default: the block): vLLM 0.25's warmup asks for
     N % 128, vLLM 0.33's linear kernel selection accepts N % 64 (should_use_deepgemm_for_fp8_linear).
+    `kernels`: only the layers whose kernel (model.linear[].kernel) is one of these (None: all).
     """
     n_multiple = n_multiple or block
     shapes: dict = {}
     for layer in engine["model"]["linear"]:
+        if kernels is not None and layer.get("kernel") not in kernels:
+            continue
         if is_block_fp8(layer, block) and layer["n"] % n_multiple == 0 and layer["k"] % block == 0:
             shapes.setdefault((layer["n"], layer["k"]), []).append(layer["name"])
     return shapes
@@ -110,8 +113,12 @@ def dense_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, keyed
     mode = scope.params["mode"]
     steps = []
     n_multiple = scope.integer("n_multiple", raw=scope.params.get("n_multiple", "block_m"), block_m=block_m)
-    for (n, k), layers in dense_shapes(scope.engine.data, block_m, n_multiple).items():
-        m_values = dense_m_values(scope, mode, max_tokens, n, num_sms)
+    kernels = scope.params.get("linear_kernels")
+    min_m = scope.integer("min_m", raw=scope.params.get("min_m", 1))
+    for (n, k), layers in dense_shapes(scope.engine.data, block_m, n_multiple, kernels).items():
+        m_values = from_m(dense_m_values(scope, mode, max_tokens, n, num_sms), min_m, max_tokens)
+        if not m_values:
+            continue
         found = modelled_keys(scope, ("linear", layers[0], "k"), k, lambda: model.dense_keys(m_values, n, k, num_sms),
                               lambda: model.max_k(n, num_sms)) if keyed else {}
         # exact: the range the keys cover (--verify draws from it)
@@ -175,6 +182,19 @@ def modelled(scope: Scope, num_sms: int, block_m: int) -> bool:
         raise scope.stage.where("mode").error(
             f"exact models DeepGEMM {model.VERSION}'s SM90 kernel selection only, and {why}")
     return not why
+
+
+def from_m(m_values, min_m: int, max_tokens: int):
+    """The M-values from `min_m` on (the M that DeepGEMM first sees behind FlashInfer's kernel,
+    planner/vllm_choices.py): relaxed M-values mark where DeepGEMM's config changes, so `min_m`
+    itself stands for the config in force there. Unchanged for min_m 1."""
+    if min_m <= 1:
+        return m_values
+    if min_m > max_tokens:
+        return []
+    if isinstance(m_values, range):
+        return range(max(min_m, m_values.start), m_values.stop)
+    return [min_m] + [m for m in m_values if m > min_m]
 
 
 def dense_m_values(scope: Scope, mode: str, max_tokens: int, n: int, num_sms: int):

@@ -53,6 +53,15 @@ class Scope:
             raise self.stage.where(param).error(f"expected true or false, got {value!r}")
         return value
 
+    def choice(self, param: str, choices: tuple) -> str:
+        """A parameter that names one of `choices`: written as the name itself (`v2`), or an
+        expression that gives it as a string ("'v1' if model_runner == 'v1' else 'v2'")."""
+        raw = self.params[param]
+        value = raw if raw in choices else self.value(param)
+        if value not in choices:
+            raise self.stage.where(param).error(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
     def count_limit(self, param: str, what: str, count: int, limit: int = MAX_VALUES_PER_LIST) -> None:
         """Refuse a list before it is built when it would be absurdly long."""
         if count > limit:

@@ -341,7 +341,8 @@ def test_with_a_plan_the_bundle_names_it_and_is_packed_after_the_plans_warmup(pl
     from vllm_bridge.warmup import Settings, WorkerWarmup
 
     out = tmp_path / "s.warmup"
-    state = NS(start=lambda: None, phases=NS(phase=lambda name: __import__("contextlib").nullcontext()),
+    state = NS(start=lambda: None, check_live_kernels=lambda: None,
+               phases=NS(phase=lambda name: __import__("contextlib").nullcontext()),
                warm_up=lambda original: original(), expanded=NS(plan="vllm-0.25-plugin", engine="llama-fp8"),
                report=NS(digest="sha256:p"))
     monkeypatch.setattr(WorkerWarmup, "prepare", classmethod(lambda cls, worker, release, settings: state))

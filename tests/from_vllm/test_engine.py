@@ -32,8 +32,8 @@ def hf_config(fixture: str):
 
 
 def vllm_config(fixture="llama-3.1-8b-instruct-fp8-block.json", *, spec=None, blocks=(None, None), backend=None,
-                tp=1, eager=False, performance_mode="balanced"):
-    return NS(
+                tp=1, eager=False, performance_mode="balanced", v2=True):
+    return NS(use_v2_model_runner=v2,  # a property of VllmConfig in vLLM 0.25.0 and 0.33.0
         model_config=NS(model="/models/llama", hf_config=hf_config(fixture), dtype="torch.float16",
                         max_model_len=4096, enforce_eager=eager),
         cache_config=NS(block_size=32, num_gpu_blocks=blocks[0], num_gpu_blocks_override=blocks[1]),
@@ -42,6 +42,19 @@ def vllm_config(fixture="llama-3.1-8b-instruct-fp8-block.json", *, spec=None, bl
         speculative_config=spec, attention_config=NS(backend=backend), performance_mode=performance_mode,
         compilation_config=NS(cudagraph_mode=Mode.FULL_DECODE_ONLY, cudagraph_capture_sizes=[8, 1, 2, 4],
                               max_cudagraph_capture_size=8))
+
+
+@pytest.fixture(autouse=True)
+def linear_kernel(monkeypatch):
+    """vLLM's kernel selection (vllm_bridge.engine.fp8_linear_kernel needs vLLM): a stand-in that
+    records what it was asked and answers `linear_kernel.answer`."""
+    asked = NS(calls=[], answer="flashinfer_deep_gemm")
+
+    def choose(config, weight_shape, block):
+        asked.calls.append((tuple(weight_shape), tuple(block)))
+        return asked.answer
+    monkeypatch.setattr("vllm_bridge.engine.fp8_linear_kernel", choose)
+    return asked
 
 
 def test_resolved_settings_land_in_the_engine():
@@ -56,14 +69,32 @@ def test_resolved_settings_land_in_the_engine():
     assert data["model"]["max_model_len"] == 4096 and data["model"]["dtype"] == "float16"
     assert data["device"]["name"] == "H200" and data["speculative"]["method"] == "none"
     assert "estimate" not in data["description"]
+    assert data["model"]["model_runner"] == "v2"
 
 
-def test_model_shapes_are_planner_hf_derivation():
+@pytest.mark.parametrize("answer", ["flashinfer_deep_gemm", "deep_gemm", "cutlass"])
+def test_model_runner_and_linear_kernels_are_vllms_answers(linear_kernel, answer):
+    linear_kernel.answer = answer
+    data = engine_from_vllm_config(vllm_config(v2=False), "H100").doc.data
+    assert data["model"]["model_runner"] == "v1"
+    block_fp8 = [layer for layer in data["model"]["linear"] if layer["quant"].get("weight_block_size")]
+    assert block_fp8 and {layer["kernel"] for layer in block_fp8} == {answer}
+    assert all("kernel" not in layer for layer in data["model"]["linear"] if layer not in block_fp8)
+    shapes = {(layer["n"], layer["k"]) for layer in block_fp8}
+    assert sorted(shape for shape, _ in linear_kernel.calls) == sorted(shapes)  # once per distinct shape
+
+
+def test_model_shapes_are_planner_hf_derivation(linear_kernel):
+    linear_kernel.answer = "cutlass"  # what planner/hf.py's rule gives float16 (vllm_choices)
     fixture = "qwen3-30b-a3b-fp8.json"
     with open(os.path.join(FIXTURES, fixture)) as f:
         expected = hf.engine_from_hf({**json.load(f), "torch_dtype": "float16"}, tp=2, max_model_len=4096,
                                      block_size=32, max_num_seqs=64, max_num_batched_tokens=2048)
     data = engine_from_vllm_config(vllm_config(fixture, tp=2), "H100").doc.data
+    expected["model"]["model_runner"] = "v2"  # vLLM's answer where --from-hf leaves it to the plan's release
+    for layer in expected["model"]["linear"]:  # vLLM's answer, written even where it is the default
+        if layer["quant"].get("weight_block_size"):
+            layer["kernel"] = "cutlass"
     assert data["model"] == expected["model"] and data["kv_cache"] == expected["kv_cache"]
     assert "estimate" in data["description"]  # no blocks given: hf.py's estimate, said so
 

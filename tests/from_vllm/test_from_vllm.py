@@ -39,9 +39,20 @@ pytestmark = needs_vllm
 
 def warmup(version: str, *argv: str) -> subprocess.CompletedProcess:
     """`warmup ARGV` in a process whose sys.path holds vLLM `version`."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, RELEASES[version]]), "VLLM_LOGGING_LEVEL": "ERROR"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, without_flashinfer(RELEASES[version])]),
+           "VLLM_LOGGING_LEVEL": "ERROR"}
+    env.pop("VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER", None)
+    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
     return subprocess.run([sys.executable, "-m", "planner.cli", *argv], capture_output=True, text=True, env=env,
                           timeout=600, cwd=ROOT)
+
+
+def without_flashinfer(path: str) -> str:
+    """The release's sys.path without the FlashInfer setup_vllm.sh puts beside 0.25.0: with it and
+    TP > 1, vLLM's config imports FlashInfer's allreduce fusion, whose flashinfer.comm asserts that
+    libcudart is loaded, which a machine without a GPU cannot give (a limit of --from-vllm on CPU with
+    FlashInfer installed; the parity tests run the same kernel selection with FlashInfer)."""
+    return os.pathsep.join(p for p in path.split(os.pathsep) if "/flashinfer-" not in p)
 
 
 def model_dir(tmp: str, name: str) -> str:
@@ -76,11 +87,30 @@ def test_from_vllm_and_from_hf_agree_on_the_model(built, name):
     _, engines = built
     data, path = engines[name]
     hf_data = from_hf(name, path)
-    assert data["model"] == hf_data["model"]  # shapes, quantization, attention, max_model_len
+    # shapes, quantization, attention, max_model_len; vLLM's start-up choices are compared below
+    assert without_choices(data["model"]) == without_choices(hf_data["model"])
     # The name differs by design: vLLM's config names the model directory, a bare config.json its model_type.
     for key in ("kv_cache", "scheduler", "parallel", "device"):
         assert data[key] == hf_data[key], key
     assert data["model"]["max_model_len"] == MODELS[name][2].get("max_model_len", data["model"]["max_model_len"])
+
+
+def without_choices(model: dict) -> dict:
+    linear = [{k: v for k, v in layer.items() if k != "kernel"} for layer in model["linear"]]
+    return {**{k: v for k, v in model.items() if k != "model_runner"}, "linear": linear}
+
+
+def test_from_vllm_records_vllms_start_up_choices(built):
+    """The model runner and each block-FP8 linear's kernel as that vLLM decided them: 0.25.0 runs the V1
+    runner for Qwen3-MoE (and ngram), 0.33.0 V2; without FlashInfer (see without_flashinfer) both
+    select DeepGEMM's kernel."""
+    version, engines = built
+    runners = {name: data["model"]["model_runner"] for name, (data, _) in engines.items()}
+    assert runners == {"llama": "v2", "qwen": "v1" if version == "0.25" else "v2"}
+    expected = "flashinfer_deep_gemm" if "flashinfer" in without_flashinfer(RELEASES[version]) else "deep_gemm"
+    for data, _ in engines.values():
+        block = [layer for layer in data["model"]["linear"] if layer["quant"].get("weight_block_size")]
+        assert block and {layer["kernel"] for layer in block} == {expected}
 
 
 def test_from_vllm_records_what_vllm_resolved(built):
@@ -107,8 +137,14 @@ def test_vllm_capture_sizes_are_what_the_release_plan_computes(built, name):
     version, engines = built
     data, path = engines[name]
     hf_data = {**from_hf(name, path), "speculative": data["speculative"]}
-    assert capture_sizes(version, hf_data) == data["compilation"]["cudagraph_capture_sizes"]
-    assert capture_sizes(version, data) == data["compilation"]["cudagraph_capture_sizes"]
+    resolved = data["compilation"]["cudagraph_capture_sizes"]
+    if data["model"]["model_runner"] == "v1" and data["speculative"]["num_speculative_tokens"]:
+        # The V1 runner rounds them to multiples of 1 + k when it starts (adjust_cudagraph_sizes_for_spec_decode,
+        # after the VllmConfig --from-vllm reads: tests/vllm_parity compares the rounding with vLLM's own).
+        q = 1 + data["speculative"]["num_speculative_tokens"]
+        resolved = sorted({-(-s // q) * q for s in resolved if -(-s // q) * q <= max(resolved)})
+    assert capture_sizes(version, hf_data) == resolved
+    assert capture_sizes(version, data) == resolved
 
 
 def errors(version: str, tmp: str) -> dict:

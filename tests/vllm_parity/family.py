@@ -1,7 +1,11 @@
 """The generated family of engines the parity tests compare on (issue 16): speculative methods
 with 1-4 draft tokens, every CUDA-graph mode, max_num_seqs off the power-of-two grid, small
 max_num_batched_tokens, a pooling model, TP and EP MoE, MLA, a linear whose N is a multiple of 64
-but not of 128, and a Blackwell device."""
+but not of 128, and a Blackwell device; and for the start-up choices (issue 24): the MoE
+architectures of the shipped engines (V1 under vLLM 0.25) and one 0.25 keeps on V2, V1 with
+speculative decoding (capture sizes rounded to 1 + k), a model runner pinned either way, a world of
+more than one rank (0.25's FlashInfer autotune in memory), a linear no DeepGEMM kernel takes
+(N % 64), and fp16 weights."""
 
 from __future__ import annotations
 
@@ -48,6 +52,33 @@ def family() -> dict:
     out["b200"] = merge(BASE_ENGINE, {**H100, "device": {"name": "B200", "num_sms": 148, "capability": "10.0"}})
     out["few-blocks"] = merge(BASE_ENGINE, {**H100, "kv_cache": {"num_blocks": 64, "groups": [{"block_size": 16}]},
                                             "speculative": {"method": "eagle", "num_speculative_tokens": 2}})
+    out.update(start_up_choices(out))
     for name, data in out.items():
         data["name"] = name
     return out
+
+
+def start_up_choices(out: dict) -> dict:
+    """Engines whose model runner, linear kernels or autotune cache vLLM decides differently."""
+    more = {}
+    for arch in ("Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "MixtralForCausalLM", "DeepseekV2ForCausalLM"):
+        more[f"moe-{arch}"] = merge(out["moe-tp2"], {"model": {"architecture": arch}})
+        more[f"moe-{arch}-eagle-k2"] = merge(more[f"moe-{arch}"], {"speculative": {
+            "method": "eagle", "num_speculative_tokens": 2}})
+    more["moe-DeepseekV3ForCausalLM-mtp-k3-full"] = merge(more["moe-DeepseekV3ForCausalLM"], {
+        "speculative": {"method": "mtp", "num_speculative_tokens": 3}, "compilation": {"cudagraph_mode": "FULL"}})
+    more["moe-Qwen3MoeForCausalLM-decode-only-k1"] = merge(more["moe-Qwen3MoeForCausalLM"], {
+        "speculative": {"method": "eagle3", "num_speculative_tokens": 1},
+        "compilation": {"cudagraph_mode": "FULL_DECODE_ONLY"}, "scheduler": {"max_num_seqs": 100}})
+    for k in (2, 3):
+        more[f"draft_model-k{k}"] = merge(out["base"], {"speculative": {"method": "draft_model",
+                                                                         "num_speculative_tokens": k}})
+    more["pinned-v1-eagle-k3"] = merge(out["eagle-k3"], {"model": {"model_runner": "v1"}})
+    more["pinned-v2-moe"] = merge(more["moe-Qwen3MoeForCausalLM"], {"model": {"model_runner": "v2"}})
+    more["tp4-dense"] = merge(out["base"], {"parallel": {"tensor_parallel_size": 4}})
+    more["dp2-dense"] = merge(out["base"], {"parallel": {"data_parallel_size": 2}})
+    more["n-off-64"] = merge(out["base"], {"model": {"linear": [
+        {"name": "odd_proj", "n": 4160 + 32, "k": 4096, "count": 4, "quant": FP8},
+        {"name": "o_proj", "n": 4096, "k": 4096, "count": 32, "quant": FP8}]}})
+    more["fp16"] = merge(out["base"], {"model": {"dtype": "float16"}})
+    return more

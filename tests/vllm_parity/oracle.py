@@ -17,6 +17,8 @@ import sys
 from types import SimpleNamespace as NS
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.vllm_parity import choices  # noqa: E402
+from vllm_bridge.cli import stand_in_vendored_deep_gemm  # noqa: E402
 from vllm_bridge.standins import Device, install  # noqa: E402
 
 
@@ -25,6 +27,7 @@ def main() -> None:
     first = engines[0]["names"]
     install(Device("NVIDIA H100 80GB HBM3", divmod(first["device_capability"], 10), 80 << 30,
                    first["num_sms"]))
+    stand_in_vendored_deep_gemm()
     with contextlib.redirect_stdout(io.StringIO()):  # vLLM logs to stdout
         facts = [engine_facts(e) for e in engines]
     json.dump({"version": version(), "engines": facts}, sys.stdout)
@@ -37,8 +40,17 @@ def version() -> str:
 
 def engine_facts(engine: dict) -> dict:
     set_capability(engine["names"]["device_capability"])
-    out = {"capture": capture_sizes(engine), "warmup_kernels": warmup_kernels(engine),
-           "deep_gemm": deep_gemm(engine), "moe_backends": moe_backends(engine)}
+    runner = choices.model_runner(engine)
+    kernels = choices.linear_kernels(engine, flashinfer=True)
+    out = {"model_runner": runner, "capture": capture_sizes(engine, runner),
+           # Worker.compile_or_warm_up_model calls warmup_kernels only `if self.use_v2_model_runner`
+           "warmup_kernels": warmup_kernels(engine) if runner == "v2" else [],
+           "linear_kernels": kernels, "linear_kernels_without_flashinfer": choices.linear_kernels(engine, False),
+           "flashinfer": choices.flashinfer_installed(),
+           "deep_gemm": deep_gemm(engine, choices.warmed_linears(engine, kernels)),
+           "deep_gemm_without_flashinfer": deep_gemm(engine, choices.warmed_linears(
+               engine, choices.linear_kernels(engine, False))),
+           "moe_backends": moe_backends(engine), "flashinfer_cache": choices.flashinfer_cache(engine)}
     out["flashinfer_tokens"] = flashinfer_tokens(engine)
     out["lookahead"] = lookahead(engine)
     return out
@@ -53,7 +65,7 @@ def set_capability(capability: int) -> None:
 
 # --- CUDA-graph sizes: VllmConfig._set_cudagraph_sizes, CudaGraphManager._init_candidates -----------
 
-def capture_sizes(engine: dict) -> dict:
+def capture_sizes(engine: dict, runner: str) -> dict:
     from vllm.config import CompilationConfig, VllmConfig
     from vllm.config.compilation import CUDAGraphMode
     data, names = engine["data"], engine["names"]
@@ -70,6 +82,8 @@ def capture_sizes(engine: dict) -> dict:
                 performance_mode=comp["performance_mode"],
                 parallel_config=NS(tensor_parallel_size=names["tensor_parallel_size"]))
     VllmConfig._set_cudagraph_sizes(config)
+    if runner == "v1":
+        return choices.v1_capture(engine, config, cc)
     sizes = list(cc.cudagraph_capture_sizes or [])
     return {"sizes": sizes, "decode": decode_descriptors(config, cc, names)}
 
@@ -149,18 +163,16 @@ def sampled(grammar) -> dict:
 
 # --- DeepGEMM: linear selection and M-values; FP8 MoE backend priority ------------------------------
 
-def deep_gemm(engine: dict) -> dict:
+def deep_gemm(engine: dict, warmed: list[str]) -> dict:
+    """{'NxK': M-values} of the linears the release's DeepGEMM warmup takes (choices.warmed_linears:
+    the kernel vLLM selected, then the warmup's own test of the layer)."""
     import torch
     from vllm.model_executor.warmup import deep_gemm_warmup as dgw
-    from vllm.utils.deep_gemm import should_use_deepgemm_for_fp8_linear
     names = engine["names"]
     dgw.num_compute_units = lambda index=None: names["num_sms"]
     shapes = {}
     for layer in engine["data"]["model"]["linear"]:
-        quant = layer.get("quant") or {}
-        if quant.get("method") != "fp8" or quant.get("weight_block_size") != [128, 128]:
-            continue
-        if should_use_deepgemm_for_fp8_linear(torch.bfloat16, (layer["n"], layer["k"]), supports_deep_gemm=True):
+        if layer["name"] in warmed:
             shapes[f"{layer['n']}x{layer['k']}"] = dgw._generate_optimal_warmup_m_values(
                 names["max_num_batched_tokens"], layer["n"], torch.device("meta"))
     return shapes

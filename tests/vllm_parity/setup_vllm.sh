@@ -6,11 +6,18 @@
 # Each release goes into its own target directory (pip --no-deps: the wheel pins a torch this
 # project does not need to run vLLM's configuration and warmup functions on CPU), beside one
 # directory of the pure packages its imports need. Wheels are downloaded once into the cache.
+# vLLM 0.25.0's env also holds flashinfer-python 0.6.13, the FlashInfer its wheel requires
+# (Requires-Dist: flashinfer-python==0.6.13, flashinfer-cubin==0.6.13), so vLLM's linear-kernel
+# selection sees FlashInfer's real exports (flashinfer.gemm.fp8_blockscale_gemm_sm90); it imports
+# on CPU with nvidia-ml-py and tabulate (FLASHINFER_DEPS, beside it). flashinfer-cubin (458 MB of prebuilt kernels,
+# no Python vLLM reads beyond its presence) is not installed: the oracle sets vLLM's own
+# VLLM_HAS_FLASHINFER_CUBIN=1 in its place (tests/vllm_parity/oracle.py).
 # The last line printed is the WARMUP_VLLM_ENVS value tests/vllm_parity/test_parity.py reads.
 set -euo pipefail
 CACHE=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/warmup-planner/vllm}
 PY=${PYTHON:-python3}
 RELEASES="0.25.0 0.33.0"
+FLASHINFER="0.6.13"  # vLLM 0.25.0's pin
 # What `import vllm` and its config, warmup and MoE-oracle modules need beyond torch, numpy,
 # pyyaml and jsonschema (found by importing with each absent; versions inside both releases' pins).
 DEPS="transformers==5.20.2 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 hf_xet==1.8.0
@@ -26,6 +33,9 @@ DEPS="transformers==5.20.2 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors
  httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5
  shellingham==1.5.4 markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 jinja2==3.1.6 markupsafe==3.0.4
  urllib3==2.8.0 requests==2.34.2 charset-normalizer==3.5.3 cloudpickle==3.1.3"
+# What FlashInfer's import needs beyond DEPS, in a target of its own on the 0.25.0 path only (DEPS is
+# shared by both releases, and a cache made from another DEPS list is redone).
+FLASHINFER_DEPS="nvidia-ml-py==13.615.71 tabulate==0.10.0"
 
 mkdir -p "$CACHE/wheels"
 envs=""
@@ -39,8 +49,25 @@ for v in $RELEASES; do
         "$PY" -m pip install -q --no-deps --no-compile --target "$target" "$wheel"
         touch "$target/.complete"
     }
-    envs="$envs${envs:+,}${v%.0}=$target:$CACHE/deps"
+    extra=""
+    [ "$v" = "0.25.0" ] && extra=":$CACHE/flashinfer-$FLASHINFER:$CACHE/flashinfer-$FLASHINFER-deps"
+    envs="$envs${envs:+,}${v%.0}=$target$extra:$CACHE/deps"
 done
+fi_wheel="$CACHE/wheels/flashinfer_python-$FLASHINFER-py3-none-any.whl"
+[ -f "$fi_wheel" ] || "$PY" -m pip download -q --no-deps --only-binary=:all: "flashinfer-python==$FLASHINFER" \
+    -d "$CACHE/wheels"
+[ -f "$CACHE/flashinfer-$FLASHINFER/.complete" ] || {
+    rm -rf "$CACHE/flashinfer-$FLASHINFER"
+    "$PY" -m pip install -q --no-deps --no-compile --target "$CACHE/flashinfer-$FLASHINFER" "$fi_wheel"
+    touch "$CACHE/flashinfer-$FLASHINFER/.complete"
+}
+[ "$(cat "$CACHE/flashinfer-$FLASHINFER-deps/.complete" 2>/dev/null)" = "$FLASHINFER_DEPS" ] || {
+    rm -rf "$CACHE/flashinfer-$FLASHINFER-deps"
+    # shellcheck disable=SC2086
+    "$PY" -m pip install -q --no-deps --no-compile --only-binary=:all: --target "$CACHE/flashinfer-$FLASHINFER-deps" \
+        $FLASHINFER_DEPS
+    printf '%s' "$FLASHINFER_DEPS" > "$CACHE/flashinfer-$FLASHINFER-deps/.complete"
+}
 # The marker holds the list it was installed from: a cache made from an older list is redone.
 [ "$(cat "$CACHE/deps/.complete" 2>/dev/null)" = "$DEPS" ] || {
     rm -rf "$CACHE/deps"

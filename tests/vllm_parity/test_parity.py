@@ -1,6 +1,24 @@
 """Parity of the per-release plans with the vLLM release itself, step by step, on a generated
 family of engines (tests/vllm_parity/family.py).
 
+What the release decides at start-up is taken from its own functions too (choices.py): the model
+runner (VllmConfig.use_v2_model_runner), each block-FP8 linear's kernel (choose_scaled_mm_linear_kernel,
+with vLLM 0.25.0's FlashInfer 0.6.13 installed beside it, and with it turned off), which linears its
+DeepGEMM warmup then takes, V1's capture sizes, 0.25's FlashInfer autotune cache. Each is compared
+with the planner's rule (planner/vllm_choices.py), and the plan is expanded for the engine as
+`--from-vllm` would write it (vLLM's kernels, the planner's `auto` runner).
+
+Why these tests passed while the 0.25 plan was wrong on 3 of 4 shipped engines (issue 24): the
+oracle answered the questions the plan asked instead of the ones vLLM asks. It called
+`should_use_deepgemm_for_fp8_linear(..., supports_deep_gemm=True)`, which says whether DeepGEMM
+could take a shape, not which kernel vLLM selects (FlashInfer's, first in the list where
+FlashInfer is installed, which the warmup's isinstance test then refuses), in an environment with
+no FlashInfer and a DeepGEMM that cannot import on CPU; it called Model Runner V2's
+`warmup_kernels` and `CudaGraphManager` for every engine without asking `use_v2_model_runner`,
+so V1 engines (Qwen3-MoE, DeepSeek-V3, Mixtral, ngram, suffix, pooling) were compared with V2's
+behaviour on both sides; and FlashInfer's cache mode was never compared. The family had no named
+MoE architecture and no world above one rank for 0.25's autotune.
+
 vLLM is not a dependency: set WARMUP_VLLM_ENVS to `VERSION=PATH[:PATH...],...` (what
 tests/vllm_parity/setup_vllm.sh prints), each PATH list a sys.path holding that release and the
 pure packages its imports need. Without it these tests skip. For each release, one subprocess
@@ -21,12 +39,13 @@ from planner.engine import engine_from_document
 from planner.expand import expand
 from planner.plan import load_plan
 from planner.steps import CudaGraph, Decode, Gemm, GroupedGemm, Prefill, Sample, Autotune, Cleanup
+from planner.vllm_choices import default_linear_kernel, model_runner
 from planner.yamlio import Document
 from tests.vllm_parity.family import family
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHECKS = ("capture_sizes", "decode_graphs", "warmup_kernels", "deep_gemm", "moe_backend", "flashinfer_tokens",
-          "lookahead")
+CHECKS = ("model_runner", "linear_kernels", "capture_sizes", "decode_graphs", "warmup_kernels", "deep_gemm",
+          "deep_gemm_without_flashinfer", "moe_backend", "flashinfer_tokens", "flashinfer_cache", "lookahead")
 
 
 def releases() -> dict:
@@ -50,13 +69,27 @@ def release(request):
     version = request.param
     engines = {name: engine_from_document(Document(data=data, file=f"<{name}>")) for name, data in ENGINES.items()}
     payload = [{"name": n, "data": e.data, "names": e.expression_names()} for n, e in engines.items()]
-    env = {**os.environ, "PYTHONPATH": RELEASES[version], "VLLM_LOGGING_LEVEL": "ERROR"}
+    # VLLM_HAS_FLASHINFER_CUBIN stands for the flashinfer-cubin package vLLM 0.25.0 requires (vLLM only
+    # looks for it; 458 MB of prebuilt kernels are not installed): setup_vllm.sh says why.
+    env = {**os.environ, "PYTHONPATH": RELEASES[version], "VLLM_LOGGING_LEVEL": "ERROR",
+           "VLLM_HAS_FLASHINFER_CUBIN": "1"}
+    env.pop("VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER", None)
+    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
     run = subprocess.run([sys.executable, os.path.join(HERE, "oracle.py")], input=json.dumps(payload),
                          capture_output=True, text=True, env=env, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     facts = json.loads(run.stdout)
     assert facts["version"].startswith(version), f"{RELEASES[version]} holds vLLM {facts['version']}"
     return version, engines, dict(zip(engines, facts["engines"]))
+
+
+def with_kernels(engine, kernels: dict):
+    """The engine as `--from-vllm` writes it where vLLM selected `kernels` ({layer: kernel})."""
+    data = json.loads(json.dumps(engine.data))
+    for layer in data["model"]["linear"]:
+        if layer["name"] in kernels:
+            layer["kernel"] = kernels[layer["name"]]
+    return engine_from_document(Document(data=data, file=engine.file))
 
 
 def plan_facts(version: str, engine) -> dict:
@@ -72,6 +105,7 @@ def plan_facts(version: str, engine) -> dict:
         "deep_gemm": {f"{s.n}x{s.k}": list(s.m_values) for s in steps if isinstance(s, Gemm)},
         "grouped": any(isinstance(s, GroupedGemm) for s in steps),
         "flashinfer_tokens": [s.num_tokens for s in steps if isinstance(s, Autotune)],
+        "flashinfer_cache": [s.cache for s in steps if isinstance(s, Autotune)],
         "order": [s.stage for s in steps if s.stage in ("warmup_kernels", "cudagraph")],
     }
 
@@ -100,8 +134,10 @@ def step_temperature(step) -> float:
 
 def compare(version: str, engine, vllm: dict) -> dict:
     """check -> None (agrees), 'n/a', or what differs."""
-    plan, names = plan_facts(version, engine), engine.expression_names()
     out = dict.fromkeys(CHECKS)
+    out.update(compare_choices(version, engine, vllm))
+    plan = plan_facts(version, with_kernels(engine, vllm["linear_kernels"]))
+    names = engine.expression_names()
     if plan["capture_sizes"] is None:
         out["capture_sizes"] = "n/a"
     elif vllm["capture"]["sizes"] != plan["capture_sizes"]:
@@ -109,7 +145,14 @@ def compare(version: str, engine, vllm: dict) -> dict:
     if vllm["capture"]["decode"] != plan["decode_graphs"]:
         out["decode_graphs"] = (vllm["capture"]["decode"], plan["decode_graphs"])
     out["warmup_kernels"] = warmup_diff(vllm["warmup_kernels"], plan["warmup_kernels"])
-    out["deep_gemm"] = deep_gemm_diff(version, vllm["deep_gemm"], plan["deep_gemm"], names)
+    out["deep_gemm"] = deep_gemm_diff(vllm["deep_gemm"], plan["deep_gemm"], names)
+    without = plan_facts(version, with_kernels(engine, vllm["linear_kernels_without_flashinfer"]))
+    out["deep_gemm_without_flashinfer"] = deep_gemm_diff(vllm["deep_gemm_without_flashinfer"],
+                                                         without["deep_gemm"], names)
+    if vllm["flashinfer_cache"] is None or names["device_capability"] < 90:
+        out["flashinfer_cache"] = "n/a"
+    elif [vllm["flashinfer_cache"]] != plan["flashinfer_cache"]:
+        out["flashinfer_cache"] = (vllm["flashinfer_cache"], plan["flashinfer_cache"])
     out["moe_backend"] = moe_diff(engine, vllm["moe_backends"], plan["grouped"])
     if vllm["flashinfer_tokens"] is None or names["device_capability"] < 90:
         out["flashinfer_tokens"] = "n/a"
@@ -133,13 +176,25 @@ def warmup_diff(vllm, plan):
     return None
 
 
-def deep_gemm_diff(version: str, vllm: dict, plan: dict, names: dict):
+def compare_choices(version: str, engine, vllm: dict) -> dict:
+    """The release's own start-up choices against the planner's rules (planner/vllm_choices.py)."""
+    data, out = engine.data, {}
+    runner = model_runner(f"{version}.0", data)[0]
+    out["model_runner"] = None if runner == vllm["model_runner"] else (vllm["model_runner"], runner)
+    capability, dtype = data["device"]["capability"], data["model"]["dtype"]
+    rules = {flashinfer: {layer["name"]: default_linear_kernel(layer, dtype, capability, flashinfer)
+                          for layer in data["model"]["linear"] if layer.get("kernel")}
+             for flashinfer in (True, False)}
+    differs = [(vllm[key], rules[flashinfer]) for key, flashinfer in (
+        ("linear_kernels", vllm["flashinfer"]), ("linear_kernels_without_flashinfer", False))
+        if vllm[key] != rules[flashinfer]]
+    out["linear_kernels"] = differs[0] if differs else ("n/a" if not vllm["linear_kernels"] else None)
+    return out
+
+
+def deep_gemm_diff(vllm: dict, plan: dict, names: dict):
     if names["device_capability"] < 90:
         return "n/a"
-    if version == "0.25":
-        # 0.25's warmup adds N % 128 to the selection (_fp8_linear_may_use_deep_gemm, read: it needs a
-        # loaded layer); 0.33's warms every linear the selection gave DeepGEMM.
-        vllm = {s: m for s, m in vllm.items() if int(s.split("x")[0]) % 128 == 0}
     return None if vllm == plan else (sorted(vllm), sorted(plan))
 
 
@@ -159,6 +214,22 @@ def test_every_engine_of_the_family_agrees(release):
     write_table(version, table)
     summary = {n: {c: str(v)[:300] for c, v in f.items()} for n, f in failures.items()}
     assert not failures, json.dumps(summary)[:6000]
+
+
+def test_the_family_reaches_both_runners_and_the_installed_kernels(release):
+    """The comparison above means something only where vLLM's own answers vary: both model runners
+    on each release, and on 0.25 (FlashInfer 0.6.13 installed beside it, as its wheel brings it)
+    FlashInfer's block-FP8 kernel selected through FlashInfer's real exports, DeepGEMM's without it."""
+    version, engines, facts = release
+    assert {f["model_runner"] for f in facts.values()} == {"v1", "v2"}
+    kernels = {k for f in facts.values() for k in f["linear_kernels"].values()}
+    without = {k for f in facts.values() for k in f["linear_kernels_without_flashinfer"].values()}
+    assert "deep_gemm" in without and "flashinfer_deep_gemm" not in without
+    if version == "0.25":
+        sm90 = {n for n, e in engines.items() if e.expression_names()["device_capability"] == 90}
+        assert sm90 and {n for n, f in facts.items() if f["flashinfer"]} == sm90  # its block GEMM is SM 9.0's
+        assert "flashinfer_deep_gemm" in kernels
+        assert {f["flashinfer_cache"] for f in facts.values()} == {"memory", "persistent"}
 
 
 def test_033_orders_warmup_kernels_before_capture(release):

@@ -15,6 +15,7 @@ import sys
 from types import SimpleNamespace as NS
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from vllm_bridge.cli import stand_in_vendored_deep_gemm  # noqa: E402
 from vllm_bridge.standins import Device, install  # noqa: E402
 
 
@@ -32,6 +33,7 @@ def derived_engine(request) -> dict:
 def main() -> None:
     request = json.load(sys.stdin)
     install(Device("NVIDIA H100 80GB HBM3", (9, 0), 80 << 30, 132))
+    stand_in_vendored_deep_gemm()  # as `warmup engine --from-vllm` does: the GPU worker imports it
     with contextlib.redirect_stdout(io.StringIO()):  # vLLM logs to stdout
         out = {name: globals()[name](request) for name in request["checks"]}
     json.dump(out, sys.stdout)

@@ -52,7 +52,8 @@ def test_the_plugins_engine_is_warmup_engine_from_vllm(tmp_path):
                 model / "config.json")
     serve_args = [str(model), "--max-model-len", "8192", "--num-gpu-blocks-override", "4096"]
     for version in sorted(RELEASES):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, RELEASES[version]]), "VLLM_LOGGING_LEVEL": "ERROR"}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, RELEASES[version]]), "VLLM_LOGGING_LEVEL": "ERROR",
+               "VLLM_HAS_FLASHINFER_CUBIN": "1"}  # flashinfer-cubin, which vLLM's wheel brings (setup_vllm.sh)
         env.pop("WARMUP_PLAN", None)
         payload = {"checks": ["derived_engine"], "plan": f"vllm-{version}", "serve_args": serve_args}
         run = subprocess.run([sys.executable, os.path.join(HERE, "probe.py")], input=json.dumps(payload),
