@@ -14,6 +14,7 @@ import sys
 import time
 
 from planner.output import write_atomic
+from planner.words import count
 
 from kernel_model.deep_gemm import CHECKED_VERSIONS
 
@@ -217,8 +218,7 @@ def render_precompile(p: dict | None) -> str:
     if not p.get("jobs"):
         return f"precompile: off: {p['reason']}" if p.get("keys_planned") and p.get("jobs_option", 0) > 1 else ""
     n = p["jobs"]
-    line = (f"precompile: {n} variant{'s' if n != 1 else ''} in {p['workers']} worker"
-            f"{'s' if p['workers'] != 1 else ''}: {_dash(p.get('compiled'))} compiled, "
+    line = (f"precompile: {count(n, 'variant')} in {count(p['workers'], 'worker')}: {_dash(p.get('compiled'))} compiled, "
             f"{_dash(p.get('disk_loads'))} loaded")
     bad = [f"{p[k]} {k}" for k in ("failed", "unavailable", "cancelled") if p.get(k)]
     if bad:

@@ -13,6 +13,7 @@ from . import schema
 from .errors import PlanError, format_path
 from .resources import resolve
 from .vllm_choices import default_linear_kernel, model_runner
+from .words import count
 from .yamlio import Document, load_file
 
 # Cosmetic fields: they name or describe the engine but shape no step.
@@ -70,7 +71,7 @@ class Engine(NamedTuple):
             value = value[key]
         text = format_path(path)
         if isinstance(value, list):  # kv_cache.groups, behind num_kv_cache_groups
-            text += f" ({len(value)} {'entry' if len(value) == 1 else 'entries'})"
+            text += f" ({count(len(value), 'entry', 'entries')})"
         else:
             text += f" = {value!r}"
         if not self._written(path):

@@ -19,8 +19,9 @@ class IntSet(tuple):
     """A list of integers a reviewer reads as a set: diffs show what was added and removed."""
 
 
-def count(n: int, word: str) -> str:
-    return f"{n} {word if n == 1 else word + 's'}"
+def count(n: int, word: str, many: str | None = None) -> str:
+    """'1 step', '3 steps' ('3 M_sums' too; `many` for an irregular plural)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def spread(values: list) -> object:
@@ -78,9 +79,8 @@ def key_change(old, new) -> str:
     added, removed = sorted(new - old), sorted(old - new)
 
     def part(sign, keys):
-        noun = "compile key" if len(keys) == 1 else "compile keys"
         shown = "; ".join(keys[:KEY_EXAMPLES]) + ("; ..." if len(keys) > KEY_EXAMPLES else "")
-        return f"{sign}{len(keys)} {noun}" + (f" ({shown})" if keys else "")
+        return f"{sign}{count(len(keys), 'compile key')}" + (f" ({shown})" if keys else "")
 
     return f"{part('+', added)}, {part('-', removed)}"
 

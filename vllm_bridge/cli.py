@@ -17,7 +17,7 @@ import re
 import sys
 
 from planner import hf
-from planner.errors import PlanError
+from planner.errors import PlanError, one_line
 from planner.output import emit
 from vllm_bridge.releases import RELEASES
 from vllm_bridge.standins import Device
@@ -129,13 +129,8 @@ def create_engine_config(engine_args):
     try:
         return engine_args.create_engine_config(UsageContext.OPENAI_API_SERVER)
     except Exception as e:  # vLLM refuses a configuration with ValueError, pydantic errors, ...
-        raise PlanError(f"vLLM refused the configuration: {type(e).__name__}: {_first_words(e)}",
+        raise PlanError(f"vLLM refused the configuration: {type(e).__name__}: {one_line(e, 400)}",
                         file=WHERE) from None
-
-
-def _first_words(error: Exception, limit: int = 400) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def build_engine(argv: list[str], gpu: str | None):

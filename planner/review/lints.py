@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator
 from ..engine import expression_names
 from ..expr import round_up
 from ..stages.batches import BlockCounter
+from ..words import count
 from ..vllm_choices import KERNEL_CLASSES, UPSTREAM_FIXES, deep_gemm_min_m, model_runner
 from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GemmLike, GroupedGemm, Prefill, Sample
 
@@ -83,10 +84,6 @@ def examples(values, limit: int = EXAMPLES) -> str:
     values = list(values)
     shown = ", ".join(str(v) for v in values[:limit])
     return shown + (", ..." if len(values) > limit else "")
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 BATCHES = (Prefill, Decode)
@@ -168,7 +165,7 @@ def engine_facts(engine: dict) -> dict:
 
 def spec_note(names: dict) -> str:
     k = names["num_speculative_tokens"]
-    return f"1 + {plural(k, 'speculative token')}"
+    return f"1 + {count(k, 'speculative token')}"
 
 
 # --- errors --------------------------------------------------------------------------
@@ -218,12 +215,12 @@ def kv_blocks_short(plan, engine):
                 if held < need:
                     short.setdefault((g, held, need, state.computed), []).append(r.req_id)
         for n in sorted(wrong_groups):
-            yield rep.step.id, (f"requests hold blocks in {plural(n, 'KV cache group')}, the engine has "
+            yield rep.step.id, (f"requests hold blocks in {count(n, 'KV cache group')}, the engine has "
                                    f"{len(groups)}")
         for (g, held, need, tokens), reqs in short.items():
             extra = f" + {lookahead} lookahead" if lookahead else ""
-            yield rep.step.id, (f"{plural(len(reqs), 'request')} ({examples(reqs, 2)}) hold "
-                                   f"{plural(held, 'block')} in KV group {g}; the scheduler would hold {need} "
+            yield rep.step.id, (f"{count(len(reqs), 'request')} ({examples(reqs, 2)}) hold "
+                                   f"{count(held, 'block')} in KV group {g}; the scheduler would hold {need} "
                                    f"for {tokens} tokens{extra} (block size {groups[g]['block_size']})")
 
 
@@ -236,7 +233,7 @@ def null_block(plan, engine):
     for step in batches(plan):
         reqs = [r.req_id for r, groups in step_block_ids(step) if any(0 in ids for ids in groups)]
         if reqs:
-            yield step.id, f"{plural(len(reqs), 'request')} ({examples(reqs, 2)}) hold the null block 0"
+            yield step.id, f"{count(len(reqs), 'request')} ({examples(reqs, 2)}) hold the null block 0"
 
 
 @lint("E104", "block-reused", ERROR, needs_engine=False,
@@ -266,7 +263,7 @@ def block_reused(plan, engine):
             b, first, second = reused[0]
             who = "again" if first == second else f"while {first} holds it"
             ids = examples(sorted({x[0] for x in reused}))
-            yield step.id, (f"{plural(len(reused), 'block id')} handed out twice ({ids}); e.g. block {b} goes "
+            yield step.id, (f"{count(len(reused), 'block id')} handed out twice ({ids}); e.g. block {b} goes "
                                f"to {second} {who}")
 
 
@@ -281,7 +278,7 @@ def block_out_of_range(plan, engine):
     for step in batches(plan):
         bad = sorted({b for _, groups in step_block_ids(step) for ids in groups for b in ids if b > last or b < 0})
         if bad:
-            yield step.id, (f"{plural(len(bad), 'block id')} outside 1..{last} (num_blocks {last + 1}): "
+            yield step.id, (f"{count(len(bad), 'block id')} outside 1..{last} (num_blocks {last + 1}): "
                                f"{examples(bad[::-1])}")
 
 
@@ -303,7 +300,7 @@ def tokens_over_limit(plan, engine):
             long = [r.req_id for r in step.requests
                     if getattr(r, "num_computed_tokens", 0) + r.num_scheduled_tokens > max_len]
             if long:
-                yield step.id, (f"{plural(len(long), 'request')} ({examples(long, 2)}) grow past "
+                yield step.id, (f"{count(len(long), 'request')} ({examples(long, 2)}) grow past "
                                 f"max_model_len {max_len}")
         elif isinstance(step, Attention) and step.num_tokens > budget:
             yield step.id, f"runs {step.num_tokens} tokens, more than max_num_batched_tokens {budget}"
@@ -369,12 +366,12 @@ def _batch_problems(rep: Replayed):
         prompt = len(step.prompt_token_ids)
         over = [r.req_id for r in step.requests if r.num_scheduled_tokens > prompt]
         if over:
-            yield step.id, (f"{plural(len(over), 'request')} ({examples(over, 2)}) schedule more tokens "
+            yield step.id, (f"{count(len(over), 'request')} ({examples(over, 2)}) schedule more tokens "
                             f"than the {prompt}-token prompt")
     if isinstance(step, Decode):
         bad = [r.req_id for r in step.requests if r.num_spec_tokens >= r.num_scheduled_tokens]
         if bad:
-            yield step.id, (f"{plural(len(bad), 'request')} ({examples(bad, 2)}) schedule no verified "
+            yield step.id, (f"{count(len(bad), 'request')} ({examples(bad, 2)}) schedule no verified "
                             "token: num_spec_tokens must be < num_scheduled_tokens")
     for problem in rep.problems[:1]:
         more = f" (and {len(rep.problems) - 1} more)" if len(rep.problems) > 1 else ""
@@ -407,7 +404,7 @@ def gemm_m_out_of_range(plan, engine):
             continue
         bad = [m for m in step.m_values if m < 1 or m > limit]
         if bad:
-            yield step.id, (f"{plural(len(bad), 'M-value')} outside [1, {limit}] ({examples(bad)}): above "
+            yield step.id, (f"{count(len(bad), 'M-value')} outside [1, {limit}] ({examples(bad)}): above "
                                f"{what}")
 
 
@@ -445,7 +442,7 @@ def gemm_shape_unaligned(plan, engine):
         if align:
             odd = [m for m in step.m_values if m % align]
             if odd:
-                yield step.id, (f"{plural(len(odd), 'M_sum')} not a multiple of the alignment {align} "
+                yield step.id, (f"{count(len(odd), 'M_sum')} not a multiple of the alignment {align} "
                                    f"({examples(odd)})")
 
 
@@ -469,7 +466,7 @@ def decode_graph_uncovered(plan, engine):
         return
     captures = [i for i, s in enumerate(steps) if isinstance(s, CudaGraph)]
     if not captures:
-        yield steps[decodes[0]].id, (f"{plural(len(decodes), 'decode step')} run and the plan captures no CUDA "
+        yield steps[decodes[0]].id, (f"{count(len(decodes), 'decode step')} run and the plan captures no CUDA "
                                      f"graphs (the engine does: {comp['cudagraph_mode']}): they run eagerly")
     for cap in (steps[i] for i in captures):
         if cap.decode_query_len not in (None, q):
@@ -477,7 +474,7 @@ def decode_graph_uncovered(plan, engine):
                            f"the engine decodes {q} tokens per request ({spec_note(names)})")
         odd = [s for s in cap.uniform_decode_sizes if s % q]
         if odd:
-            yield cap.id, (f"{plural(len(odd), 'uniform decode size')} not a multiple of decode_query_len {q} "
+            yield cap.id, (f"{count(len(odd), 'uniform decode size')} not a multiple of decode_query_len {q} "
                               f"({examples(odd)}): no uniform decode batch has that many tokens")
 
 
