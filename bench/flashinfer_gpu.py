@@ -188,7 +188,7 @@ def phase_library(args, which: str) -> dict:
     build_jit_modules(res)
     _, step, engine = plan_step(args.plan, args.engine)
     sys.path.insert(0, REPO)
-    from executor.backends.flashinfer import fp8_linear_shapes
+    from planner.engine_queries import fp8_linear_shapes
     shapes = fp8_linear_shapes(engine)
     num_tokens = step.num_tokens
     res.update(step=step.to_dict(), shapes=[list(s) for s in shapes], num_tokens=num_tokens)

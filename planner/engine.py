@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import schema
+from .engine_queries import quant_of
 from .errors import PlanError, format_path
 from .resources import resolve
 from .vllm_choices import default_linear_kernel, model_runner
@@ -229,11 +230,11 @@ def check_consistency(engine: Engine) -> None:
         _check_attention(doc, d, i, attn)
     for section in ("linear", "moe"):
         for i, layer in enumerate(d["model"][section]):
-            block = layer.get("quant", {}).get("weight_block_size")
-            if block and layer.get("quant", {}).get("method") not in ("fp8", "int8"):
+            quant = quant_of(layer)
+            if quant.block and quant.method not in ("fp8", "int8"):
                 raise doc.error(("model", section, i, "quant", "weight_block_size"),
                                 "weight_block_size applies to block-quantized (fp8) weights only")
-            if block and layer["quant"]["method"] == "fp8":
+            if quant.block and quant.method == "fp8":
                 _check_fp8_blocks(doc, section, i, layer, par["tensor_parallel_size"])
             elif "kernel" in layer:
                 raise doc.error(("model", section, i, "kernel"), "kernel names the kernel of a block-FP8 "
@@ -251,7 +252,7 @@ def _check_fp8_blocks(doc: Document, section: str, i: int, layer: dict, tp: int)
     plan could warm another K (the layer would vanish from every plan), and vLLM refuses it where
     tensor parallelism splits K. An MoE's intermediate_size: vLLM refuses one that is not whole
     blocks of N, and of K under tensor parallelism (validate_fp8_block_shape_moe)."""
-    block_n, block_k = layer["quant"]["weight_block_size"]
+    block_n, block_k = quant_of(layer).block
     if section == "linear" and layer["k"] % block_k:
         raise doc.error(("model", "linear", i, "k"),
                         f"k = {layer['k']} is not a whole number of FP8 blocks (weight_block_size "

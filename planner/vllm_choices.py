@@ -25,6 +25,8 @@ tests/vllm_parity checks these rules against each release's functions.
 
 from __future__ import annotations
 
+from .engine_queries import quant_of
+
 # The linears whose kernel runs DeepGEMM's fp8_gemm_nt: every M (deep_gemm), or M >= 32 behind
 # FlashInfer's fp8_blockscale_gemm_sm90 (flashinfer_deep_gemm).
 DEEP_GEMM_LINEAR_KERNELS = ("deep_gemm", "flashinfer_deep_gemm")
@@ -90,13 +92,12 @@ def model_runner(release: str | None, data: dict) -> tuple[str, str]:
 def default_linear_kernel(layer: dict, dtype: str, capability: str, flashinfer: bool = True) -> str | None:
     """vLLM's kernel for a block-FP8 linear as a user's install selects it (None: no block-FP8 layer).
     `flashinfer`: FlashInfer installed and VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER on."""
-    quant = layer.get("quant") or {}
-    block = quant.get("weight_block_size")
-    if quant.get("method") != "fp8" or not block:
+    method, block = quant_of(layer)
+    if method != "fp8" or block is None:
         return None
     major, minor = (int(x) for x in capability.split("."))
     sm = major * 10 + minor
-    deep_gemm_shape = (block == [128, 128] and dtype == "bfloat16" and layer["n"] % 64 == 0
+    deep_gemm_shape = (block == (128, 128) and dtype == "bfloat16" and layer["n"] % 64 == 0
                        and layer["k"] % 128 == 0)
     if deep_gemm_shape and sm == 90 and flashinfer:
         return "flashinfer_deep_gemm"

@@ -505,13 +505,17 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
             imported.add("." + node.module if node.level else (node.module or "").split(".")[0])
     # .yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
     # .limits: constants only (the engine schema's bounds); .errors: PlanError, for HFConfigError.as_plan_error
-    # .vllm_choices: the release defaults --from-hf writes (stdlib only, checked below)
+    # .vllm_choices: the release defaults --from-hf writes (stdlib only, checked below), through
+    # .engine_queries: which layers are block FP8 (stdlib only too)
     assert imported <= {"__future__", "dataclasses", "math", "os", "re", ".yamlio", ".limits", ".errors",
                         ".vllm_choices"}, imported
-    with open(os.path.join(ROOT, "planner", "vllm_choices.py"), encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module != "__future__"
-                or isinstance(node, ast.Import)]
+    stdlib_only = {"vllm_choices": {"__future__", ".engine_queries"}, "engine_queries": {"__future__", "typing"}}
+    for module, allowed in stdlib_only.items():
+        with open(os.path.join(ROOT, "planner", module + ".py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        imports = {("." if node.level else "") + (node.module or "") for node in ast.walk(tree)
+                   if isinstance(node, ast.ImportFrom)}
+        assert imports <= allowed and not [node for node in ast.walk(tree) if isinstance(node, ast.Import)], module
 
 
 def test_shipped_engines_match_regen_script():

@@ -21,6 +21,7 @@ import re
 
 from planner import hf
 from planner.engine import Engine, engine_from_document
+from planner.engine_queries import quant_of
 from planner.schema import load_schema
 from planner.yamlio import Document
 
@@ -162,13 +163,12 @@ def _apply_linear_kernels(data: dict, vllm_config) -> None:
     """Every block-FP8 linear's kernel as vLLM selects it here, once per distinct shape."""
     chosen: dict = {}
     for layer in data["model"]["linear"]:
-        quant = layer.get("quant") or {}
-        block = quant.get("weight_block_size")
-        if quant.get("method") != "fp8" or not block:
+        method, block = quant_of(layer)
+        if method != "fp8" or block is None:
             continue  # block-FP8 linears only: vLLM's answer is written even where it is the default
-        key = (layer["n"], layer["k"], tuple(block))
+        key = (layer["n"], layer["k"], block)
         if key not in chosen:
-            chosen[key] = fp8_linear_kernel(vllm_config, (layer["n"], layer["k"]), block)
+            chosen[key] = fp8_linear_kernel(vllm_config, (layer["n"], layer["k"]), list(block))
         layer["kernel"] = chosen[key]
 
 

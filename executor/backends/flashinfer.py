@@ -52,6 +52,8 @@ import os
 import tempfile
 import time
 
+from planner.engine_queries import fp8_linear_shapes
+
 from .base import BaseBackend, Unavailable, torch_cuda_available
 
 MIN_CAPABILITY = (9, 0)  # vLLM: has_device_capability(90) before flashinfer_autotune
@@ -63,16 +65,6 @@ def default_cache_path(version: str, device_name: str) -> str:
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "warmup-planner", "flashinfer_autotune")
     return os.path.join(root, version, device_name.replace(" ", "_"), "autotune_configs.json")
-
-
-def fp8_linear_shapes(engine: dict) -> list[tuple[int, int]]:
-    """Distinct (N, K) of the engine's FP8 linear layers (block or per-tensor), in engine order."""
-    seen: dict = {}
-    for layer in engine["model"]["linear"]:
-        quant = layer.get("quant") or {}
-        if str(quant.get("method", "none")).startswith("fp8"):
-            seen.setdefault((int(layer["n"]), int(layer["k"])), None)
-    return list(seen)
 
 
 def _find_spec(name: str):

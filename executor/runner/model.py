@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from executor.kernels.fp8_gemm import fp8_gemm
 from executor.kernels.grouped_gemm import grouped_fp8_gemm
 from executor.kernels.reference import quantize_fp8_block, quantize_fp8_per_token_group
+from planner.engine_queries import quant_of
 
 from . import kernels
 
@@ -73,8 +74,11 @@ class ModelConfig:
 
 
 def _is_block_fp8(layer: dict | None) -> bool:
-    quant = (layer or {}).get("quant", {})
-    return quant.get("method") == "fp8" and list(quant.get("weight_block_size", [128, 128])) == [128, 128]
+    """Whether the runner quantizes the layer's weight in [128, 128] FP8 blocks: an FP8 layer with
+    those blocks, or with none (the runner has block-FP8 kernels only, so an FP8 weight the engine
+    gives no block takes the [128, 128] blocks of the planner's GEMM stages)."""
+    quant = quant_of(layer or {})
+    return quant.method == "fp8" and quant.block in (None, (128, 128))
 
 
 @dataclass

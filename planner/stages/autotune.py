@@ -9,9 +9,9 @@ and a lint can compare them with the batches.
 
 from __future__ import annotations
 
+from ..engine_queries import block_fp8_linears, by_shape
 from ..expr import last_power_of_2
 from ..steps import Autotune, TuneShape
-from .deep_gemm import is_block_fp8
 from .scope import Scope
 
 
@@ -63,8 +63,4 @@ def expand_kernel(scope: Scope) -> list:
 
 def gemm_shapes(engine: dict) -> list[tuple[int, int]]:
     """Distinct (N, K) of the block-FP8 linears, in engine order."""
-    seen = {}
-    for layer in engine["model"]["linear"]:
-        if is_block_fp8(layer, 128):
-            seen.setdefault((layer["n"], layer["k"]), None)
-    return list(seen)
+    return list(by_shape(block_fp8_linears(engine)))

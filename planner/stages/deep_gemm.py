@@ -31,6 +31,7 @@ odd SM count, a block_m that is no multiple of 16), and `exact` is refused there
 from __future__ import annotations
 
 from kernel_model import deep_gemm as model
+from ..engine_queries import block_fp8_linears, block_fp8_moes, by_shape
 from ..errors import location
 from ..expr import cdiv, round_up
 from ..steps import Gemm, GroupedGemm, Variant
@@ -56,11 +57,6 @@ def relax_m_values(max_tokens: int, n: int, num_sms: int) -> list[int]:
     return sorted(values)
 
 
-def is_block_fp8(layer: dict, block: int) -> bool:
-    quant = layer.get("quant") or {}
-    return quant.get("method") == "fp8" and quant.get("weight_block_size") == [block, block]
-
-
 def dense_shapes(engine: dict, block: int, n_multiple: int | None = None, kernels=None) -> dict:
     """Distinct (N, K) of the linears DeepGEMM can take -> names of the layers sharing it.
 
@@ -69,13 +65,9 @@ def dense_shapes(engine: dict, block: int, n_multiple: int | None = None, kernel
     `kernels`: only the layers whose kernel (model.linear[].kernel) is one of these (None: all).
     """
     n_multiple = n_multiple or block
-    shapes: dict = {}
-    for layer in engine["model"]["linear"]:
-        if kernels is not None and layer.get("kernel") not in kernels:
-            continue
-        if is_block_fp8(layer, block) and layer["n"] % n_multiple == 0 and layer["k"] % block == 0:
-            shapes.setdefault((layer["n"], layer["k"]), []).append(layer["name"])
-    return shapes
+    return by_shape(linear for linear in block_fp8_linears(engine, block)
+                    if (kernels is None or linear.kernel in kernels)
+                    and linear.n % n_multiple == 0 and linear.k % block == 0)
 
 
 def moe_weights(engine: dict, block: int) -> dict:
@@ -84,13 +76,10 @@ def moe_weights(engine: dict, block: int) -> dict:
     The relax N is max(N13, N2) of the layer, as vLLM passes max(w1.size(1), w2.size(1)).
     """
     weights: dict = {}
-    for moe in engine["model"]["moe"]:
-        if not is_block_fp8(moe, block):
-            continue
-        e, h, i = moe["num_experts"], moe["hidden_size"], moe["intermediate_size"]
-        for weight, n, k in (("w13", 2 * i, h), ("w2", h, i)):
-            entry = weights.setdefault((weight, e, n, k, moe["top_k"]), (max(2 * i, h), []))
-            entry[1].append(moe["name"])
+    for moe in block_fp8_moes(engine, block):
+        for weight, n, k in moe.weights:
+            entry = weights.setdefault((weight, moe.num_experts, n, k, moe.top_k), (moe.relax_n, []))
+            entry[1].append(moe.name)
     return weights
 
 

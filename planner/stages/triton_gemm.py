@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from kernel_model import triton_kernels as dispatch
 
+from ..engine_queries import block_fp8_linears, block_fp8_moes, by_shape
 from ..expr import round_up
 from ..steps import Gemm, GroupedGemm, Variant
-from .deep_gemm import is_block_fp8
 from .scope import Scope
 
 BLOCK_K = 128  # the kernels read one 128-wide scale group per K step
@@ -74,13 +74,14 @@ def expand(scope: Scope) -> list:
     return steps
 
 
+def dense_shapes(engine: dict) -> dict:
+    """Distinct (N, K) of the block-FP8 linears the kernels take -> names of the layers sharing it."""
+    return by_shape(linear for linear in block_fp8_linears(engine, BLOCK_K) if linear.k % BLOCK_K == 0)
+
+
 def dense_steps(scope: Scope, max_tokens: int) -> list:
-    shapes: dict = {}
-    for layer in scope.engine.data["model"]["linear"]:
-        if is_block_fp8(layer, BLOCK_K) and layer["k"] % BLOCK_K == 0:
-            shapes.setdefault((layer["n"], layer["k"]), []).append(layer["name"])
     steps = []
-    for (n, k), layers in shapes.items():
+    for (n, k), layers in dense_shapes(scope.engine.data).items():
         table = scope.tables.get(dispatch.FP8_GEMM, n, k)
         planned = planned_m_values(scope, range(1, max_tokens + 1), lambda m: dispatch.fp8_gemm_key(m, n, k, table))
         steps.append(scope.new(Gemm, f"gemm-n{n}-k{k}", kernel="fp8_gemm", backend="triton", n=n, k=k,
@@ -91,15 +92,13 @@ def dense_steps(scope: Scope, max_tokens: int) -> list:
 def grouped_steps(scope: Scope, max_tokens: int, block_m: int) -> list:
     """Grouped GEMM M is the padded sum over experts: always a multiple of block_m."""
     steps, seen = [], set()
-    for moe in scope.engine.data["model"]["moe"]:
-        if not is_block_fp8(moe, BLOCK_K):
-            continue
-        e, h, i, top_k = moe["num_experts"], moe["hidden_size"], moe["intermediate_size"], moe["top_k"]
+    for moe in block_fp8_moes(scope.engine.data, BLOCK_K):
+        e, top_k = moe.num_experts, moe.top_k
         routed = max_tokens * top_k
         max_m = round_up(routed + min(routed, e) * (block_m - 1), block_m)
         scope.count_limit("max_tokens", "grouped GEMM M-values", max_m // block_m)
         producible = range(block_m, max_m + 1, block_m)
-        for weight, n, k in (("w13", 2 * i, h), ("w2", h, i)):
+        for weight, n, k in moe.weights:
             if (weight, e, n, k) in seen or k % BLOCK_K:
                 continue
             seen.add((weight, e, n, k))
@@ -110,7 +109,7 @@ def grouped_steps(scope: Scope, max_tokens: int, block_m: int) -> list:
                                            if m % block_m == 0} | {block_m, max_m}))
             steps.append(scope.new(GroupedGemm, f"grouped_gemm-{weight}-e{e}-n{n}-k{k}",
                                    kernel="grouped_fp8_gemm", backend="triton", weight=weight, num_groups=e,
-                                   n=n, k=k, top_k=top_k, alignment=block_m, layers=(moe["name"],),
+                                   n=n, k=k, top_k=top_k, alignment=block_m, layers=(moe.name,),
                                    max_value=max_m, **planned))
     return steps
 

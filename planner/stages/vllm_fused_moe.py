@@ -18,6 +18,7 @@ The model is imported only for an engine with MoE layers: it declares dataclasse
 
 from __future__ import annotations
 
+from ..engine_queries import is_block_fp8, quant_of
 from ..steps import Kernel, Variant
 from .scope import Scope
 
@@ -29,10 +30,9 @@ def layer_shape(layer: dict, device: str):
     fused_moe for it."""
     from kernel_model import vllm_fused_moe as moe
 
-    quant = layer.get("quant") or {"method": "none"}
-    if quant["method"] == "fp8" and list(quant.get("weight_block_size") or ()) == [moe.BLOCK, moe.BLOCK]:
+    if is_block_fp8(layer, moe.BLOCK):
         kind = "fp8_block"
-    elif quant["method"] == "none":
+    elif quant_of(layer).method == "none":
         kind = "none"
     else:
         return None
