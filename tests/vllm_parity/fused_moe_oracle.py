@@ -22,21 +22,10 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from vllm_bridge.standins import Device, install  # noqa: E402
 
+from launch_recorder import Recorder  # noqa: E402 - beside this script (its directory is sys.path[0])
+
 CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 DEVICES = {"H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200"}
-
-
-class Recorder:
-    """Stands in for the JITFunction at ``kernel[grid](...)``: keeps the launch by parameter name."""
-
-    def __init__(self, arg_names: list):
-        self.arg_names, self.launches = arg_names, []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            named = dict(zip(self.arg_names, args), **kwargs)
-            self.launches.append({name: describe(value) for name, value in named.items()})
-        return launch
 
 
 def describe(value):
@@ -129,7 +118,7 @@ def main() -> None:
 
         align.ops = types.SimpleNamespace(moe_align_block_size=lambda *args: None)
         kernel = fm.fused_moe_kernel
-        recorder = Recorder(list(kernel.arg_names))
+        recorder = Recorder(list(kernel.arg_names), describe)
         fm.fused_moe_kernel = recorder
         result = {"version": vllm.__version__, "declaration": declaration(kernel),
                   "configs": [configs(case, fm) for case in request["cases"]],

@@ -22,6 +22,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from vllm_bridge.standins import Device, install  # noqa: E402
 
+from launch_recorder import Recorder  # noqa: E402 - beside this script (its directory is sys.path[0])
+
 SMS = 132
 
 
@@ -34,19 +36,6 @@ def declaration(kernel) -> dict:
                                   for i in kernel.do_not_specialize],
             "do_not_specialize_on_alignment": [kernel.arg_names[i] if isinstance(i, int) else i
                                                for i in kernel.do_not_specialize_on_alignment]}
-
-
-class Recorder:
-    """Stands in for the JITFunction at ``kernel[grid](...)``: keeps the launch by parameter name."""
-
-    def __init__(self, arg_names: list):
-        self.arg_names, self.launches = arg_names, []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            named = dict(zip(self.arg_names, args), **kwargs)
-            self.launches.append({name: describe(value) for name, value in named.items()})
-        return launch
 
 
 def describe(value):
@@ -79,7 +68,7 @@ def main() -> None:
         from vllm.v1.sample.ops import topk_topp_triton as triton_ops
 
         kernel = triton_ops._topk_topp_kernel
-        recorder = Recorder(list(kernel.arg_names))
+        recorder = Recorder(list(kernel.arg_names), describe)
         triton_ops._topk_topp_kernel = recorder
         triton_ops.num_compute_units = lambda device_id=0: SMS
         # The small-batch path is PyTorch's sort: record that it was taken instead of running it.
