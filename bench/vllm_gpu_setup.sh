@@ -18,6 +18,8 @@
 #   carry [".vllm/ext"]                  bash bench/vllm_gpu_setup.sh install ext
 #   carry [".vllm/py", ".vllm/plugin"]   bash bench/vllm_gpu_setup.sh install py plugin && bash bench/vllm_gpu_setup.sh check
 #   any later call:                      bash bench/vllm_gpu_setup.sh check && source bench/vllm_gpu_setup.sh env && ...
+#   FlashInfer, as vLLM's wheel pins it:  carry [".vllm/fi"]  bash bench/vllm_gpu_setup.sh install fi; then
+#                                        WITH_FLASHINFER=1 puts its site ($FI_SITE) on `env`'s PYTHONPATH
 # (`install` takes several parts; `check [PART...]` prints one line, exits 1 if a part is missing.)
 #
 # What each part holds (sizes from `prepare` here on 2026-11-25; the repo's tracked files: 7.0 MiB):
@@ -55,6 +57,13 @@ _vgs_env() {
         *":$VLLM_SITE:"*) ;;
         *) export PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" ;;
     esac
+    # WITH_FLASHINFER=1: the fi part's site too (installed apart, so that runs without it stay as they were)
+    if [ "${WITH_FLASHINFER:-0}" = 1 ]; then
+        case ":$PYTHONPATH:" in
+            *":${FI_SITE:-/tmp/flashinfer-site}:"*) ;;
+            *) export PYTHONPATH="${FI_SITE:-/tmp/flashinfer-site}:$PYTHONPATH" ;;
+        esac
+    fi
     # FlashInfer importable? (find_spec first: cheap when it is absent, the usual case there)
     if [ -z "${VLLM_USE_FLASHINFER_SAMPLER+set}" ] && ! python3 -c '
 import importlib.util, sys
@@ -106,10 +115,13 @@ part_files() {
                  "vllm/third_party/deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh" \
                  "tvm_ffi compressed_tensors loguru xgrammar pydantic" ;;
         plugin) echo "vllm_bridge/plugin.py" ;;
+        fi) echo "flashinfer/__init__.py flashinfer/data/csrc pynvml.py tabulate" ;;
         *) return 1 ;;
     esac
 }
-ALL_PARTS="core ext py plugin"
+ALL_PARTS="core ext py plugin"   # fi is optional: `check` without parts leaves it out
+FI_SITE=${FI_SITE:-/tmp/flashinfer-site}
+part_site() { if [ "$1" = fi ]; then echo "$FI_SITE"; else echo "$VLLM_SITE"; fi; }
 
 wheel() {
     mkdir -p "$VLLM_WHEEL_DIR"
@@ -190,12 +202,30 @@ prepare() {
         '+vllm/third_party/deep_gemm/include/*' '+vllm/cumem_allocator.abi3.so' '+vllm/spinloop.abi3.so' \
         '+vllm/fs_io_C.abi3.so' || return 1
     build_plugin || return 1
+    pack_fi || return 1
     sizes
+}
+
+# The fi part (optional): FlashInfer as `pip install vllm==0.25.0` brings it (flashinfer-python
+# 0.6.13, the wheel's pin) plus the two packages its import needs that the GPU image lacks; the
+# rest of its requirements are there (tvm_ffi comes with the py part) or unused on Hopper
+# (flashinfer-cubin, 458 MB of Blackwell kernels; its JIT builds the SM 9.0 modules with nvcc).
+FI_WHEELS=(flashinfer-python==0.6.13 nvidia-ml-py==13.615.71 tabulate==0.10.0)
+pack_fi() {
+    [ -f "$PARTS_DIR/fi/part.tar.xz" ] && [ -z "${FORCE:-}" ] && { echo "fi: kept (FORCE=1 rebuilds)"; return; }
+    local stage
+    stage=$(mktemp -d)
+    mkdir -p "$stage/wheels" "$PARTS_DIR/fi"
+    python3 -m pip download -q --no-deps --only-binary=:all: "${PY[@]}" -d "$stage/wheels" "${FI_WHEELS[@]}" >&2 \
+        || { rm -rf "$stage"; return 1; }
+    tar cf - -C "$stage" . | xz -1 -T0 > "$PARTS_DIR/fi/part.tar.xz" || { rm -rf "$stage"; return 1; }
+    rm -rf "$stage"
+    echo "fi: $(du -h "$PARTS_DIR/fi/part.tar.xz" | cut -f1)"
 }
 
 sizes() {
     local part f n
-    for part in $ALL_PARTS; do
+    for part in $ALL_PARTS fi; do
         for f in "$PARTS_DIR/$part"/part.tar.xz "$PARTS_DIR/$part"/*.whl; do
             [ -f "$f" ] || continue
             n=$(stat -c %s "$f")
@@ -218,7 +248,9 @@ part_source() {
 
 install_part() {
     local part=$1 src
-    part_files "$part" >/dev/null || { echo "vllm_gpu_setup: no part '$part' (core, ext, py, plugin)" >&2; return 1; }
+    part_files "$part" >/dev/null || { echo "vllm_gpu_setup: no part '$part' (core, ext, py, plugin, fi)" >&2; return 1; }
+    local site
+    site=$(part_site "$part")
     src=$(part_source "$part")
     if [ -z "$src" ] || [ ! -f "$src" ]; then
         echo "vllm_gpu_setup: $PARTS_DIR/$part not carried (carry [\"$PARTS_DIR/$part\"])" >&2
@@ -230,18 +262,19 @@ install_part() {
         python3 -m pip install -q --no-index --no-deps --upgrade --target "$VLLM_SITE" "$src" || return 1
         cp "$PARTS_DIR/plugin/BUILD" "$VLLM_SITE/warmup_planner.BUILD" 2>/dev/null
     else
-        xz -dc "$src" | tar x -C "$VLLM_SITE" || return 1
-        if [ -d "$VLLM_SITE/wheels" ]; then
-            python3 -m pip install -q --no-index --no-deps --upgrade --target "$VLLM_SITE" "$VLLM_SITE"/wheels/*.whl \
+        mkdir -p "$site"
+        xz -dc "$src" | tar x -C "$site" || return 1
+        if [ -d "$site/wheels" ]; then
+            python3 -m pip install -q --no-index --no-deps --upgrade --target "$site" "$site"/wheels/*.whl \
                 || return 1
-            rm -rf "$VLLM_SITE/wheels"
+            rm -rf "$site/wheels"
         fi
         # Byte-compile vLLM once here, so that the first run on the machine does not pay for it
         # (a cold/warm comparison would otherwise charge it to whichever run came first).
         [ "$part" = py ] && python3 -m compileall -q -j 0 "$VLLM_SITE/vllm" >/dev/null
     fi
     sha256sum "$src" | cut -d' ' -f1 > "$MARKERS/$part"
-    echo "installed $part into $VLLM_SITE ($(du -sh "$VLLM_SITE" | cut -f1))"
+    echo "installed $part into $site ($(du -sh "$site" | cut -f1))"
 }
 
 # check [PART...]: one line, each part ok / MISSING / stale; exit 1 when one is missing.
@@ -254,7 +287,7 @@ check() {
         [ -f "$MARKERS/$part" ] || missing="not installed"
         if [ -z "$missing" ]; then
             for f in $(part_files "$part"); do
-                [ -e "$VLLM_SITE/$f" ] || { missing="$f absent"; break; }
+                [ -e "$(part_site "$part")/$f" ] || { missing="$f absent"; break; }
             done
         fi
         if [ "$part" = plugin ] && [ -z "$missing" ]; then

@@ -305,7 +305,7 @@ def plugin_active() -> bool:
 
 def versions() -> dict:
     out = {"python": sys.version.split()[0]}
-    for name in ("vllm", "torch", "triton"):
+    for name in ("vllm", "torch", "triton", "flashinfer"):
         try:
             out[name] = getattr(__import__(name), "__version__", "?")
         except Exception:  # noqa: BLE001
@@ -361,9 +361,13 @@ def plugin_report(path: str | None, plan_phase: dict | None) -> dict:
 # --- what the ranks and the caches say (tensor parallelism: the ranks are other processes) ---------
 
 # The arm's cache roots (bench/vllm_startup_proof.sh sets them) and what a new file under each is.
-CACHE_ROOTS = (("vllm", "VLLM_CACHE_ROOT"), ("triton", "TRITON_HOME"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"))
+# FlashInfer's JIT modules (one .so each) and the DeepGEMM fork inside FlashInfer's SM 9.0 block-FP8
+# GEMM (TensorRT-LLM's, one cubin per kernel where it writes them to disk) are families of their own.
+CACHE_ROOTS = (("vllm", "VLLM_CACHE_ROOT"), ("triton", "TRITON_HOME"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"),
+               ("flashinfer", "FLASHINFER_WORKSPACE_BASE"), ("trtllm_dg", "TRTLLM_DG_CACHE_DIR"))
 CACHE_FAMILIES = (("vllm/deep_gemm/", "deep_gemm"), ("vllm/torch_compile_cache/", "torch_compile"),
-                  ("triton/", "triton"), ("inductor/triton/", "triton"), ("inductor/", "inductor"), ("vllm/", "vllm"))
+                  ("triton/", "triton"), ("inductor/triton/", "triton"), ("inductor/", "inductor"), ("vllm/", "vllm"),
+                  ("flashinfer/", "flashinfer"), ("trtllm_dg/", "flashinfer_deep_gemm"))
 KERNEL_FILE = ".cubin"  # a Triton or DeepGEMM kernel is one directory that holds its cubin
 
 
@@ -396,7 +400,7 @@ def new_cache_entries(before: set, after: set) -> dict:
     for path in new:
         family = cache_family(path)
         files[family] = files.get(family, 0) + 1
-        if path.endswith(KERNEL_FILE):
+        if path.endswith(KERNEL_FILE) or (family == "flashinfer" and path.endswith(".so")):
             kernels.setdefault(family, set()).add(os.path.dirname(path))
     return {"kernels": {f: len(d) for f, d in sorted(kernels.items())}, "files": dict(sorted(files.items())),
             "examples": new[:20]}
@@ -504,6 +508,7 @@ def start_engine(args):
                       "WARMUP_PLAN", "WARMUP_JOBS", "WARMUP_PLAN_REPORT", "WARMUP_JIT_LOG", "VLLM_PLUGINS",
                       "VLLM_CACHE_ROOT", "TRITON_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                       "DG_JIT_CACHE_DIR", "CUDA_CACHE_PATH", "VLLM_USE_FLASHINFER_SAMPLER",
+                      "FLASHINFER_WORKSPACE_BASE", "TRTLLM_DG_CACHE_DIR",
                       "VLLM_ENABLE_V1_MULTIPROCESSING", "PYTHONPATH")})
     path = model_dir(args.config, args.model_dir)
     RESULT["model_dir"] = path

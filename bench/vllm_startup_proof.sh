@@ -68,7 +68,9 @@
 # empty caches that installs that bundle first (WARMUP_BUNDLE): compare its ready with stock-warm.
 # Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold), MODEL (llama | qwen |
 # a tests/fixtures/hf name), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
-# and caches; NCCL's NVLink multicast stays off), PLUGIN_PLAN (vllm-0.25-plugin), PLUGIN_JOBS (WARMUP_JOBS for the plugin
+# and caches; NCCL's NVLink multicast stays off), WITH_FLASHINFER (1: vLLM as `pip install vllm==0.25.0`
+# brings it, with flashinfer-python 0.6.13 from the setup's fi part; a series <model>-fi of its own; each
+# arm its own FlashInfer JIT workspace and FlashInfer's TensorRT-LLM DeepGEMM cache), PLUGIN_PLAN (vllm-0.25-plugin), PLUGIN_JOBS (WARMUP_JOBS for the plugin
 # arm; unset: the plugin's default), REQUESTS (500), RUN_TIMEOUT_S (560), BUDGET_S (585),
 # CALL_START (epoch s), PROOF_ROOT (/tmp/warmup-proof), VLLM_SITE (/tmp/vllm-site), DRY_RUN=1 (or --dry-run).
 set -u -o pipefail
@@ -86,7 +88,9 @@ esac
 CONFIG=tests/fixtures/hf/$MODEL.json
 ROOT=${PROOF_ROOT:-/tmp/warmup-proof}
 TP=${TP:-1}
-SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")   # a tensor-parallel series keeps its own runs and caches
+WITH_FLASHINFER=${WITH_FLASHINFER:-0}
+# a tensor-parallel series, and one with FlashInfer, keeps its own runs and caches
+SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")$([ "$WITH_FLASHINFER" = 1 ] && echo "-fi")
 RUNS=$ROOT/runs/$SERIES
 MODEL_DIR=$ROOT/models/$MODEL
 BUNDLE_FILE=$ROOT/bundles/$SERIES.warmup   # bundle-build writes it (WARMUP_BUNDLE_OUT), bundle-cold installs it
@@ -118,6 +122,7 @@ machine_facts() {
     echo "cpus: $(nproc)  memory: $(free -g | awk '/^Mem:/ {print $2 " GiB"}')"
     bash bench/vllm_gpu_setup.sh check
     PYTHONPATH="$PYPATH" python3 -c 'import sys, torch, triton, vllm; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "vllm", vllm.__version__)' 2>&1 | tail -n 1
+    [ "$WITH_FLASHINFER" = 1 ] && PYTHONPATH="$PYPATH" python3 -c 'import flashinfer; print("flashinfer", flashinfer.__version__)' 2>&1 | tail -n 1
     command -v nvcc >/dev/null && nvcc --version | tail -n 1
     echo "plugin build: $(head -n 1 "$VLLM_SITE/warmup_planner.BUILD" 2>/dev/null || echo unknown)"
     echo "PYTHONPATH=$PYPATH VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-unset}"
@@ -150,7 +155,7 @@ run_part() {
     fi
     if [ "$temp" = cold ]; then
         do_or_show rm -rf "$cache"
-        do_or_show mkdir -p "$cache/vllm" "$cache/triton" "$cache/inductor" "$cache/nv"
+        do_or_show mkdir -p "$cache/vllm" "$cache/triton" "$cache/inductor" "$cache/nv" "$cache/flashinfer" "$cache/trtllm_dg"
     elif [ ! -f "$cache/.cold-done" ] && [ "$DRY_RUN" != 1 ]; then
         say "$part: skipped, no $arm-cold run on this machine (its caches would be empty: that is not warm)"
         json_run "$dir" skipped="no $arm-cold run on this machine"
@@ -159,6 +164,7 @@ run_part() {
     local env_set=(VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1 PYTHONPATH="$PYPATH"
                    VLLM_CACHE_ROOT="$cache/vllm" TRITON_HOME="$cache/triton"
                    TORCHINDUCTOR_CACHE_DIR="$cache/inductor" CUDA_CACHE_PATH="$cache/nv"
+                   FLASHINFER_WORKSPACE_BASE="$cache/flashinfer" TRTLLM_DG_CACHE_DIR="$cache/trtllm_dg"
                    WARMUP_PLAN_REPORT="$dir/plan_report.json" WARMUP_JIT_LOG="$dir/plugin_jit.jsonl"
                    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1)
     [ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] && env_set+=(VLLM_USE_FLASHINFER_SAMPLER="$VLLM_USE_FLASHINFER_SAMPLER")
@@ -200,7 +206,7 @@ run_part() {
 
 cache_sizes() {  # one arm's caches: "vllm 1.2G triton 40M inductor 300M nv 0 deep_gemm 45 entries"
     local c=$1 out="" d
-    for d in vllm triton inductor nv; do out+="$d $(du -sh "$c/$d" 2>/dev/null | cut -f1) "; done
+    for d in vllm triton inductor nv flashinfer trtllm_dg; do out+="$d $(du -sh "$c/$d" 2>/dev/null | cut -f1) "; done
     echo "${out}deep_gemm $(find "$c/vllm/deep_gemm/cache" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l) entries"
 }
 
@@ -244,7 +250,8 @@ main() {
     if [ "$DRY_RUN" = 1 ]; then
         show bash bench/vllm_gpu_setup.sh check
     else
-        bash bench/vllm_gpu_setup.sh check || { say "vLLM is not installed here (see bench/vllm_gpu_setup.sh): stopping"; return 1; }
+        bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) \
+            || { say "vLLM is not installed here (see bench/vllm_gpu_setup.sh): stopping"; return 1; }
     fi
     do_or_show env PYTHONPATH="$PYPATH" python3 -m compileall -q -j 0 planner executor kernel_model vllm_bridge bench
     if [ "$DRY_RUN" = 1 ]; then

@@ -284,3 +284,22 @@ def test_bundle_check_needs_speed_and_no_compiles(tmp_path):
     rows["bundle-cold"] = summary.row(str(runs), "bundle-cold2")
     check = {c["check"]: c for c in summary.checks(rows)}["bundle-cold: ready <= 1.1x stock-warm, 0 compiles"]
     assert check["pass"] is False and "compiles to ready 1" in check["detail"]
+
+
+def test_cache_listing_counts_flashinfer_modules_and_its_deep_gemm_fork(trace, tmp_path, monkeypatch):
+    """With FlashInfer (WITH_FLASHINFER=1): a JIT module is one .so in its workspace; the DeepGEMM
+    fork inside its SM 9.0 block-FP8 GEMM writes cubins under TRTLLM_DG_CACHE_DIR."""
+    fi, trt = tmp_path / "fi", tmp_path / "trt"
+    for var in ("VLLM_CACHE_ROOT", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(fi))
+    monkeypatch.setenv("TRTLLM_DG_CACHE_DIR", str(trt))
+    before = trace.cache_files()
+    for path in (fi / ".cache/flashinfer/0.6.13/90a/cached_ops/fp8_blockscale_gemm_90/fp8_blockscale_gemm_90.so",
+                 fi / ".cache/flashinfer/0.6.13/90a/cached_ops/fp8_blockscale_gemm_90/build.ninja",
+                 trt / "cache/gemm_2048_4096_64_128_128_1_5_1_1_Normal/kernel.cubin"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    got = trace.new_cache_entries(before, trace.cache_files())
+    assert got["kernels"] == {"flashinfer": 1, "flashinfer_deep_gemm": 1}
+    assert got["files"] == {"flashinfer": 2, "flashinfer_deep_gemm": 1}
