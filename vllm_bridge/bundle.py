@@ -1,6 +1,7 @@
 """Start-up bundles inside vLLM (vllm_bridge.plugin calls these from the patched Worker).
 
-- ``WARMUP_BUNDLE=FILE``: at ``load_model``, before vLLM compiles anything (torch.compile runs in
+- ``WARMUP_BUNDLE=FILE``: at the plugin's ``register``, vLLM's model info (``install_early``: vLLM
+  reads it while it resolves the model, before any worker exists); at ``load_model``, before vLLM compiles anything (torch.compile runs in
   the memory profile, after it), the bundle is installed into the caches this process will read
   (executor.bundle.startup): its fingerprint is checked first against this machine, this vLLM
   and the live ``VllmConfig.compute_hash()``, the hash vLLM keys its torch.compile cache with.
@@ -72,6 +73,27 @@ def machine(vllm_config, recorded_hash: str | None = None) -> dict:
 
 def _why(e: BaseException) -> str:
     return one_line(e) if isinstance(e, PlanError) else f"{type(e).__name__}: {one_line(e)}"
+
+
+def install_early(path: str | None) -> dict | None:
+    """At the plugin's register, before vLLM resolves the model: the bundle's EARLY families
+    (vLLM's model info, which a cold start otherwise learns in a subprocess that imports the model,
+    15-30 s on the H100). What was placed, or None (not asked, or refused: one log line; the rest
+    of the bundle is still tried at load_model)."""
+    if not path:
+        return None
+    from importlib.metadata import version
+
+    from executor.bundle import startup
+
+    try:
+        placed = startup.install_early(path, roots_now(), version("vllm"))
+    except Exception as e:  # noqa: BLE001 - ours: one line, vLLM resolves the model itself
+        log.warning("warmup-planner: bundle's model info not installed: %s", _why(e))
+        return None
+    if placed["families"]:
+        log.info("warmup-planner: bundle %s, before vLLM resolves the model: %s", path, startup.describe(placed))
+    return placed
 
 
 def install_before_compile(worker, path: str | None) -> dict | None:

@@ -4,7 +4,8 @@ vLLM calls ``register`` in every process, before a worker class is resolved
 (vllm/plugins/__init__.py, load_general_plugins). Without WARMUP_PLAN, WARMUP_BUNDLE and
 WARMUP_BUNDLE_OUT it does nothing. With one of them, the installed vLLM must be a release in
 vllm_bridge.releases (else it raises, one line: the server must not start without the warmup the
-user asked for), and that release's GPU Worker is patched:
+user asked for), a start-up bundle's model info is placed (WARMUP_BUNDLE: vLLM reads it next, while
+it resolves the model), and that release's GPU Worker is patched:
 
 - ``load_model``: the plan is made (engine from the live VllmConfig, a stale saved plan refused),
   a start-up bundle installed (WARMUP_BUNDLE, vllm_bridge.bundle) and the cache directories
@@ -40,6 +41,7 @@ def register() -> None:
     import vllm
 
     patch_worker(release_for(vllm.__version__), settings)
+    bundle.install_early(settings.bundle)  # vLLM resolves the model after its plugins are loaded
 
 
 def patched_methods(release: Release) -> dict:

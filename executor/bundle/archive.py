@@ -4,9 +4,9 @@ Members: ``deep_gemm/<entry>/...`` (DeepGEMM kernels, either layout), ``triton/<
 Triton cache the warmup filled, its precompile manifest included), ``flashinfer/<file>``
 (FlashInfer's autotune cache). A bundle built from a vLLM start-up (``origin`` "vllm",
 executor/bundle/startup.py) adds ``torch_compile/<...>`` (vLLM's torch.compile cache, its AOT
-artifacts included), ``inductor/<...>`` (Inductor's cache, where it is outside vLLM's) and
-``flashinfer_autotune/<...>`` (vLLM's FlashInfer autotune cache). The manifest lists every member
-with its sha256 and size.
+artifacts included), ``inductor/<...>`` (Inductor's cache, where it is outside vLLM's),
+``flashinfer_autotune/<...>`` (vLLM's FlashInfer autotune cache) and ``vllm_modelinfo/<...>``
+(what vLLM learnt of the model class). The manifest lists every member with its sha256 and size.
 ``verify_members`` is the one check of the members, for install (which extracts them) and
 inspect (which only reads): a member that is not a listed regular file (a link, a device, a
 directory), has an absolute path or '..', or does not match its size and sha256 is refused in
@@ -30,7 +30,7 @@ from planner.errors import PlanError, WriteError
 
 FORMAT = "warmup-bundle/v1"
 MANIFEST = "warmup-bundle.json"
-KINDS = ("deep_gemm", "triton", "flashinfer", "torch_compile", "inductor", "flashinfer_autotune")
+KINDS = ("deep_gemm", "triton", "flashinfer", "torch_compile", "inductor", "flashinfer_autotune", "vllm_modelinfo")
 PLAN, VLLM = "plan", "vllm"  # what a bundle was built from: a plan's warmup, or a vLLM start-up
 
 

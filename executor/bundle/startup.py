@@ -16,7 +16,13 @@ Families and where vLLM 0.25/0.33 keep them (``StartupRoots.from_env``):
 - ``inductor``: TORCHINDUCTOR_CACHE_DIR where it is outside the torch.compile cache (torch's
   default ``<tmp>/torchinductor_<user>`` when vLLM does not point it into its own);
 - ``flashinfer_autotune``: VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, else
-  ``$VLLM_CACHE_ROOT/flashinfer_autotune_cache`` (model_executor/warmup/flashinfer_autotune_cache.py).
+  ``$VLLM_CACHE_ROOT/flashinfer_autotune_cache`` (model_executor/warmup/flashinfer_autotune_cache.py);
+- ``vllm_modelinfo``: ``$VLLM_CACHE_ROOT/modelinfos`` (model_executor/models/registry.py): what
+  vLLM learnt of the model class in a subprocess that imports it (15-30 s of every cold start on
+  the H100, before any worker exists), one JSON file per class, with the hash of the model's
+  source file, which vLLM checks before it trusts the entry. It is read while vLLM resolves the
+  architecture, long before ``load_model``, so the plugin places it at ``register``
+  (``install_early``: ``EARLY``).
 
 A directory inside another family's is packed once, with the outer one. Install checks the
 fingerprint (environment.mismatch: the machine, vLLM's version and the config hash) and every
@@ -39,7 +45,8 @@ from .. import triton_cache
 from . import archive, environment, ops
 from .archive import FORMAT, VLLM, FileRecord, Manifest
 
-FAMILIES = ("deep_gemm", "triton", "torch_compile", "inductor", "flashinfer_autotune")
+FAMILIES = ("deep_gemm", "triton", "torch_compile", "inductor", "flashinfer_autotune", "vllm_modelinfo")
+EARLY = ("vllm_modelinfo",)  # valid whatever the GPU and the configuration: placed before vLLM resolves the model
 
 
 class StartupRoots(NamedTuple):
@@ -50,6 +57,7 @@ class StartupRoots(NamedTuple):
     torch_compile: str | None = None
     inductor: str | None = None
     flashinfer_autotune: str | None = None
+    vllm_modelinfo: str | None = None
 
     @classmethod
     def from_env(cls, environ=os.environ, vllm_cache_root: str | None = None) -> "StartupRoots":
@@ -61,7 +69,8 @@ class StartupRoots(NamedTuple):
         return cls(environ.get("DG_JIT_CACHE_DIR") or os.path.join(root, "deep_gemm"), triton,
                    os.path.join(root, "torch_compile_cache"),
                    environ.get("TORCHINDUCTOR_CACHE_DIR") or default_inductor_dir(),
-                   environ.get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR") or os.path.join(root, "flashinfer_autotune_cache"))
+                   environ.get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR") or os.path.join(root, "flashinfer_autotune_cache"),
+                   os.path.join(root, "modelinfos"))
 
     def distinct(self) -> dict:
         """family -> root, each directory once: a root inside another family's is left out (its
@@ -159,19 +168,41 @@ def install(path: str, roots: StartupRoots, here: dict) -> dict:
     unsafe or made for another environment or vLLM configuration."""
     manifest = archive.read_manifest(path)
     check(manifest, roots, here, path)
-    names = ops.rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path)
+    return _verified_placement(path, manifest, roots, here, families(manifest))
+
+
+def install_early(path: str, roots: StartupRoots, vllm_version: str | None) -> dict:
+    """The EARLY families of a start-up bundle, before vLLM resolves the model (the plugin's
+    register: no worker, no GPU asked, no configuration hash yet). Checked against vLLM's version
+    alone: a model-info entry describes vLLM's own model class and carries the hash of its source
+    file, which vLLM checks again. The rest of the bundle waits for ``install`` at load_model
+    (which then finds these in place). Same refusals and placement as ``install``."""
+    manifest = archive.read_manifest(path)
+    if manifest.origin != VLLM or manifest.fingerprint.get("vllm") != vllm_version:
+        raise PlanError("refused: the bundle was built for another environment "
+                        f"(vllm: bundle {manifest.fingerprint.get('vllm')!r}, here {vllm_version!r})", file=path)
+    wanted = families(manifest) & set(EARLY)
+    if not wanted:
+        return {"families": {}, "manifest_keys": 0}
+    return _verified_placement(path, manifest, roots, {}, wanted)
+
+
+def _verified_placement(path: str, manifest: Manifest, roots: StartupRoots, here: dict, wanted: set) -> dict:
+    """Every member checked into a staging directory, then the `wanted` families placed under the lock."""
+    names = ops.rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path) if "deep_gemm" in wanted else {}
     staging = tempfile.mkdtemp(prefix="warmup-bundle-")
     try:
         archive.verify_members(path, manifest, staging)
-        lock_root = next(r for f, r in roots._asdict().items() if r and f in families(manifest) | {"deep_gemm"})
+        lock_root = next(r for f, r in roots._asdict().items() if r and f in wanted | {"deep_gemm"})
         with ops.locked(lock_root):
-            return place_all(manifest, names, staging, roots, here)
+            return place_all(manifest, names, staging, roots, here, wanted)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def place_all(manifest: Manifest, names: dict, staging: str, roots: StartupRoots, here: dict) -> dict:
-    held = families(manifest)
+def place_all(manifest: Manifest, names: dict, staging: str, roots: StartupRoots, here: dict,
+              wanted: set | None = None) -> dict:
+    held = families(manifest) if wanted is None else families(manifest) & wanted
     placed = {}
     for family in FAMILIES:
         if family not in held:
@@ -184,7 +215,7 @@ def place_all(manifest: Manifest, names: dict, staging: str, roots: StartupRoots
         else:
             placed[family] = place_tree(src, dest)
     keys = 0
-    if manifest.keys and roots.triton:
+    if manifest.keys and roots.triton and held & {"triton", "deep_gemm"}:
         keys = ops.write_precompile_manifest(manifest, ops.CacheDirs(roots.deep_gemm or "", roots.triton, ""))
     return {"families": placed, "manifest_keys": keys}
 

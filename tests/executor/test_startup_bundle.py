@@ -16,6 +16,7 @@ from test_bundle import deepjit_entry, fingerprint, parse, rewrite
 
 CFG = "cfg0123456789"
 AOT = "a0" * 32
+MODELINFO = "vllm-model_executor-models-llama-LlamaForCausalLM.json"  # vLLM's name for it
 
 
 def vllm_fp(**changes):
@@ -67,6 +68,7 @@ def fill_startup(base):
     triton_entry(str(aot / "inductor_cache" / "triton" / "0"), "INDUCTORHASH")
     write(str(aot / "inductor_cache" / "fxgraph" / "xy" / "fkey" / "entry"), "fx graph")
     write(str(root / "flashinfer_autotune_cache" / "flashinfer" / "0.6.13" / "h1" / "autotune_configs.json"), "{}")
+    write(str(root / "modelinfos" / MODELINFO), json.dumps({"hash": "h", "modelinfo": {"is_text_generation_model": True}}))
     # Inductor's Triton kernels, in the Inductor directory it started with (TRITON_CACHE_DIR is pinned
     # under it at import): where the H100 pair found them, 98 of them, outside the AOT cache
     triton_entry(str(base / "inductor" / "triton" / "0"), "STARTINDUCTORHASH")
@@ -103,7 +105,7 @@ def test_build_packs_every_family_of_the_start_up(bundle):
     out, manifest, _ = bundle
     assert archive.read_manifest(str(out)) == manifest and manifest.origin == archive.VLLM
     families = {f.path.split("/")[0] for f in manifest.files}
-    assert families == {"deep_gemm", "triton", "torch_compile", "flashinfer_autotune"}  # inductor: inside AOT
+    assert families == {"deep_gemm", "triton", "torch_compile", "flashinfer_autotune", "vllm_modelinfo"}  # inductor: inside AOT
     paths = {f.path for f in manifest.files}
     assert f"torch_compile/torch_aot_compile/{AOT}/rank_0_0/model" in paths
     assert f"torch_compile/torch_aot_compile/{AOT}/inductor_cache/triton/0/INDUCTORHASH/__grp__k.json" in paths
@@ -129,8 +131,8 @@ def test_round_trip_into_other_cache_roots(bundle, tmp_path):
     out, manifest, built = bundle
     roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
     placed = startup.install(str(out), roots, vllm_fp())
-    assert set(placed["families"]) == {"deep_gemm", "triton", "torch_compile", "flashinfer_autotune"}
-    for family in ("triton", "torch_compile", "flashinfer_autotune"):
+    assert set(placed["families"]) == {"deep_gemm", "triton", "torch_compile", "flashinfer_autotune", "vllm_modelinfo"}
+    for family in ("triton", "torch_compile", "flashinfer_autotune", "vllm_modelinfo"):
         before, after = files_under(getattr(built, family)), files_under(getattr(roots, family))
         assert set(before) == set(after), family
         for name, text in before.items():
@@ -169,6 +171,54 @@ def test_install_merges_into_a_cache_another_rank_started_and_keeps_its_files(bu
 
 def nothing_written(roots):
     return all(not os.path.exists(r) for r in roots)
+
+
+def test_model_info_is_placed_early_alone_then_the_rest_at_load_model(bundle, tmp_path):
+    """vLLM reads its model info while it resolves the model, before any worker: on the H100 the
+    bundle run lost 18 s there (a subprocess importing the model) until it was placed at register."""
+    out, _, built = bundle
+    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    placed = startup.install_early(str(out), roots, "0.25.0")
+    assert set(placed["families"]) == {"vllm_modelinfo"} and placed["families"]["vllm_modelinfo"].new == 1
+    assert files_under(roots.vllm_modelinfo) == files_under(built.vllm_modelinfo)
+    assert not any(os.path.exists(getattr(roots, f)) for f in ("triton", "torch_compile", "flashinfer_autotune"))
+    assert set(files_under(roots.deep_gemm)) == {".warmup-bundle.lock"}  # the one lock every installer takes
+    again = startup.install(str(out), roots, vllm_fp())
+    assert (again["families"]["vllm_modelinfo"].new, again["families"]["vllm_modelinfo"].kept) == (0, 1)
+    assert again["families"]["torch_compile"].new > 0
+
+
+def test_model_info_of_another_vllm_is_refused_in_one_line_nothing_written(bundle, tmp_path):
+    out, _, _ = bundle
+    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    with pytest.raises(archive.PlanError) as e:
+        startup.install_early(str(out), roots, "0.33.0")
+    assert str(e.value) == (f"{out}: refused: the bundle was built for another environment "
+                            "(vllm: bundle '0.25.0', here '0.33.0')")
+    assert not (tmp_path / "serve").exists()
+
+
+def test_the_plugin_places_model_info_at_register_and_says_so_in_one_line(bundle, tmp_path, monkeypatch, caplog):
+    import importlib.metadata
+
+    from vllm_bridge import bundle as bridge
+
+    out, _, _ = bundle
+    for key, value in environ(tmp_path / "serve").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.25.0")
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        placed = bridge.install_early(str(out))
+    assert (tmp_path / "serve" / "vllm" / "modelinfos" / MODELINFO).is_file() and set(placed["families"]) == {
+        "vllm_modelinfo"}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"warmup-planner: bundle {out}, before vLLM resolves the model: installed: vllm_modelinfo 1 new "
+        "(0 already there); 0 keys in the precompile manifest"]
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.33.0")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"):
+        assert bridge.install_early(str(out)) is None and bridge.install_early(None) is None
+    assert len(caplog.records) == 1 and "bundle's model info not installed" in caplog.records[0].getMessage()
 
 
 @pytest.mark.parametrize("here, line", [
@@ -288,7 +338,7 @@ def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin,
     assert manifest.origin == archive.VLLM and manifest.fingerprint["vllm_config_hash"] == CFG
     # Inductor's directory of load_model is packed: its Triton kernels are there
     assert {f.path.split("/")[0] for f in manifest.files} == {"deep_gemm", "triton", "torch_compile", "inductor",
-                                                              "flashinfer_autotune"}
+                                                              "flashinfer_autotune", "vllm_modelinfo"}
     assert len(caplog.records) == 1 and re.fullmatch(
         rf"warmup-planner: bundle {re.escape(str(out))} written in \d+\.\d s: deep_gemm 4 files .*",
         caplog.records[0].getMessage())
@@ -360,3 +410,21 @@ def test_the_plugin_is_active_for_a_bundle_alone():
     assert not Settings.from_env({}).active
     assert Settings.from_env({"WARMUP_BUNDLE": "b.warmup"}).active
     assert Settings.from_env({"WARMUP_BUNDLE_OUT": "b.warmup"}).bundle_out == "b.warmup"
+
+
+def test_register_places_the_bundles_model_info_after_patching_the_worker(monkeypatch):
+    """vLLM loads its general plugins in EngineArgs.__post_init__, before it resolves the model."""
+    import sys
+    from types import SimpleNamespace as NS
+
+    from vllm_bridge import bundle as bridge, plugin as plugin_module
+
+    calls = []
+    monkeypatch.setitem(sys.modules, "vllm", NS(__version__="0.25.0"))
+    monkeypatch.setattr(plugin_module, "patch_worker", lambda release, settings: calls.append("patch"))
+    monkeypatch.setattr(bridge, "install_early", lambda path: calls.append(("early", path)))
+    monkeypatch.setenv("WARMUP_BUNDLE", "/b/s.warmup")
+    for key in ("WARMUP_PLAN", "WARMUP_BUNDLE_OUT"):
+        monkeypatch.delenv(key, raising=False)
+    plugin_module.register()
+    assert calls == ["patch", ("early", "/b/s.warmup")]
