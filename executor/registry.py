@@ -31,6 +31,7 @@ BACKENDS = {
     "triton": ("executor.backends.triton", "TritonBackend"),
     "deep_gemm": ("executor.backends.deep_gemm", "DeepGemmBackend"),
     "flashinfer": ("executor.backends.flashinfer", "FlashInferBackend"),
+    "flashinfer_jit": ("executor.backends.flashinfer_jit", "FlashInferJitBackend"),
     "torch": ("executor.backends.torch_backend", "TorchBackend"),
     "null": ("executor.backends.null", "NullBackend"),
 }

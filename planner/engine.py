@@ -13,7 +13,7 @@ from . import schema
 from .engine_queries import quant_of
 from .errors import PlanError, format_path
 from .resources import resolve
-from .vllm_choices import default_linear_kernel, model_runner
+from .vllm_choices import default_linear_kernel, model_runner, sampler
 from .words import count
 from .yamlio import Document, load_file
 
@@ -114,8 +114,9 @@ def canonical_choices(data: dict) -> dict:
     Written or left out, they mean the same engine, so they give one digest, the digest engines had
     before the fields existed (plans saved then stay fresh); any other value is covered."""
     model = dict(data["model"])
-    if model.get("model_runner") == "auto":
-        del model["model_runner"]
+    for choice in ("model_runner", "sampler"):
+        if model.get(choice) == "auto":
+            del model[choice]
     capability = data["device"]["capability"]
     model["linear"] = [_without_default_kernel(layer, model["dtype"], capability) for layer in model["linear"]]
     return {**data, "model": model}
@@ -155,6 +156,7 @@ def expression_names(data: dict, release: str | None = None) -> dict:
         "dtype": model["dtype"],
         "is_pooling_model": model["runner"] == "pooling",
         "model_runner": model_runner(release, data)[0],
+        "sampler": sampler(release, data)[0],
         "max_num_seqs": sched["max_num_seqs"],
         "max_num_batched_tokens": sched["max_num_batched_tokens"],
         "speculative_method": spec["method"],
@@ -188,6 +190,7 @@ EXPRESSION_FIELDS = {
     "dtype": (("model", "dtype"),),
     "is_pooling_model": (("model", "runner"),),
     "model_runner": (("model", "model_runner"),),
+    "sampler": (("model", "sampler"), ("device", "capability"), ("device", "num_sms")),
     "max_num_seqs": (("scheduler", "max_num_seqs"),),
     "max_num_batched_tokens": (("scheduler", "max_num_batched_tokens"),),
     "speculative_method": (("speculative", "method"),),

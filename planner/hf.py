@@ -90,7 +90,7 @@ import re
 from dataclasses import dataclass
 
 from .limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_BLOCKS, MAX_SEQS, MAX_SPECULATIVE_TOKENS,
-                     MAX_TOKENS, MAX_VOCAB, MODEL_RUNNERS, SPECULATIVE_METHODS)
+                     MAX_TOKENS, MAX_VOCAB, MODEL_RUNNERS, SAMPLERS, SPECULATIVE_METHODS)
 from .vllm_choices import default_linear_kernel
 from .yamlio import dump
 
@@ -1123,7 +1123,7 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
                    name: str | None = None, source: str = "config.json", ignore_memory=None,
                    speculative_method: str | None = None, num_speculative_tokens: int | None = None,
                    kv_cache_dtype: str | None = None, fp8_linear_kernel: str | None = None,
-                   model_runner: str | None = None) -> dict:
+                   model_runner: str | None = None, sampler: str | None = None) -> dict:
     """The engine config (a dict valid against schemas/engine.schema.json) of one rank.
 
     Raises HFConfigError, naming the config key or flag, when the config cannot
@@ -1131,7 +1131,7 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     an FP8 block shape vLLM refuses, an unknown GPU, a size past its bound, weights
     that leave no room for one max_model_len request when num_blocks is estimated ...).
     `ignore_memory`, a function taking a warning, turns the last refusal into that warning.
-    `fp8_linear_kernel` and `model_runner` say what vLLM chooses where its defaults do not hold
+    `fp8_linear_kernel`, `model_runner` and `sampler` say what vLLM chooses where its defaults do not hold
     (planner/vllm_choices.py: by default FlashInfer installed, and each release's runner).
     """
     if not isinstance(hf, dict):
@@ -1162,16 +1162,17 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
                        model=model, linear=linear, moe=moe, attention=attention,
                        kv_cache={"num_blocks": num_blocks, "groups": kv_groups}, scheduler=scheduler,
                        speculative=speculative, par=par, gpu=device)
-    return _vllm_choices(engine, fp8_linear_kernel, model_runner, source)
+    return _vllm_choices(engine, fp8_linear_kernel, model_runner, source, sampler)
 
 
-def _vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str | None, source: str) -> dict:
+def _vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str | None, source: str,
+                  sampler: str | None = None) -> dict:
     """The model runner (`auto` unless --model-runner) and each block-FP8 linear's kernel: vLLM's
     choice with FlashInfer installed, or DeepGEMM's for `--fp8-linear-kernel deep_gemm`. Defaults are
     left out, as the engine schema's defaults are: the runner `auto`, and a kernel that is what the
     engine loader fills in (vLLM's choice with FlashInfer installed)."""
     for value, flag, choices in ((fp8_linear_kernel, "--fp8-linear-kernel", FP8_LINEAR_KERNEL_CHOICES),
-                                 (model_runner, "--model-runner", MODEL_RUNNERS)):
+                                 (model_runner, "--model-runner", MODEL_RUNNERS), (sampler, "--sampler", SAMPLERS)):
         if value is not None and value not in choices:
             raise _fail(source, f"{flag} {_short(value)} is not one of {', '.join(choices)}")
     capability = engine["device"]["capability"]
@@ -1179,12 +1180,16 @@ def _vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str
         raise _fail(source, f"--fp8-linear-kernel flashinfer_deep_gemm: vLLM selects FlashInfer's block-FP8 "
                             f"kernel on SM 9.0 only (has_flashinfer_fp8_blockscale_gemm), and the GPU is SM {capability}")
     given = [f"{flag} {value}" for flag, value in (("--fp8-linear-kernel", fp8_linear_kernel),
-                                                   ("--model-runner", model_runner)) if value is not None]
+                                                   ("--model-runner", model_runner), ("--sampler", sampler))
+             if value is not None]
     if given:  # the command that regenerates the config names them too
         engine["description"] = engine["description"].replace("` from ", f" {' '.join(given)}` from ", 1)
     model = engine["model"]
     if model_runner not in (None, "auto"):  # auto, the schema's default, is left out as the shipped engines do
         model = engine["model"] = _insert_after(model, "runner", "model_runner", model_runner)
+    if sampler not in (None, "auto"):
+        after = "model_runner" if "model_runner" in model else "runner"
+        model = engine["model"] = _insert_after(model, after, "sampler", sampler)
     for layer in model["linear"]:  # only where it is not the engine's default (planner/engine.py fills that in)
         kernel = default_linear_kernel(layer, model["dtype"], capability, fp8_linear_kernel != "deep_gemm")
         if kernel != default_linear_kernel(layer, model["dtype"], capability):

@@ -25,3 +25,4 @@ KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2",
 # VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0); `--model-runner`: the engine schema's model.model_runner.
 FP8_LINEAR_KERNEL_CHOICES = ("flashinfer_deep_gemm", "deep_gemm")
 MODEL_RUNNERS = ("auto", "v1", "v2")
+SAMPLERS = ("auto", "flashinfer", "triton")  # the engine's model.sampler

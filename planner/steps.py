@@ -391,7 +391,8 @@ class Attention(Keyed, Step):
 # Kernels a Kernel step may name besides the reference runner's: kernel -> (module, launch
 # class). vLLM 0.25's top-k/top-p sampler kernel is warmed by the vllm_sampler_kernels stage.
 LAUNCH_MODELS = {"_topk_topp_kernel": ("kernel_model.vllm_sampler", "TopkToppLaunch"),
-                 "fused_moe_kernel": ("kernel_model.vllm_fused_moe", "FusedMoeLaunch")}  # vllm_fused_moe_kernels
+                 "fused_moe_kernel": ("kernel_model.vllm_fused_moe", "FusedMoeLaunch"),  # vllm_fused_moe_kernels
+                 "flashinfer_jit_module": ("kernel_model.flashinfer_jit", "JitModule")}  # flashinfer_jit
 
 
 class Kernel(Keyed, Step):

@@ -1,6 +1,6 @@
 """What a vLLM release decides for an engine, where the engine config leaves the choice to it.
 
-Two choices shape what a release warms and what it leaves to compile at first use:
+Three choices shape what a release warms and what it leaves to compile at first use:
 
 - the model runner (`model.model_runner`): `auto` is each release's default for the model,
   decided here for the plan of that release (`vllm_release:` in the plan), because another
@@ -18,6 +18,9 @@ Two choices shape what a release warms and what it leaves to compile at first us
   FlashInferFp8DeepGEMMDynamicBlockScaledKernel on SM 9.0 for [128, 128] blocks, bf16, N % 64 and
   K % 128; DeepGEMM's kernel on the other DeepGEMM architectures (SM 10.x, 12.x); CUTLASS's
   block kernel from SM 9.0, FP8 Marlin below SM 8.9, Triton otherwise.
+
+- the top-k/top-p sampler (`model.sampler`): `auto` is FlashInfer's where a user's install
+  has it (``sampler``), which makes FlashInfer build its sampling module at the first sample.
 
 `--from-vllm` and the plugin record vLLM's own answers instead (vllm_bridge/engine.py), and
 tests/vllm_parity checks these rules against each release's functions.
@@ -87,6 +90,26 @@ def model_runner(release: str | None, data: dict) -> tuple[str, str]:
     if why:
         return "v1", f"vLLM {release} runs the V1 model runner: {why}"
     return "v2", f"vLLM {release}'s default" if rule else "Model Runner V2 (the plan names no release)"
+
+
+def sampler(release: str | None, data: dict) -> tuple[str, str]:
+    """('flashinfer' or 'triton', why): vLLM's top-k/top-p sampler for the engine. An engine that
+    names it keeps it; `auto` is a user's install of vLLM 0.25.0 or 0.33.0, which brings FlashInfer
+    and leaves VLLM_USE_FLASHINFER_SAMPLER on: flashinfer_sampler_supported() (v1/sample/ops/
+    topk_topp_sampler.py) then takes FlashInfer on SM 8.0 to 12.1 (FlashInferBackend.
+    supports_compute_capability), and 0.33.0 also needs more than 16 SMs. A plan of no release:
+    triton (no FlashInfer assumed)."""
+    chosen = data["model"]["sampler"]
+    if chosen != "auto":
+        return chosen, f"the engine config sets model.sampler: {chosen}"
+    if release not in ("0.25.0", "0.33.0"):
+        return "triton", "the plan names no vLLM release with FlashInfer"
+    major, minor = (int(x) for x in data["device"]["capability"].split("."))
+    if not (8, 0) <= (major, minor) <= (12, 1):
+        return "triton", f"vLLM {release}: FlashInfer's sampler does not support SM {major}.{minor}"
+    if release == "0.33.0" and data["device"]["num_sms"] <= 16:
+        return "triton", f"vLLM {release}: FlashInfer's top-k masking needs more than 16 SMs"
+    return "flashinfer", f"vLLM {release} with FlashInfer, as its wheel installs it"
 
 
 def default_linear_kernel(layer: dict, dtype: str, capability: str, flashinfer: bool = True) -> str | None:

@@ -108,12 +108,15 @@ def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, eng
     assert [s.id for s in ours.steps] == [s.id for s in expanded.steps if s.kind != "autotune"]
     worker = NS(device="cuda:0", rank=0)
     jobs = compile_jobs(ours.steps, backends=options_for(worker, RELEASES["0.25.0"], 8).precompile_backends)
-    for backend in (DEEP_GEMM_BACKEND, "vllm_triton"):
+    for backend in (DEEP_GEMM_BACKEND, "vllm_triton", "flashinfer_jit"):
         keys = {k for s in ours.steps if getattr(s, "backend", None) == backend for k in s.compile_keys}
         assert {j.key for j in jobs if j.backend == backend} == keys
-    # vLLM's own Triton kernels: the sampler's (the plugin plan) and fused_moe's (every release plan, MoE engines)
+    # vLLM's own Triton kernels: fused_moe's (every release plan, MoE engines); the sampler's only where
+    # vLLM samples with Triton, which no shipped engine does (a user's install has FlashInfer's sampler:
+    # the plugin plan builds FlashInfer's sampling module instead, as a precompile job)
     has_moe = bool(load_engine(engine_name).data["model"].get("moe"))
-    assert any(j.backend == "vllm_triton" for j in jobs) == (plan_name == "vllm-0.25-plugin" or has_moe)
+    assert any(j.backend == "vllm_triton" for j in jobs) == has_moe
+    assert ("flashinfer.jit[sampling]" in {j.key for j in jobs}) == (plan_name == "vllm-0.25-plugin")
 
 
 def test_workers_default_to_the_cores_shared_by_the_nodes_ranks():

@@ -7,7 +7,8 @@ so it runs wherever a VllmConfig exists.
 
 What vLLM resolved is taken from vLLM: capture sizes and CUDA-graph mode, scheduler limits, the
 speculative method, parallel sizes, max_model_len, block size, KV blocks (when given or profiled),
-an attention backend the user chose, the model runner (VllmConfig.use_v2_model_runner) and each
+an attention backend the user chose, the model runner (VllmConfig.use_v2_model_runner), the
+top-k/top-p sampler (vLLM's flashinfer_sampler_supported() on a GPU) and each
 block-FP8 linear's kernel, through vLLM's own choose_scaled_mm_linear_kernel in this environment
 (FlashInfer installed or not, VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER, --linear-backend). The model's per-rank shapes come from the HF config vLLM
 loaded, through planner/hf.py (the same derivation as `--from-hf`, so the two cannot drift).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import sys
 
 from planner import hf
 from planner.engine import Engine, engine_from_document
@@ -48,6 +50,7 @@ def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
     data["compilation"] = _compilation(vllm_config)
     _apply_attention_backend(data, getattr(vllm_config, "attention_config", None))
     _apply_linear_kernels(data, vllm_config)
+    _apply_sampler(data)
     data["description"] = _description(data, model_config, cache_config)
     data = {key: data[key] for key in load_schema("engine")["properties"] if key in data}  # schema order
     return engine_from_document(Document(data=data, file=f"<VllmConfig of {source}>"))
@@ -170,6 +173,33 @@ def _apply_linear_kernels(data: dict, vllm_config) -> None:
         if key not in chosen:
             chosen[key] = fp8_linear_kernel(vllm_config, (layer["n"], layer["k"]), list(block))
         layer["kernel"] = chosen[key]
+
+
+def _apply_sampler(data: dict) -> None:
+    """The top-k/top-p sampler, where this process can say which one vLLM takes (else `auto`)."""
+    chosen = sampler_of_this_process()
+    if chosen is not None:
+        model = data["model"]
+        after = "model_runner" if "model_runner" in model else "runner"
+        data["model"] = hf._insert_after(model, after, "sampler", chosen)
+
+
+def sampler_of_this_process() -> str | None:
+    """'flashinfer' or 'triton' as vLLM decides it here: on a GPU (the plugin, inside vLLM's
+    worker) vLLM's own flashinfer_sampler_supported() (v1/sample/ops/topk_topp_sampler.py, 0.25.0
+    and 0.33.0); elsewhere (`--from-vllm` on a machine without one) VLLM_USE_FLASHINFER_SAMPLER=0
+    says triton, and otherwise the engine keeps `auto`, the release's default (None)."""
+    if os.environ.get("VLLM_USE_FLASHINFER_SAMPLER", "").strip() == "0":
+        return "triton"
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_available():
+            return None
+        from vllm.v1.sample.ops.topk_topp_sampler import flashinfer_sampler_supported
+
+        return "flashinfer" if flashinfer_sampler_supported() else "triton"
+    except Exception:  # noqa: BLE001 - FlashInfer's import failed: vLLM samples with Triton
+        return "triton"
 
 
 def fp8_linear_kernel(vllm_config, weight_shape: tuple, block: list) -> str:

@@ -193,7 +193,7 @@ def options_for(worker, release: Release, jobs: int):
     device = str(getattr(worker, "device", "cuda"))
     staging = _triton_staging()
     return Options(on_error="continue", jit_monitor="warn", runner="reference", device=device, jobs=jobs,
-                   precompile_backends=(DEEP_GEMM_BACKEND, "vllm_triton", "triton"),
+                   precompile_backends=(DEEP_GEMM_BACKEND, "vllm_triton", "triton", "flashinfer_jit"),
                    backend_settings={DEEP_GEMM_BACKEND: release_settings(release),
                                      "vllm_triton": {"module": release.sampler_module, "staging": staging}},
                    worker_env=_worker_env(staging))

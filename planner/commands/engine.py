@@ -10,7 +10,8 @@ import sys
 from .. import hf
 from ..engine import engine_from_document
 from ..errors import PlanError
-from ..limits import FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_SPECULATIVE_TOKENS, MODEL_RUNNERS, SPECULATIVE_METHODS
+from ..limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_SPECULATIVE_TOKENS, MODEL_RUNNERS, SAMPLERS,
+                      SPECULATIVE_METHODS)
 from ..output import emit
 from ..yamlio import load_text, read_text
 
@@ -47,6 +48,9 @@ def add_command(sub, name: str, help: str) -> None:
     p.add_argument("--model-runner", choices=MODEL_RUNNERS, metavar="RUNNER",
                    help="vLLM's model runner: auto (the default: each release's own choice for the model), v1 or v2 "
                         "(VLLM_USE_V2_MODEL_RUNNER=0 or 1)")
+    p.add_argument("--sampler", choices=SAMPLERS, metavar="SAMPLER",
+                   help="vLLM's top-k/top-p sampler: auto (the default: FlashInfer's where vLLM's wheel installs it and "
+                        "the GPU is SM 8.0 to 12.1), flashinfer or triton (VLLM_USE_FLASHINFER_SAMPLER=0)")
     p.add_argument("--gpu", help="GPU model: sets SM count and capability (default H100; with --from-vllm, the "
                                  "machine's GPU where there is one)")
     p.add_argument("--ignore-memory", action="store_true",
@@ -66,7 +70,7 @@ ENGINE_SOURCES = "warmup.engine_sources"  # entry points: name -> the command th
 # --from-hf's own flags: with --from-vllm, vLLM's arguments after `--` say these things.
 HF_ONLY_FLAGS = ("tp", "dp", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                  "num_blocks", "block_size", "ignore_memory", "speculative_method", "num_speculative_tokens",
-                 "kv_cache_dtype", "fp8_linear_kernel", "model_runner")
+                 "kv_cache_dtype", "fp8_linear_kernel", "model_runner", "sampler")
 
 
 def cmd_engine(args) -> int:
@@ -118,7 +122,7 @@ def _from_hf(args) -> int:
             max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf),
             ignore_memory=_warn if args.ignore_memory else None, speculative_method=args.speculative_method,
             num_speculative_tokens=args.num_speculative_tokens, kv_cache_dtype=args.kv_cache_dtype,
-            fp8_linear_kernel=args.fp8_linear_kernel, model_runner=args.model_runner)
+            fp8_linear_kernel=args.fp8_linear_kernel, model_runner=args.model_runner, sampler=args.sampler)
     except hf.HFConfigError as e:  # at the key's line, as every other bad input
         raise e.as_plan_error(args.from_hf, text) from None
     text = hf.engine_to_yaml(engine)

@@ -21,6 +21,7 @@ HANDLERS = {  # stage kind -> (module, function)
     "runner_kernels": ("runner_kernels", "expand"),
     "vllm_sampler_kernels": ("vllm_sampler", "expand"),
     "vllm_fused_moe_kernels": ("vllm_fused_moe", "expand"),
+    "flashinfer_jit_modules": ("flashinfer_jit", "expand"),
 }
 
 

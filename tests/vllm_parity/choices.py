@@ -193,3 +193,46 @@ def flashinfer_cache(engine: dict) -> str | None:
     finally:
         ps.get_world_group, fi.autotune, kernel_warmup.resolve_flashinfer_autotune_file = saved
     return used[0] if used else None
+
+
+def sampler(engine: dict) -> str | None:
+    """'flashinfer' or 'triton': the release's flashinfer_sampler_supported() (v1/sample/ops/
+    topk_topp_sampler.py) on the engine's GPU, with VLLM_USE_FLASHINFER_SAMPLER as a user leaves it
+    (unset). Stood in for: the platform (CUDA, the engine's capability and SM count) and, on 0.33,
+    FlashInfer's JIT reaching that GPU with the machine's toolchain (_flashinfer_jit_unsupported_reason,
+    a fact of the machine). None where FlashInfer's attention backend does not import (no FlashInfer
+    beside the release: 0.33's environment here)."""
+    try:
+        import importlib
+        importlib.import_module("vllm.v1.attention.backends.flashinfer")  # flashinfer_sampler_supported imports it
+        import vllm.v1.sample.ops.topk_topp_sampler as ts
+    except Exception:  # noqa: BLE001
+        return None
+    from vllm.platforms.interface import DeviceCapability
+    data = engine["data"]
+    capability = DeviceCapability(*(int(x) for x in data["device"]["capability"].split(".")))
+    platform = ts.current_platform
+    stand_ins = {"is_cuda": lambda: True, "get_device_capability": lambda device_id=0: capability,
+                 "num_compute_units": lambda device_id=0: data["device"]["num_sms"]}
+    saved = {name: vars(platform).get(name) for name in stand_ins}
+    saved_reason, saved_env = vars(ts).get("_flashinfer_jit_unsupported_reason"), os.environ.pop(
+        "VLLM_USE_FLASHINFER_SAMPLER", None)
+    saved_torch = ts.torch
+    try:
+        for name, value in stand_ins.items():
+            setattr(platform, name, value)
+        if saved_reason is not None:
+            ts._flashinfer_jit_unsupported_reason = lambda c: None
+        ts.torch = NS(accelerator=NS(current_device_index=lambda: 0))  # 0.33 asks the SM count of device 0
+        return "flashinfer" if ts.flashinfer_sampler_supported() else "triton"
+    finally:
+        ts.torch = saved_torch
+        for name, value in saved.items():
+            if value is None:
+                vars(platform).pop(name, None)
+            else:
+                setattr(platform, name, value)
+        if saved_reason is not None:
+            ts._flashinfer_jit_unsupported_reason = saved_reason
+        if saved_env is not None:
+            os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = saved_env

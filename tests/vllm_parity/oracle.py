@@ -53,6 +53,7 @@ def engine_facts(engine: dict) -> dict:
            "moe_backends": moe_backends(engine), "flashinfer_cache": choices.flashinfer_cache(engine)}
     out["flashinfer_tokens"] = flashinfer_tokens(engine)
     out["lookahead"] = lookahead(engine)
+    out["sampler"] = choices.sampler(engine)
     return out
 
 

@@ -39,13 +39,14 @@ from planner.engine import engine_from_document
 from planner.expand import expand
 from planner.plan import load_plan
 from planner.steps import CudaGraph, Decode, Gemm, GroupedGemm, Prefill, Sample, Autotune, Cleanup
-from planner.vllm_choices import default_linear_kernel, model_runner
+from planner.vllm_choices import default_linear_kernel, model_runner, sampler
 from planner.yamlio import Document
 from tests.vllm_parity.family import family
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECKS = ("model_runner", "linear_kernels", "capture_sizes", "decode_graphs", "warmup_kernels", "deep_gemm",
-          "deep_gemm_without_flashinfer", "moe_backend", "flashinfer_tokens", "flashinfer_cache", "lookahead")
+          "deep_gemm_without_flashinfer", "moe_backend", "flashinfer_tokens", "flashinfer_cache", "lookahead",
+          "sampler")
 
 
 def releases() -> dict:
@@ -189,6 +190,8 @@ def compare_choices(version: str, engine, vllm: dict) -> dict:
         ("linear_kernels", vllm["flashinfer"]), ("linear_kernels_without_flashinfer", False))
         if vllm[key] != rules[flashinfer]]
     out["linear_kernels"] = differs[0] if differs else ("n/a" if not vllm["linear_kernels"] else None)
+    chosen = sampler(f"{version}.0", data)[0]
+    out["sampler"] = "n/a" if vllm["sampler"] is None else (None if chosen == vllm["sampler"] else (vllm["sampler"], chosen))
     return out
 
 
@@ -230,6 +233,7 @@ def test_the_family_reaches_both_runners_and_the_installed_kernels(release):
         assert sm90 and {n for n, f in facts.items() if f["flashinfer"]} == sm90  # its block GEMM is SM 9.0's
         assert "flashinfer_deep_gemm" in kernels
         assert {f["flashinfer_cache"] for f in facts.values()} == {"memory", "persistent"}
+        assert "flashinfer" in {f["sampler"] for f in facts.values()}  # vLLM's own sampler choice ran
 
 
 def test_033_orders_warmup_kernels_before_capture(release):

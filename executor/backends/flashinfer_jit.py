@@ -1,0 +1,59 @@
+"""`flashinfer_jit`: build FlashInfer's JIT modules ahead of their first call.
+
+Each launch of a ``flashinfer_jit_module`` kernel step is a kernel_model.flashinfer_jit.JitModule:
+its generator returns FlashInfer's JitSpec, and ``build_and_load`` runs ninja over the module's
+sources into FlashInfer's workspace ($FLASHINFER_WORKSPACE_BASE, the same directory vLLM's process
+reads: a precompile worker inherits it), under FlashInfer's own file lock, then loads it. A later
+call, in vLLM's process, finds the .so: ninja has nothing to do and the load takes milliseconds.
+Building needs no GPU (nvcc only), but the module is for the GPU's architecture, which FlashInfer
+reads from the device: the backend asks for a CUDA device like the other GPU backends.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from kernel_model.flashinfer_jit import KERNEL
+
+from .base import BaseBackend, Unavailable, torch_cuda_available
+
+
+class FlashInferJitBackend(BaseBackend):
+    name = "flashinfer_jit"
+    families = ("kernel",)
+    compiles_for_cuda = True
+    worker_preload = ("torch",)
+
+    def __init__(self, device: str = "cuda", options=None):
+        super().__init__(device, options)
+        self.built: list[str] = []  # the modules this backend built or loaded, in order
+
+    def available(self) -> tuple[bool, str]:
+        ok, why = torch_cuda_available(self.device)
+        if not ok:
+            return ok, why
+        try:
+            importlib.import_module("flashinfer.jit")
+        except Exception as e:  # noqa: BLE001 - no FlashInfer: vLLM does not call it either
+            return False, f"flashinfer.jit is not importable ({type(e).__name__}: {e})"
+        return True, ""
+
+    def kernel(self, step, launches, tick):
+        if step.kernel != KERNEL:
+            raise Unavailable(f"flashinfer_jit builds {KERNEL} steps, not {step.kernel}")
+        for module in launches:
+            generator(module.generator)().build_and_load()
+            self.built.append(module.name)
+            tick(1)
+        return len(launches)
+
+
+def generator(path: str):
+    """FlashInfer's function 'module:function' that returns a module's JitSpec."""
+    module, _, function = path.partition(":")
+    if module.split(".")[0] != "flashinfer" or not function:  # a plan names FlashInfer's functions, nothing else
+        raise Unavailable(f"{path}: a FlashInfer JIT module's generator is 'flashinfer...:function'")
+    try:
+        return getattr(importlib.import_module(module), function)
+    except Exception as e:  # noqa: BLE001 - another FlashInfer: this step is unavailable, vLLM builds it
+        raise Unavailable(f"{path} is not in this FlashInfer ({type(e).__name__}: {e})") from e
