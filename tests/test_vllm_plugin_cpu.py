@@ -111,11 +111,10 @@ def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, eng
     for backend in (DEEP_GEMM_BACKEND, "vllm_triton", "flashinfer_jit"):
         keys = {k for s in ours.steps if getattr(s, "backend", None) == backend for k in s.compile_keys}
         assert {j.key for j in jobs if j.backend == backend} == keys
-    # vLLM's own Triton kernels: fused_moe's (every release plan, MoE engines); the sampler's only where
-    # vLLM samples with Triton, which no shipped engine does (a user's install has FlashInfer's sampler:
-    # the plugin plan builds FlashInfer's sampling module instead, as a precompile job)
+    # vLLM's own Triton kernels: the sampler's (the plugin plan) and fused_moe's (every release plan, MoE
+    # engines); FlashInfer's sampling module, which a user's install samples with (the plugin plan)
     has_moe = bool(load_engine(engine_name).data["model"].get("moe"))
-    assert any(j.backend == "vllm_triton" for j in jobs) == has_moe
+    assert any(j.backend == "vllm_triton" for j in jobs) == (plan_name == "vllm-0.25-plugin" or has_moe)
     assert ("flashinfer.jit[sampling]" in {j.key for j in jobs}) == (plan_name == "vllm-0.25-plugin")
 
 

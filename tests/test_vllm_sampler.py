@@ -9,7 +9,6 @@ them: the kernel's parameters, the row threshold, and the key of every launch vL
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ from kernel_model.specialization import int_spec
 from kernel_model.vllm_sampler import TopkToppLaunch, batch_classes, compile_key, topk_topp_variants
 from planner.api import load_expanded
 from planner.cli import main
-from planner.engine import engine_from_document, load_engine
+from planner.engine import load_engine
 from planner.errors import PlanError
 from planner.expand import expand
 from planner.expanded import ExpandedPlan
@@ -32,7 +31,6 @@ from planner.resources import builtin_engines
 from planner.stages.vllm_sampler import max_rows
 from planner.steps import LAUNCH_MODELS, Kernel, step_from_dict
 from planner.vllm_choices import model_runner
-from planner.yamlio import Document
 from tests.factories import make_engine, steps_of, write_plan
 
 FAMILY = "vLLM's Triton top-k/top-p sampler kernel"
@@ -128,22 +126,9 @@ def sampler_steps(plan: str, engine) -> list:
     return steps_of(plan, engine, stage="sampler_kernels")
 
 
-def triton_sampler(engine):
-    """The engine as vLLM runs it where it samples with Triton (VLLM_USE_FLASHINFER_SAMPLER=0, or no
-    FlashInfer): the case of this kernel. A user's install samples with FlashInfer's module instead
-    (tests/test_flashinfer_jit.py), and the plugin's plan then has no sampler_kernels stage."""
-    data = copy.deepcopy(engine.data)
-    data["model"]["sampler"] = "triton"
-    return engine_from_document(Document(data=data, file="<engine with the Triton sampler>"))
-
-
-def test_a_users_install_samples_with_flashinfer_no_triton_sampler_stage():
-    assert sampler_steps("vllm-0.25-plugin", load_engine("llama-3.1-8b-fp8-h100")) == []
-
-
 @pytest.mark.parametrize("name", builtin_engines())
 def test_stage_on_every_shipped_engine(name):
-    engine = triton_sampler(load_engine(name))
+    engine = load_engine(name)
     steps = sampler_steps("vllm-0.25-plugin", engine)
     assert len(steps) == 1
     step = steps[0]
@@ -158,7 +143,7 @@ def test_stage_on_every_shipped_engine(name):
 def test_the_mirror_is_the_plugin_plan_without_the_stage(name):
     """The plugin's plan is the mirror plus what vLLM 0.25 leaves cold: the sampler kernels, DeepGEMM
     behind FlashInfer's kernel (after the mirror's stages) and, on the V1 runner, the synthetic batches."""
-    engine = triton_sampler(load_engine(name))
+    engine = load_engine(name)
     plugin = steps_of("vllm-0.25-plugin", engine)
     v2 = model_runner("0.25.0", engine.data)[0] == "v2"
     added = ("sampler_kernels", "deep_gemm_flashinfer", "flashinfer_jit") + (() if v2 else ("warmup_kernels",))
@@ -170,8 +155,8 @@ def test_the_mirror_is_the_plugin_plan_without_the_stage(name):
 
 @pytest.mark.parametrize("seqs,spec,count", [(4, 0, 0), (4, 1, 3), (4, 3, 6), (7, 0, 0), (8, 0, 3), (16, 0, 6)])
 def test_rows_are_sequences_times_draft_positions(seqs, spec, count):
-    engine = triton_sampler(make_engine(scheduler={"max_num_seqs": seqs},
-                                        speculative={"method": "eagle" if spec else "none", "num_speculative_tokens": spec}))
+    engine = make_engine(scheduler={"max_num_seqs": seqs},
+                         speculative={"method": "eagle" if spec else "none", "num_speculative_tokens": spec})
     assert max_rows(engine.data) == seqs * (1 + spec)
     steps = sampler_steps("vllm-0.25-plugin", engine)
     assert sum(len(s.variants) for s in steps) == count and len(steps) == (1 if count else 0)
@@ -180,15 +165,15 @@ def test_rows_are_sequences_times_draft_positions(seqs, spec, count):
 @pytest.mark.parametrize("overrides", [{"model": {"runner": "pooling"}},
                                        {"parallel": {"pipeline_parallel_size": 2, "pipeline_rank": 0}}])
 def test_no_step_where_the_rank_does_not_sample(overrides):
-    assert sampler_steps("vllm-0.25-plugin", triton_sampler(make_engine(**overrides))) == []
-    last = triton_sampler(make_engine(parallel={"pipeline_parallel_size": 2, "pipeline_rank": 1}))
+    assert sampler_steps("vllm-0.25-plugin", make_engine(**overrides)) == []
+    last = make_engine(parallel={"pipeline_parallel_size": 2, "pipeline_rank": 1})
     assert len(sampler_steps("vllm-0.25-plugin", last)) == 1
 
 
 # --- the step through the plan's plain form, YAML and JSON --------------------------------------------------
 
 def test_kernel_step_round_trips_through_its_plain_form():
-    step = sampler_steps("vllm-0.25-plugin", triton_sampler(load_engine("llama-3.1-8b-fp8-h100")))[0]
+    step = sampler_steps("vllm-0.25-plugin", load_engine("llama-3.1-8b-fp8-h100"))[0]
     plain = step.to_dict()
     assert plain["variants"][0] == {"key": KEY, "first": {"vocab_size": LLAMA, "batch_size": 8, "top_k": True,
                                                           "top_p": False}}
