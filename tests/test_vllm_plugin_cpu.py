@@ -196,13 +196,17 @@ def test_counts_by_kind_add_up_to_the_summary_line():
                rec("sampler_kernels/t", "vllm_triton", 6, {"compiled": 0, "disk_loads": 6, "dynamo_compiles": 0},
                    {"jobs": 6, "failed": 1, "compiled": 5})]
     rows = ph.stage_rows(records, lambda b: b == "deep_gemm_vllm", {"deep_gemm/a": 5, "sampler_kernels/t": 6})
-    assert rows[0]["compiled"] == {"triton": 0, "deep_gemm": 1, "torch_compile": 0}
+    assert rows[0]["compiled"] == {"triton": 0, "deep_gemm": 1, "torch_compile": 0, "flashinfer": 0}
     assert rows[0]["loaded"] == {"triton": 0, "deep_gemm": 4}  # 5 kernels over 13 calls: 1 compiled, 4 loaded
     assert "deep_gemm" not in ph.stage_rows(records[:1], lambda b: True)[0]["loaded"]  # keys unknown: not guessed
     assert (rows[1]["pool_jobs"], rows[1]["pool_jobs_ok"], rows[1]["loaded"]) == (6, 5, {"triton": 6})
     assert ph.stage_line(rows[1]) == ("warmup-planner: stage sampler_kernels: 1 steps, 6 calls, compiled Triton 0, "
                                       "DeepGEMM 0, torch.compile 0; loaded Triton 6; pool: 5/6 jobs done, "
                                       "5 compiled, 0.50 s")
+    built = rec("cudagraph/c", None, 102, {"compiled": 0, "flashinfer_jit": 1})
+    assert ph.stage_line(ph.stage_rows([built], lambda b: False)[0]).startswith(
+        "warmup-planner: stage cudagraph: 1 steps, 102 calls, compiled Triton 0, DeepGEMM 0, torch.compile 0, "
+        "FlashInfer modules 1; loaded Triton 0")  # a FlashInfer module build is said where it happened
     phases = [{"phase": "profile run", "compiled": {"triton": 40, "deep_gemm": 0, "torch_compile": 1}}]
     line = summary_line("vllm-0.25-plugin", rows, phases, None, None)
     assert "2 steps, 19 calls" in line and "compiled Triton 0, DeepGEMM 1, torch.compile 0" in line

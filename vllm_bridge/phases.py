@@ -8,7 +8,10 @@ the step it happened in, and the totals are the sum of the rows.
 
 Counts by kind: Triton (every ``triton.compile``, Inductor's kernels included, split into
 compiled and loaded from the disk cache), DeepGEMM (kernels appearing in its JIT cache; loads
-only where the cache layout records them, 2.8) and torch.compile (Dynamo frame compiles). In a
+only where the cache layout records them, 2.8), torch.compile (Dynamo frame compiles) and
+FlashInfer (JIT modules built: on the H100 two of them held a cold start with FlashInfer for
+about 190 s inside two stages whose line said nothing of it, bench/RESULTS.md part U; in the
+log only where one was built). In a
 plan stage the DeepGEMM loads are known without the layout's help: a step's calls reach its
 compile keys, one kernel each, so the keys whose kernel this process did not compile were loaded
 from the cache (the step's many calls per kernel are calls, not loads).
@@ -22,7 +25,8 @@ import time
 
 from planner.steps import Keyed
 
-KINDS = ("triton", "deep_gemm", "torch_compile")
+KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
+QUIET_WHEN_ZERO = ("flashinfer",)  # said in vLLM's log only where it happened: most servers build none
 
 log = logging.getLogger("vllm.warmup_planner")
 
@@ -32,7 +36,7 @@ def counts_by_kind(jit: dict | None) -> dict:
     a DeepGEMM load the cache layout cannot show is left out of "loaded" (see the module doc)."""
     jit = jit or {}
     compiled = {"triton": jit.get("compiled", 0), "deep_gemm": jit.get("deep_gemm_jit", 0),
-                "torch_compile": jit.get("dynamo_compiles", 0)}
+                "torch_compile": jit.get("dynamo_compiles", 0), "flashinfer": jit.get("flashinfer_jit", 0)}
     loaded = {"triton": jit.get("disk_loads", 0)}
     if jit.get("deep_gemm_loads") is not None:
         loaded["deep_gemm"] = jit["deep_gemm_loads"]
@@ -48,10 +52,11 @@ def add_counts(total: dict, more: dict) -> dict:
 
 def describe_counts(counts: dict) -> str:
     """'compiled Triton 0, DeepGEMM 58, torch.compile 0; loaded Triton 6, DeepGEMM 0'."""
-    names = {"triton": "Triton", "deep_gemm": "DeepGEMM", "torch_compile": "torch.compile"}
+    names = {"triton": "Triton", "deep_gemm": "DeepGEMM", "torch_compile": "torch.compile",
+             "flashinfer": "FlashInfer modules"}
     parts = []
     for side in ("compiled", "loaded"):
-        values = counts.get(side) or {}
+        values = {k: v for k, v in (counts.get(side) or {}).items() if v or k not in QUIET_WHEN_ZERO}
         if values:
             parts.append(f"{side} " + ", ".join(f"{names[k]} {values[k]}" for k in KINDS if k in values))
     return "; ".join(parts) or "nothing compiled or loaded"
