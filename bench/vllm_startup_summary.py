@@ -11,8 +11,8 @@ Prints one line per run and the proof's three checks, each only from runs that e
 - cold start: stock-cold ready / plugin-cold ready >= 2 (ready: process start to the LLM built);
 - after ready: the plugin runs compile nothing over the trace (Triton, DeepGEMM, torch.compile,
   FlashInfer, as this project's JIT monitor counts them after the seal);
-- KV cache: each plugin run's GPU blocks equal stock's at the same temperature (stock-warm's where
-  that stock run is missing).
+- KV cache: each plugin run's GPU blocks within 1% of stock-warm's (the stock run of the same
+  temperature beside it).
 
 --tsv writes every run's row; --json writes the rows of the runs named by --runs (a part's summary)
 with the checks. Needs nothing beyond Python.
@@ -120,20 +120,22 @@ def checks(rows: dict) -> list[dict]:
 
 
 def kv_check(rows: dict, done) -> dict:
-    """Each plugin run's GPU blocks against stock's at the same cache temperature (stock-warm's where
-    that stock run is missing): a cold process of either arm holds a little more memory than a warm
-    one (with FlashInfer on the H100: 25-26 blocks in both arms, bench/RESULTS.md part U), which is
-    not the plugin's."""
-    name = "KV cache = stock's"
-    pairs = [(n, done(n.replace("plugin", "stock")) or done("stock-warm"), n.replace("plugin", "stock")
-              if done(n.replace("plugin", "stock")) else "stock-warm")
-             for n in ("plugin-cold", "plugin-warm") if done(n)]
-    pairs = [(n, ref, ref_name) for n, ref, ref_name in pairs if ref]
-    if not pairs:
-        return {"check": name, "pass": None, "detail": "needs a plugin run and stock-warm (or the stock run of its temperature)"}
-    return {"check": name, "pass": all(rows[n]["kv_blocks"] == ref["kv_blocks"] for n, ref, _ in pairs),
-            "detail": "; ".join(f"{n} {rows[n]['kv_blocks']} blocks, {ref_name} {ref['kv_blocks']}"
-                                for n, ref, ref_name in pairs)}
+    """Issue 23's target: each plugin run's GPU blocks within 1% of a warm stock boot's (no compile of
+    ours inside vLLM's memory profile). The stock run of the same cache temperature is shown beside
+    it: a cold process of either arm holds a little more memory than a warm one (with FlashInfer on
+    the H100: 25-26 blocks in both arms, bench/RESULTS.md part U), which is not the plugin's."""
+    name = "KV cache = stock-warm's (within 1%)"
+    ref = done("stock-warm")
+    plugins = [n for n in ("plugin-cold", "plugin-warm") if done(n)]
+    if not ref or not plugins:
+        return {"check": name, "pass": None, "detail": "needs stock-warm and a plugin run"}
+
+    def side(n: str) -> str:
+        same = done(n.replace("plugin", "stock"))
+        return f"{n} {rows[n]['kv_blocks']}" + (f" (stock at its temperature {same['kv_blocks']})" if same else "")
+    ok = all(abs(rows[n]["kv_blocks"] - ref["kv_blocks"]) <= 0.01 * ref["kv_blocks"] for n in plugins)
+    return {"check": name, "pass": ok,
+            "detail": f"stock-warm {ref['kv_blocks']} blocks; " + ", ".join(side(n) for n in plugins)}
 
 
 def node_check(rows: dict) -> dict:

@@ -130,24 +130,25 @@ def test_summary_checks(tmp_path):
     assert checks["cold start >= 2x faster"]["pass"] is True
     assert "2.50x" in checks["cold start >= 2x faster"]["detail"]
     assert checks["0 compiles after ready (plugin)"]["pass"] is False  # plugin-warm compiled 2 Triton kernels
-    assert checks["KV cache = stock's"]["pass"] is True
+    assert checks["KV cache = stock-warm's (within 1%)"]["pass"] is True
     assert "plugin active only in the plugin arm" not in checks
 
 
-def test_kv_cache_is_compared_at_the_same_cache_temperature(tmp_path):
-    """A cold process of either arm holds more memory than a warm one (H100 with FlashInfer: 25 blocks)."""
+def test_kv_cache_is_within_one_percent_of_stock_warm_with_stock_at_its_temperature_beside_it(tmp_path):
+    """Issue 23: within 1% of a warm stock boot. A cold process of either arm holds more memory than
+    a warm one (H100 with FlashInfer: 25 of 29,104 blocks), so the same-temperature stock run is shown."""
     summary = load("vllm_startup_summary")
-    runs = tmp_path / "runs"
-    for name, blocks in (("stock-cold", 975), ("plugin-cold", 975), ("stock-warm", 1000), ("plugin-warm", 1000)):
-        write_run(runs, name, **result(name.split("-")[0], 100.0, blocks))
-    rows = {n: r for n in summary.RUNS if (r := summary.row(str(runs), n))}
-    check = next(c for c in summary.checks(rows) if c["check"] == "KV cache = stock's")
-    assert check["pass"] is True and "plugin-cold 975 blocks, stock-cold 975" in check["detail"]
-    other = tmp_path / "other"
-    for name, blocks in (("stock-cold", 975), ("plugin-cold", 974), ("stock-warm", 1000)):
-        write_run(other, name, **result(name.split("-")[0], 100.0, blocks))
-    rows = {n: r for n in summary.RUNS if (r := summary.row(str(other), n))}
-    assert next(c for c in summary.checks(rows) if c["check"] == "KV cache = stock's")["pass"] is False
+
+    def check(blocks: dict):
+        runs = tmp_path / str(len(list(tmp_path.iterdir())))
+        for name, n in blocks.items():
+            write_run(runs, name, **result(name.split("-")[0], 100.0, n))
+        rows = {n: r for n in summary.RUNS if (r := summary.row(str(runs), n))}
+        return next(c for c in summary.checks(rows) if c["check"] == "KV cache = stock-warm's (within 1%)")
+    ok = check({"stock-cold": 29079, "plugin-cold": 29078, "stock-warm": 29104, "plugin-warm": 29104})
+    assert ok["pass"] is True and "plugin-cold 29078 (stock at its temperature 29079)" in ok["detail"]
+    assert check({"plugin-cold": 28000, "stock-warm": 29104})["pass"] is False  # 3.8% fewer
+    assert check({"plugin-cold": 28000})["pass"] is None
 
 
 def test_summary_checks_with_runs_missing_or_wrong(tmp_path):
@@ -159,7 +160,7 @@ def test_summary_checks_with_runs_missing_or_wrong(tmp_path):
     rows = {n: r for n in summary.RUNS if (r := summary.row(str(runs), n))}
     checks = {c["check"]: c for c in summary.checks(rows)}
     assert checks["cold start >= 2x faster"]["pass"] is None
-    assert checks["KV cache = stock's"]["pass"] is False  # plugin-cold against stock-warm (stock-cold has no result)
+    assert checks["KV cache = stock-warm's (within 1%)"]["pass"] is True  # 999 of 1000 blocks
     assert checks["plugin active only in the plugin arm"]["pass"] is False
     assert rows["stock-cold"]["rc"] == 124 and rows["stock-cold"]["ready_s"] is None
 
