@@ -1186,10 +1186,10 @@ def _vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str
         engine["description"] = engine["description"].replace("` from ", f" {' '.join(given)}` from ", 1)
     model = engine["model"]
     if model_runner not in (None, "auto"):  # auto, the schema's default, is left out as the shipped engines do
-        model = engine["model"] = _insert_after(model, "runner", "model_runner", model_runner)
+        model = engine["model"] = insert_after(model, "runner", "model_runner", model_runner)
     if sampler not in (None, "auto"):
         after = "model_runner" if "model_runner" in model else "runner"
-        model = engine["model"] = _insert_after(model, after, "sampler", sampler)
+        model = engine["model"] = insert_after(model, after, "sampler", sampler)
     for layer in model["linear"]:  # only where it is not the engine's default (planner/engine.py fills that in)
         kernel = default_linear_kernel(layer, model["dtype"], capability, fp8_linear_kernel != "deep_gemm")
         if kernel != default_linear_kernel(layer, model["dtype"], capability):
@@ -1197,7 +1197,7 @@ def _vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str
     return engine
 
 
-def _insert_after(mapping: dict, after: str, key: str, value) -> dict:
+def insert_after(mapping: dict, after: str, key: str, value) -> dict:
     """`mapping` with key: value right after `after` (the engine schema's key order)."""
     out = {}
     for name, item in mapping.items():

@@ -181,7 +181,7 @@ def _apply_sampler(data: dict) -> None:
     if chosen is not None:
         model = data["model"]
         after = "model_runner" if "model_runner" in model else "runner"
-        data["model"] = hf._insert_after(model, after, "sampler", chosen)
+        data["model"] = hf.insert_after(model, after, "sampler", chosen)
 
 
 def sampler_of_this_process() -> str | None:
