@@ -184,7 +184,22 @@ def install_early(path: str, roots: StartupRoots, vllm_version: str | None) -> d
     wanted = families(manifest) & set(EARLY)
     if not wanted:
         return {"families": {}, "manifest_keys": 0}
+    if all(_in_place(manifest, roots, family) for family in wanted):
+        # vLLM loads its plugins in every process (API server, engine core, each worker): only the
+        # first one reads the bundle through; the others find its files and check nothing twice
+        return {"families": {f: ops.Placed(kept=len(_members(manifest, f))) for f in sorted(wanted)},
+                "manifest_keys": 0}
     return _verified_placement(path, manifest, roots, {}, wanted)
+
+
+def _members(manifest: Manifest, family: str) -> list[str]:
+    """The family's member paths, relative to its root."""
+    return [f.path.split("/", 1)[1] for f in manifest.files if f.path.split("/")[0] == family]
+
+
+def _in_place(manifest: Manifest, roots: StartupRoots, family: str) -> bool:
+    root = getattr(roots, family)
+    return bool(root) and all(os.path.isfile(os.path.join(root, m)) for m in _members(manifest, family))
 
 
 def _verified_placement(path: str, manifest: Manifest, roots: StartupRoots, here: dict, wanted: set) -> dict:

@@ -173,7 +173,7 @@ def nothing_written(roots):
     return all(not os.path.exists(r) for r in roots)
 
 
-def test_model_info_is_placed_early_alone_then_the_rest_at_load_model(bundle, tmp_path):
+def test_model_info_is_placed_early_alone_then_the_rest_at_load_model(bundle, tmp_path, monkeypatch):
     """vLLM reads its model info while it resolves the model, before any worker: on the H100 the
     bundle run lost 18 s there (a subprocess importing the model) until it was placed at register."""
     out, _, built = bundle
@@ -183,6 +183,12 @@ def test_model_info_is_placed_early_alone_then_the_rest_at_load_model(bundle, tm
     assert files_under(roots.vllm_modelinfo) == files_under(built.vllm_modelinfo)
     assert not any(os.path.exists(getattr(roots, f)) for f in ("triton", "torch_compile", "flashinfer_autotune"))
     assert set(files_under(roots.deep_gemm)) == {".warmup-bundle.lock"}  # the one lock every installer takes
+    calls = []
+    real = archive.verify_members
+    monkeypatch.setattr(archive, "verify_members", lambda *a, **k: calls.append(a) or real(*a, **k))
+    # the next process to load the plugin finds the files: the bundle is not read through again
+    assert startup.install_early(str(out), roots, "0.25.0")["families"]["vllm_modelinfo"].kept == 1
+    assert calls == []
     again = startup.install(str(out), roots, vllm_fp())
     assert (again["families"]["vllm_modelinfo"].new, again["families"]["vllm_modelinfo"].kept) == (0, 1)
     assert again["families"]["torch_compile"].new > 0
