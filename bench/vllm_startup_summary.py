@@ -28,6 +28,7 @@ RUNS = ("stock-cold", "plugin-cold", "plugin-warm", "stock-warm", "bundle-build"
 KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
 COLUMNS = ("run", "rc", "wall_s", "tp", "ready_s", "llm_init_s", "kv_blocks", "first_request_s", "max_step_s",
            "trace_s", *KINDS, "events", "cache_kernels", "rank_events", "node_compiled", "node_keys", "node_failed", "startup_compiles",
+           "startup_dynamo_frames",
            "plugin_active", "model_runner", "error")
 
 
@@ -73,12 +74,19 @@ def node_keys(result: dict) -> dict:
     shared (each key once across the node when the two agree)."""
     ranks = [r for r in result.get("ranks") or [] if r.get("claims")]
     if not ranks:
-        return {"node_compiled": None, "node_keys": None, "node_failed": None, "startup_compiles": None}
+        return {"node_compiled": None, "node_keys": None, "node_failed": None, "startup_compiles": None,
+                "startup_dynamo_frames": None}
     return {"node_compiled": sum(r["claims"].get("compiled") or 0 for r in ranks),
             "node_keys": max(r["claims"].get("node_keys") or 0 for r in ranks),
             # a failed job compiled (or tried to) a key that another rank then compiled again
             "node_failed": sum(r.get("failed") or 0 for r in ranks),
-            "startup_compiles": sum(sum((r.get("startup_compiles") or {}).values()) for r in ranks)}
+            # kernels compiled (Triton, DeepGEMM, FlashInfer, the pool) apart from the torch.compile
+            # frames Dynamo traced: vLLM 0.25 traces its model on every start, stock warm included
+            # ("Dynamo bytecode transform time" in both logs), and then loads the compiled graphs
+            "startup_compiles": sum(n for r in ranks for kind, n in (r.get("startup_compiles") or {}).items()
+                                    if kind != "torch_compile"),
+            "startup_dynamo_frames": sum((r.get("startup_compiles") or {}).get("torch_compile") or 0
+                                         for r in ranks)}
 
 
 def checks(rows: dict) -> list[dict]:
@@ -151,8 +159,9 @@ def node_check(rows: dict) -> dict:
 
 def bundle_check(rows: dict) -> dict:
     """Issue 25's target: fresh caches plus the bundle start within 1.1x stock-warm's ready and
-    compile nothing from process start to the end of the trace (every rank's plugin count and
-    the caches after ready)."""
+    compile no kernel from process start to the end of the trace (every rank's plugin count and
+    the caches after ready). The torch.compile frames Dynamo traces are shown, not counted: stock
+    warm traces them too, and their graphs load from the cache."""
     name = "bundle-cold: ready <= 1.1x stock-warm, 0 compiles"
     b, ref = rows.get("bundle-cold"), rows.get("stock-warm")
     if not b or b.get("ready_s") is None or not ref or ref.get("ready_s") is None:
@@ -163,7 +172,8 @@ def bundle_check(rows: dict) -> dict:
     ok = ratio <= 1.1 and start == 0 and after == 0
     return {"check": name, "pass": ok,
             "detail": f"bundle-cold {b['ready_s']:.1f} s / stock-warm {ref['ready_s']:.1f} s = {ratio:.2f}x; "
-                      f"compiles to ready {start}, after ready {after}"}
+                      f"kernel compiles to ready {start} (torch.compile frames traced by Dynamo: "
+                      f"{b.get('startup_dynamo_frames')}, as in every vLLM start), after ready {after}"}
 
 
 def line(r: dict) -> str:

@@ -26,7 +26,8 @@ Sharding follows vLLM
 * FP8 block quantization: vLLM refuses a sharded N (or K) that is not a
   multiple of the block (e.g. Qwen3-30B-A3B-FP8 at tp 4: 768 / 4 = 192); so
   does this module, with an HFConfigError.
-* Router gates, embeddings and ``lm_head`` stay unquantized.
+* Embeddings, ``lm_head`` and router gates stay unquantized, except Qwen3-MoE's gate, which
+  vLLM (0.25.0 and 0.33.0) builds with the model's quant_config.
   ``quantization_config.ignored_layers`` (or ``modules_to_not_convert``)
   entries match a module when equal to its full name
   (``model.layers.3.self_attn.o_proj``), when they are a dotted suffix of it
@@ -574,9 +575,11 @@ def _dense_mlp(ctx: _Ctx, hidden: int, inter: int, key: str, tp: int, prefix: st
 
 
 def _routed_experts(ctx: _Ctx, prefix: str, num_experts: int, experts_key: str, inter_key: str,
-                    hidden: int, par: _Parallel) -> tuple[_Linear, _FusedMoE]:
+                    hidden: int, par: _Parallel, gate_quantized: bool = False) -> tuple[_Linear, _FusedMoE]:
     """The router gate and the experts of an MoE layer, sharded as vLLM's FusedMoE does:
-    without EP every rank holds every expert, with I / (tp * dp); with EP whole experts."""
+    without EP every rank holds every expert, with I / (tp * dp); with EP whole experts.
+    `gate_quantized`: the model hands the gate vLLM's quant_config (Qwen3-MoE does, in 0.25.0 and
+    0.33.0); the others build it with quant_config=None."""
     top_k = ctx.pos_int("num_experts_per_tok")
     inter = ctx.pos_int(inter_key)
     ranks = par.tp * par.dp
@@ -585,7 +588,7 @@ def _routed_experts(ctx: _Ctx, prefix: str, num_experts: int, experts_key: str, 
         local = ctx.div(num_experts, experts_key, ranks, flag + " with --enable-expert-parallel")
     else:
         local, inter = num_experts, ctx.div(inter, inter_key, ranks, flag)
-    gate = _Linear("gate", [f"{prefix}.gate"], num_experts, hidden, "replicated", quantizable=False)
+    gate = _Linear("gate", [f"{prefix}.gate"], num_experts, hidden, "replicated", quantizable=gate_quantized)
     return gate, _FusedMoE(f"{prefix}.experts", local, top_k, hidden, inter)
 
 
@@ -626,8 +629,10 @@ def _qwen3_moe_layers(ctx: _Ctx, model: _Model, par: _Parallel) -> _DecoderLayer
     is_moe = [num_experts > 0 and i not in mlp_only and (i + 1) % step == 0 for i in range(model.num_layers)]
     moe_linears = moe = mlp = None
     if any(is_moe):
+        # vLLM's Qwen3MoeSparseMoeBlock passes its quant_config to the gate: block-FP8 unless the
+        # checkpoint's ignored_layers name it (Qwen's own FP8 checkpoints do, layer by layer).
         gate, moe = _routed_experts(ctx, "mlp", num_experts, experts_key, "moe_intermediate_size",
-                                    model.hidden_size, par)
+                                    model.hidden_size, par, gate_quantized=True)
         moe_linears = [gate]
     if not all(is_moe):
         mlp = _dense_mlp(ctx, model.hidden_size, ctx.pos_int("intermediate_size"), "intermediate_size", par.tp)

@@ -168,12 +168,27 @@ def test_qwen3_30b_a3b_fp8_tp1():
     assert linears(e) == {
         "qkv_proj": ((32 + 8) * 128, 2048, 48, "fp8"),    # 5120
         "o_proj": (2048, 4096, 48, "fp8"),
-        "gate": (128, 2048, 48, "none"),                  # router: replicated, unquantized
+        "gate": (128, 2048, 48, "none"),    # router: replicated; the checkpoint leaves it unquantized
         "lm_head": (151936, 2048, 1, "none"),
     }
     moe = only(e["model"]["moe"])
     assert moe == {"name": "experts", "num_experts": 128, "top_k": 8, "hidden_size": 2048,
                    "intermediate_size": 768, "count": 48, "quant": FP8_BLOCK}
+
+
+def test_qwen3_moe_gate_is_block_fp8_where_the_checkpoint_does_not_ignore_it():
+    # Qwen's own FP8 checkpoint lists every layer's mlp.gate in modules_to_not_convert (the
+    # fixture does too); without that list vLLM runs the gate on the block-FP8 linear kernel
+    hf = load("qwen3-30b-a3b-fp8")
+    del hf["quantization_config"]["modules_to_not_convert"]
+    assert linears(engine_from_hf(hf))["gate"] == (128, 2048, 48, "fp8")
+
+
+def test_mixtral_gate_stays_unquantized_under_fp8():
+    # vLLM builds Mixtral's (and Qwen2-MoE's, DeepSeek's) gate with quant_config=None
+    hf = load("mixtral-8x7b")
+    hf["quantization_config"] = dict(load("qwen3-30b-a3b-fp8")["quantization_config"])
+    assert linears(engine_from_hf(hf, tp=2))["gate"][3] == "none"
 
 
 def test_qwen3_moe_tp2_and_expert_parallel():

@@ -296,6 +296,29 @@ def test_the_live_layers_kernels_are_checked_against_the_engine_after_load(caplo
     assert [r.getMessage() for r in caplog.records] == [f"warmup-planner: {why}"]
 
 
+def test_a_live_block_fp8_shape_the_engine_does_not_list_is_one_warning(caplog):
+    from vllm_bridge.engine import live_block_fp8_linears
+
+    state = bare_state(Settings("vllm-0.25"))  # llama: qkv n6144 k4096, o n4096 k4096, ...
+    listed = [NS(quant_method=NS(fp8_linear=FlashInferFp8DeepGEMMDynamicBlockScaledKernel(), block_quant=True),
+                 output_size_per_partition=n, input_size_per_partition=k)
+              for n, k in ((6144, 4096), (4096, 4096))]
+    model = NS(modules=lambda: iter(listed))
+    assert live_block_fp8_linears(model) == {(6144, 4096, "flashinfer_deep_gemm"): 1,
+                                             (4096, 4096, "flashinfer_deep_gemm"): 1}
+    state.worker.model_runner = NS(model=model)
+    assert state.check_live_kernels() is None
+    # a router gate the checkpoint left in FP8 (Qwen3-MoE's, without modules_to_not_convert)
+    gate = NS(quant_method=NS(fp8_linear=FlashInferFp8DeepGEMMDynamicBlockScaledKernel(), block_quant=True),
+              output_size_per_partition=128, input_size_per_partition=4096)
+    state.worker.model_runner = NS(model=NS(modules=lambda: iter(listed + [gate, gate])))
+    with caplog.at_level(logging.WARNING, logger="vllm.warmup_planner"):
+        why = state.check_live_kernels()
+    assert why.startswith("the loaded model has block-FP8 linears the engine config the plan was made for does "
+                          "not list: n128 k4096 on flashinfer_deep_gemm (2 layers); their GEMM kernels compile")
+    assert [r.getMessage() for r in caplog.records] == [f"warmup-planner: {why}"]
+
+
 def test_a_successful_load_model_checks_the_live_kernels(monkeypatch):
     order = []
     state = NS(start=lambda: order.append("pool"), check_live_kernels=lambda: order.append("checked"),

@@ -27,7 +27,8 @@ from planner.engine_queries import quant_of
 from planner.schema import load_schema
 from planner.yamlio import Document
 
-__all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernels_mismatch", "live_linear_kernels"]
+__all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernels_mismatch", "live_block_fp8_linears",
+           "live_linear_kernels", "shapes_mismatch"]
 
 
 def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
@@ -226,18 +227,29 @@ def fp8_linear_kernel(vllm_config, weight_shape: tuple, block: list) -> str:
     return KERNEL_NAMES[kernel.__name__]
 
 
-def live_linear_kernels(model) -> dict:
-    """{engine schema kernel name: how many layers} of the block-FP8 linears of a loaded vLLM model,
-    read from each layer's quant method (Fp8LinearMethod.fp8_linear, the kernel vLLM built it with,
-    0.25.0 and 0.33.0); a kernel class the engine config does not name counts under its class name."""
-    counts: dict = {}
+def live_block_fp8_linears(model) -> dict:
+    """{(N, K, engine schema kernel name): how many layers} of the block-FP8 linears of a loaded vLLM
+    model: the shape each rank holds (LinearBase's output/input_size_per_partition) and the kernel
+    vLLM built its quant method with (Fp8LinearMethod.fp8_linear, 0.25.0 and 0.33.0); a kernel
+    class the engine config does not name counts under its class name."""
+    found: dict = {}
     for module in model.modules():
         method = getattr(module, "quant_method", None)
         kernel = getattr(method, "fp8_linear", None)
         if kernel is None or not getattr(method, "block_quant", False):
             continue
         name = KERNEL_NAMES.get(type(kernel).__name__, type(kernel).__name__)
-        counts[name] = counts.get(name, 0) + 1
+        key = (getattr(module, "output_size_per_partition", None), getattr(module, "input_size_per_partition", None),
+               name)
+        found[key] = found.get(key, 0) + 1
+    return found
+
+
+def live_linear_kernels(model) -> dict:
+    """{engine schema kernel name: how many layers} of the block-FP8 linears of a loaded vLLM model."""
+    counts: dict = {}
+    for (_, _, name), layers in live_block_fp8_linears(model).items():
+        counts[name] = counts.get(name, 0) + layers
     return dict(sorted(counts.items()))
 
 
@@ -249,6 +261,22 @@ def kernels_mismatch(engine_data: dict, live: dict) -> str | None:
     return (f"the loaded model's block-FP8 linears run {', '.join(f'{k} ({n})' for k, n in live.items())}, the "
             f"engine config the plan was made for records {', '.join(recorded) or 'none'}: the plan's DeepGEMM "
             "steps may miss what serving compiles (set WARMUP_ENGINE to an engine config with model.linear[].kernel)")
+
+
+def shapes_mismatch(engine_data: dict, live: dict) -> str | None:
+    """One line naming the live block-FP8 shapes (N, K) the engine config lists no block-FP8 linear of
+    (None: every live shape is there): the plan warms no GEMM of theirs, so each compiles at first use.
+    A module whose sizes could not be read is not judged."""
+    listed = {(layer["n"], layer["k"]) for layer in engine_data["model"]["linear"]
+              if quant_of(layer).method == "fp8" and quant_of(layer).block is not None}
+    missing = {(n, k, kernel): layers for (n, k, kernel), layers in live.items()
+               if n is not None and k is not None and (n, k) not in listed}
+    if not missing:
+        return None
+    shapes = ", ".join(f"n{n} k{k} on {kernel} ({layers} layers)" for (n, k, kernel), layers in sorted(missing.items()))
+    return (f"the loaded model has block-FP8 linears the engine config the plan was made for does not list: {shapes}; "
+            "their GEMM kernels compile at first use (the checkpoint's quantization_config decides which "
+            "layers are FP8: see planner/hf.py)")
 
 
 def _description(data: dict, model_config, cache_config) -> str:

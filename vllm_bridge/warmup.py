@@ -310,15 +310,16 @@ class WorkerWarmup:
             self._give_up(f"the precompile pool did not start ({type(e).__name__}: {one_line(e)})")
 
     def check_live_kernels(self) -> str | None:
-        """After the weights load: the live layers' block-FP8 kernels against the engine config's (the
-        plan's DeepGEMM steps follow them); a difference is one warning line, returned."""
-        from .engine import kernels_mismatch, live_linear_kernels
+        """After the weights load: the live layers' block-FP8 kernels and shapes against the engine
+        config's (the plan's DeepGEMM steps follow them); a difference is one warning line, returned."""
+        from .engine import kernels_mismatch, live_block_fp8_linears, live_linear_kernels, shapes_mismatch
 
         model = getattr(getattr(self.worker, "model_runner", None), "model", None)
         if model is None or not hasattr(model, "modules"):
             return None
         try:
-            why = kernels_mismatch(self.engine.data, live_linear_kernels(model))
+            why = kernels_mismatch(self.engine.data, live_linear_kernels(model)) or \
+                shapes_mismatch(self.engine.data, live_block_fp8_linears(model))
         except Exception as e:  # noqa: BLE001 - a check: the server starts either way
             why = f"the live layers' kernels could not be read ({type(e).__name__}: {one_line(e)})"
         if why:
