@@ -23,6 +23,7 @@ import sys
 
 from planner import api
 from planner.cli import Parser
+from planner.engine_facts import engine_facts
 from planner.errors import PlanError
 from planner.output import check_writable
 from planner.tables import table_path
@@ -257,7 +258,7 @@ def _check_table_folder(expanded, engine: dict) -> None:
     a folder they cannot be written to is refused now (exit 2), not after the tuning."""
     if not any(step.kind == "autotune" and step.library != "flashinfer" for step in expanded.steps):
         return
-    probe = table_path("probe", 1, 1, engine["device"]["name"])  # a table's name: never written
+    probe = table_path("probe", 1, 1, engine_facts(engine).device.name)  # a table's name: never written
     try:
         check_writable(probe)
     except PlanError as e:

@@ -28,6 +28,7 @@ import sys
 import time
 import traceback
 
+from planner.engine_facts import engine_facts
 from planner.errors import PlanError, one_line
 
 from . import dg_install, registry
@@ -263,7 +264,7 @@ def with_engine_tables(options: Options, engine: dict | None) -> Options:
     an H200). An argument, not the environment: nothing outlives the run."""
     if engine is None or options.table_device:
         return options
-    return dataclasses.replace(options, table_device=engine["device"]["name"])
+    return dataclasses.replace(options, table_device=engine_facts(engine).device.name)
 
 
 def start_up(ctx: Context, steps) -> dict:

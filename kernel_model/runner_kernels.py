@@ -229,8 +229,9 @@ def ptr(dtype: str, aligned: bool = True) -> str:
 
 @dataclass(frozen=True)
 class RunnerFacts:
-    """What the runner's launches depend on, from the engine config. ReferenceRunner sizes
-    its buffers from these same fields (block-table width, token buffer)."""
+    """What the runner's launches depend on, as plain values of the engine config (the planner's
+    planner.stages.runner_kernels.runner_facts reads them). ReferenceRunner sizes its buffers
+    from these same fields (block-table width, token buffer)."""
 
     dtype: str
     num_heads: int
@@ -242,22 +243,6 @@ class RunnerFacts:
     max_num_batched_tokens: int
     max_model_len: int
     num_spec: int
-
-    @classmethod
-    def from_engine(cls, engine: dict) -> "RunnerFacts | None":
-        """None when the reference runner cannot run this engine (no attention layer, MLA)."""
-        model, sched, kv = engine["model"], engine["scheduler"], engine["kv_cache"]
-        if not model.get("attention") or not model.get("hidden_size"):
-            return None
-        attn = model["attention"][0]
-        if attn.get("head_size_v", attn["head_size"]) != attn["head_size"]:
-            return None
-        group = kv["groups"][attn.get("kv_cache_group", 0)]
-        return cls(dtype=model.get("dtype", "bfloat16"), num_heads=attn["num_heads"],
-                   num_kv_heads=attn["num_kv_heads"], head_size=attn["head_size"], page=group["block_size"],
-                   vocab_size=model["vocab_size"], max_num_seqs=sched["max_num_seqs"],
-                   max_num_batched_tokens=sched["max_num_batched_tokens"], max_model_len=model["max_model_len"],
-                   num_spec=engine["speculative"]["num_speculative_tokens"])
 
     @property
     def decode_query_len(self) -> int:

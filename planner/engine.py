@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import schema
+from .engine_facts import EngineFacts, engine_facts
 from .engine_queries import quant_of
 from .errors import PlanError, format_path
 from .resources import resolve
@@ -24,8 +25,9 @@ COSMETIC_KEYS = ("name", "description")
 class Engine(NamedTuple):
     """A loaded engine config."""
 
-    doc: Document  # where every value came from, for error messages
-    data: dict     # canonical form: schema defaults applied
+    doc: Document        # where every value came from, for error messages
+    data: dict           # canonical form: schema defaults applied
+    facts: EngineFacts   # the same, as a typed record: what readers outside the engine modules use
 
     @property
     def name(self) -> str:
@@ -43,7 +45,7 @@ class Engine(NamedTuple):
     def expression_names(self, release: str | None = None) -> dict:
         """The names plans use; `release`: the vLLM release the plan mirrors (it resolves
         model_runner `auto`, planner/vllm_choices.py)."""
-        return expression_names(self.data, release)
+        return expression_names(self.facts, release)
 
     def blame(self, names, message: str) -> PlanError:
         """An error caused by the engine fields behind expression `names`, in one line.
@@ -55,6 +57,11 @@ class Engine(NamedTuple):
                        key=lambda path: (not self._written(path), self.doc.lines.get(path, 0), path))
         fields = [self._describe(path, first=i == 0) for i, path in enumerate(paths)]
         return PlanError(message, file=self.file, line=self.doc.line(paths[0]), path=", ".join(fields))
+
+    def layer_error(self, section: str, name: str, key: str, message: str) -> PlanError:
+        """An error at field `key` of the layer called `name` in model.`section` (linear, moe, attention)."""
+        index = next(i for i, item in enumerate(self.data["model"][section]) if item["name"] == name)
+        return self.doc.error(("model", section, index, key), message)
 
     def _written(self, path: tuple) -> bool:
         """Whether the file sets `path` (otherwise its value is the schema default)."""
@@ -92,10 +99,10 @@ def engine_from_document(doc: Document) -> Engine:
     if not isinstance(doc.data, dict):
         raise doc.error((), "expected a mapping (an engine config)")
     schema.validate(doc, "engine")
-    engine = Engine(doc=doc, data=schema.apply_defaults("engine", doc.data))
-    check_consistency(engine)
-    _fill_linear_kernels(engine.data)
-    return engine
+    data = schema.apply_defaults("engine", doc.data)
+    check_consistency(doc, data)
+    _fill_linear_kernels(data)
+    return Engine(doc=doc, data=data, facts=engine_facts(data))
 
 
 def _fill_linear_kernels(data: dict) -> None:
@@ -141,42 +148,41 @@ def num_lookahead_tokens(method: str, k: int) -> int:
     return 0  # ngram, suffix
 
 
-def expression_names(data: dict, release: str | None = None) -> dict:
+def expression_names(engine: EngineFacts, release: str | None = None) -> dict:
     """Flat engine names usable in plan expressions (vLLM's vocabulary); `release` is the vLLM
     release of the plan, which decides the model runner where the engine says `auto`."""
-    model, sched, spec = data["model"], data["scheduler"], data["speculative"]
-    par, dev, kv = data["parallel"], data["device"], data["kv_cache"]
-    k = spec["num_speculative_tokens"]
-    major, minor = (int(x) for x in dev["capability"].split("."))
+    model, sched, spec = engine.model, engine.scheduler, engine.speculative
+    par, dev, kv = engine.parallel, engine.device, engine.kv_cache
+    k = spec.num_speculative_tokens
     return {
-        "vocab_size": model["vocab_size"],
-        "max_model_len": model["max_model_len"],
-        "max_encoder_len": model["max_encoder_len"],
-        "runner": model["runner"],
-        "dtype": model["dtype"],
-        "is_pooling_model": model["runner"] == "pooling",
-        "model_runner": model_runner(release, data)[0],
-        "sampler": sampler(release, data)[0],
-        "max_num_seqs": sched["max_num_seqs"],
-        "max_num_batched_tokens": sched["max_num_batched_tokens"],
-        "speculative_method": spec["method"],
+        "vocab_size": model.vocab_size,
+        "max_model_len": model.max_model_len,
+        "max_encoder_len": model.max_encoder_len,
+        "runner": model.runner,
+        "dtype": model.dtype,
+        "is_pooling_model": model.runner == "pooling",
+        "model_runner": model_runner(release, engine)[0],
+        "sampler": sampler(release, engine)[0],
+        "max_num_seqs": sched.max_num_seqs,
+        "max_num_batched_tokens": sched.max_num_batched_tokens,
+        "speculative_method": spec.method,
         "num_speculative_tokens": k,
         "num_speculative_steps": k,
         # A uniform decode step schedules one verified token plus the drafts.
-        "decode_query_len": 1 + k,
-        "num_lookahead_tokens": num_lookahead_tokens(spec["method"], k),
-        "num_blocks": kv["num_blocks"],
-        "num_kv_cache_groups": len(kv["groups"]),
-        "tensor_parallel_size": par["tensor_parallel_size"],
-        "data_parallel_size": par["data_parallel_size"],
-        "pipeline_parallel_size": par["pipeline_parallel_size"],
-        "pipeline_rank": par["pipeline_rank"],
+        "decode_query_len": spec.decode_query_len,
+        "num_lookahead_tokens": num_lookahead_tokens(spec.method, k),
+        "num_blocks": kv.num_blocks,
+        "num_kv_cache_groups": len(kv.groups),
+        "tensor_parallel_size": par.tensor_parallel_size,
+        "data_parallel_size": par.data_parallel_size,
+        "pipeline_parallel_size": par.pipeline_parallel_size,
+        "pipeline_rank": par.pipeline_rank,
         # vLLM's world group: every rank of TP x PP x DP (parallel_state.init_distributed_environment)
-        "world_size": par["tensor_parallel_size"] * par["pipeline_parallel_size"] * par["data_parallel_size"],
-        "is_last_pp_rank": par["pipeline_rank"] == par["pipeline_parallel_size"] - 1,
-        "num_sms": dev["num_sms"],
-        "device_capability": major * 10 + minor,
-        "device_name": dev["name"],
+        "world_size": par.tensor_parallel_size * par.pipeline_parallel_size * par.data_parallel_size,
+        "is_last_pp_rank": par.pipeline_rank == par.pipeline_parallel_size - 1,
+        "num_sms": dev.num_sms,
+        "device_capability": dev.capability_number,
+        "device_name": dev.name,
     }
 
 
@@ -213,9 +219,9 @@ EXPRESSION_FIELDS = {
 }
 
 
-def check_consistency(engine: Engine) -> None:
-    """Facts the schema cannot say: combinations that no real engine has."""
-    d, doc = engine.data, engine.doc
+def check_consistency(doc: Document, d: dict) -> None:
+    """Facts the schema cannot say: combinations that no real engine has (`d`: the document's
+    data with the schema's defaults applied)."""
     par, spec, sched = d["parallel"], d["speculative"], d["scheduler"]
     if par["pipeline_rank"] >= par["pipeline_parallel_size"]:
         raise doc.error(("parallel", "pipeline_rank"),

@@ -25,7 +25,7 @@ def expand(plan: Plan, engine: Engine, deep_gemm: str | None = None) -> Expanded
     """`deep_gemm`: the DeepGEMM install (``VERSION@INCLUDE_DIR``) the plan is for, recorded
     among its inputs when it has DeepGEMM steps (planner.digest)."""
     names = engine.expression_names(plan.vllm_release)
-    tables = TableReader(engine.data["device"]["name"])
+    tables = TableReader(engine.facts.device.name)
     notes = Notes()
     steps: list = []
     for stage in plan.stages:

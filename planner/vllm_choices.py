@@ -28,6 +28,7 @@ tests/vllm_parity checks these rules against each release's functions.
 
 from __future__ import annotations
 
+from .engine_facts import EngineFacts
 from .engine_queries import quant_of
 
 # The linears whose kernel runs DeepGEMM's fp8_gemm_nt: every M (deep_gemm), or M >= 32 behind
@@ -52,62 +53,62 @@ V2_MOE_ARCHITECTURES_025 = ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "Gra
 V2_SPECULATIVE_METHODS_025 = ("eagle", "eagle3", "mtp", "dflash", "dspark")
 
 
-def _v1_reason_025(data: dict) -> str:
+def _v1_reason_025(engine: EngineFacts) -> str:
     """Why vLLM 0.25.0 runs the V1 model runner for this engine ('' for V2)."""
-    model, method = data["model"], data["speculative"]["method"]
+    model, method = engine.model, engine.speculative.method
     if method == "dspark":
         return ""  # use_v2_model_runner forces V2 for DSpark
-    architecture = model.get("architecture") or "an unnamed architecture"
+    architecture = model.architecture or "an unnamed architecture"
     reasons = (
-        (model["runner"] != "generate", "a pooling model (_is_default_v2_model_runner_model)"),
-        (any(g["kind"] == "mamba" for g in data["kv_cache"]["groups"]), "a hybrid model"),
-        (bool(model["moe"]) and architecture not in V2_MOE_ARCHITECTURES_025,
+        (model.runner != "generate", "a pooling model (_is_default_v2_model_runner_model)"),
+        (any(g.kind == "mamba" for g in engine.kv_cache.groups), "a hybrid model"),
+        (bool(model.moe) and architecture not in V2_MOE_ARCHITECTURES_025,
          f"{architecture} is an MoE model outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES"),
         (method != "none" and method not in V2_SPECULATIVE_METHODS_025,
          f"Model Runner V2 does not support {method} speculative decoding"),
-        (method == "eagle3" and data["parallel"]["pipeline_parallel_size"] > 1,
+        (method == "eagle3" and engine.parallel.pipeline_parallel_size > 1,
          "Model Runner V2 does not support EAGLE3 with pipeline parallelism"))
     return next((why for hit, why in reasons if hit), "")
 
 
-def _v1_reason_033(data: dict) -> str:
+def _v1_reason_033(engine: EngineFacts) -> str:
     """Why vLLM 0.33.0 runs the V1 model runner for this engine ('' for V2)."""
-    method = data["speculative"]["method"]
+    method = engine.speculative.method
     return "Model Runner V2 does not support suffix speculative decoding" if method == "suffix" else ""
 
 
 V1_REASONS = {"0.25.0": _v1_reason_025, "0.33.0": _v1_reason_033}
 
 
-def model_runner(release: str | None, data: dict) -> tuple[str, str]:
+def model_runner(release: str | None, engine: EngineFacts) -> tuple[str, str]:
     """('v1' or 'v2', why) for the engine under vLLM `release` (None: a plan of no release, V2).
     An engine that names its runner keeps it; `auto` takes the release's default."""
-    chosen = data["model"]["model_runner"]
+    chosen = engine.model.model_runner
     if chosen != "auto":
         return chosen, f"the engine config sets model.model_runner: {chosen}"
     rule = V1_REASONS.get(release)
-    why = rule(data) if rule else ""
+    why = rule(engine) if rule else ""
     if why:
         return "v1", f"vLLM {release} runs the V1 model runner: {why}"
     return "v2", f"vLLM {release}'s default" if rule else "Model Runner V2 (the plan names no release)"
 
 
-def sampler(release: str | None, data: dict) -> tuple[str, str]:
+def sampler(release: str | None, engine: EngineFacts) -> tuple[str, str]:
     """('flashinfer' or 'triton', why): vLLM's top-k/top-p sampler for the engine. An engine that
     names it keeps it; `auto` is a user's install of vLLM 0.25.0 or 0.33.0, which brings FlashInfer
     and leaves VLLM_USE_FLASHINFER_SAMPLER on: flashinfer_sampler_supported() (v1/sample/ops/
     topk_topp_sampler.py) then takes FlashInfer on SM 8.0 to 12.1 (FlashInferBackend.
     supports_compute_capability), and 0.33.0 also needs more than 16 SMs. A plan of no release:
     triton (no FlashInfer assumed)."""
-    chosen = data["model"]["sampler"]
+    chosen = engine.model.sampler
     if chosen != "auto":
         return chosen, f"the engine config sets model.sampler: {chosen}"
     if release not in ("0.25.0", "0.33.0"):
         return "triton", "the plan names no vLLM release with FlashInfer"
-    major, minor = (int(x) for x in data["device"]["capability"].split("."))
+    major, minor = engine.device.capability
     if not (8, 0) <= (major, minor) <= (12, 1):
         return "triton", f"vLLM {release}: FlashInfer's sampler does not support SM {major}.{minor}"
-    if release == "0.33.0" and data["device"]["num_sms"] <= 16:
+    if release == "0.33.0" and engine.device.num_sms <= 16:
         return "triton", f"vLLM {release}: FlashInfer's top-k masking needs more than 16 SMs"
     return "flashinfer", f"vLLM {release} with FlashInfer, as its wheel installs it"
 

@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from planner.engine_facts import engine_facts
 from planner.engine import load_engine
 from planner.engine_queries import Quant, block_fp8_linears, block_fp8_moes, quant_of
 from planner.stages import autotune, deep_gemm, triton_gemm, vllm_fused_moe
@@ -172,8 +173,8 @@ def test_planner_stages_compute_what_they_did(engine):
     assert triton_gemm.dense_shapes(engine) == old_triton_dense_shapes(engine)
     assert [(m.name, m.num_experts, m.top_k, m.weights) for m in block_fp8_moes(engine)] == old_triton_moes(engine)
     assert autotune.gemm_shapes(engine) == old_gemm_shapes(engine)
-    for layer in engine["model"]["moe"]:
-        shape = vllm_fused_moe.layer_shape(layer, "NVIDIA H100 80GB HBM3")
+    for layer, record in zip(engine["model"]["moe"], engine_facts(engine).model.moe):
+        shape = vllm_fused_moe.layer_shape(record, "NVIDIA H100 80GB HBM3")
         assert (shape and shape.quant) == old_fused_moe_kind(layer)
 
 
@@ -194,8 +195,11 @@ def test_executor_and_bridge_compute_what_they_did(engine, monkeypatch):
     from executor.runner import model
     from vllm_bridge import engine as bridge
 
-    for layer in engine["model"]["linear"] + engine["model"]["moe"] + [None]:
-        assert model._is_block_fp8(layer) == old_runner_is_block_fp8(layer)
+    facts = engine_facts(engine)
+    pairs = zip(engine["model"]["linear"] + engine["model"]["moe"] + [None],
+                facts.model.linear + facts.model.moe + (None,))
+    for layer, record in pairs:
+        assert model._is_block_fp8(record) == old_runner_is_block_fp8(layer)
     assert flashinfer.fp8_linear_shapes(engine) == old_fp8_linear_shapes(engine)
 
     def choose(_config, shape, block):  # vLLM's answer stands in as what it was asked

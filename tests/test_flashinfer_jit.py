@@ -44,15 +44,15 @@ def test_a_module_spec_of_another_kernel_is_refused():
 # --- the sampler a release takes ---------------------------------------------------------------------
 
 def test_the_sampler_per_release_device_and_setting():
-    h100 = make_engine().data
+    h100 = make_engine().facts
     assert sampler("0.25.0", h100) == ("flashinfer", "vLLM 0.25.0 with FlashInfer, as its wheel installs it")
     assert sampler("0.33.0", h100)[0] == "flashinfer"
     assert sampler(None, h100) == ("triton", "the plan names no vLLM release with FlashInfer")
-    t4 = make_engine(device={"capability": "7.5"}).data
+    t4 = make_engine(device={"capability": "7.5"}).facts
     assert sampler("0.25.0", t4)[0] == "triton"
-    few_sms = make_engine(device={"num_sms": 16}).data
+    few_sms = make_engine(device={"num_sms": 16}).facts
     assert (sampler("0.25.0", few_sms)[0], sampler("0.33.0", few_sms)[0]) == ("flashinfer", "triton")
-    forced = make_engine(model={"sampler": "triton"}).data
+    forced = make_engine(model={"sampler": "triton"}).facts
     assert sampler("0.25.0", forced) == ("triton", "the engine config sets model.sampler: triton")
 
 

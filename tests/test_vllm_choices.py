@@ -31,7 +31,7 @@ LLAMA_HF = "tests/fixtures/hf/llama-3.1-8b-instruct-fp8-block.json"
 
 
 def runner(release, **overrides):
-    return model_runner(release, make_engine(**overrides).data)
+    return model_runner(release, make_engine(**overrides).facts)
 
 
 # --- the rules ------------------------------------------------------------------------------------------

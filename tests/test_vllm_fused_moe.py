@@ -25,6 +25,7 @@ from planner.engine import load_engine
 from planner.errors import PlanError
 from planner.expand import expand
 from planner.plan import load_plan
+from planner.engine_facts import engine_facts
 from planner.stages.vllm_fused_moe import shapes
 from planner.steps import Kernel, step_from_dict
 
@@ -227,8 +228,8 @@ def test_a_table_vllm_does_not_ship_gives_the_defaults(moe_tables):
     engine = load_engine("qwen3-30b-a3b-fp8-h100").data
     engine = {**engine, "device": {**engine["device"], "name": "H200"}}
     from planner.stages.vllm_fused_moe import variants
-    launches = variants(engine, 64, moe_tables_reader())
-    assert shapes(engine) == [MoeShape(128, 2048, 768, 8, "fp8_block", "H200")]
+    launches = variants(engine_facts(engine), 64, moe_tables_reader())
+    assert shapes(engine_facts(engine)) == [MoeShape(128, 2048, 768, 8, "fp8_block", "H200")]
     assert launches == variants_with(MoeShape(128, 2048, 768, 8, "fp8_block", "H200"), 64, None)
 
 
@@ -266,9 +267,9 @@ def test_stage_in_every_release_plan(plan, engine, moe_tables):
 def test_no_triton_step_under_expert_parallelism_or_off_hopper():
     engine = load_engine("qwen3-30b-a3b-fp8-h100").data
     par = {**engine["parallel"], "enable_expert_parallel": True, "tensor_parallel_size": 2}
-    assert shapes({**engine, "parallel": par}) == []
-    assert shapes({**engine, "device": {**engine["device"], "capability": "10.0"}}) == []
-    assert shapes({**engine, "parallel": {**engine["parallel"], "enable_expert_parallel": True}}) == [QWEN]
+    assert shapes(engine_facts({**engine, "parallel": par})) == []
+    assert shapes(engine_facts({**engine, "device": {**engine["device"], "capability": "10.0"}})) == []
+    assert shapes(engine_facts({**engine, "parallel": {**engine["parallel"], "enable_expert_parallel": True}})) == [QWEN]
 
 
 # --- parity with each release's own code (WARMUP_VLLM_ENVS) ---------------------------------------------------

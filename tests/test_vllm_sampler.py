@@ -134,7 +134,7 @@ def test_stage_on_every_shipped_engine(name):
     step = steps[0]
     assert isinstance(step, Kernel) and step.id == "sampler_kernels/topk_topp" and step.exact
     assert (step.backend, step.kernel) == ("vllm_triton", "_topk_topp_kernel")
-    expected = topk_topp_variants(engine.data["model"]["vocab_size"], max_rows(engine.data))
+    expected = topk_topp_variants(engine.facts.model.vocab_size, max_rows(engine.facts))
     assert [v.first for v in step.variants] == expected and len(expected) == 6
     assert all(v.key == v.first.key() for v in step.variants)
 
@@ -145,7 +145,7 @@ def test_the_mirror_is_the_plugin_plan_without_the_stage(name):
     behind FlashInfer's kernel (after the mirror's stages) and, on the V1 runner, the synthetic batches."""
     engine = load_engine(name)
     plugin = steps_of("vllm-0.25-plugin", engine)
-    v2 = model_runner("0.25.0", engine.data)[0] == "v2"
+    v2 = model_runner("0.25.0", engine.facts)[0] == "v2"
     added = ("sampler_kernels", "deep_gemm_flashinfer", "flashinfer_jit") + (() if v2 else ("warmup_kernels",))
     assert steps_of("vllm-0.25", engine) == [s for s in plugin if s.stage not in added]
     stages = [s.stage for s in plugin]
@@ -157,7 +157,7 @@ def test_the_mirror_is_the_plugin_plan_without_the_stage(name):
 def test_rows_are_sequences_times_draft_positions(seqs, spec, count):
     engine = make_engine(scheduler={"max_num_seqs": seqs},
                          speculative={"method": "eagle" if spec else "none", "num_speculative_tokens": spec})
-    assert max_rows(engine.data) == seqs * (1 + spec)
+    assert max_rows(engine.facts) == seqs * (1 + spec)
     steps = sampler_steps("vllm-0.25-plugin", engine)
     assert sum(len(s.variants) for s in steps) == count and len(steps) == (1 if count else 0)
 

@@ -23,6 +23,7 @@ import sys
 
 from planner import hf
 from planner.engine import Engine, engine_from_document
+from planner.engine_facts import engine_facts
 from planner.engine_queries import quant_of
 from planner.schema import load_schema
 from planner.yamlio import Document
@@ -255,7 +256,7 @@ def live_linear_kernels(model) -> dict:
 
 def kernels_mismatch(engine_data: dict, live: dict) -> str | None:
     """One line where the live layers run kernels the engine config did not record (None: they agree)."""
-    recorded = sorted({layer["kernel"] for layer in engine_data["model"]["linear"] if layer.get("kernel")})
+    recorded = sorted({layer.kernel for layer in engine_facts(engine_data).model.linear if layer.kernel})
     if not live or sorted(live) == recorded:
         return None
     return (f"the loaded model's block-FP8 linears run {', '.join(f'{k} ({n})' for k, n in live.items())}, the "
@@ -267,8 +268,8 @@ def shapes_mismatch(engine_data: dict, live: dict) -> str | None:
     """One line naming the live block-FP8 shapes (N, K) the engine config lists no block-FP8 linear of
     (None: every live shape is there): the plan warms no GEMM of theirs, so each compiles at first use.
     A module whose sizes could not be read is not judged."""
-    listed = {(layer["n"], layer["k"]) for layer in engine_data["model"]["linear"]
-              if quant_of(layer).method == "fp8" and quant_of(layer).block is not None}
+    listed = {(layer.n, layer.k) for layer in engine_facts(engine_data).model.linear
+              if layer.quant.method == "fp8" and layer.quant.block is not None}
     missing = {(n, k, kernel): layers for (n, k, kernel), layers in live.items()
                if n is not None and k is not None and (n, k) not in listed}
     if not missing:

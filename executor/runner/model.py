@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from executor.kernels.fp8_gemm import fp8_gemm
 from executor.kernels.grouped_gemm import grouped_fp8_gemm
 from executor.kernels.reference import quantize_fp8_block, quantize_fp8_per_token_group
-from planner.engine_queries import quant_of
+from planner.engine_facts import EngineFacts, LinearLayer, MoeLayer
 
 from . import kernels
 
@@ -44,41 +44,38 @@ class ModelConfig:
     table_device: str | None = None  # whose tuned GEMM tables the kernels read: the engine's device
 
     @classmethod
-    def from_engine(cls, engine: dict, num_layers: int = 2) -> "ModelConfig":
-        model = engine["model"]
-        if not model.get("hidden_size"):
+    def from_engine(cls, engine: EngineFacts, num_layers: int = 2) -> "ModelConfig":
+        model = engine.model
+        if not model.hidden_size:
             raise ValueError("the reference runner needs model.hidden_size in the engine config")
-        if not model["attention"]:
+        if not model.attention:
             raise ValueError("the reference runner needs an attention layer in the engine config")
-        attn = model["attention"][0]
-        if attn.get("head_size_v", attn["head_size"]) != attn["head_size"]:
-            raise ValueError(f"attention {attn['name']!r}: MLA (head_size_v != head_size) is not supported "
+        attn = model.attention[0]
+        if attn.is_mla:
+            raise ValueError(f"attention {attn.name!r}: MLA (head_size_v != head_size) is not supported "
                              "by the reference runner")
-        linear = {layer["name"]: layer for layer in model["linear"]}
+        linear = {layer.name: layer for layer in model.linear}
         fp8 = {name: _is_block_fp8(linear.get(name)) for name in ("qkv_proj", "o_proj")}
-        fields = dict(vocab_size=model["vocab_size"], hidden_size=model["hidden_size"],
-                      num_heads=attn["num_heads"], num_kv_heads=attn["num_kv_heads"],
-                      head_size=attn["head_size"], num_layers=num_layers,
-                      scale=attn.get("scale", attn["head_size"] ** -0.5))
-        if model["moe"]:
-            moe = model["moe"][0]
+        fields = dict(vocab_size=model.vocab_size, hidden_size=model.hidden_size, num_heads=attn.num_heads,
+                      num_kv_heads=attn.num_kv_heads, head_size=attn.head_size, num_layers=num_layers,
+                      scale=attn.softmax_scale)
+        if model.moe:
+            moe = model.moe[0]
             fp8["experts"] = _is_block_fp8(moe)
-            fields.update(num_experts=moe["num_experts"], top_k=moe["top_k"],
-                          moe_intermediate_size=moe["intermediate_size"])
+            fields.update(num_experts=moe.num_experts, top_k=moe.top_k, moe_intermediate_size=moe.intermediate_size)
         elif "gate_up_proj" in linear and "down_proj" in linear:
             fp8["mlp"] = _is_block_fp8(linear["gate_up_proj"]) and _is_block_fp8(linear["down_proj"])
-            fields["intermediate_size"] = linear["down_proj"]["k"]
+            fields["intermediate_size"] = linear["down_proj"].k
         else:
             raise ValueError("the reference runner needs either model.moe or gate_up_proj/down_proj linears")
-        return cls(fp8=fp8, table_device=engine.get("device", {}).get("name"), **fields)
+        return cls(fp8=fp8, table_device=engine.device.name, **fields)
 
 
-def _is_block_fp8(layer: dict | None) -> bool:
+def _is_block_fp8(layer: LinearLayer | MoeLayer | None) -> bool:
     """Whether the runner quantizes the layer's weight in [128, 128] FP8 blocks: an FP8 layer with
     those blocks, or with none (the runner has block-FP8 kernels only, so an FP8 weight the engine
     gives no block takes the [128, 128] blocks of the planner's GEMM stages)."""
-    quant = quant_of(layer or {})
-    return quant.method == "fp8" and quant.block in (None, (128, 128))
+    return layer is not None and layer.quant.method == "fp8" and layer.quant.block in (None, (128, 128))
 
 
 @dataclass

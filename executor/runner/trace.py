@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.engine_facts import engine_facts
 from planner.steps import CachedRequest, GrammarBitmask, NewRequest, Sample
 
 # Per-request sampling: (weight, params). Greedy, nucleus, top-k with a repetition
@@ -93,15 +94,16 @@ class TraceRequest:
 class TraceScheduler:
     def __init__(self, engine: dict, config: TraceConfig = TraceConfig()):
         self.cfg = config
-        model, sched, kv = engine["model"], engine["scheduler"], engine["kv_cache"]
-        self.vocab, self.max_model_len = model["vocab_size"], model["max_model_len"]
-        self.max_seqs, self.budget = sched["max_num_seqs"], sched["max_num_batched_tokens"]
-        self.k = engine["speculative"]["num_speculative_tokens"]
-        self.num_groups = len(kv["groups"])
-        group = model["attention"][0].get("kv_cache_group", 0) if model["attention"] else 0
-        self.page = kv["groups"][group]["block_size"]
-        self.free = deque(range(1, kv["num_blocks"]))
-        self.unreserved = kv["num_blocks"] - 1
+        facts = engine_facts(engine)
+        model, sched, kv = facts.model, facts.scheduler, facts.kv_cache
+        self.vocab, self.max_model_len = model.vocab_size, model.max_model_len
+        self.max_seqs, self.budget = sched.max_num_seqs, sched.max_num_batched_tokens
+        self.k = facts.speculative.num_speculative_tokens
+        self.num_groups = len(kv.groups)
+        group = model.attention[0].kv_cache_group if model.attention else 0
+        self.page = kv.groups[group].block_size
+        self.free = deque(range(1, kv.num_blocks))
+        self.unreserved = kv.num_blocks - 1
         self.rng = np.random.default_rng(config.seed)
         self.waiting: deque[TraceRequest] = deque()
         self.running: list[TraceRequest] = []

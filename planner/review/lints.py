@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from ..engine import expression_names
+from ..engine_facts import engine_facts
 from ..expr import round_up
 from ..stages.batches import BlockCounter
 from ..words import count
@@ -159,8 +160,8 @@ def _continue(step, running: dict, scheduled: list, problems: list) -> None:
         scheduled.append((r, state))
 
 
-def engine_facts(engine: dict) -> dict:
-    return expression_names(engine)
+def names_of(engine: dict) -> dict:
+    return expression_names(engine_facts(engine))
 
 
 def spec_note(names: dict) -> str:
@@ -178,7 +179,7 @@ def spec_note(names: dict) -> str:
       fix="""Give every prefill request more tokens than a decode step: `prompt_len: decode_query_len + 1`
       (vllm-head) or `2 + num_speculative_tokens` (vllm).""")
 def prefill_classified_as_decode(plan, engine):
-    names = engine_facts(engine)
+    names = names_of(engine)
     q = names["decode_query_len"]
     for step in plan.steps:
         if not isinstance(step, Prefill) or not step.requests:
@@ -199,9 +200,10 @@ def prefill_classified_as_decode(plan, engine):
       give each request the blocks its tokens and the lookahead need; re-plan if the engine's KV groups
       changed.""")
 def kv_blocks_short(plan, engine):
-    names = engine_facts(engine)
-    counter = BlockCounter(engine, names, reserve_lookahead=True)
-    groups = engine["kv_cache"]["groups"]
+    names = names_of(engine)
+    facts = engine_facts(engine)
+    counter = BlockCounter(facts, names, reserve_lookahead=True)
+    groups = facts.kv_cache.groups
     lookahead = names["num_lookahead_tokens"]
     for rep in replay(plan):
         short: dict = {}
@@ -221,7 +223,7 @@ def kv_blocks_short(plan, engine):
             extra = f" + {lookahead} lookahead" if lookahead else ""
             yield rep.step.id, (f"{count(len(reqs), 'request')} ({examples(reqs, 2)}) hold "
                                    f"{count(held, 'block')} in KV group {g}; the scheduler would hold {need} "
-                                   f"for {tokens} tokens{extra} (block size {groups[g]['block_size']})")
+                                   f"for {tokens} tokens{extra} (block size {groups[g].block_size})")
 
 
 @lint("E103", "null-block", ERROR, needs_engine=False,
@@ -274,7 +276,7 @@ def block_reused(plan, engine):
       fix="""Fit the batch in the cache (num_reqs <= (num_blocks - 1) // max_blocks_per_req, as the built-in
       plans do), or run the plan on the engine config it was made for.""")
 def block_out_of_range(plan, engine):
-    last = engine["kv_cache"]["num_blocks"] - 1
+    last = engine_facts(engine).kv_cache.num_blocks - 1
     for step in batches(plan):
         bad = sorted({b for _, groups in step_block_ids(step) for ids in groups for b in ids if b > last or b < 0})
         if bad:
@@ -290,8 +292,8 @@ def block_out_of_range(plan, engine):
       max_num_batched_tokens // prompt_len, num_tokens: min(max_num_batched_tokens, ...)), or re-plan for this
       engine.""")
 def tokens_over_limit(plan, engine):
-    budget = engine["scheduler"]["max_num_batched_tokens"]
-    max_len = engine["model"]["max_model_len"]
+    facts = engine_facts(engine)
+    budget, max_len = facts.scheduler.max_num_batched_tokens, facts.model.max_model_len
     for step in plan.steps:
         if isinstance(step, BATCHES):
             if step.total_num_scheduled_tokens > budget:
@@ -312,7 +314,7 @@ def tokens_over_limit(plan, engine):
       fix="""Cap the synthetic batch at max_num_seqs (num_reqs: min(max_num_seqs, ...), as the built-in plans
       do).""")
 def too_many_requests(plan, engine):
-    limit = engine["scheduler"]["max_num_seqs"]
+    limit = engine_facts(engine).scheduler.max_num_seqs
     for rep in replay(plan):
         if len(rep.step.requests) > limit:
             yield rep.step.id, f"schedules {len(rep.step.requests)} requests, more than max_num_seqs {limit}"
@@ -392,8 +394,8 @@ def grouped_max_m(step, tokens: int) -> int:
       relax warmup adds M = 1..64 even when max_num_batched_tokens is smaller).""",
       fix="""Take max_tokens from max_num_batched_tokens (the stage default), or drop the M-values beyond it.""")
 def gemm_m_out_of_range(plan, engine):
-    budget = engine["scheduler"]["max_num_batched_tokens"]
-    dp = engine["parallel"]["data_parallel_size"]
+    facts = engine_facts(engine)
+    budget, dp = facts.scheduler.max_num_batched_tokens, facts.parallel.data_parallel_size
     for step in plan.steps:
         if isinstance(step, Gemm):
             limit, what = budget, f"max_num_batched_tokens {budget}"
@@ -458,16 +460,16 @@ def gemm_shape_unaligned(plan, engine):
       fix="""Capture CUDA graphs in the plan (a cudagraph_capture stage), with uniform decode sizes of
       round_up(size, decode_query_len) for this engine: re-plan it.""")
 def decode_graph_uncovered(plan, engine):
-    comp, names = engine["compilation"], engine_facts(engine)
+    comp, names = engine_facts(engine).compilation, names_of(engine)
     q = names["decode_query_len"]
     steps = plan.steps
     decodes = [i for i, s in enumerate(steps) if isinstance(s, Decode)]
-    if comp["enforce_eager"] or comp["cudagraph_mode"] == "NONE" or not decodes:
+    if comp.enforce_eager or comp.cudagraph_mode == "NONE" or not decodes:
         return
     captures = [i for i, s in enumerate(steps) if isinstance(s, CudaGraph)]
     if not captures:
         yield steps[decodes[0]].id, (f"{count(len(decodes), 'decode step')} run and the plan captures no CUDA "
-                                     f"graphs (the engine does: {comp['cudagraph_mode']}): they run eagerly")
+                                     f"graphs (the engine does: {comp.cudagraph_mode}): they run eagerly")
     for cap in (steps[i] for i in captures):
         if cap.decode_query_len not in (None, q):
             yield cap.id, (f"uniform decode graphs are captured for decode_query_len {cap.decode_query_len}, "
@@ -484,7 +486,7 @@ def decode_graph_uncovered(plan, engine):
       default.""",
       fix="""Autotune at max_num_batched_tokens (the default num_tokens).""")
 def autotune_below_batch(plan, engine):
-    largest = max([engine["scheduler"]["max_num_batched_tokens"]]
+    largest = max([engine_facts(engine).scheduler.max_num_batched_tokens]
                   + [s.total_num_scheduled_tokens for s in batches(plan)])
     for step in plan.steps:
         if isinstance(step, Autotune) and step.num_tokens < largest:
@@ -537,24 +539,25 @@ def compiled_after_ready(plan, engine):
     release = plan.vllm_release
     if not release:
         return
-    max_tokens = engine["scheduler"]["max_num_batched_tokens"]
+    facts = engine_facts(engine)
+    max_tokens = facts.scheduler.max_num_batched_tokens
     warmed = {}
     for step in plan.steps:
         if isinstance(step, Gemm) and step.kernel == "fp8_gemm_nt" and step.m_values:
             warmed[(step.n, step.k)] = min(min(step.m_values), warmed.get((step.n, step.k), max_tokens + 1))
     cold: dict = {}
-    for layer in engine["model"]["linear"]:
-        lo = deep_gemm_min_m(layer.get("kernel"))
-        if lo is None or lo > max_tokens or warmed.get((layer["n"], layer["k"]), max_tokens + 1) <= lo:
+    for layer in facts.model.linear:
+        lo = deep_gemm_min_m(layer.kernel)
+        if lo is None or lo > max_tokens or warmed.get((layer.n, layer.k), max_tokens + 1) <= lo:
             continue
-        hi = min(max_tokens, warmed.get((layer["n"], layer["k"]), max_tokens + 1) - 1)
-        cold.setdefault((layer["kernel"], layer["n"], layer["k"], lo, hi), []).append(layer["name"])
+        hi = min(max_tokens, warmed.get((layer.n, layer.k), max_tokens + 1) - 1)
+        cold.setdefault((layer.kernel, layer.n, layer.k, lo, hi), []).append(layer.name)
     for (kernel, n, k, lo, hi), layers in cold.items():
         fix = UPSTREAM_FIXES.get((release, kernel))
         yield "(plan)", (f"engine {plan.engine}: vLLM {release} compiles DeepGEMM fp8_gemm_nt n={n} k={k} "
                          f"({', '.join(layers)}, on {KERNEL_CLASSES[kernel]}) for M {lo}..{hi} after ready"
                          + (f" (fixed upstream by {fix})" if fix else ""))
-    runner, why = model_runner(release, engine)
+    runner, why = model_runner(release, facts)
     if runner == "v1" and not any(True for _ in batches(plan)):
         yield "(plan)", (f"engine {plan.engine}: {why}; V1 never calls warmup_kernels, so the Triton kernels of "
                          "its serving batches (block table, slot mapping, sampler) compile at the first requests "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from kernel_model import triton_kernels as dispatch
 
+from ..engine_facts import EngineFacts
 from ..steps import Attention, Variant
 from .scope import Scope
 
@@ -20,19 +21,17 @@ KEY_FIELDS = ("num_heads", "num_kv_heads", "head_size", "scale", "logits_soft_ca
 KERNEL_BACKENDS = {"context_attention_fwd": "triton", "prefill_attention": "triton"}
 
 
-def layer_keys(engine: dict, backend: str | None, kv_cache_dtype: str | None) -> dict:
+def layer_keys(engine: EngineFacts, backend: str | None, kv_cache_dtype: str | None) -> dict:
     """Distinct attention keys of the matching layers -> names of the layers sharing each."""
     keys: dict = {}
-    dtype = engine["model"]["dtype"]
-    for attn in engine["model"]["attention"]:
-        if backend is not None and attn["backend"] != backend:
+    for attn in engine.model.attention:
+        if backend is not None and attn.backend != backend:
             continue
-        if kv_cache_dtype is not None and attn["kv_cache_dtype"] != kv_cache_dtype:
+        if kv_cache_dtype is not None and attn.kv_cache_dtype != kv_cache_dtype:
             continue
-        scale = attn.get("scale", attn["head_size"] ** -0.5)
-        key = (attn["num_heads"], attn["num_kv_heads"], attn["head_size"], scale,
-               attn["logits_soft_cap"], tuple(attn["sliding_window"]), dtype)
-        keys.setdefault(key, []).append(attn["name"])
+        key = (attn.num_heads, attn.num_kv_heads, attn.head_size, attn.softmax_scale,
+               attn.logits_soft_cap, attn.sliding_window, engine.model.dtype)
+        keys.setdefault(key, []).append(attn.name)
     return keys
 
 
@@ -43,7 +42,7 @@ def expand(scope: Scope) -> list:
         if n > 0 and n not in token_counts:
             token_counts.append(n)
     steps = []
-    for key, layers in layer_keys(scope.engine.data, scope.params["backend"], scope.params["kv_cache_dtype"]).items():
+    for key, layers in layer_keys(scope.engine.facts, scope.params["backend"], scope.params["kv_cache_dtype"]).items():
         steps += layer_steps(scope, key, tuple(layers), token_counts)
     return steps
 

@@ -16,6 +16,7 @@ as a uniform decode batch and never warms the prefill path (#40746).
 
 from __future__ import annotations
 
+from ..engine_facts import EngineFacts, KvCacheGroup
 from ..expr import cdiv
 from ..limits import MAX_REQUESTS_PER_STEP
 from ..steps import CachedRequest, Cleanup, Decode, GrammarBitmask, NewRequest, Prefill, Sample
@@ -54,7 +55,7 @@ def expand_pass(scope: Scope, prefix: str, sampling: dict) -> list:
     names, engine = scope.names, scope.engine
     prompt_len = scope.integer("prompt_len")
     decode_len = scope.integer("decode_len", prompt_len=prompt_len)
-    count = BlockCounter(engine.data, names, scope.params["reserve_lookahead"])
+    count = BlockCounter(engine.facts, names, scope.params["reserve_lookahead"])
     max_blocks_per_req = sum(count(decode_len, g) for g in count.groups)
     num_reqs = scope.integer("num_reqs", prompt_len=prompt_len, decode_len=decode_len,
                              max_blocks_per_req=max_blocks_per_req)
@@ -88,21 +89,21 @@ class BlockCounter:
     encoder; Mamba groups add their speculative blocks.
     """
 
-    def __init__(self, engine: dict, names: dict, reserve_lookahead: bool):
-        self.groups = engine["kv_cache"]["groups"]
+    def __init__(self, engine: EngineFacts, names: dict, reserve_lookahead: bool):
+        self.groups = engine.kv_cache.groups
         self.reserve = reserve_lookahead
         self.lookahead = names["num_lookahead_tokens"]
         self.max_model_len = names["max_model_len"]
         self.max_encoder_len = names["max_encoder_len"]
 
-    def __call__(self, num_tokens: int, group: dict) -> int:
-        block_size = group["block_size"]
+    def __call__(self, num_tokens: int, group: KvCacheGroup) -> int:
+        block_size = group.block_size
         if not self.reserve:
             return cdiv(num_tokens, block_size)
-        if group["kind"] == "cross_attention":
+        if group.kind == "cross_attention":
             return cdiv(self.max_encoder_len, block_size)
-        spec_blocks = group["num_speculative_blocks"] if group["kind"] == "mamba" else 0
-        if group["kind"] == "mamba" and group["mamba_cache_mode"] == "align":
+        spec_blocks = group.num_speculative_blocks if group.kind == "mamba" else 0
+        if group.kind == "mamba" and group.mamba_cache_mode == "align":
             return cdiv(num_tokens, block_size) + spec_blocks
         return cdiv(min(num_tokens + self.lookahead, self.max_model_len), block_size) + spec_blocks
 

@@ -66,21 +66,21 @@ def uniform_decode_sizes(scope: Scope, max_size: int) -> list[int]:
 def graph_sizes(scope: Scope) -> tuple[str, list[int], list[int]]:
     """(mode, capture sizes, FULL uniform-decode sizes), ascending; empty when nothing is captured.
     The runner_kernels stage reads the same sizes (padded decode batches hit them)."""
-    comp, names = scope.engine.data["compilation"], scope.names
-    mode = comp["cudagraph_mode"]
-    if comp["enforce_eager"] or mode == "NONE":
+    comp, names = scope.engine.facts.compilation, scope.names
+    mode = comp.cudagraph_mode
+    if comp.enforce_eager or mode == "NONE":
         return mode, [], []
     max_tokens, q, max_seqs = names["max_num_batched_tokens"], names["decode_query_len"], names["max_num_seqs"]
-    max_size, extra = comp["max_cudagraph_capture_size"], []
+    max_size, extra = comp.max_cudagraph_capture_size, []
     if max_size is None:
         max_size = min(max_tokens, scope.integer("max_capture_size", minimum=0))
         if scope.params.get("decode_sizes") == "request_counts":
             extra = uniform_decode_sizes(scope, max_size)
     max_size = min(max_tokens, max_size)
-    if comp["cudagraph_capture_sizes"] is not None:
-        sizes = sorted({s for s in comp["cudagraph_capture_sizes"] if s <= max_tokens})
+    if comp.cudagraph_capture_sizes is not None:
+        sizes = sorted({s for s in comp.cudagraph_capture_sizes if s <= max_tokens})
     else:
-        sizes = sorted(set(default_sizes(max_size, max_tokens, comp["performance_mode"])) | set(extra))
+        sizes = sorted(set(default_sizes(max_size, max_tokens, comp.performance_mode)) | set(extra))
     if not sizes:
         return mode, [], []
     max_size = sizes[-1]

@@ -140,10 +140,9 @@ def modelled_keys(scope: Scope, field: tuple, k: int, keys, largest_k) -> dict:
         return keys()
     except ValueError as e:
         section, name, key = field
-        index = next(i for i, item in enumerate(scope.engine.data["model"][section]) if item["name"] == name)
         where = scope.stage.where("mode")
-        raise scope.engine.doc.error(
-            ("model", section, index, key),
+        raise scope.engine.layer_error(
+            section, name, key,
             f"{key} = {k:,}: {e}; DeepGEMM {model.VERSION}'s SM90 kernels take K up to {largest_k():,} "
             f"(in the {scope.stage.name} stage, {location(where.file, where.line)})") from None
 

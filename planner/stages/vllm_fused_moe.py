@@ -18,45 +18,44 @@ The model is imported only for an engine with MoE layers: it declares dataclasse
 
 from __future__ import annotations
 
-from ..engine_queries import is_block_fp8, quant_of
+from ..engine_facts import EngineFacts, MoeLayer
 from ..steps import Kernel, Variant
 from .scope import Scope
 
 QUANT_WORDS = {"fp8_block": "block FP8", "none": "bf16"}
 
 
-def layer_shape(layer: dict, device: str):
+def layer_shape(layer: MoeLayer, device: str):
     """The layer as the Triton kernel sees it (a MoeShape), or None when vLLM runs no Triton
     fused_moe for it."""
     from kernel_model import vllm_fused_moe as moe
 
-    if is_block_fp8(layer, moe.BLOCK):
+    if layer.quant.method == "fp8" and layer.quant.block == (moe.BLOCK, moe.BLOCK):
         kind = "fp8_block"
-    elif quant_of(layer).method == "none":
+    elif layer.quant.method == "none":
         kind = "none"
     else:
         return None
-    return moe.MoeShape(layer["num_experts"], layer["hidden_size"], layer["intermediate_size"], layer["top_k"],
-                        kind, device)
+    return moe.MoeShape(layer.num_experts, layer.hidden_size, layer.intermediate_size, layer.top_k, kind, device)
 
 
-def shapes(engine: dict) -> list:
+def shapes(engine: EngineFacts) -> list:
     """The engine's distinct Triton fused-MoE layers (MoeShape), in engine order (none under
     expert parallelism, off SM 9.0, or on a device whose tables the model does not name)."""
-    if not engine["model"].get("moe"):
+    if not engine.model.moe:
         return []
     from kernel_model import vllm_fused_moe as moe
 
-    par, device = engine["parallel"], engine["device"]
-    if par["enable_expert_parallel"] and par["tensor_parallel_size"] * par["data_parallel_size"] > 1:
+    par, device = engine.parallel, engine.device
+    if par.enable_expert_parallel and par.tensor_parallel_size * par.data_parallel_size > 1:
         return []
-    if device["capability"] != "9.0" or device["name"] not in moe.DEVICE_NAMES:
+    if device.capability != (9, 0) or device.name not in moe.DEVICE_NAMES:
         return []
-    found = [layer_shape(layer, device["name"]) for layer in engine["model"].get("moe") or ()]
+    found = [layer_shape(layer, device.name) for layer in engine.model.moe]
     return list(dict.fromkeys(shape for shape in found if shape is not None))
 
 
-def variants(engine: dict, max_tokens: int, tables) -> list:
+def variants(engine: EngineFacts, max_tokens: int, tables) -> list:
     """Every launch of every layer, first of each key kept; `tables`: planner.moe_tables.MoeTables."""
     from kernel_model import vllm_fused_moe as moe
 
@@ -80,7 +79,7 @@ def no_tables_gap(layers: list) -> dict:
 
 def expand(scope: Scope) -> list:
     max_tokens = scope.integer("max_tokens")
-    layers = shapes(scope.engine.data)
+    layers = shapes(scope.engine.facts)
     if not layers:
         return []
     from ..moe_tables import MoeTables
@@ -90,6 +89,6 @@ def expand(scope: Scope) -> list:
     if not scope.notes.moe_tables.dirs:
         scope.notes.gaps.append(no_tables_gap(layers))
         return []
-    launches = variants(scope.engine.data, max_tokens, scope.notes.moe_tables)
+    launches = variants(scope.engine.facts, max_tokens, scope.notes.moe_tables)
     return [scope.new(Kernel, "fused_moe", backend="vllm_triton", kernel=launches[0].kernel,
                       variants=tuple(Variant(launch.key(), launch) for launch in launches))]

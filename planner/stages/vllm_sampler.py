@@ -16,20 +16,21 @@ from __future__ import annotations
 
 from kernel_model import vllm_sampler as sampler
 
+from ..engine_facts import EngineFacts
 from ..steps import Kernel, Variant
 from .scope import Scope
 
 
-def max_rows(engine: dict) -> int:
+def max_rows(engine: EngineFacts) -> int:
     """The most logits rows one sampler call sees: every sequence with all its draft positions."""
-    return engine["scheduler"]["max_num_seqs"] * (1 + engine["speculative"]["num_speculative_tokens"])
+    return engine.scheduler.max_num_seqs * engine.speculative.decode_query_len
 
 
 def expand(scope: Scope) -> list:
     if scope.names["is_pooling_model"] or not scope.names["is_last_pp_rank"]:
         return []
-    data = scope.engine.data
-    launches = sampler.topk_topp_variants(data["model"]["vocab_size"], max_rows(data))
+    facts = scope.engine.facts
+    launches = sampler.topk_topp_variants(facts.model.vocab_size, max_rows(facts))
     if not launches:
         return []
     return [scope.new(Kernel, "topk_topp", backend="vllm_triton", kernel=sampler.KERNEL,

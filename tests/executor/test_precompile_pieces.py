@@ -293,10 +293,13 @@ def test_the_engine_device_reaches_the_kernels_by_argument_not_the_environment(t
     from executor.kernels import configs
     from executor.run import with_engine_tables
 
-    engine = {"device": {"name": "H100"}}
+    from planner.engine import load_engine
+
+    engine = load_engine("llama-3.1-8b-fp8-h100").data
     options = with_engine_tables(Options(), engine)
     assert options.table_device == "H100" and Options().table_device is None
-    assert with_engine_tables(options, {"device": {"name": "H200"}}).table_device == "H100"  # the caller's stays
+    h200 = {**engine, "device": {**engine["device"], "name": "H200"}}
+    assert with_engine_tables(options, h200).table_device == "H100"  # the caller's stays
     assert with_engine_tables(Options(), None).table_device is None
     assert BaseBackend("cuda:1", options).table_device == "H100"
     assert configs.device_name("cuda:1", "H100") == "H100"  # no torch, no GPU asked

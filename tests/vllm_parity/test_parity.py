@@ -180,7 +180,7 @@ def warmup_diff(vllm, plan):
 def compare_choices(version: str, engine, vllm: dict) -> dict:
     """The release's own start-up choices against the planner's rules (planner/vllm_choices.py)."""
     data, out = engine.data, {}
-    runner = model_runner(f"{version}.0", data)[0]
+    runner = model_runner(f"{version}.0", engine.facts)[0]
     out["model_runner"] = None if runner == vllm["model_runner"] else (vllm["model_runner"], runner)
     capability, dtype = data["device"]["capability"], data["model"]["dtype"]
     rules = {flashinfer: {layer["name"]: default_linear_kernel(layer, dtype, capability, flashinfer)
@@ -190,7 +190,7 @@ def compare_choices(version: str, engine, vllm: dict) -> dict:
         ("linear_kernels", vllm["flashinfer"]), ("linear_kernels_without_flashinfer", False))
         if vllm[key] != rules[flashinfer]]
     out["linear_kernels"] = differs[0] if differs else ("n/a" if not vllm["linear_kernels"] else None)
-    chosen = sampler(f"{version}.0", data)[0]
+    chosen = sampler(f"{version}.0", engine.facts)[0]
     out["sampler"] = "n/a" if vllm["sampler"] is None else (None if chosen == vllm["sampler"] else (vllm["sampler"], chosen))
     return out
 

@@ -16,6 +16,8 @@ import pytest
 from executor import precompile
 from kernel_model import runner_kernels as rk
 from planner.engine import load_engine
+from planner.engine_facts import engine_facts
+from planner.stages.runner_kernels import runner_facts
 from planner.expand import expand
 from planner.plan import load_plan
 
@@ -39,7 +41,7 @@ def test_every_token_count_and_padded_decode_is_planned(name):
     batches of every request count padded to the captured sizes, every longest query."""
     engine, plan = reference(name)
     keys = planned(plan)
-    facts = rk.RunnerFacts.from_engine(engine.data)
+    facts = runner_facts(engine_facts(engine.data))
     scale = engine.data["model"]["attention"][0]["head_size"] ** -0.5
     sizes = sorted(next((s.uniform_decode_sizes for s in plan.steps if s.kind == "cudagraph"), []))
     for t in range(1, facts.max_tokens + 1):
@@ -92,13 +94,13 @@ def test_an_engine_the_runner_cannot_run_gets_no_runner_kernels():
 
 def test_enforce_eager_plans_no_padded_decode_pair():
     engine = load_engine("llama-3.1-8b-fp8-h100")
-    facts = rk.RunnerFacts.from_engine(engine.data)
+    facts = runner_facts(engine_facts(engine.data))
     assert rk.token_pairs(facts, []) == [(1, 1), (2, 2), (16, 16)]
     assert (2, 16) in rk.token_pairs(facts, [16, 48])
 
 
 def test_the_v_view_is_unaligned_when_its_offset_is_not_a_multiple_of_16_bytes():
-    facts = dataclasses.replace(rk.RunnerFacts.from_engine(load_engine("llama-3.1-8b-fp8-h100").data),
+    facts = dataclasses.replace(runner_facts(engine_facts(load_engine("llama-3.1-8b-fp8-h100").data)),
                                 num_heads=3, num_kv_heads=1, head_size=4)  # V starts 16 elements = 32 bytes in
     assert "~" not in rk.write_kv_launch(facts).key()
     facts = dataclasses.replace(facts, head_size=3)  # 12 elements = 24 bytes
@@ -147,7 +149,7 @@ def test_every_launch_of_the_runner_is_planned(kernel_device):
         engine = tiny_engine(spec=spec, fp8=False)  # unquantized: keeps the interpreter quick
         dtype = torch.bfloat16 if kernel_device == "cuda" else torch.float16
         runner = ReferenceRunner(engine, device=kernel_device, num_layers=1, dtype=dtype, use_cuda_graphs=False)
-        facts = dataclasses.replace(rk.RunnerFacts.from_engine(engine), dtype=str(dtype).removeprefix("torch."))
+        facts = dataclasses.replace(runner_facts(engine_facts(engine)), dtype=str(dtype).removeprefix("torch."))
         keys = {launch.key() for launch in rk.runner_variants(facts, [], engine["model"]["attention"][0][
             "head_size"] ** -0.5)}
         config = TraceConfig(num_steps=10, prompt_median=20, output_median=4, arrival_rate=1.0, initial_requests=3,

@@ -10,6 +10,8 @@ pytest.importorskip("triton")
 
 from executor.runner import ReferenceRunner  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
+from planner.engine_facts import engine_facts  # noqa: E402
+from planner.stages.runner_kernels import runner_facts  # noqa: E402
 from planner.steps import CudaGraph  # noqa: E402
 from runner_refs import forward, rel_err  # noqa: E402
 from test_reference_runner import SAMPLE, cached, new, step, tiny_engine, tol  # noqa: E402
@@ -90,7 +92,7 @@ def test_compile_only_warmup_of_the_planned_keys_leaves_the_runner_nothing_to_co
     engine = tiny_engine(spec=spec, fp8=False)
     plan = expand(load_plan("reference"), load_engine("tests/fixtures/engines/runner-tiny.yaml"))
     sizes = sorted(next(s for s in plan.steps if s.kind == "cudagraph").uniform_decode_sizes)
-    facts = rk.RunnerFacts.from_engine(engine)
+    facts = runner_facts(engine_facts(engine))
     launches = rk.runner_variants(facts, [s for s in sizes if s % facts.decode_query_len == 0],
                                   engine["model"]["attention"][0]["head_size"] ** -0.5)
     for launch in launches:

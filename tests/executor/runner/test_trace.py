@@ -11,6 +11,8 @@ import pytest
 from executor.runner.reference import padded_size
 from executor.runner.trace import TraceConfig, TraceScheduler, run_trace
 from planner.engine import load_engine
+from planner.engine_facts import engine_facts
+from planner.stages.runner_kernels import runner_facts
 from planner.expand import expand
 from kernel_model import runner_kernels
 from planner.plan import load_plan
@@ -109,7 +111,7 @@ def launch_keys(steps, engine, graph_sizes: list[int]) -> set:
     """The runner-kernel compile keys that vary from step to step, by the runner's dispatch
     model (kernel_model.runner_kernels): prepare_inputs at (num_tokens, padded) and the
     prefill attention's query tile (a constexpr chosen by the longest query)."""
-    facts = runner_kernels.RunnerFacts.from_engine(engine.data)
+    facts = runner_facts(engine_facts(engine.data))
     scale = engine.data["model"]["attention"][0]["head_size"] ** -0.5
     q, keys = facts.decode_query_len, set()
     for s in steps:
