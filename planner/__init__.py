@@ -14,8 +14,8 @@ only for plans with kernel steps. Never jsonschema (planner/schema.py's subset v
 instead: parts A, A2), the executor, vllm_bridge, planner.hf, or planner.review's diff, lints
 and commands. This decides the record idiom of a module: on the plan path a step kind is a
 hand-made planner.records.Record (as frozen dataclasses the kinds took 8.7 ms against 1.1
-ms, A3), the records inside steps and the plan's own (Document, Engine, Plan, Stage,
-ExpandedPlan) are named tuples, a record that changes is a class with __slots__
+ms, A3), the records inside steps and the plan's own (Document, Engine and its EngineFacts, Plan,
+Stage, ExpandedPlan) are named tuples, a record that changes is a class with __slots__
 (stages.scope.Scope); dataclasses only where the plan path never goes (planner.hf,
 planner.review's diff and lints, the executor) and in the launch models, which only plans
 with kernel steps pay for. tests/test_plan_speed_paths.py fails when `warmup plan` imports

@@ -45,3 +45,42 @@ def test_the_check_sees_a_lazy_import_up(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from vllm_bridge.cli import cmd_from_vllm\n    import executor.run\n")
     assert imported_packages(str(module)) == [(2, "vllm_bridge"), (3, "executor")]
+
+
+# --- the engine is read through its record (issue 26 item 4) ---------------------------------------
+
+# The modules that build the engine config or answer questions of its data; everything else reads
+# planner.engine_facts.EngineFacts (or those queries), never a path into the engine dict.
+ENGINE_MODULES = {"planner/engine.py", "planner/engine_facts.py", "planner/engine_queries.py", "planner/hf.py",
+                  "vllm_bridge/engine.py"}
+SECTIONS = {"model", "kv_cache", "scheduler", "speculative", "parallel", "compilation", "device"}
+SECTION_ONLY = {"kv_cache", "scheduler", "speculative", "compilation"}  # names nothing else uses
+
+
+def engine_paths(path: str) -> list[int]:
+    """Lines that read an engine section by key: `x["scheduler"]`, `x["model"]["..."]`, `x.get("device")`."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+
+    def key(node):
+        return node.slice.value if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) else None
+
+    lines = []
+    for node in ast.walk(tree):
+        if key(node) in SECTION_ONLY or (isinstance(node, ast.Subscript) and key(node.value) in SECTIONS):
+            lines.append(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in SECTIONS):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_no_engine_dict_path_outside_the_engine_modules():
+    found = [f"{rel}:{line}" for floor in FLOORS[1:] for path in modules_of(floor)
+             if (rel := os.path.relpath(path, ROOT)) not in ENGINE_MODULES for line in engine_paths(path)]
+    assert found == [], "read these through planner.engine_facts: " + ", ".join(found)
+
+
+def test_the_engine_path_check_sees_each_form(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('a = e["scheduler"]\nb = e["device"]["name"]\nc = e.get("model")\nd = state["device"]\n')
+    assert engine_paths(str(path)) == [1, 2, 3]
