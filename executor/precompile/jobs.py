@@ -5,8 +5,7 @@ reaches it (``variants``): each becomes one job, the step reduced to that value 
 (``step.single``), whose backend still checks the pair. A step that pairs no key (a
 kernel no dispatch model covers) is one job for the whole step, keyed by its content.
 Jobs are released after the last autotune step before them: a tuning step rewrites the
-tables that pick the GEMM variants, and its timings must not share the GPU with workers.
-"""
+tables that pick the GEMM variants, and its timings must not share the GPU with workers."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Each piece has one job: decide.py, book.py, processes.py, hook.py (the executor loop's hook),
 barrier.py (DeepGEMM's cache, shared with the JIT monitor), node.py (the keys other processes
 compile), timings.py and summary.py (the report); the package docstring says what each does.
-Nothing here imports torch or triton.
-"""
+Nothing here imports torch or triton."""
 
 from __future__ import annotations
 

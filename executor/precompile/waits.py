@@ -1,11 +1,9 @@
 """The main process's side of the claims: a key another process compiles is waited for, bounded.
-
 Each job's future is its key's (KeyFuture), which the book, the loop's hook and finish() wait for.
-When a worker finds the key held by another process's live owner (owner.py), one thread (Waits)
+Where a worker finds the key held by another process's live owner (owner.py), one thread (Waits)
 looks at the claim every POLL_S s until the done mark appears (the main process then loads the
-kernel), or the owner is gone, its claim released or stale, or held past the wait bound
-(claims.py): the key is then taken over, submitted again to this pool, with one line to `note`.
-"""
+kernel), or the owner is gone, the claim released, stale or held past the wait bound (claims.py):
+the key is then taken over, submitted again to this pool, with one line to `note`."""
 
 from __future__ import annotations
 
