@@ -138,7 +138,8 @@ def run_job(job: Job) -> JobResult:
         out.wall_s, out.end = round(time.perf_counter() - t0, 4), time.time()
         counts = monitor.end_step() if monitor is not None else None
         if counts is not None:
-            out.compiled, out.disk_loads = counts.compiled, counts.disk_loads
+            # a FlashInfer JIT module the job built with nvcc is a compile like a Triton kernel's
+            out.compiled, out.disk_loads = counts.compiled + (counts.flashinfer_jit or 0), counts.disk_loads
             out.compile_ms = round(counts.compile_ms, 3)
             if getattr(backend, "jit_cache", None) == "deep_gemm":  # else they are its neighbours'
                 out.deep_gemm_jit, out.deep_gemm_loads = counts.deep_gemm_jit, counts.deep_gemm_loads

@@ -311,3 +311,32 @@ def test_the_engine_device_reaches_the_kernels_by_argument_not_the_environment(t
     assert configs.lookup_table("fp8_gemm", 256, 512, "cuda:1", "H100") is not None
     configs.clear_table_cache()
     assert not any(k.startswith("WARMUP_TABLE") for k in os.environ)
+
+
+def test_a_flashinfer_module_a_worker_builds_counts_as_compiled(monkeypatch):
+    """The pool's counts hold FlashInfer's JIT module builds (on the H100 its 90 s nvcc build of
+    fp8_blockscale_gemm_90 was a job that said 0 compiled): one per module built, none for a load."""
+    from executor.jit_monitor import Monitor
+    from executor.precompile import worker
+    from executor.precompile.jobs import Job
+
+    monitor = Monitor("warn")
+
+    class Builds:
+        def kernel(self, step, values, tick):
+            for built in values:
+                if built:
+                    monitor._count("flashinfer_jit", kernel="sampling")
+
+        def synchronize(self):
+            pass
+
+        def release(self, step):
+            pass
+
+    monkeypatch.setattr(worker, "_WORKER", {"backends": {"flashinfer_jit": Builds()}, "errors": {},
+                                            "monitor": monitor, "device": "cpu", "pid": 0, "target": None})
+    step = NS(family="kernel", id="flashinfer_jit/flashinfer_jit")
+    job = Job("k", ["k"], "flashinfer_jit", "kernel", step.id, 0, step, [True])
+    assert (worker.run_job(job).status, worker.run_job(job).compiled) == ("ok", 1)
+    assert worker.run_job(Job("k", ["k"], "flashinfer_jit", "kernel", step.id, 0, step, [False])).compiled == 0
