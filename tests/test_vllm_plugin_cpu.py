@@ -317,6 +317,37 @@ def test_a_live_block_fp8_shape_the_engine_does_not_list_is_one_warning(caplog):
     assert why.startswith("the loaded model has block-FP8 linears the engine config the plan was made for does "
                           "not list: n128 k4096 on flashinfer_deep_gemm (2 layers); their GEMM kernels compile")
     assert [r.getMessage() for r in caplog.records] == [f"warmup-planner: {why}"]
+    # the mirror warms no linear on FlashInfer's kernel: made again, the plan is the same
+    assert why.endswith("the plan, made again with them, warms none of them (nor does the vLLM it mirrors)")
+    assert [layer.name for layer in state.engine.facts.model.linear][-1] == "live_n128_k4096"
+
+
+def test_the_plugin_plan_made_again_warms_the_live_shape_the_engine_lacked():
+    state = bare_state(Settings("vllm-0.25-plugin"))
+    state.expanded = expand(load_plan("vllm-0.25-plugin"), state.engine)
+    gate = NS(quant_method=NS(fp8_linear=FlashInferFp8DeepGEMMDynamicBlockScaledKernel(), block_quant=True),
+              output_size_per_partition=128, input_size_per_partition=4096)
+    before = {step.id for step in state.in_worker_plan().steps}
+    state.worker.model_runner = NS(model=NS(modules=lambda: iter([gate] * 32)))
+    assert state.check_live_kernels().endswith(
+        "1 step more (deep_gemm_flashinfer/gemm-n128-k4096), run before ready in vLLM's process")
+    added = {step.id for step in state.in_worker_plan().steps} - before
+    assert "deep_gemm_flashinfer/gemm-n128-k4096" in added, added
+    assert state.check_live_kernels() is None  # now listed: nothing more to say
+
+
+def test_a_saved_plan_is_kept_when_the_live_layers_differ(tmp_path):
+    from planner.output import to_json
+
+    engine = load_engine("llama-3.1-8b-fp8-h100")
+    saved = tmp_path / "saved.json"
+    saved.write_text(to_json(expand(load_plan("vllm-0.25-plugin"), engine).to_dict()))
+    state = bare_state(Settings(str(saved)))
+    gate = NS(quant_method=NS(fp8_linear=FlashInferFp8DeepGEMMDynamicBlockScaledKernel(), block_quant=True),
+              output_size_per_partition=128, input_size_per_partition=4096)
+    state.worker.model_runner = NS(model=NS(modules=lambda: iter([gate])))
+    why = state.check_live_kernels()
+    assert "the plan stays as it was" in why and state.engine.name == engine.name
 
 
 def test_a_successful_load_model_checks_the_live_kernels(monkeypatch):

@@ -16,6 +16,7 @@ loaded, through planner/hf.py (the same derivation as `--from-hf`, so the two ca
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import re
@@ -29,7 +30,7 @@ from planner.schema import load_schema
 from planner.yamlio import Document
 
 __all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernels_mismatch", "live_block_fp8_linears",
-           "live_linear_kernels", "shapes_mismatch"]
+           "live_linear_kernels", "shapes_mismatch", "with_live_linears"]
 
 
 def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
@@ -278,6 +279,25 @@ def shapes_mismatch(engine_data: dict, live: dict) -> str | None:
     return (f"the loaded model has block-FP8 linears the engine config the plan was made for does not list: {shapes}; "
             "their GEMM kernels compile at first use (the checkpoint's quantization_config decides which "
             "layers are FP8: see planner/hf.py)")
+
+
+def with_live_linears(engine: Engine, live: dict) -> Engine | None:
+    """`engine` plus a block-FP8 linear for each live shape (N, K, kernel) it does not list, named
+    live_n<N>_k<K>, with the block of its other block-FP8 linears ([128, 128] where it has none);
+    None when nothing is missing. Raises PlanError where the result is no valid engine config (a
+    kernel the schema does not name)."""
+    listed = {(layer.n, layer.k) for layer in engine.facts.model.linear if layer.quant.block is not None}
+    missing = [(n, k, kernel, layers) for (n, k, kernel), layers in sorted(live.items())
+               if n is not None and k is not None and (n, k) not in listed]
+    if not missing:
+        return None
+    block = next((list(layer.quant.block) for layer in engine.facts.model.linear
+                  if layer.quant.method == "fp8" and layer.quant.block is not None), [128, 128])
+    data = copy.deepcopy(engine.data)
+    data["model"]["linear"] += [{"name": f"live_n{n}_k{k}", "n": n, "k": k, "count": layers,
+                                 "quant": {"method": "fp8", "weight_block_size": block}, "kernel": kernel}
+                                for n, k, kernel, layers in missing]
+    return engine_from_document(Document(data=data, file=f"{engine.file} and the loaded model's layers"))
 
 
 def _description(data: dict, model_config, cache_config) -> str:

@@ -39,6 +39,7 @@ from typing import NamedTuple
 from planner.api import check_fresh, expand, load_engine, load_target, source_plan
 from planner.errors import PlanError, one_line
 from planner.steps import Autotune, GemmLike
+from planner.words import count
 
 from . import phases as ph
 from .releases import Release
@@ -311,20 +312,46 @@ class WorkerWarmup:
 
     def check_live_kernels(self) -> str | None:
         """After the weights load: the live layers' block-FP8 kernels and shapes against the engine
-        config's (the plan's DeepGEMM steps follow them); a difference is one warning line, returned."""
+        config's (the plan's DeepGEMM steps follow them); a difference is one warning line, returned.
+        A shape the engine lacks (a router gate the checkpoint left in FP8, say) joins the engine and
+        the plan is made again (_replan_with), so its kernels compile before ready."""
         from .engine import kernels_mismatch, live_block_fp8_linears, live_linear_kernels, shapes_mismatch
 
         model = getattr(getattr(self.worker, "model_runner", None), "model", None)
         if model is None or not hasattr(model, "modules"):
             return None
         try:
-            why = kernels_mismatch(self.engine.data, live_linear_kernels(model)) or \
-                shapes_mismatch(self.engine.data, live_block_fp8_linears(model))
+            why = kernels_mismatch(self.engine.data, live_linear_kernels(model))
+            if not why:
+                live = live_block_fp8_linears(model)
+                why = shapes_mismatch(self.engine.data, live)
+                why = why and self._replan_with(live, why)
         except Exception as e:  # noqa: BLE001 - a check: the server starts either way
             why = f"the live layers' kernels could not be read ({type(e).__name__}: {one_line(e)})"
         if why:
             log.warning("warmup-planner: %s", why)
         return why
+
+    def _replan_with(self, live: dict, why: str) -> str:
+        """The plan made again for the engine plus the live shapes it lacked, so that their kernels
+        compile before ready (in vLLM's process, at the plan's run: the pool has its jobs already);
+        a saved expanded plan is kept as it is (made for the engine it names). Returns the line."""
+        from .engine import with_live_linears
+
+        try:
+            engine = with_live_linears(self.engine, live)
+            expanded = make_plan(self.settings, engine) if engine is not None else None
+        except PlanError as e:
+            return f"{why}; the plan stays as it was ({one_line(e)})"
+        if expanded is None:
+            return why
+        before = {step.id for step in self.expanded.steps}
+        added = [step.id for step in expanded.steps if step.id not in before]
+        self.engine, self.expanded = engine, expanded
+        if not added:
+            return f"{why}; the plan, made again with them, warms none of them (nor does the vLLM it mirrors)"
+        return (f"{why}; the plan is made again with them: {count(len(added), 'step')} more ({', '.join(added)}), "
+                "run before ready in vLLM's process")
 
     def _note(self, line: str) -> None:
         log.warning("warmup-planner: rank %d: %s", self.rank, line)

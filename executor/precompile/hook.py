@@ -39,7 +39,7 @@ class PrecompileHook:
                 record.precompile = step_share(info, waited)
         if record.status == "failed" and self.stop_on_error:
             pre.cancel(f"not needed: step {step.id} failed (--on-error stop)")
-        if isinstance(step, Autotune) and pre.pool is not None:
+        if isinstance(step, Autotune) and pre.pool is not None and step.id in pre.book.index_of:
             pre.pool.await_start()
             pre.submit(pre.book.index_of[step.id])
         self.maybe_finish()
