@@ -61,7 +61,7 @@ def write_plan(tmp_path, stages: list, name: str = "review-test", extends: str =
 
 
 def codes(plan, eng=None) -> list[str]:
-    findings, _ = lints.run(plan, eng.data if eng is not None else None)
+    findings, _ = lints.run(plan, eng.facts if eng is not None else None)
     return [f.lint.code for f in findings]
 
 
@@ -113,7 +113,7 @@ def test_every_lint_has_code_severity_explanation_and_fix():
 # --- E101 prefill-classified-as-decode --------------------------------------------------
 
 def test_e101_pre_40746_plan_is_caught():
-    findings, _ = lints.run(planned(PRE_40746, engine()), engine().data)
+    findings, _ = lints.run(planned(PRE_40746, engine()), engine().facts)
     assert [f.line() for f in findings] == [
         "ERROR E101 warmup_kernels/prefill: per-request query length 2 <= decode query length 2 "
         "(1 + 1 speculative token): the engine classifies the batch as uniform decode and never warms the "
@@ -135,7 +135,7 @@ SMALL_BLOCKS = {"speculative": {"method": "eagle", "num_speculative_tokens": 2},
 def test_e102_seed_warmup_without_lookahead_reservation():
     # vllm (seed): prompt 4 tokens in 1 block of 4; the scheduler holds cdiv(4 + 2 lookahead, 4) = 2.
     eng = engine(SMALL_BLOCKS)
-    findings, _ = lints.run(planned("vllm", eng), eng.data, codes=["E102"])
+    findings, _ = lints.run(planned("vllm", eng), eng.facts, codes=["E102"])
     assert findings[0].step == "warmup_kernels/prefill"
     assert "hold 1 block in KV group 0; the scheduler would hold 2 for 4 tokens + 2 lookahead" in findings[0].message
     assert "1024 requests" in findings[0].message
@@ -150,7 +150,7 @@ def test_e102_wrong_number_of_kv_groups(clean):
     data = plain(clean[0])
     for r in step_of(data, "warmup_kernels/prefill")["requests"]:
         r["block_ids"] = r["block_ids"] * 2
-    findings, _ = lints.run(read(data), clean[1].data, codes=["E102"])
+    findings, _ = lints.run(read(data), clean[1].facts, codes=["E102"])
     assert findings and "requests hold blocks in 2 KV cache groups, the engine has 1" in findings[0].message
 
 
@@ -184,7 +184,7 @@ def test_e104_block_reused_across_requests_and_after_cleanup(clean):
 def test_e105_block_ids_beyond_num_blocks(clean):
     plan, eng = clean
     small = engine({"kv_cache": {"num_blocks": 100}})
-    findings, _ = lints.run(plan, small.data, codes=["E105"])
+    findings, _ = lints.run(plan, small.facts, codes=["E105"])
     assert findings[0].step == "warmup_kernels/prefill" and "outside 1..99 (num_blocks 100)" in findings[0].message
     assert "E105" not in codes(planned("vllm-head", small), small)  # planned for it: num_reqs fits
 
@@ -193,21 +193,21 @@ def test_e105_block_ids_beyond_num_blocks(clean):
 
 def test_e106_tokens_over_max_num_batched_tokens(tmp_path):
     plan = write_plan(tmp_path, [{"name": "warmup_kernels", "with": {"prompt_len": 64, "num_reqs": "max_num_seqs"}}])
-    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["E106"])
+    findings, _ = lints.run(planned(plan, engine()), engine().facts, codes=["E106"])
     assert [f.message for f in findings] == [
         "schedules 65536 tokens, more than max_num_batched_tokens 8192"]
 
 
 def test_e106_request_past_max_model_len(clean):
     short = engine({"model": {"max_model_len": 3}})
-    findings, _ = lints.run(clean[0], short.data, codes=["E106"])
+    findings, _ = lints.run(clean[0], short.facts, codes=["E106"])
     assert any("grow past max_model_len 3" in f.message for f in findings)
     assert "E106" not in codes(clean[0], clean[1])
 
 
 def test_e107_too_many_requests(tmp_path):
     plan = write_plan(tmp_path, [{"name": "warmup_kernels", "with": {"num_reqs": "max_num_seqs + 1"}}])
-    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["E107"])
+    findings, _ = lints.run(planned(plan, engine()), engine().facts, codes=["E107"])
     assert findings[0].message == "schedules 1025 requests, more than max_num_seqs 1024"
     ok = write_plan(tmp_path, [{"name": "warmup_kernels", "with": {"num_reqs": "max_num_seqs"}}], name="ok")
     assert "E107" not in codes(planned(ok, engine()), engine())
@@ -242,7 +242,7 @@ def test_e110_relax_m_values_above_a_small_token_budget():
     # vLLM's relax warmup always adds M = 1..64: an error only where max_num_batched_tokens < 64.
     tiny = engine({"scheduler": {"max_num_seqs": 16, "max_num_batched_tokens": 32},
                    "speculative": {"method": "none", "num_speculative_tokens": 0}})
-    findings, _ = lints.run(planned("vllm", tiny), tiny.data, codes=["E110"])
+    findings, _ = lints.run(planned("vllm", tiny), tiny.facts, codes=["E110"])
     assert findings and all("outside [1, 32]" in f.message for f in findings)
     assert "40, 48, 56, 64" in findings[0].message
     enough = engine({"scheduler": {"max_num_seqs": 16, "max_num_batched_tokens": 64},
@@ -277,7 +277,7 @@ def test_e111_unaligned_shapes(clean):
 
 def test_w201_decode_without_captured_graphs(tmp_path):
     plan = write_plan(tmp_path, [{"name": "cudagraph", "enabled": False}])
-    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["W201"])
+    findings, _ = lints.run(planned(plan, engine()), engine().facts, codes=["W201"])
     assert [f.line() for f in findings] == [
         "WARNING W201 warmup_kernels/decode-1: 5 decode steps run and the plan captures no CUDA graphs (the engine "
         "does: FULL_AND_PIECEWISE): they run eagerly"]
@@ -294,7 +294,7 @@ def test_w201_decode_before_capture_is_fine(tmp_path):
 
 def test_w201_decode_sizes_for_another_decode_query_len(clean):
     plan = mutated(clean, "cudagraph/capture", uniform_decode_sizes=[9, 7, 5, 3], decode_query_len=1)
-    messages = [f.message for f in lints.run(plan, clean[1].data, codes=["W201"])[0]]
+    messages = [f.message for f in lints.run(plan, clean[1].facts, codes=["W201"])[0]]
     assert messages == [
         "uniform decode graphs are captured for decode_query_len 1, the engine decodes 2 tokens per request "
         "(1 + 1 speculative token)",
@@ -304,7 +304,7 @@ def test_w201_decode_sizes_for_another_decode_query_len(clean):
 
 def test_w202_autotune_below_the_largest_batch(tmp_path):
     plan = write_plan(tmp_path, [{"name": "flashinfer_autotune", "with": {"num_tokens": 4096}}])
-    findings, _ = lints.run(planned(plan, engine()), engine().data, codes=["W202"])
+    findings, _ = lints.run(planned(plan, engine()), engine().facts, codes=["W202"])
     assert findings[0].message == "flashinfer autotunes at 4096 tokens, below the largest batch (8192 tokens)"
     assert findings[0].lint.severity == "warning"
 
@@ -329,7 +329,7 @@ def test_golden_plans_are_clean(plan, engine_name):
     """Every golden plan is clean: no error, no warning (tests/test_golden.py pins each golden file to
     exactly this expansion; loading the files again here would only cost time)."""
     eng = engine(base=os.path.join(os.path.dirname(HERE), "plans", "engines", f"{engine_name}.yaml"))
-    findings, skipped = lints.run(planned(plan, eng), eng.data)
+    findings, skipped = lints.run(planned(plan, eng), eng.facts)
     assert [f.line() for f in findings if f.lint.code != "W204"] == [] and skipped == []
     # W204 names what the mirrored vLLM compiles after ready: vLLM 0.25's gaps on every shipped engine
     # (FlashInfer's block-FP8 kernel, the V1 runner), none left where the plugin runs or on 0.33.

@@ -206,7 +206,7 @@ def test_plugin_runs_the_synthetic_batches_on_v1():
 # --- W204 -----------------------------------------------------------------------------------------------
 
 def w204(plan, eng):
-    findings, _ = lints.run(expand(load_plan(plan), eng), eng.data, codes=["W204"])
+    findings, _ = lints.run(expand(load_plan(plan), eng), eng.facts, codes=["W204"])
     return [f.message for f in findings]
 
 

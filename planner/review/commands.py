@@ -141,7 +141,7 @@ def cmd_check(args) -> int:
     if not args.target:
         raise PlanError("expected a plan or an expanded plan to check (or --list)", file="warmup check")
     expanded, engine, notes = _check_inputs(args)
-    findings, skipped = lints.run(expanded, engine.data if engine else None)
+    findings, skipped = lints.run(expanded, engine.facts if engine else None)
     if skipped:
         notes.append(f"no --engine: ran {len(lints.LINTS) - len(skipped)} of {len(lints.LINTS)} lints; "
                      f"{', '.join(x.code for x in skipped)} need the engine config, and the plan's freshness "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from ..engine import expression_names
-from ..engine_facts import engine_facts
+from ..engine_facts import EngineFacts
 from ..expr import round_up
 from ..stages.batches import BlockCounter
 from ..words import count
@@ -61,9 +61,10 @@ def lint(code: str, name: str, severity: str, *, needs_engine: bool, explanation
     return register
 
 
-def run(plan, engine: dict | None = None, codes: Iterable[str] | None = None
+def run(plan, engine: EngineFacts | None = None, codes: Iterable[str] | None = None
         ) -> tuple[list[Finding], list[Lint]]:
-    """(findings in step order, lints skipped for want of an engine config)."""
+    """(findings in step order, lints skipped for want of an engine config); `engine`: the engine
+    config's record (Engine.facts), which every lint reads."""
     wanted = set(codes) if codes is not None else None
     order = {s.id: i for i, s in enumerate(plan.steps)}
     findings, skipped = [], []
@@ -160,8 +161,8 @@ def _continue(step, running: dict, scheduled: list, problems: list) -> None:
         scheduled.append((r, state))
 
 
-def names_of(engine: dict) -> dict:
-    return expression_names(engine_facts(engine))
+def names_of(engine: EngineFacts) -> dict:
+    return expression_names(engine)
 
 
 def spec_note(names: dict) -> str:
@@ -201,9 +202,8 @@ def prefill_classified_as_decode(plan, engine):
       changed.""")
 def kv_blocks_short(plan, engine):
     names = names_of(engine)
-    facts = engine_facts(engine)
-    counter = BlockCounter(facts, names, reserve_lookahead=True)
-    groups = facts.kv_cache.groups
+    counter = BlockCounter(engine, names, reserve_lookahead=True)
+    groups = engine.kv_cache.groups
     lookahead = names["num_lookahead_tokens"]
     for rep in replay(plan):
         short: dict = {}
@@ -276,7 +276,7 @@ def block_reused(plan, engine):
       fix="""Fit the batch in the cache (num_reqs <= (num_blocks - 1) // max_blocks_per_req, as the built-in
       plans do), or run the plan on the engine config it was made for.""")
 def block_out_of_range(plan, engine):
-    last = engine_facts(engine).kv_cache.num_blocks - 1
+    last = engine.kv_cache.num_blocks - 1
     for step in batches(plan):
         bad = sorted({b for _, groups in step_block_ids(step) for ids in groups for b in ids if b > last or b < 0})
         if bad:
@@ -292,8 +292,7 @@ def block_out_of_range(plan, engine):
       max_num_batched_tokens // prompt_len, num_tokens: min(max_num_batched_tokens, ...)), or re-plan for this
       engine.""")
 def tokens_over_limit(plan, engine):
-    facts = engine_facts(engine)
-    budget, max_len = facts.scheduler.max_num_batched_tokens, facts.model.max_model_len
+    budget, max_len = engine.scheduler.max_num_batched_tokens, engine.model.max_model_len
     for step in plan.steps:
         if isinstance(step, BATCHES):
             if step.total_num_scheduled_tokens > budget:
@@ -314,7 +313,7 @@ def tokens_over_limit(plan, engine):
       fix="""Cap the synthetic batch at max_num_seqs (num_reqs: min(max_num_seqs, ...), as the built-in plans
       do).""")
 def too_many_requests(plan, engine):
-    limit = engine_facts(engine).scheduler.max_num_seqs
+    limit = engine.scheduler.max_num_seqs
     for rep in replay(plan):
         if len(rep.step.requests) > limit:
             yield rep.step.id, f"schedules {len(rep.step.requests)} requests, more than max_num_seqs {limit}"
@@ -394,8 +393,7 @@ def grouped_max_m(step, tokens: int) -> int:
       relax warmup adds M = 1..64 even when max_num_batched_tokens is smaller).""",
       fix="""Take max_tokens from max_num_batched_tokens (the stage default), or drop the M-values beyond it.""")
 def gemm_m_out_of_range(plan, engine):
-    facts = engine_facts(engine)
-    budget, dp = facts.scheduler.max_num_batched_tokens, facts.parallel.data_parallel_size
+    budget, dp = engine.scheduler.max_num_batched_tokens, engine.parallel.data_parallel_size
     for step in plan.steps:
         if isinstance(step, Gemm):
             limit, what = budget, f"max_num_batched_tokens {budget}"
@@ -460,7 +458,7 @@ def gemm_shape_unaligned(plan, engine):
       fix="""Capture CUDA graphs in the plan (a cudagraph_capture stage), with uniform decode sizes of
       round_up(size, decode_query_len) for this engine: re-plan it.""")
 def decode_graph_uncovered(plan, engine):
-    comp, names = engine_facts(engine).compilation, names_of(engine)
+    comp, names = engine.compilation, names_of(engine)
     q = names["decode_query_len"]
     steps = plan.steps
     decodes = [i for i, s in enumerate(steps) if isinstance(s, Decode)]
@@ -486,7 +484,7 @@ def decode_graph_uncovered(plan, engine):
       default.""",
       fix="""Autotune at max_num_batched_tokens (the default num_tokens).""")
 def autotune_below_batch(plan, engine):
-    largest = max([engine_facts(engine).scheduler.max_num_batched_tokens]
+    largest = max([engine.scheduler.max_num_batched_tokens]
                   + [s.total_num_scheduled_tokens for s in batches(plan)])
     for step in plan.steps:
         if isinstance(step, Autotune) and step.num_tokens < largest:
@@ -539,14 +537,13 @@ def compiled_after_ready(plan, engine):
     release = plan.vllm_release
     if not release:
         return
-    facts = engine_facts(engine)
-    max_tokens = facts.scheduler.max_num_batched_tokens
+    max_tokens = engine.scheduler.max_num_batched_tokens
     warmed = {}
     for step in plan.steps:
         if isinstance(step, Gemm) and step.kernel == "fp8_gemm_nt" and step.m_values:
             warmed[(step.n, step.k)] = min(min(step.m_values), warmed.get((step.n, step.k), max_tokens + 1))
     cold: dict = {}
-    for layer in facts.model.linear:
+    for layer in engine.model.linear:
         lo = deep_gemm_min_m(layer.kernel)
         if lo is None or lo > max_tokens or warmed.get((layer.n, layer.k), max_tokens + 1) <= lo:
             continue
@@ -557,7 +554,7 @@ def compiled_after_ready(plan, engine):
         yield "(plan)", (f"engine {plan.engine}: vLLM {release} compiles DeepGEMM fp8_gemm_nt n={n} k={k} "
                          f"({', '.join(layers)}, on {KERNEL_CLASSES[kernel]}) for M {lo}..{hi} after ready"
                          + (f" (fixed upstream by {fix})" if fix else ""))
-    runner, why = model_runner(release, facts)
+    runner, why = model_runner(release, engine)
     if runner == "v1" and not any(True for _ in batches(plan)):
         yield "(plan)", (f"engine {plan.engine}: {why}; V1 never calls warmup_kernels, so the Triton kernels of "
                          "its serving batches (block table, slot mapping, sampler) compile at the first requests "

@@ -200,7 +200,7 @@ def test_pre_40746_variant_leaves_the_prefill_path_cold():
     attention = {k for k in missing if k.startswith("runner.prefill_attention")}
     assert len(attention) == 1 and "BLOCK_M=64" in attention.pop()
     assert not any("prefill_attention" in k for k in launch_keys(plan.steps, engine, graph_sizes))
-    findings, _ = lints.run(plan, engine.data)
+    findings, _ = lints.run(plan, engine.facts)
     assert {f.lint.code for f in findings} == {"E101"}
     builtin = expand(load_plan("plans/reference.yaml"), engine)
-    assert not lints.run(builtin, engine.data)[0]
+    assert not lints.run(builtin, engine.facts)[0]
