@@ -17,6 +17,7 @@ between them: a worker claims a key before compiling it, the others wait for it 
     manifest.py     the keys known to be cached (fingerprint.py: what must match for that)
     worker_start.py how a worker starts: settings, GPU target, Triton's per-process costs
     worker.py       a worker's backends, and one job
+    worker_device.py  a worker's current device, and its memory freed after each job
     claims.py       a key's claims on disk: who holds it, whether it is done (owner.py: a worker's side)
     node.py         where a run's claims live (the caches it shares with other processes), its counts
     waits.py        the main process waiting for keys other processes compile, and the takeovers

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import os
 import signal
-import sys
 import time
 
 from planner.errors import one_line
@@ -19,9 +18,9 @@ from planner.errors import one_line
 from ..backends.base import Unavailable, is_oom
 from .jobs import Job, JobResult
 from .owner import claim_key
+from .worker_device import device_setter, free_after
 from .worker_start import apply_setup, prime_triton
 
-EMPTY_CACHE_BYTES = 1 << 30  # a worker frees its cached GPU memory above this much
 
 _WORKER: dict | None = None  # this worker's backends, monitor and start-up errors (init_worker)
 
@@ -56,7 +55,7 @@ def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dic
         state["monitor"] = Monitor("warn" if monitor_mode != "off" else "off").install()
     except Exception as e:  # noqa: BLE001
         state["errors"]["monitor"] = f"{type(e).__name__}: {e}"
-    with_device = _device_setter(device, state)
+    with_device = device_setter(device, state)
     with_device()  # torch preloaded by the fork server: the backends' checks run on the device too
     for name, (module, cls) in specs.items():
         try:
@@ -77,28 +76,6 @@ def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dic
         except Exception as e:  # noqa: BLE001 - the jobs will say it
             state["errors"]["prime"] = f"{type(e).__name__}: {e}"
     state["init_s"] = round(time.perf_counter() - start, 3)
-
-
-def _device_setter(device: str, state: dict):
-    def set_it() -> None:
-        try:
-            use_device(device)
-        except Exception as e:  # noqa: BLE001 - the jobs will fail and say why
-            state["errors"]["device"] = f"{type(e).__name__}: {e}"
-    return set_it
-
-
-def use_device(device: str) -> None:
-    """Make the pool's device the worker's current CUDA device. A fresh process's current device
-    is cuda:0, and DeepGEMM and Triton launch on the current device whatever device the tensors
-    are on: the pool of a tensor-parallel rank on cuda:1 then launched its kernels on GPU 0 over
-    GPU 1's memory (CUDA_ERROR_ILLEGAL_ADDRESS, 57 of 73 jobs failed on the H100 pair,
-    bench/RESULTS.md part T). Only where a backend has imported torch already: workers that
-    compile Triton offline stay without torch and without a CUDA context."""
-    torch = sys.modules.get("torch")
-    if torch is None or not str(device).startswith("cuda:"):
-        return
-    torch.cuda.set_device(int(str(device).split(":", 1)[1]))
 
 
 def ready() -> dict:
@@ -146,19 +123,5 @@ def run_job(job: Job) -> JobResult:
                 out.deep_gemm_entries = list(counts.deep_gemm_entries)
         if held is not None:  # the done mark once the entry is in the cache, or the claim given back
             held.end(out.status == "ok", counts.deep_gemm_entries if counts is not None else (), out.end)
-        _free(backend, job.step, state["device"])
+        free_after(backend, job.step, state["device"])
     return out
-
-
-def _free(backend, step, device: str) -> None:
-    try:
-        backend.release(step)
-    except Exception:  # noqa: BLE001
-        pass
-    torch = sys.modules.get("torch")
-    try:
-        if torch is not None and str(device).startswith("cuda") and torch.cuda.is_initialized():
-            if torch.cuda.memory_reserved() > EMPTY_CACHE_BYTES:
-                torch.cuda.empty_cache()
-    except Exception:  # noqa: BLE001
-        pass

@@ -252,17 +252,17 @@ def test_a_rank_pool_worker_launches_on_its_rank_gpu(monkeypatch):
     import sys
     import types
 
-    from executor.precompile import worker
+    from executor.precompile import worker_device
 
     calls = []
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=calls.append))
     monkeypatch.setitem(sys.modules, "torch", fake)
-    worker.use_device("cuda:1")
-    worker.use_device("cuda")     # no index: the current device is the one meant
-    worker.use_device("cpu")
+    worker_device.use_device("cuda:1")
+    worker_device.use_device("cuda")     # no index: the current device is the one meant
+    worker_device.use_device("cpu")
     assert calls == [1]
     monkeypatch.delitem(sys.modules, "torch")
-    worker.use_device("cuda:1")   # torch not imported: nothing imported for it
+    worker_device.use_device("cuda:1")   # torch not imported: nothing imported for it
     assert "torch" not in sys.modules and calls == [1]
 
 
