@@ -25,10 +25,6 @@ class LinearLayer(NamedTuple):
     quant: Quant
     kernel: str | None           # vLLM's block-FP8 kernel (planner/engine.py fills the default)
 
-    @property
-    def is_block_fp8(self) -> bool:
-        return self.quant.method == "fp8" and self.quant.block == (128, 128)
-
 
 class MoeLayer(NamedTuple):
     """One fused-MoE layer kind (model.moe[]): per-rank experts and sizes."""
@@ -40,10 +36,6 @@ class MoeLayer(NamedTuple):
     intermediate_size: int
     count: int
     quant: Quant
-
-    @property
-    def is_block_fp8(self) -> bool:
-        return self.quant.method == "fp8" and self.quant.block == (128, 128)
 
 
 class KvCacheGroup(NamedTuple):

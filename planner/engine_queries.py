@@ -19,6 +19,10 @@ class Quant(NamedTuple):
     method: str                    # "none" where the engine gives no quant
     block: tuple[int, int] | None  # weight_block_size as (block N, block K); None: not block-quantized
 
+    def is_block_fp8(self, block: int = 128) -> bool:
+        """FP8 in [block, block] scale blocks (DeepGEMM's and the Triton block-FP8 GEMMs' layout)."""
+        return self.method == "fp8" and self.block == (block, block)
+
 
 class BlockFp8Linear(NamedTuple):
     """A linear whose weight is block FP8 ([block, block] scales)."""
@@ -68,8 +72,7 @@ def quant_of(layer: dict) -> Quant:
 def is_block_fp8(layer: dict, block: int = 128) -> bool:
     """Whether the layer's weight is FP8 in [block, block] scale blocks (DeepGEMM's and the Triton
     block-FP8 GEMMs' only layout; vLLM's fused_moe Triton tables are for [128, 128])."""
-    quant = quant_of(layer)
-    return quant.method == "fp8" and quant.block == (block, block)
+    return quant_of(layer).is_block_fp8(block)
 
 
 def block_fp8_linears(engine: dict, block: int = 128) -> list[BlockFp8Linear]:

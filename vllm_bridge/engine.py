@@ -24,13 +24,13 @@ import sys
 
 from planner import hf
 from planner.engine import Engine, engine_from_document
-from planner.engine_facts import engine_facts
+from planner.engine_facts import EngineFacts
 from planner.engine_queries import quant_of
 from planner.schema import load_schema
 from planner.yamlio import Document
 
-__all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernels_mismatch", "live_block_fp8_linears",
-           "live_linear_kernels", "shapes_mismatch", "with_live_linears"]
+__all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernel_counts", "kernels_mismatch",
+           "live_block_fp8_linears", "live_linear_kernels", "shapes_mismatch", "with_live_linears"]
 
 
 def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
@@ -249,15 +249,20 @@ def live_block_fp8_linears(model) -> dict:
 
 def live_linear_kernels(model) -> dict:
     """{engine schema kernel name: how many layers} of the block-FP8 linears of a loaded vLLM model."""
+    return kernel_counts(live_block_fp8_linears(model))
+
+
+def kernel_counts(live: dict) -> dict:
+    """{kernel name: layers} of live_block_fp8_linears' answer, by name."""
     counts: dict = {}
-    for (_, _, name), layers in live_block_fp8_linears(model).items():
+    for (_, _, name), layers in live.items():
         counts[name] = counts.get(name, 0) + layers
     return dict(sorted(counts.items()))
 
 
-def kernels_mismatch(engine_data: dict, live: dict) -> str | None:
+def kernels_mismatch(engine: EngineFacts, live: dict) -> str | None:
     """One line where the live layers run kernels the engine config did not record (None: they agree)."""
-    recorded = sorted({layer.kernel for layer in engine_facts(engine_data).model.linear if layer.kernel})
+    recorded = sorted({layer.kernel for layer in engine.model.linear if layer.kernel})
     if not live or sorted(live) == recorded:
         return None
     return (f"the loaded model's block-FP8 linears run {', '.join(f'{k} ({n})' for k, n in live.items())}, the "
@@ -265,17 +270,22 @@ def kernels_mismatch(engine_data: dict, live: dict) -> str | None:
             "steps may miss what serving compiles (set WARMUP_ENGINE to an engine config with model.linear[].kernel)")
 
 
-def shapes_mismatch(engine_data: dict, live: dict) -> str | None:
-    """One line naming the live block-FP8 shapes (N, K) the engine config lists no block-FP8 linear of
-    (None: every live shape is there): the plan warms no GEMM of theirs, so each compiles at first use.
-    A module whose sizes could not be read is not judged."""
-    listed = {(layer.n, layer.k) for layer in engine_facts(engine_data).model.linear
+def missing_shapes(engine: EngineFacts, live: dict) -> list[tuple]:
+    """(N, K, kernel, layers) of the live block-FP8 shapes the engine config lists no block-FP8 linear
+    of, in order; a module whose sizes could not be read is not judged."""
+    listed = {(layer.n, layer.k) for layer in engine.model.linear
               if layer.quant.method == "fp8" and layer.quant.block is not None}
-    missing = {(n, k, kernel): layers for (n, k, kernel), layers in live.items()
-               if n is not None and k is not None and (n, k) not in listed}
+    return [(n, k, kernel, layers) for (n, k, kernel), layers in sorted(live.items())
+            if n is not None and k is not None and (n, k) not in listed]
+
+
+def shapes_mismatch(engine: EngineFacts, live: dict) -> str | None:
+    """One line naming the live block-FP8 shapes the engine config lacks (None: every live shape is
+    there): the plan warms no GEMM of theirs, so each compiles at first use."""
+    missing = missing_shapes(engine, live)
     if not missing:
         return None
-    shapes = ", ".join(f"n{n} k{k} on {kernel} ({layers} layers)" for (n, k, kernel), layers in sorted(missing.items()))
+    shapes = ", ".join(f"n{n} k{k} on {kernel} ({layers} layers)" for n, k, kernel, layers in missing)
     return (f"the loaded model has block-FP8 linears the engine config the plan was made for does not list: {shapes}; "
             "their GEMM kernels compile at first use (the checkpoint's quantization_config decides which "
             "layers are FP8: see planner/hf.py)")
@@ -286,9 +296,7 @@ def with_live_linears(engine: Engine, live: dict) -> Engine | None:
     live_n<N>_k<K>, with the block of its other block-FP8 linears ([128, 128] where it has none);
     None when nothing is missing. Raises PlanError where the result is no valid engine config (a
     kernel the schema does not name)."""
-    listed = {(layer.n, layer.k) for layer in engine.facts.model.linear if layer.quant.block is not None}
-    missing = [(n, k, kernel, layers) for (n, k, kernel), layers in sorted(live.items())
-               if n is not None and k is not None and (n, k) not in listed]
+    missing = missing_shapes(engine.facts, live)
     if not missing:
         return None
     block = next((list(layer.quant.block) for layer in engine.facts.model.linear

@@ -315,16 +315,16 @@ class WorkerWarmup:
         config's (the plan's DeepGEMM steps follow them); a difference is one warning line, returned.
         A shape the engine lacks (a router gate the checkpoint left in FP8, say) joins the engine and
         the plan is made again (_replan_with), so its kernels compile before ready."""
-        from .engine import kernels_mismatch, live_block_fp8_linears, live_linear_kernels, shapes_mismatch
+        from .engine import kernel_counts, kernels_mismatch, live_block_fp8_linears, shapes_mismatch
 
         model = getattr(getattr(self.worker, "model_runner", None), "model", None)
         if model is None or not hasattr(model, "modules"):
             return None
         try:
-            why = kernels_mismatch(self.engine.data, live_linear_kernels(model))
+            live = live_block_fp8_linears(model)
+            why = kernels_mismatch(self.engine.facts, kernel_counts(live))
             if not why:
-                live = live_block_fp8_linears(model)
-                why = shapes_mismatch(self.engine.data, live)
+                why = shapes_mismatch(self.engine.facts, live)
                 why = why and self._replan_with(live, why)
         except Exception as e:  # noqa: BLE001 - a check: the server starts either way
             why = f"the live layers' kernels could not be read ({type(e).__name__}: {one_line(e)})"

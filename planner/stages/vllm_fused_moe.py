@@ -30,7 +30,7 @@ def layer_shape(layer: MoeLayer, device: str):
     fused_moe for it."""
     from kernel_model import vllm_fused_moe as moe
 
-    if layer.quant.method == "fp8" and layer.quant.block == (moe.BLOCK, moe.BLOCK):
+    if layer.quant.is_block_fp8(moe.BLOCK):
         kind = "fp8_block"
     elif layer.quant.method == "none":
         kind = "none"
