@@ -32,8 +32,8 @@ def use_device(device: str) -> None:
 
 
 def free_after(backend, step, device: str) -> None:
-    """After a job: the backend lets go of the step, and the cache allocator's memory goes back
-    above EMPTY_CACHE_BYTES (the pool's workers share the GPU with each other)."""
+    """After a job: the backend lets go of the step, and where torch's allocator caches more than
+    EMPTY_CACHE_BYTES, the cache is emptied (the pool's workers share the GPU with each other)."""
     try:
         backend.release(step)
     except Exception:  # noqa: BLE001
