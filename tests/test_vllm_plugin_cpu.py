@@ -127,17 +127,21 @@ def test_workers_default_to_the_cores_shared_by_the_nodes_ranks():
 
 
 class StuckPool:
-    """A precompile pool that reports a failure (the barrier's view of it)."""
+    """A precompile pool whose device lane reports a failure (the barrier's view of it)."""
 
     status = "ran"
-    finish_s = 2.0
 
     def __init__(self, why):
-        self.why, self.finished = why, False
+        self.why, self.finished, self.bounded = why, False, None
+        self.lane_waits = {"device": {"waited_s": 2.0, "still_running": []}}
 
-    def finish(self, timeout):
+    def finish_lane(self, lane, timeout):
+        assert lane == "device"
         self.finished = timeout
         return self.why
+
+    def bound(self, seconds):
+        self.bounded = seconds
 
     def summary(self):
         return {"status": "cancelled", "jobs": 2, "workers": 2}
@@ -154,7 +158,7 @@ def test_a_failed_pool_falls_back_to_vllms_own_warmup_in_one_line(caplog, tmp_pa
     state = bare_state(Settings("vllm-0.25", report=str(report), timeout_s=7))
     state.precompiler = StuckPool("timed out after 7 s with 1 of 2 jobs done")
     with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
-        state.finish_precompile()
+        state.finish_device_lane()
         result = state.warm_up(lambda: "vLLM's own")  # vLLM's method, not redirected
     assert state.precompiler.finished == 7 and result == "vLLM's own"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -170,21 +174,45 @@ def test_strict_mode_stops_the_worker_in_one_line():
     state = bare_state(Settings("vllm-0.25", strict=True))
     state.precompiler = StuckPool("no job succeeded (failed: RuntimeError: boom)")
     with pytest.raises(PluginError) as e:
-        state.finish_precompile()
+        state.finish_device_lane()
     assert str(e.value) == ("warmup-planner: the precompile pool no job succeeded (failed: RuntimeError: boom) "
                             "(WARMUP_STRICT=1)")
 
 
-def test_the_pool_is_finished_before_vllms_memory_profile():
+def test_the_device_lane_ends_after_vllms_profile_run_and_before_its_measurement():
     order = []
-    state = NS(finish_precompile=lambda: order.append("pool finished"),
-               phases=ph.Phases(NS(begin_step=lambda name: order.append(f"count {name}"),
-                                   end_step=lambda: None)))
-    wrapped = plugin._determine_available_memory(lambda self: order.append("vLLM profiles") or 42,
-                                                 RELEASES["0.25.0"], Settings("p"))
-    assert wrapped(NS(**{plugin.STATE: state})) == 42
-    assert order == ["pool finished", "count profile run", "vLLM profiles"]
-    assert wrapped(NS()) == 42 and order[3:] == ["vLLM profiles"]  # no plugin state: vLLM's method alone
+    runner = NS(profile_run=lambda: order.append("vLLM's profile run (torch.compile, a forward pass)"))
+    state = NS(then_finish_device_lane=lambda profile: WorkerWarmup.then_finish_device_lane(
+                   NS(finish_device_lane=lambda: order.append("device lane finished")), profile),
+               phases=ph.Phases(NS(begin_step=lambda name: order.append(f"count {name}"), end_step=lambda: None)))
+
+    def determine_available_memory(worker):  # vLLM's: the profile run inside, then the measurement
+        worker.model_runner.profile_run()
+        order.append("vLLM measures the GPU's memory")
+        return 42
+
+    wrapped = plugin._determine_available_memory(determine_available_memory, RELEASES["0.25.0"], Settings("p"))
+    worker = NS(model_runner=runner, **{plugin.STATE: state})
+    assert wrapped(worker) == 42
+    assert order == ["count profile run", "vLLM's profile run (torch.compile, a forward pass)",
+                     "device lane finished", "vLLM measures the GPU's memory"]
+    assert "profile_run" in vars(runner) and runner.profile_run() is None and order[-1].startswith("vLLM's")
+    order.clear()
+    bare = NS(model_runner=NS(profile_run=lambda: order.append("profile")))
+    assert wrapped(bare) == 42 and order == ["profile", "vLLM measures the GPU's memory"]  # no plugin state
+
+
+def test_the_device_lane_line_says_what_went_on_past_it(caplog):
+    state = bare_state(Settings("vllm-0.25", timeout_s=9))
+    state.precompiler = StuckPool(None)
+    state.precompiler.lane_waits["device"]["still_running"] = ["flashinfer_jit flashinfer.jit[sampling]"]
+    with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
+        state.finish_device_lane()
+    assert state.precompiler.finished == 9 and state.precompiler.bounded == 9 and state.waited_s == 2.0
+    assert [r.getMessage() for r in caplog.records] == [
+        "warmup-planner: precompile (rank 0): vLLM waited 2.0 s after its profile run for the jobs that hold a "
+        "CUDA context, now ended; still running in CUDA-free workers (1): flashinfer_jit flashinfer.jit[sampling]"]
+    assert state.fallback is None
 
 
 def test_counts_by_kind_add_up_to_the_summary_line():

@@ -12,8 +12,11 @@ it resolves the model), and that release's GPU Worker is patched:
   recorded for one to be built (WARMUP_BUNDLE_OUT), and the plan's precompile pool started before
   vLLM loads the weights; once they are loaded, the kernel each block-FP8 linear was built with is
   checked against the engine config's (one warning line);
-- ``determine_available_memory``: the pool is finished, its processes gone, before vLLM's memory
-  profile (bounded; a failed pool falls back to vLLM's own warmup);
+- ``determine_available_memory``: vLLM's profile run (torch.compile, then one forward pass) runs
+  beside the pool; once it returns, and before vLLM measures the GPU's memory, the pool's device
+  lane (workers that hold a CUDA context: DeepGEMM) is finished and gone (bounded; a failed lane
+  falls back to vLLM's own warmup). The compile lane (CUDA-free: FlashInfer's nvcc builds, Triton)
+  goes on, bounded by WARMUP_PRECOMPILE_TIMEOUT;
 - ``compile_or_warm_up_model``: vLLM's own method with the plan in place of what the plan models
   (vllm_bridge.warmup); then, vLLM ready, the start-up's caches packed into WARMUP_BUNDLE_OUT.
 
@@ -28,7 +31,7 @@ import os
 
 from . import bundle
 from .releases import Release, release_for
-from .warmup import Settings, WorkerWarmup
+from .warmup import Settings, WorkerWarmup, swapped
 
 PATCHED = "_warmup_planner_originals"  # on the Worker class: {method name: vLLM's function}
 STATE = "_warmup_planner"               # on a worker: its WorkerWarmup
@@ -104,8 +107,12 @@ def _determine_available_memory(original, release: Release, settings: Settings):
         state = getattr(self, STATE, None)
         if state is None:
             return original(self, *args, **kwargs)
-        state.finish_precompile()  # the pool's processes and their GPU memory gone before the profile
-        with state.phases.phase("profile run"):
+        # The device lane's processes, and their GPU memory, gone before vLLM measures (after its
+        # profile run, inside its memory profile); the compile lane goes on (vllm_bridge.warmup).
+        runner = self.model_runner
+        profile = getattr(runner, release.profile_method)
+        with state.phases.phase("profile run"), swapped(runner, release.profile_method,
+                                                        state.then_finish_device_lane(profile)):
             return original(self, *args, **kwargs)
     return determine_available_memory
 

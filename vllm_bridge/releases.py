@@ -19,7 +19,8 @@ class Release(NamedTuple):
     worker_module: str = "vllm.v1.worker.gpu_worker"
     worker_class: str = "Worker"
     load_method: str = "load_model"         # wrapped: the precompile pool starts before the weights load
-    memory_method: str = "determine_available_memory"  # wrapped: the pool is done and gone before it
+    memory_method: str = "determine_available_memory"  # wrapped: the pool's device lane gone before it measures
+    profile_method: str = "profile_run"     # on the model runner, inside memory_method before its measurement
     warmup_method: str = "compile_or_warm_up_model"  # wrapped: the plan replaces what it models
     # Names in worker_module that compile_or_warm_up_model calls, and what the plan does instead:
     plan_hook: str = "kernel_warmup"        # the plan runs here, then vLLM's own kernel_warmup

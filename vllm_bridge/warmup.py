@@ -7,12 +7,17 @@ Per worker, in the order vLLM calls the three patched methods:
   weights load: one job per distinct compile key of the plan (DeepGEMM on vLLM's own DeepGEMM,
   into vLLM's cache; vLLM's own Triton kernels the plan warms), in as many worker processes as
   the machine and the key count allow (WARMUP_JOBS overrides);
-- ``determine_available_memory`` (``finish_precompile``): the pool's barrier. vLLM's memory
-  profile counts every GPU byte in use when it ends, the workers' CUDA contexts included, and its
-  profile run must find the kernels compiled: so the pool is finished and its processes gone
-  before it (at most WARMUP_PRECOMPILE_TIMEOUT seconds of waiting). A pool that fails or times
-  out is one line in vLLM's log, and vLLM's own warmup then runs as it would without the plugin
-  (WARMUP_STRICT=1: the worker stops instead);
+- ``determine_available_memory`` (``finish_device_lane``): no global barrier. vLLM's memory
+  profile counts every GPU byte in use when it measures, the workers' CUDA contexts included: so
+  the pool's device lane (DeepGEMM, vLLM's Triton sampler launched for real) is finished and its
+  processes gone once vLLM's profile run returns, before the measurement (at most
+  WARMUP_PRECOMPILE_TIMEOUT seconds of waiting). The profile run itself (torch.compile first)
+  runs beside the pool. The compile lane (executor/precompile/lanes.py: no CUDA context) goes on
+  through the KV allocation and the capture; a kernel of it is waited for only where it is first
+  needed (a plan step's own jobs; vLLM's own FlashInfer call on FlashInfer's file lock), and what
+  is left of it is ended WARMUP_PRECOMPILE_TIMEOUT seconds later (its kernels then compile where
+  needed). A lane that fails or times out is one line in vLLM's log, and vLLM's own warmup then
+  runs as it would without the plugin (WARMUP_STRICT=1: the worker stops instead);
 - ``compile_or_warm_up_model`` (``warm_up``): vLLM's own method with the plan in place of what the
   plan models (``redirected``): vLLM's kernel_warmup runs with its serial DeepGEMM sweep off, then
   the plan's steps run through the executor (``plugin_plan``: each DeepGEMM shape at one call per
@@ -262,7 +267,7 @@ class WorkerWarmup:
         self.phases = ph.Phases(self.monitor)
         self.precompiler = None
         self.fallback: str | None = None   # why vLLM's own warmup runs instead of the plan
-        self.waited_s: float | None = None  # the barrier's wait for the pool
+        self.waited_s: float | None = None  # the device lane's barrier: vLLM's wait after its profile run
         self.runner = None
         self.report = None
 
@@ -356,22 +361,33 @@ class WorkerWarmup:
     def _note(self, line: str) -> None:
         log.warning("warmup-planner: rank %d: %s", self.rank, line)
 
-    # --- determine_available_memory: the pool's barrier ---
+    # --- determine_available_memory: the device lane's barrier, after vLLM's profile run ---
 
-    def finish_precompile(self) -> None:
-        """Wait for the pool (bounded) and end its processes; on failure, fall back or stop (strict)."""
+    def then_finish_device_lane(self, profile_run):
+        """vLLM's profile_run, then the pool's device lane finished (finish_device_lane)."""
+        def profile_then_finish(*args, **kwargs):
+            result = profile_run(*args, **kwargs)
+            self.finish_device_lane()
+            return result
+        return profile_then_finish
+
+    def finish_device_lane(self) -> None:
+        """Wait (bounded) for the jobs that hold a CUDA context and end their processes, so that
+        vLLM's memory measurement counts none of theirs; the CUDA-free lane goes on, bounded too.
+        On failure: fall back to vLLM's own warmup, or stop (strict)."""
         pre = self.precompiler
         if pre is None or pre.status != "ran":
             return
         try:
-            why = pre.finish(self.settings.timeout_s)
+            why = pre.finish_lane("device", self.settings.timeout_s)
+            pre.bound(self.settings.timeout_s)
         except Exception as e:  # noqa: BLE001 - ours: one line, never a hang
             pre.cancel("failed")
             why = f"failed ({type(e).__name__}: {one_line(e)})"
-        self.waited_s = pre.finish_s
+        lane = pre.lane_waits.get("device") or {}
+        self.waited_s = lane.get("waited_s")
         if why is None:
-            log.info("warmup-planner: %s; vLLM waited %.1f s for it before its memory profile",
-                     _pool_line(pre.summary(), self.rank), self.waited_s or 0.0)
+            log.info("warmup-planner: %s", device_lane_line(lane, self.rank))
             return
         self._give_up(f"the precompile pool {why}")
 
@@ -512,6 +528,17 @@ class WorkerWarmup:
                 self.report.write(with_rank(self.settings.report, self.rank))
             except OSError as e:
                 log.warning("warmup-planner: cannot write the report: %s", one_line(e))
+
+
+def device_lane_line(lane: dict, rank: int = 0) -> str:
+    """What the device lane's barrier cost vLLM, and what went on past it (the CUDA-free lane)."""
+    running = lane.get("still_running") or []
+    line = (f"precompile (rank {rank}): vLLM waited {lane.get('waited_s') or 0.0:.1f} s after its profile run "
+            "for the jobs that hold a CUDA context, now ended")
+    if running:
+        line += (f"; still running in CUDA-free workers ({len(running)}): {', '.join(running[:4])}"
+                 f"{' ...' if len(running) > 4 else ''}")
+    return line
 
 
 def _pool_line(p: dict, rank: int = 0) -> str:

@@ -74,6 +74,8 @@ class BaseBackend:
     compiles_for_cuda = False        # its precompile jobs only make sense on a CUDA device
     needs_triton_driver = False      # launches Triton kernels for real in a precompile worker
     worker_preload: tuple = ()       # modules a precompile worker running it imports up front
+    cuda_free = False                # its precompile worker holds no CUDA context (a compile-only twin)
+    expected_job_s = 1.0             # a precompile job's seconds before one was measured (the pool's order)
 
     def __init__(self, device: str = "cuda", options=None):
         self.device = device

@@ -23,6 +23,7 @@ class FlashInferJitBackend(BaseBackend):
     families = ("kernel",)
     compiles_for_cuda = True
     worker_preload = ("torch",)
+    expected_job_s = 100.0  # one module: nvcc over several sources (110-118 s each on the H100)
 
     def __init__(self, device: str = "cuda", options=None):
         super().__init__(device, options)
@@ -57,3 +58,50 @@ def generator(path: str):
         return getattr(importlib.import_module(module), function)
     except Exception as e:  # noqa: BLE001 - another FlashInfer: this step is unavailable, vLLM builds it
         raise Unavailable(f"{path} is not in this FlashInfer ({type(e).__name__}: {e})") from e
+
+
+class FlashInferJitBuildOnly(FlashInferJitBackend):
+    """The precompile worker's twin: builds a module (ninja, nvcc, under FlashInfer's file lock)
+    and does not load it, so the worker holds no CUDA context and may run beside vLLM's memory
+    profile (executor/precompile/lanes.py). The GPU target comes from the pool (NVML), as
+    FLASHINFER_CUDA_ARCH_LIST (worker_start.py): FlashInfer then asks CUDA nothing. vLLM's process,
+    calling the module first, waits on the same lock while a worker builds it and then finds the
+    .so: ninja has nothing to do. A module FlashInfer's prebuilt JIT cache holds (flashinfer-jit-cache)
+    is not built: FlashInfer loads that one (``is_aot``)."""
+
+    cuda_free = True
+    worker_preload = ()
+
+    def __init__(self, device: str = "cuda", options=None):
+        super().__init__(device, options)
+        self.prebuilt: list[str] = []  # the modules flashinfer-jit-cache holds (nothing built)
+
+    def available(self) -> tuple[bool, str]:
+        import os
+
+        from executor.precompile.worker_start import FLASHINFER_ARCHS
+
+        if not os.environ.get(FLASHINFER_ARCHS):
+            return False, (f"the GPU's architecture is unknown without CUDA ({FLASHINFER_ARCHS} unset, no NVML): "
+                           "vLLM's process builds the modules")
+        try:
+            importlib.import_module("flashinfer.jit")
+        except Exception as e:  # noqa: BLE001 - no FlashInfer: vLLM does not call it either
+            return False, f"flashinfer.jit is not importable ({type(e).__name__}: {e})"
+        return True, ""
+
+    def kernel(self, step, launches, tick):
+        if step.kernel != KERNEL:
+            raise Unavailable(f"flashinfer_jit builds {KERNEL} steps, not {step.kernel}")
+        for module in launches:
+            spec = generator(module.generator)()
+            if spec.is_aot:
+                self.prebuilt.append(module.name)
+            else:
+                spec.build(verbose=False)  # FlashInfer's lock held: vLLM's process waits for this module only
+                self.built.append(module.name)
+            tick(1)
+        return len(launches)
+
+    def synchronize(self) -> None:
+        pass  # nothing ran on a GPU

@@ -27,6 +27,7 @@ from .triton import check_kernel, check_planned_keys, compile_runner_kernels, gr
 class TritonCompileOnly(BaseBackend):
     name = "triton"
     families = ("gemm", "grouped_gemm", "attention", "kernel")
+    cuda_free = True  # with the offline driver; Triton's own (no NVML target) makes a context
 
     def __init__(self, device: str = "cuda", options=None):
         super().__init__(device, options)

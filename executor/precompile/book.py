@@ -65,14 +65,13 @@ class JobBook:
 
     # --- submitting, and the answers ----------------------------------------------------------------
 
-    def due(self, index: int, first) -> list[Slot]:
+    def due(self, index: int, order) -> list[Slot]:
         """The jobs released once the step at `index` has run (those whose last autotune step is at
-        or before it), not yet submitted; those of backends where `first(backend)` is true first."""
+        or before it), not yet submitted, as `order` sorts them (costs.py: the longest first)."""
         if index <= self._released:
             return []
         self._released = index
-        todo = [s for s in self.slots if s.future is None and s.job.release <= index]
-        return sorted(todo, key=lambda s: (not first(s.job.backend), s.job.index))
+        return order([s for s in self.slots if s.future is None and s.job.release <= index])
 
     def submitted(self, slot: Slot, future) -> None:
         slot.future, slot.submitted = future, time.time()

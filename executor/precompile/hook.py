@@ -51,10 +51,11 @@ class PrecompileHook:
         """Block until the jobs of this step's keys are done (the first such step: and every
         DeepGEMM job, barrier.py); returns the seconds waited."""
         pre = self.pre
-        if pre.pool is None or step.id not in pre.book.info:
+        pool = pre.pool  # read once: a watchdog may end the pool meanwhile (pool.py, bound)
+        if pool is None or step.id not in pre.book.info:
             return 0.0
         start = time.perf_counter()
-        pre.pool.await_start()  # the first jobs' futures exist from here
+        pool.await_start()  # the first jobs' futures exist from here
         slots = pre.book.step_slots(step.id)
         futures = pre.barrier.with_first_wait({s.future for s in slots})
         futures = {f for f in futures if f is not None and not f.done()}

@@ -12,10 +12,12 @@ from concurrent.futures import wait
 
 from .barrier import DeepGemmBarrier
 from .book import JobBook
+from .costs import JobCosts
 from .decide import Decision, decide
+from .lanes import Lanes, lane_of
 from .manifest import RunManifest
 from .node import NodeClaims
-from .processes import JOIN_S, WorkerPool
+from .processes import JOIN_S
 from .summary import cached_keys, failure_line, pool_summary
 from .timings import Timings
 
@@ -36,7 +38,12 @@ class Precompiler:
         self.claims = NodeClaims(options.worker_env, note)  # other processes' compiles of the same keys
         self.barrier = DeepGemmBarrier(self.book, monitor)
         self.timings = Timings()
-        self.pool: WorkerPool | None = None      # None before the start and once the workers are ended
+        self.costs = JobCosts()                  # the jobs' seconds at the last start: longest first
+        self.note = note
+        self.pool: Lanes | None = None           # None before the start and once the workers are ended
+        self.lane_workers: dict = {}             # lane -> its worker processes (lanes.py)
+        self.lane_waits: dict = {}               # lane -> {"waited_s", "still_running"} at its finish_lane()
+        self._watchdog = None
         self._announced = False
 
     def attach(self, monitor, progress) -> None:
@@ -54,7 +61,8 @@ class Precompiler:
             if d.status == "skipped":
                 self._announce()
             if d.status == "ran":
-                self.pool = WorkerPool(d.workers, self.book, self.options, self.timings)
+                self.pool = Lanes(d.workers, self.book, self.options, self.timings)
+                self.lane_workers = self.pool.workers_of()
                 self.claims.start(self.pool, self.book.slots)
                 self.pool.start(then=lambda: self.submit(-1))
         return self
@@ -62,7 +70,7 @@ class Precompiler:
     def submit(self, index: int) -> None:
         """Submit the jobs whose last autotune step is at or before `index` (DeepGEMM first)."""
         if self.pool is not None:
-            self.pool.run(self.book, self.book.due(index, first=self.barrier.writes), self.claims.follow)
+            self.pool.run(self.book, self.book.due(index, self.costs.order), self.claims.follow)
 
     finish_s = property(lambda self: self.timings.finish_s)  # finish()'s wait (vllm_bridge logs it)
 
@@ -110,6 +118,59 @@ class Precompiler:
             self._wind_up(join=max(JOIN_S, deadline - time.perf_counter()))
             return failure_line(self.book.results())
 
+    def finish_lane(self, lane: str, timeout: float) -> str | None:
+        """A caller's barrier for one lane alone (lanes.py): release every job, wait for that lane's
+        (at most `timeout` s), end its workers and wait for them to exit; the other lane goes on.
+        None when its jobs ran (or it had none), else why not in one line; on a time-out the whole
+        pool is cancelled (its jobs are then compiled by whoever needs them)."""
+        if self.pool is None:
+            return None
+        began = time.perf_counter()
+        deadline = began + max(0.0, timeout)
+        if not self.pool.await_start(max(0.0, deadline - time.perf_counter())):
+            self.cancel(f"the workers did not start within {timeout:g} s")
+            return self.reason
+        self.submit(len(self.steps))
+        slots = [s for s in self.book.slots if lane_of(s.job.backend) == lane]
+        pending = [s.future for s in slots if s.future is not None]
+        _, not_done = wait(pending, timeout=max(0.0, deadline - time.perf_counter()))
+        if not_done:
+            self.cancel(f"timed out after {timeout:g} s with {len(pending) - len(not_done)} of {len(slots)} "
+                        f"{lane} jobs done")
+            return self.reason
+        self.book.settle(slots)
+        self.barrier.absorb()
+        if self.pool.has(lane):
+            self.pool.shutdown(join=max(JOIN_S, deadline - time.perf_counter()), lane=lane)
+        self.lane_waits[lane] = {"waited_s": round(time.perf_counter() - began, 3), "still_running": self.pending()}
+        return failure_line([s.result for s in slots if s.result is not None])
+
+    def pending(self) -> list[str]:
+        """The jobs not answered yet, as 'backend key' (what the log says is still running)."""
+        return [f"{s.job.backend} {s.job.key}" for s in self.book.slots
+                if s.result is None and not (s.future is not None and s.future.done())]
+
+    def bound(self, seconds: float) -> None:
+        """What is left of the pool ends within `seconds`: a job that hangs is killed (with what it
+        started) and its kernel is compiled by whoever needs it, one line to `note`. A hung build
+        would otherwise hold FlashInfer's file lock, and vLLM's process would wait on it for ever."""
+        import threading
+
+        if self.pool is None or self._watchdog is not None:
+            return
+        self._watchdog = threading.Timer(max(0.0, seconds), self._overdue, args=(seconds,))
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def _overdue(self, seconds: float) -> None:
+        left = self.pending()
+        if self.pool is None or not left:
+            return
+        self.cancel(f"{len(left)} jobs still running {seconds:g} s after vLLM's memory profile: ended "
+                    "(their kernels compile where they are first needed)")
+        if self.note is not None:
+            self.note(f"precompile: {self.reason}: {', '.join(left[:4])}{' ...' if len(left) > 4 else ''}")
+
     def close(self, interrupted: bool = False) -> None:
         """The run is over: wait for the jobs still running (a Ctrl-C cancels them instead)."""
         with self.timings.clock("close_s", 4, add=True, keep=lambda: self.status in ("ran", "cancelled")):
@@ -132,6 +193,9 @@ class Precompiler:
 
     def _end_pool(self, kill: bool = False, join: float | None = None) -> None:
         pool, self.pool = self.pool, None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self.costs.record(self.book.results())
         self.claims.close()
         if pool is not None:
             pool.shutdown(kill=kill, join=join)

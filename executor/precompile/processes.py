@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
+import signal
 import threading
 import time
 
@@ -28,42 +30,38 @@ _CONFIG_LOCK = threading.RLock()
 
 
 class WorkerPool:
-    """One run's ProcessPoolExecutor and its starter thread (see the module docstring)."""
+    """One lane's ProcessPoolExecutor (lanes.py puts the lanes together; see the module docstring)."""
 
-    def __init__(self, workers: int, book, options, timings):
-        """Create the process pool (no process yet) for the jobs of `book`."""
+    def __init__(self, workers: int, backends, options, timings, lane: str = "device", preload=None):
+        """Create the process pool (no process yet) for the jobs of `backends` in `lane`; `preload`:
+        the fork server's imports (one fork server a process: the lanes pass the union of theirs)."""
         from concurrent.futures import ProcessPoolExecutor
 
-        timings.created = time.time()
-        self.workers, self.timings = workers, timings
-        self.specs = worker_specs({s.job.backend for s in book.slots})
-        self.setup = worker_setup(options.device, options.worker_env)
+        timings.created = timings.created or time.time()
+        self.workers, self.timings, self.lane = workers, timings, lane
+        self.specs = worker_specs(backends)
+        self.setup = worker_setup(options.device, options.worker_env, cuda_free=lane == "compile")
         # The offline driver compiles without CUDA, but a backend that launches Triton kernels
         # for real in the workers (vllm_bridge's) needs Triton's own driver there.
-        self.setup["real_triton_driver"] = any(backend_attr(n, "needs_triton_driver", False) for n in self.specs)
+        self.setup["real_triton_driver"] = lane == "device" and any(
+            backend_attr(n, "needs_triton_driver", False) for n in self.specs)
         timings.target = self.setup.get("capability")
-        preload = sorted({m for name in self.specs for m in backend_attr(name, "worker_preload", ())})
+        preload = preload_of(self.specs) if preload is None else preload
         self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context(preload),
                                             initializer=init_worker,
                                             initargs=(self.specs, options.device, options.jit_monitor, options,
                                                       self.setup))
         self.started = threading.Event()  # set once the starter thread has done its part
 
-    def start(self, then) -> None:
-        """Start every worker from a background thread, then call `then` there (submit the first jobs)."""
-        threading.Thread(target=self._spawn, args=(then,), name="warmup-precompile-start", daemon=True).start()
-
-    def _spawn(self, then) -> None:
+    def spawn(self) -> None:
+        """Start every worker now (on the lanes' starter thread: the first waits for the fork server)."""
         try:
             with children_allowed():  # every process of the pool starts here (see the module docstring)
                 for _ in range(self.workers):  # one no-op each: every worker starts now, not at its first job
                     self.executor.submit(ready).add_done_callback(self._on_ready)
             self.timings.spawned_s = round(time.time() - self.timings.created, 3)
-            if self.setup.get("capability") and "triton" in self.specs:
+            if self.setup.get("capability") and "triton" in self.specs and self.lane == "compile":
                 self.executor.submit(build_cuda_utils).add_done_callback(self._on_utils)
-            then()
-        except Exception as e:  # noqa: BLE001 - the jobs left unsubmitted are compiled by the main process
-            self.timings.start_error = f"{type(e).__name__}: {e}"
         finally:
             self.started.set()
 
@@ -72,7 +70,7 @@ class WorkerPool:
             info = fut.result()
         except BaseException as e:  # noqa: BLE001
             info = {"error": f"{type(e).__name__}: {e}", "time": time.time()}
-        self.timings.worker_ready(info)
+        self.timings.worker_ready(dict(info, lane=self.lane))
 
     def _on_utils(self, fut) -> None:
         try:
@@ -83,17 +81,6 @@ class WorkerPool:
     def await_start(self, timeout: float | None = None) -> bool:
         """Wait for the starter thread (at most `timeout` s); False if it has not finished."""
         return self.started.wait(timeout)
-
-    def run(self, book, slots: list, follow) -> None:
-        """Submit the jobs of `slots`, each followed by its key's future (waits.py); a job that
-        cannot be submitted (a broken pool) fails, and the main process compiles its variant."""
-        for slot in slots:
-            try:
-                future = follow(slot.job, self.submit(slot.job))
-            except Exception as e:  # noqa: BLE001
-                slot.result = book.ended(slot, f"not submitted ({type(e).__name__}: {e})")
-                continue
-            book.submitted(slot, future)
 
     def submit(self, job):
         with children_allowed():  # a submit may start a worker when none is idle yet
@@ -111,6 +98,11 @@ class WorkerPool:
             _join(processes, join)
         if kill or join is not None:
             _terminate(processes)
+
+
+def preload_of(specs) -> list:
+    """The modules the fork server imports for the backends of `specs` (their ``worker_preload``)."""
+    return sorted({m for name in specs for m in backend_attr(name, "worker_preload", ())})
 
 
 @contextlib.contextmanager
@@ -139,11 +131,48 @@ def _join(processes, seconds: float) -> None:
 
 
 def _terminate(processes) -> None:
-    """Terminate this pool's own workers that are still alive (by their handles), and reap them."""
+    """Terminate this pool's own workers that are still alive (by their handles) and what they
+    started (a FlashInfer build's ninja and nvcc), and reap them: a build cut short would otherwise
+    go on writing the files vLLM's process then builds itself."""
+    started = [pid for proc in processes if _alive(proc) for pid in descendants(proc.pid)]
     for proc in processes:
         try:
             if proc.is_alive():
                 proc.terminate()
         except Exception:  # noqa: BLE001
             pass
+    for pid in started:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     _join(processes, JOIN_S)
+
+
+def _alive(proc) -> bool:
+    try:
+        return proc.is_alive()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (Linux's /proc; none elsewhere), children first."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])  # the name may hold spaces and ')'
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(0), [])
+        out += below
+        todo += below
+    return out

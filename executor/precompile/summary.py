@@ -20,6 +20,10 @@ def pool_summary(pre) -> dict:
         results = pre.book.results()
         out.update(pre.timings.report(results),
                    **pool_counts(results, pre.barrier.entries(), pre.barrier.writes, pre.timings.created))
+    if pre.lane_workers:
+        out["lanes"] = dict(pre.lane_workers)  # lane -> its workers (lanes.py)
+    if pre.lane_waits:
+        out["lane_waits"] = dict(pre.lane_waits)  # lane -> what its barrier waited, and what ran on
     if pre.claims.roots:
         out["claims"] = claim_counts(pre.claims, pre.book)
     return out

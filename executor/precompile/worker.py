@@ -55,7 +55,9 @@ def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dic
         state["monitor"] = Monitor("warn" if monitor_mode != "off" else "off").install()
     except Exception as e:  # noqa: BLE001
         state["errors"]["monitor"] = f"{type(e).__name__}: {e}"
-    with_device = device_setter(device, state)
+    # A compile-lane worker never touches CUDA (torch may be preloaded: setting a device would
+    # create a context, whose memory vLLM's profile would count).
+    with_device = (lambda: None) if setup.get("cuda_free") else device_setter(device, state)
     with_device()  # torch preloaded by the fork server: the backends' checks run on the device too
     for name, (module, cls) in specs.items():
         try:

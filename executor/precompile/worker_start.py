@@ -16,8 +16,11 @@ import time
 from .. import registry
 
 WORKER_ENV_PREFIXES = ("TRITON_", "DG_", "WARMUP_")  # settings a worker takes from the main process
-# A worker runs a backend's compile-only twin where it has one (no torch, no CUDA context).
-WORKER_CLASSES = {"triton": ("executor.backends.triton_compile", "TritonCompileOnly")}
+# A worker runs a backend's compile-only twin where it has one (no CUDA context: lanes.py).
+WORKER_CLASSES = {"triton": ("executor.backends.triton_compile", "TritonCompileOnly"),
+                  "flashinfer_jit": ("executor.backends.flashinfer_jit", "FlashInferJitBuildOnly")}
+# FlashInfer reads the GPU's architecture from CUDA unless this names it (flashinfer/compilation_context.py)
+FLASHINFER_ARCHS = "FLASHINFER_CUDA_ARCH_LIST"
 
 
 def gpu_capability() -> int | None:
@@ -48,15 +51,19 @@ def gpu_capability() -> int | None:
     return caps.pop() if len(caps) == 1 else None
 
 
-def worker_setup(device: str, extra_env: dict | None = None) -> dict:
+def worker_setup(device: str, extra_env: dict | None = None, cuda_free: bool = False) -> dict:
     """What a worker takes from the main process: its TRITON_/DG_/WARMUP_ settings (the
     fork server may have started under others), with `extra_env` on top (what the caller wants
     the workers alone to see, e.g. a Triton cache directory of their own), and the GPU target
-    to compile for."""
+    to compile for. A CUDA-free worker (`cuda_free`: the compile lane) is also told the target
+    FlashInfer would otherwise ask CUDA for: the same architecture, so the same ninja file and
+    build directory as vLLM's process (a user's own FLASHINFER_CUDA_ARCH_LIST stays)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV_PREFIXES)}
     env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
     capability = gpu_capability() if str(device).startswith("cuda") else None
-    return {"env": env, "capability": capability}
+    if cuda_free and capability and FLASHINFER_ARCHS not in os.environ:
+        env[FLASHINFER_ARCHS] = f"{capability // 10}.{capability % 10}"
+    return {"env": env, "capability": capability, "cuda_free": cuda_free}
 
 
 def apply_setup(setup: dict) -> None:
@@ -121,6 +128,19 @@ def worker_specs(backends) -> dict:
     """The class each worker runs a backend with: its compile-only twin where it has one."""
     return {name: WORKER_CLASSES.get(name) or registry.backend_spec(name) for name in sorted(set(backends))
             if name in registry.known_backends()}
+
+
+def cuda_free(name: str) -> bool:
+    """Whether a backend's jobs run in a worker without a CUDA context (its compile-only twin)."""
+    module, cls = WORKER_CLASSES.get(name) or (None, None)
+    if module is None:
+        return False
+    try:
+        import importlib
+
+        return bool(getattr(getattr(importlib.import_module(module), cls), "cuda_free", False))
+    except Exception:  # noqa: BLE001 - a broken twin: its jobs fail and say it
+        return False
 
 
 def backend_attr(name: str, attr: str, default):

@@ -73,17 +73,37 @@ def test_the_book_knows_each_steps_keys_and_the_job_that_warms_each():
     assert book.step_slots("s/none") == [] and book.index_of["s/b"] == 1
 
 
-def test_jobs_after_an_autotune_step_wait_for_it_and_deep_gemm_goes_first():
+def test_jobs_after_an_autotune_step_wait_for_it_and_the_longest_go_first(tmp_path):
+    from executor.precompile.costs import JobCosts
+
     steps = [gemm("a", ["k1"]), gemm("d", ["d1"], backend="deep_gemm"), tune(), gemm("b", ["k2"]),
              gemm("e", ["d2"], backend="deep_gemm")]
     book = book_of(steps)
-    first = lambda backend: backend == "deep_gemm"  # noqa: E731
-    released = book.due(-1, first)
+    costs = JobCosts(str(tmp_path / "costs.json"))  # none measured: DeepGEMM's 4 s guess beats the others' 1 s
+    released = book.due(-1, costs.order)
     assert [s.job.key for s in released] == ["d1", "k1"]
     for slot in released:
         book.submitted(slot, done())
-    assert book.due(-1, first) == []                                   # released once
-    assert [s.job.key for s in book.due(2, first)] == ["d2", "k2"]   # after the autotune step at index 2
+    assert book.due(-1, costs.order) == []                                   # released once
+    costs.seconds["fake:k2"] = 30.0                                          # measured at the last start
+    assert [s.job.key for s in book.due(2, costs.order)] == ["k2", "d2"]   # after the autotune step at index 2
+
+
+def test_job_costs_are_kept_for_the_next_start_and_a_bad_file_only_loses_the_order(tmp_path):
+    from executor.precompile.costs import JobCosts
+    from executor.precompile.jobs import JobResult
+
+    path = tmp_path / "costs.json"
+    book = book_of([gemm("a", ["k1", "k2"])])
+    results = [JobResult.of(s.job, pid=1, compiled=1, wall_s=w) for s, w in zip(book.slots, (2.5, 7.0))]
+    results.append(JobResult.of(book.slots[0].job, pid=1, compiled=0, wall_s=99.0))  # a load: not a cost
+    results[1].key = "k2"
+    assert JobCosts(str(path)).record(results) == 2
+    again = JobCosts(str(path))
+    assert again.of(book.slots[1].job) == (7.0, True) and again.of(book.slots[0].job) == (2.5, True)
+    assert [s.job.key for s in again.order(list(book.slots))] == ["k2", "k1"]
+    path.write_text("{not json")
+    assert JobCosts(str(path)).seconds == {}                                 # unreadable: guesses, no error
 
 
 def test_the_first_word_on_a_job_stays_and_every_job_ends_with_a_record():

@@ -1,0 +1,100 @@
+"""The pool's workers in two lanes, so that nothing waits that need not wait.
+
+- ``device``: jobs that run on the GPU (DeepGEMM's JIT compiles inside a launch; vLLM's Triton
+  sampler is launched for real). Each such worker holds a CUDA context, which vLLM's memory
+  profile would count as its own: this lane is ended before vLLM measures (vllm_bridge).
+- ``compile``: jobs whose compile-only twin needs no CUDA (Triton for the GPU's target, FlashInfer's
+  nvcc builds; worker_start.WORKER_CLASSES). These go on beside the weights load, torch.compile,
+  the memory profile and the CUDA-graph capture; whoever needs one of their kernels first waits
+  for that one alone (the plan's step: hook.py; vLLM's own call: FlashInfer's file lock).
+
+Inside each lane the jobs run longest first (costs.py: the times measured at the last start), so
+that the long poles start at once rather than behind many short jobs. Both lanes fork from one
+fork server (one a process), whose imports are the union of theirs.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .processes import WorkerPool, preload_of
+from .worker_start import cuda_free, worker_specs
+
+LANES = ("compile", "device")  # the order their workers start: the long poles (nvcc builds) first
+
+
+def lane_of(backend: str) -> str:
+    return "compile" if cuda_free(backend) else "device"
+
+
+class Lanes:
+    """The worker processes of one run, one WorkerPool per lane that has jobs. It answers what
+    the precompiler asks of a pool (start, run, submit, shutdown) and routes each job to its lane."""
+
+    def __init__(self, workers: int, book, options, timings):
+        backends: dict[str, set] = {}
+        jobs: dict[str, int] = {}
+        for slot in book.slots:
+            lane = lane_of(slot.job.backend)
+            backends.setdefault(lane, set()).add(slot.job.backend)
+            jobs[lane] = jobs.get(lane, 0) + 1
+        preload = preload_of(worker_specs(set().union(*backends.values()))) if backends else []
+        self.pools = {lane: WorkerPool(min(workers, jobs[lane]), backends[lane], options, timings, lane, preload)
+                      for lane in LANES if lane in backends}
+        self.lane = {b: lane for lane, names in backends.items() for b in names}
+        self.started = threading.Event()  # every lane's workers started, the first jobs submitted
+
+    @property
+    def workers(self) -> int:
+        return sum(p.workers for p in self.pools.values())
+
+    def workers_of(self) -> dict:
+        return {lane: p.workers for lane, p in self.pools.items()}
+
+    def start(self, then) -> None:
+        """Start every lane's workers from one background thread, then call `then` there."""
+        threading.Thread(target=self._spawn, args=(then,), name="warmup-precompile-start", daemon=True).start()
+
+    def _spawn(self, then) -> None:
+        timings = next(iter(self.pools.values())).timings if self.pools else None
+        try:
+            for pool in self.pools.values():
+                pool.spawn()
+            then()
+        except Exception as e:  # noqa: BLE001 - the jobs left unsubmitted are compiled by the main process
+            if timings is not None:
+                timings.start_error = f"{type(e).__name__}: {e}"
+        finally:
+            for pool in self.pools.values():
+                pool.started.set()
+            self.started.set()
+
+    def await_start(self, timeout: float | None = None) -> bool:
+        return self.started.wait(timeout)
+
+    def run(self, book, slots: list, follow) -> None:
+        """Submit the jobs of `slots`, each followed by its key's future (waits.py); a job that
+        cannot be submitted (a broken lane) fails, and the main process compiles its variant."""
+        for slot in slots:
+            try:
+                future = follow(slot.job, self.submit(slot.job))
+            except Exception as e:  # noqa: BLE001
+                slot.result = book.ended(slot, f"not submitted ({type(e).__name__}: {e})")
+                continue
+            book.submitted(slot, future)
+
+    def submit(self, job):
+        pool = self.pools.get(self.lane.get(job.backend, ""))
+        if pool is None:
+            raise RuntimeError(f"no lane runs {job.backend} jobs (it was ended)")
+        return pool.submit(job)
+
+    def shutdown(self, kill: bool = False, join: float | None = None, lane: str | None = None) -> None:
+        """End every lane (or `lane` alone), as WorkerPool.shutdown; an ended lane takes no job."""
+        for name in [lane] if lane else list(self.pools):
+            pool = self.pools.pop(name, None)
+            if pool is not None:
+                pool.shutdown(kill=kill, join=join)
+
+    def has(self, lane: str) -> bool:
+        return lane in self.pools
