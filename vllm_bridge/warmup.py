@@ -47,11 +47,13 @@ from planner.steps import Autotune, GemmLike
 from planner.words import count
 
 from . import phases as ph
+from .flashinfer_waits import FlashInferWaits, prebuilt_line
 from .releases import Release
 
 log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format
 
 DEEP_GEMM_BACKEND = "deep_gemm_vllm"   # vllm_bridge.deep_gemm: DeepGEMM as vLLM imports it
+FLASHINFER_JIT = "flashinfer_jit"      # FlashInfer's JIT modules, built by the pool's compile lane
 VLLM_RUNS = (Autotune,)  # steps vLLM's own kernel_warmup runs (FlashInfer tunes through the model)
 DEFAULT_TIMEOUT_S = 300.0
 TRUE, FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
@@ -199,7 +201,7 @@ def options_for(worker, release: Release, jobs: int):
     device = str(getattr(worker, "device", "cuda"))
     staging = _triton_staging()
     return Options(on_error="continue", jit_monitor="warn", runner="reference", device=device, jobs=jobs,
-                   precompile_backends=(DEEP_GEMM_BACKEND, "vllm_triton", "triton", "flashinfer_jit"),
+                   precompile_backends=(DEEP_GEMM_BACKEND, "vllm_triton", "triton", FLASHINFER_JIT),
                    backend_settings={DEEP_GEMM_BACKEND: release_settings(release),
                                      "vllm_triton": {"module": release.sampler_module, "staging": staging}},
                    worker_env=_worker_env(staging))
@@ -270,6 +272,7 @@ class WorkerWarmup:
         self.waited_s: float | None = None  # the device lane's barrier: vLLM's wait after its profile run
         self.runner = None
         self.report = None
+        self.flashinfer_waits = FlashInferWaits()
 
     @classmethod
     def prepare(cls, worker, release: Release, settings: Settings) -> "WorkerWarmup":
@@ -290,6 +293,8 @@ class WorkerWarmup:
     def start(self) -> None:
         """Install the monitor and start the pool, before vLLM loads the weights (they need none)."""
         self.monitor.install()
+        if any(step.backend == FLASHINFER_JIT for step in self.expanded.steps if hasattr(step, "backend")):
+            self.flashinfer_waits.install()  # vLLM's own first calls may wait for the pool's builds
         jobs = precompile_jobs(self.settings, local_ranks(self.worker.vllm_config))
         if jobs > 1:
             self._start_pool(jobs)
@@ -413,6 +418,7 @@ class WorkerWarmup:
         except BaseException:
             self.phases.end()
             self.monitor.uninstall()  # the worker does not start: nothing to watch
+            self.flashinfer_waits.uninstall()
             raise
         self.monitor.seal()  # stays installed: what compiles from here on is logged as after ready
         self._finish_report()
@@ -518,11 +524,16 @@ class WorkerWarmup:
             self.report.precompile = self.precompiler.summary() if self.precompiler else None
             self.report.finished = time.time()
         stages = ph.stage_rows(self.report.steps, writes_deep_gemm, ph.step_kernels(self.in_worker_plan().steps))
+        self.flashinfer_waits.uninstall()
         self.report.host = {"engine": "vllm", "rank": self.rank, "fallback": self.fallback,
                             "precompile_wait_s": self.waited_s, "phases": self.phases.rows, "stages": stages,
+                            "flashinfer_waits": list(self.flashinfer_waits.waits),
                             "after_ready_jsonl": self.monitor.jsonl_path}
         log.info(summary_line(self.expanded.plan, stages, self.phases.rows, self.report.precompile, self.fallback,
                               self.rank))
+        for line in (self.flashinfer_waits.line(), prebuilt_line((self.report.precompile or {}).get("records") or [])):
+            if line:
+                log.info("warmup-planner: %s", line)
         if self.settings.report:
             try:
                 self.report.write(with_rank(self.settings.report, self.rank))
