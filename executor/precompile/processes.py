@@ -26,6 +26,7 @@ from .worker import init_worker, ready, run_job
 from .worker_start import backend_attr, build_cuda_utils, worker_context, worker_setup, worker_specs
 
 JOIN_S = 5.0  # how long a finished pool's workers get to exit before they are terminated
+DEVICE_LANE_NICE = 5  # the device lane's workers' niceness (what they start inherits it)
 _CONFIG_LOCK = threading.RLock()
 
 
@@ -45,6 +46,9 @@ class WorkerPool:
         # for real in the workers (vllm_bridge's) needs Triton's own driver there.
         self.setup["real_triton_driver"] = lane == "device" and any(
             backend_attr(n, "needs_triton_driver", False) for n in self.specs)
+        # The device lane yields the CPU to the compile lane's long builds and to vLLM's own process
+        # (torch.compile): its many short jobs fill the cores those leave idle (lanes.py).
+        self.setup["nice"] = DEVICE_LANE_NICE if lane == "device" else 0
         timings.target = self.setup.get("capability")
         preload = preload_of(self.specs) if preload is None else preload
         self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context(preload),

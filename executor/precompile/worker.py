@@ -41,6 +41,11 @@ def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dic
              "target": None}
     _WORKER = state
     try:
+        if setup.get("nice"):
+            os.nice(setup["nice"])
+    except OSError:
+        pass
+    try:
         apply_setup(setup)
         if setup.get("capability") and "triton" in specs and not setup.get("real_triton_driver"):
             from executor.kernels.jit import stand_in
@@ -84,7 +89,7 @@ def ready() -> dict:
     """A no-op task: submitting one per worker starts them all at once."""
     state = _WORKER or {}
     return {"pid": os.getpid(), "init_s": state.get("init_s"), "errors": dict(state.get("errors") or {}),
-            "time": time.time()}
+            "time": time.time(), "nice": os.nice(0)}
 
 JOB_ERROR_CHARS = 400  # a job's error in the report: its first line, this long at most
 

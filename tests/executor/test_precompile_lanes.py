@@ -95,6 +95,8 @@ def test_the_device_lanes_barrier_ends_its_workers_while_the_compile_lane_goes_o
     assert device_pids and alive(device_pids) == []              # the device lane's processes are gone
     pre.close()
     assert {(r.key, r.status) for r in pre.book.results()} == {("d1", "ok"), ("d2", "ok"), ("c1", "ok")}
+    nice = {(w["lane"], w["nice"] - os.nice(0)) for w in pre.timings.ready}
+    assert nice == {("device", 5), ("compile", 0)}               # the short jobs yield to the long builds
     assert pre.summary()["lane_waits"]["device"]["still_running"] == ["fake_free c1"]
 
 
