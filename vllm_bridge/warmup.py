@@ -380,16 +380,18 @@ class WorkerWarmup:
         """Wait (bounded) for the jobs that hold a CUDA context and end their processes, so that
         vLLM's memory measurement counts none of theirs; the CUDA-free lane goes on, bounded too.
         On failure: fall back to vLLM's own warmup, or stop (strict)."""
+        from executor.precompile.lanes import DEVICE_LANE
+
         pre = self.precompiler
         if pre is None or pre.status != "ran":
             return
         try:
-            why = pre.finish_lane("device", self.settings.timeout_s)
+            why = pre.finish_lane(DEVICE_LANE, self.settings.timeout_s)
             pre.bound(self.settings.timeout_s)
         except Exception as e:  # noqa: BLE001 - ours: one line, never a hang
             pre.cancel("failed")
             why = f"failed ({type(e).__name__}: {one_line(e)})"
-        lane = pre.lane_waits.get("device") or {}
+        lane = pre.lane_waits.get(DEVICE_LANE) or {}
         self.waited_s = lane.get("waited_s")
         if why is None:
             log.info("warmup-planner: %s", device_lane_line(lane, self.rank))

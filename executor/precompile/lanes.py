@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import threading
 
-from .processes import WorkerPool, preload_of
+from .processes import COMPILE_LANE, DEVICE_LANE, WorkerPool, preload_of
 from .worker_start import cuda_free, worker_specs
 
-LANES = ("compile", "device")  # the order their workers start: the long poles (nvcc builds) first
+LANES = (COMPILE_LANE, DEVICE_LANE)  # the order their workers start: the long poles (nvcc builds) first
 
 
 def lane_of(backend: str) -> str:
-    return "compile" if cuda_free(backend) else "device"
+    return COMPILE_LANE if cuda_free(backend) else DEVICE_LANE
 
 
 class Lanes:

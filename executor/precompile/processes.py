@@ -26,6 +26,7 @@ from .worker import init_worker, ready, run_job
 from .worker_start import backend_attr, build_cuda_utils, worker_context, worker_setup, worker_specs
 
 JOIN_S = 5.0  # how long a finished pool's workers get to exit before they are terminated
+DEVICE_LANE, COMPILE_LANE = "device", "compile"  # the lanes (lanes.py): with a CUDA context, without
 DEVICE_LANE_NICE = 5  # the device lane's workers' niceness (what they start inherits it)
 _CONFIG_LOCK = threading.RLock()
 
@@ -33,7 +34,7 @@ _CONFIG_LOCK = threading.RLock()
 class WorkerPool:
     """One lane's ProcessPoolExecutor (lanes.py puts the lanes together; see the module docstring)."""
 
-    def __init__(self, workers: int, backends, options, timings, lane: str = "device", preload=None):
+    def __init__(self, workers: int, backends, options, timings, lane: str = DEVICE_LANE, preload=None):
         """Create the process pool (no process yet) for the jobs of `backends` in `lane`; `preload`:
         the fork server's imports (one fork server a process: the lanes pass the union of theirs)."""
         from concurrent.futures import ProcessPoolExecutor
@@ -41,14 +42,14 @@ class WorkerPool:
         timings.created = timings.created or time.time()
         self.workers, self.timings, self.lane = workers, timings, lane
         self.specs = worker_specs(backends)
-        self.setup = worker_setup(options.device, options.worker_env, cuda_free=lane == "compile")
+        self.setup = worker_setup(options.device, options.worker_env, cuda_free=lane == COMPILE_LANE)
         # The offline driver compiles without CUDA, but a backend that launches Triton kernels
         # for real in the workers (vllm_bridge's) needs Triton's own driver there.
-        self.setup["real_triton_driver"] = lane == "device" and any(
+        self.setup["real_triton_driver"] = lane == DEVICE_LANE and any(
             backend_attr(n, "needs_triton_driver", False) for n in self.specs)
         # The device lane yields the CPU to the compile lane's long builds and to vLLM's own process
         # (torch.compile): its many short jobs fill the cores those leave idle (lanes.py).
-        self.setup["nice"] = DEVICE_LANE_NICE if lane == "device" else 0
+        self.setup["nice"] = DEVICE_LANE_NICE if lane == DEVICE_LANE else 0
         timings.target = self.setup.get("capability")
         preload = preload_of(self.specs) if preload is None else preload
         self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context(preload),
@@ -64,7 +65,7 @@ class WorkerPool:
                 for _ in range(self.workers):  # one no-op each: every worker starts now, not at its first job
                     self.executor.submit(ready).add_done_callback(self._on_ready)
             self.timings.spawned_s = round(time.time() - self.timings.created, 3)
-            if self.setup.get("capability") and "triton" in self.specs and self.lane == "compile":
+            if self.setup.get("capability") and "triton" in self.specs and self.lane == COMPILE_LANE:
                 self.executor.submit(build_cuda_utils).add_done_callback(self._on_utils)
         finally:
             self.started.set()

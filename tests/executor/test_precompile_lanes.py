@@ -82,13 +82,11 @@ def test_a_backend_with_a_cuda_free_twin_runs_in_the_compile_lane(lanes_env):
 
 def test_the_device_lanes_barrier_ends_its_workers_while_the_compile_lane_goes_on(lanes_env):
     pre = started(plan(gemm("d", [1, 2], ["d1", "d2"]),
-                       gemm("c", [3], ["c1"], backend="fake_free", sleep_in_worker=4)), jobs=4)
+                       gemm("c", [3], ["c1"], backend="fake_free", sleep_in_worker=10)), jobs=4)
     assert pre.status == "ran" and pre.summary()["lanes"] == {"compile": 1, "device": 2}
-    began = time.perf_counter()
     assert pre.finish_lane("device", 60) is None
-    assert time.perf_counter() - began < 4                       # it did not wait for the compile lane
     lane = pre.lane_waits["device"]
-    assert lane["still_running"] == ["fake_free c1"] and lane["waited_s"] >= 0
+    assert lane["still_running"] == ["fake_free c1"] and 0 <= lane["waited_s"] < 10  # not the compile lane's
     assert pre.pool is not None and not pre.pool.has("device") and pre.pool.has("compile")
     device_pids = {r.pid for r in pre.book.results() if r.backend == "fake"}
     time.sleep(0.2)
