@@ -21,10 +21,12 @@ between them: a worker claims a key before compiling it, the others wait for it 
     claims.py       a key's claims on disk: who holds it, whether it is done (owner.py: a worker's side)
     node.py         where a run's claims live (the caches it shares with other processes), its counts
     waits.py        the main process waiting for keys other processes compile, and the takeovers
+    lanes.py        the workers in two lanes: with a CUDA context (device) and without (compile)
+    costs.py        each job's seconds at the last start: the longest run first
     pool.py         the pool of one run (Precompiler), made of one piece per job:
       decide.py       whether the run gets a pool, for which jobs, or why not (and --jobs' default)
       book.py         the jobs by key and by step, and their results (no processes)
-      processes.py    the worker processes: started early from a thread, ended, joined or killed
+      processes.py    one lane's worker processes: started early, ended, joined or killed with what they started
       hook.py         the executor loop's hook: a step waits for its own jobs only
       barrier.py      DeepGEMM's cache, shared by the workers and the main JIT monitor
       timings.py      when the pool's phases happened
