@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Draw the start-up timeline of vLLM runs (bench/vllm_plugin_trace.py's result.json) as one PNG.
+"""Draw the start-up timeline of vLLM runs (bench/vllm_plugin_trace.py's result.json, or
+bench/vllm_serve_trace.py's in server mode) as one PNG.
 
     python3 bench/plot_startup_timeline.py RUNS/stock-cold/result.json RUNS/plugin-cold/result.json -o timeline.png
 
@@ -10,7 +11,9 @@ memory profile with its profile run and torch.compile, DeepGEMM, CUDA graphs, sy
 the plugin's plan with its stages), a dashed line at ready, and for a plugin run one lane per
 precompile worker process (pid) with its jobs. Bars marked "derived" in result.json (the plan's
 stages laid end to end from the report's walls) are hatched. --until ready stops the axis at the
-last ready line (default: the whole trace too).
+last ready line (default: the whole trace too). Server-mode runs: their phases are read from the
+server's log lines (each stamped with its arrival), ready is the first 200 from /health, and each
+kernel vLLM's JIT monitor reported after ready is a red dotted line.
 
 Needs matplotlib, which is not a dependency of this project (nor installed in CI): here
 `python3 -m pip install matplotlib`. The layout (which bar goes on which row, in which colour) is
@@ -26,7 +29,10 @@ import os
 # (category, colour) of a phase name; the first prefix that matches wins.
 CATEGORIES = [
     ("LLM() to ready (the whole engine start)", "#e4e4e4", ("LLM() to ready",)),
-    ("engine start (imports, device)", "#9e9e9e", ("import vllm", "import vLLM worker", "init device")),
+    ("start to ready (the whole server start)", "#e4e4e4", ("start to ready",)),
+    ("engine start (imports, device, API server)", "#9e9e9e",
+     ("import vllm", "import vLLM worker", "init device", "engine start", "API server")),
+    ("init engine (profile, KV cache, warmup)", "#f2f2f2", ("init engine",)),
     ("weights", "#8c564b", ("weights",)),
     ("torch.compile", "#9467bd", ("torch.compile",)),
     ("profile run / memory profile", "#ff7f0e", ("profile run", "memory profile")),
@@ -35,9 +41,9 @@ CATEGORIES = [
     ("synthetic batches", "#1f77b4", ("synthetic batches", "plan: warmup_kernels")),
     ("plugin plan / pool", "#17becf", ("plugin", "precompile", "plan:")),
     ("kernel_warmup / FlashInfer autotune", "#e377c2", ("kernel_warmup", "FlashInfer autotune")),
-    ("compile_or_warm_up_model", "#bcbd22", ("compile_or_warm_up_model",)),
+    ("compile_or_warm_up_model", "#bcbd22", ("compile_or_warm_up_model", "warmup (")),
     ("KV cache allocation", "#7f7f7f", ("KV cache allocation",)),
-    ("requests after ready", "#c7c7c7", ("first request", "batch ", "trace")),
+    ("requests after ready", "#c7c7c7", ("first request", "batch ", "trace", "HTTP requests")),
 ]
 OTHER = ("other", "#dddddd")
 JOB_COLOURS = {"deep_gemm": "#d62728", "deep_gemm_vllm": "#d62728", "triton": "#9467bd"}
@@ -117,7 +123,22 @@ def layout(runs: list[tuple[str, dict]]) -> dict:
         if result.get("first_request_done_at"):
             marks.append({"row_first": first, "row_last": last, "at": result["first_request_done_at"] - t0,
                           "what": "first request done"})
+        marks += jit_marks(result, t0, first, last)
     return {"rows": rows, "bars": bars, "marks": marks, "end": end}
+
+
+def jit_marks(result: dict, t0: float, first: int, last: int) -> list[dict]:
+    """Server mode: where vLLM's JIT monitor reported a kernel after ready (its first line each)."""
+    monitor, ready = result.get("vllm_jit_monitor") or {}, result.get("ready_at")
+    out, seen = [], set()
+    for line in monitor.get("lines") or []:
+        text = line.get("line", "")
+        if not line.get("after_ready") or ready is None or text in seen or len(out) >= 5:
+            continue
+        seen.add(text)
+        out.append({"row_first": first, "row_last": last, "at": ready + line["t_s"] - t0,
+                    "what": "JIT after ready: " + text.split("during inference:")[-1][:60]})
+    return out
 
 
 def draw(runs: list[tuple[str, dict]], out: str, title: str | None, until: str) -> None:
@@ -136,7 +157,7 @@ def draw(runs: list[tuple[str, dict]], out: str, title: str | None, until: str) 
     draw_bars(ax, bars, x_end)
     draw_marks(ax, lay["marks"], x_end)
     draw_axes(ax, rows, x_end)
-    draw_legend(ax, lay, height, Patch)
+    draw_legend(ax, lay, height, Patch, {r.get("mode", "offline") for _, r in runs})
     readies_text = ", ".join(f"{label} ready {r.get('ready_at', 0) - (r.get('process_start') or 0):.1f} s"
                              for label, r in runs if r.get("ready_at"))
     ax.set_title(title or f"vLLM start-up: {readies_text}", fontsize=11)
@@ -165,12 +186,14 @@ def draw_bars(ax, bars: list, x_end: float) -> None:
 
 
 def draw_marks(ax, marks: list, x_end: float) -> None:
-    """Ready (dashed, labelled) and the first request done (dotted) per run."""
+    """Ready (dashed, labelled), the first request done (dotted) and, in server mode, the JIT
+    monitor's kernels after ready (red, dotted) per run."""
     for mark in marks:
         if mark["at"] > x_end:
             continue
         ready = mark["what"].startswith("ready")
-        ax.vlines(mark["at"], mark["row_first"] - 0.45, mark["row_last"] + 0.45, colors="black",
+        ax.vlines(mark["at"], mark["row_first"] - 0.45, mark["row_last"] + 0.45,
+                  colors="#d62728" if mark["what"].startswith("JIT") else "black",
                   linestyles="--" if ready else ":", linewidth=1.2)
         if ready:  # the first request's line is in the legend, not labelled (it sits next to ready)
             right = mark["at"] > 0.85 * x_end  # near the right edge: the label goes left of the line
@@ -193,7 +216,7 @@ def draw_axes(ax, rows: list, x_end: float) -> None:
     ax.set_axisbelow(True)
 
 
-def draw_legend(ax, lay: dict, height: float, Patch) -> None:
+def draw_legend(ax, lay: dict, height: float, Patch, modes: set) -> None:
     bars = lay["bars"]
     seen, handles = set(), []
     for bar in bars:
@@ -202,9 +225,13 @@ def draw_legend(ax, lay: dict, height: float, Patch) -> None:
             handles.append(Patch(facecolor=bar["colour"], label=bar["category"]))
     from matplotlib.lines import Line2D
 
-    handles.append(Line2D([], [], color="black", linestyle="--", label="ready (LLM() returned)"))
+    ready = {"offline": "LLM() returned", "server": "first 200 from /health"}
+    handles.append(Line2D([], [], color="black", linestyle="--",
+                          label=f"ready ({'; '.join(ready.get(m, m) for m in sorted(modes))})"))
     if any(m["what"] == "first request done" for m in lay["marks"]):
         handles.append(Line2D([], [], color="black", linestyle=":", label="first request done"))
+    if any(m["what"].startswith("JIT") for m in lay["marks"]):
+        handles.append(Line2D([], [], color="#d62728", linestyle=":", label="vLLM's JIT monitor after ready"))
     if any(b["derived"] for b in bars):
         handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="//", label="from the plugin's report walls"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.9 / max(height, 1) - 0.04),

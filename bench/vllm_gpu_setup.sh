@@ -7,8 +7,10 @@
 # directory with Python 3.12 (the plugin's entry point found there); not yet on the GPU machine.
 #
 # Here, where PyPI is reachable, from the repository root:
-#   bash bench/vllm_gpu_setup.sh prepare   # .vllm/{core,ext,py}/part.tar.xz and .vllm/plugin/ (FORCE=1: rebuild all)
+#   bash bench/vllm_gpu_setup.sh prepare   # .vllm/{core,ext,py}/part.tar.xz and .vllm/plugin/ (FORCE=1: rebuild all;
+#                                          # without it a part is kept, the py part only while its wheel list is the same)
 #   bash bench/vllm_gpu_setup.sh plugin    # rebuild only the plugin wheel (after the repo's code changed)
+#   bash bench/vllm_gpu_setup.sh part py   # build one part as prepare does (PARTS_DIR=/tmp/x: elsewhere)
 #   bash bench/vllm_gpu_setup.sh sizes     # each part's size (a call carries at most 64 MiB)
 # .vllm/ must not be committed (prepare adds /.vllm/ to .git/info/exclude) and travels only as `carry`.
 #
@@ -29,8 +31,10 @@
 #   py      every Python file of the wheel, vLLM's vendored DeepGEMM for Python 3.12 with its whole
 #           include/ tree (its JIT compiles against it: without the .cuh files the first DeepGEMM
 #           call fails), a few tiny .so (cumem_allocator, spinloop, fs_io_C), and the wheels of the
-#           dependencies the GPU image lacks ($DEPS, pinned), installed with pip --target; vLLM's
-#           Python is byte-compiled at install, so no run pays for it (23.7 MiB xz)
+#           dependencies the GPU image lacks ($DEPS and, for `vllm serve`, $SERVER_DEPS, pinned),
+#           installed with pip --target; vLLM's Python is byte-compiled at install, so no run pays
+#           for it (25.1 MiB xz, built with `part py` into another PARTS_DIR on 2026-11-27; 23.7
+#           before SERVER_DEPS)
 #   plugin  this repository's wheel (pip wheel . --no-deps, built here: the GPU image has no
 #           hatchling, so `pip install -e .` fails there), installed with pip --target into the
 #           vLLM site dir: its warmup_planner-*.dist-info/entry_points.txt is how vLLM finds the
@@ -105,6 +109,33 @@ DEPS=(pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspe
       astor==0.8.1 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2
       opentelemetry-semantic-conventions==0.66b2 importlib-metadata==10.2.0 zipp==4.1.2
       apache-tvm-ffi==0.1.15.post2 compressed-tensors==0.17.0 loguru==0.7.3)
+# What vLLM 0.25.0's OpenAI server (`vllm serve`, bench/vllm_serve_trace.py) needs beyond DEPS that
+# the GPU image lacks. Found by reading the wheel: a static walk of every import reachable from
+# vllm.entrypoints.cli.main (module level everywhere, and inside the functions of vllm.entrypoints,
+# which build the app and its routes) named these as imported unconditionally: uvicorn
+# (entrypoints/launcher.py, openai/dp_supervisor.py), watchfiles (serve/utils/ssl.py),
+# model_hosting_container_standards (serve/sagemaker/api_router.py, imported by api_server.py; it
+# imports jmespath), prometheus_fastapi_instrumentator (serve/instrumentator/metrics.py). httptools,
+# websockets and python-dotenv are uvicorn[standard], which vLLM's fastapi[standard] brings: with
+# httptools and websockets installed uvicorn's "auto" picks them, as it does where users
+# `pip install vllm` (uvloop is in the image). Left out: the rest of fastapi[standard] (fastapi-cli,
+# fastar, email-validator, pydantic-settings, pydantic-extra-types: no module of vLLM imports them),
+# anthropic (vllm/entrypoints/anthropic is vLLM's own; the package is never imported), mcp (only
+# with --tool-server), mistral_common (lazily, for Mistral tokenizers), opentelemetry's exporters
+# (vllm/tracing imports them in a try, for --otlp-traces-endpoint), supervisor and setuptools
+# (model-hosting-container-standards requires them but does not import them). Pinned to what PyPI
+# resolved for cp312 manylinux on 2026-11-27; within vLLM 0.25.0's bounds
+# (model-hosting-container-standards >=0.1.14,<1; prometheus-fastapi-instrumentator >=8).
+# Checked here (Python 3.12 venv with these wheels, DEPS' fastapi/starlette/pydantic and the
+# image's kind of anyio, h11, click, uvloop): each imports; vLLM's own serve/utils/ssl.py and
+# serve/instrumentator/metrics.py import with them (vllm's parent package stood in: its __init__
+# needs torch); every attribute vLLM uses of model_hosting_container_standards.sagemaker and
+# prometheus_fastapi_instrumentator.routing exists; a FastAPI app with the instrumentator and
+# sagemaker's bootstrap served /health and /metrics under uvicorn, which picked httptools and
+# uvloop; the py part built with them installed with Python 3.12's pip --target, and `check py`'s
+# files were there. Not checked before the GPU machine: vLLM's whole server import there.
+SERVER_DEPS=(uvicorn==0.54.0 httptools==0.9.0 websockets==17.4 python-dotenv==1.2.4 watchfiles==1.3.0
+             model-hosting-container-standards==0.1.16 jmespath==1.1.0 prometheus-fastapi-instrumentator==8.1.0)
 
 # What `check` looks for in $VLLM_SITE, per part (each must exist).
 part_files() {
@@ -113,7 +144,8 @@ part_files() {
         ext) echo "vllm/_moe_C_stable_libtorch.abi3.so vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" ;;
         py) echo "vllm/__init__.py vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so" \
                  "vllm/third_party/deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh" \
-                 "tvm_ffi compressed_tensors loguru xgrammar pydantic" ;;
+                 "tvm_ffi compressed_tensors loguru xgrammar pydantic" \
+                 "uvicorn watchfiles httptools model_hosting_container_standards prometheus_fastapi_instrumentator" ;;
         plugin) echo "vllm_bridge/plugin.py" ;;
         fi) echo "flashinfer/__init__.py flashinfer/data/csrc pynvml.py tabulate" ;;
         *) return 1 ;;
@@ -136,7 +168,12 @@ wheel() {
 # pack PART WHEEL PATTERN...: the wheel members matching the patterns into $PARTS_DIR/PART/part.tar.xz
 pack() {
     local part=$1 whl=$2; shift 2
-    [ -f "$PARTS_DIR/$part/part.tar.xz" ] && [ -z "${FORCE:-}" ] && { echo "$part: kept (FORCE=1 rebuilds)"; return; }
+    if [ -f "$PARTS_DIR/$part/part.tar.xz" ] && [ -z "${FORCE:-}" ]; then
+        if [ "$part" != py ] || [ "$(cat "$PARTS_DIR/py/WHEELS" 2>/dev/null)" = "$(py_wheels)" ]; then
+            echo "$part: kept (FORCE=1 rebuilds)"; return
+        fi
+        echo "py: rebuilding: its wheel list ($PARTS_DIR/py/WHEELS) is not DEPS and SERVER_DEPS"
+    fi
     local stage
     stage=$(mktemp -d)
     python3 - "$whl" "$stage" "$@" <<'PY' || return 1
@@ -156,16 +193,20 @@ print(f"{len(names)} files from the wheel", file=sys.stderr)
 PY
     if [ "$part" = py ]; then
         mkdir -p "$stage/wheels"
-        python3 -m pip download -q --no-deps "${PY[@]}" -d "$stage/wheels" "${DEPS[@]}" >&2 || { rm -rf "$stage"; return 1; }
+        python3 -m pip download -q --no-deps "${PY[@]}" -d "$stage/wheels" "${DEPS[@]}" "${SERVER_DEPS[@]}" >&2 \
+            || { rm -rf "$stage"; return 1; }
         local got=("$stage"/wheels/*.whl)
         echo "${#got[@]} dependency wheels" >&2
     fi
     mkdir -p "$PARTS_DIR/$part"
     tar cf - -C "$stage" . | xz -6 -T0 > "$PARTS_DIR/$part/part.tar.xz.tmp" || { rm -rf "$stage"; return 1; }
     mv "$PARTS_DIR/$part/part.tar.xz.tmp" "$PARTS_DIR/$part/part.tar.xz"
+    [ "$part" = py ] && py_wheels > "$PARTS_DIR/py/WHEELS"
     rm -rf "$stage"
     echo "$part: $(du -h "$PARTS_DIR/$part/part.tar.xz" | cut -f1)"
 }
+
+py_wheels() { printf '%s\n' "${DEPS[@]}" "${SERVER_DEPS[@]}"; }   # what the py part's wheels were pinned to
 
 # The plugin part: this checkout's wheel (hatchling comes from PyPI through pip's build isolation).
 build_plugin() {
@@ -192,18 +233,32 @@ exclude_parts_dir() {
 }
 
 prepare() {
+    wheel >/dev/null || return 1
+    exclude_parts_dir
+    local part
+    for part in core ext py plugin fi; do build_part "$part" || return 1; done
+    sizes
+}
+
+# build_part PART: one part, as prepare builds it (kept if built, as prepare keeps it)
+build_part() {
+    case "$1" in
+        plugin) build_plugin; return ;;
+        fi) pack_fi; return ;;
+        core|ext|py) ;;
+        *) echo "vllm_gpu_setup: no part '$1' (core, ext, py, plugin, fi)" >&2; return 1 ;;
+    esac
     local whl
     whl=$(wheel) || return 1
-    exclude_parts_dir
-    pack core "$whl" 'vllm/_C_stable_libtorch.abi3.so' || return 1
-    pack ext "$whl" 'vllm/_moe_C_stable_libtorch.abi3.so' 'vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so' || return 1
-    pack py "$whl" 'vllm/*' 'vllm-*.dist-info/*' '!*.so' '!vllm/vllm-rs' '!vllm/third_party/fmha_sm100/*' \
-        '!*.cu' '!*.cuh' '!*.cpp' '+vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so' \
-        '+vllm/third_party/deep_gemm/include/*' '+vllm/cumem_allocator.abi3.so' '+vllm/spinloop.abi3.so' \
-        '+vllm/fs_io_C.abi3.so' || return 1
-    build_plugin || return 1
-    pack_fi || return 1
-    sizes
+    mkdir -p "$PARTS_DIR"
+    case "$1" in
+        core) pack core "$whl" 'vllm/_C_stable_libtorch.abi3.so' ;;
+        ext) pack ext "$whl" 'vllm/_moe_C_stable_libtorch.abi3.so' 'vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so' ;;
+        py) pack py "$whl" 'vllm/*' 'vllm-*.dist-info/*' '!*.so' '!vllm/vllm-rs' '!vllm/third_party/fmha_sm100/*' \
+                '!*.cu' '!*.cuh' '!*.cpp' '+vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so' \
+                '+vllm/third_party/deep_gemm/include/*' '+vllm/cumem_allocator.abi3.so' '+vllm/spinloop.abi3.so' \
+                '+vllm/fs_io_C.abi3.so' ;;
+    esac
 }
 
 # The fi part (optional): FlashInfer as `pip install vllm==0.25.0` brings it (flashinfer-python
@@ -314,6 +369,8 @@ check() {
 case "${1:-}" in
     prepare) prepare ;;
     plugin) build_plugin ;;
+    part) shift; [ $# -gt 0 ] || { echo "part which: core, ext, py, plugin, fi" >&2; exit 2; }
+          for p in "$@"; do build_part "$p" || exit 1; done ;;
     sizes) sizes ;;
     install)
         shift
@@ -322,6 +379,6 @@ case "${1:-}" in
     check) shift; check "$@" ;;
     env) _vgs_env; echo "export PYTHONPATH=$PYTHONPATH${VLLM_USE_FLASHINFER_SAMPLER:+ VLLM_USE_FLASHINFER_SAMPLER=$VLLM_USE_FLASHINFER_SAMPLER}"
          echo "(executed, not sourced: this shell is unchanged; use: source bench/vllm_gpu_setup.sh env)" >&2 ;;
-    *) echo "usage: bench/vllm_gpu_setup.sh prepare | plugin | sizes | install PART... | check [PART...] | env (sourced)" >&2
+    *) echo "usage: bench/vllm_gpu_setup.sh prepare | plugin | part PART... | sizes | install PART... | check [PART...] | env (sourced)" >&2
        exit 2 ;;
 esac

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The vLLM start-up proof on the GPU machine: vLLM 0.25.0 + this project's plugin against stock
-# vLLM 0.25.0, from cold caches and warm, one process per run (bench/vllm_plugin_trace.py).
+# vLLM 0.25.0, from cold caches and warm, one process per run (bench/vllm_plugin_trace.py), or in
+# server mode (MODE=server) one `vllm serve` per run driven over HTTP (bench/vllm_serve_trace.py).
 # Written here without a GPU: dry-run, and run end to end against a stand-in vLLM package (no
-# GPU, no real engine); not run on a GPU yet.
+# GPU, no real engine); the offline mode ran on the H100 (bench/RESULTS.md), the server mode not yet.
 #
 # Claims it measures (bench/vllm_startup_summary.py prints PASS / FAIL / n/a for each):
-#   1. cold start: stock-cold's time to ready / plugin-cold's >= 2 (process start to LLM() built);
+#   1. cold start: stock-cold's time to ready / plugin-cold's >= 2 (process start to LLM() built;
+#      MODE=server: to the first 200 from /health);
 #   2. after ready: the plugin runs compile nothing (Triton, DeepGEMM, torch.compile, FlashInfer)
-#      over a 500-request offline trace;
+#      over a 500-request offline trace (MODE=server: 300 HTTP requests, every one answered with
+#      vLLM's JIT monitor in error mode, and no file new in the arm's caches after ready);
 #   3. KV cache: the plugin runs' GPU blocks equal a warm stock boot's.
 #
 # Needs: vLLM 0.25.0 and the plugin installed by bench/vllm_gpu_setup.sh on the same warm machine
@@ -35,6 +38,27 @@
 # Dry run, anywhere (prints every command with its environment, runs none):
 #   PARTS="plugin-cold plugin-warm stock-cold stock-warm" bash bench/vllm_startup_proof.sh --dry-run
 #
+# Server mode (MODE=server; issue 34: the proof as users run it): the same parts, arms, caches and
+# rules, but each run is `python3 -m vllm.entrypoints.cli.main serve MODEL_DIR` (what the `vllm`
+# console script runs) with vLLM's defaults: an API server process and its engine-core process
+# (VLLM_ENABLE_V1_MULTIPROCESSING is removed, not set to 0), the offline run's LLM() arguments as
+# flags, and vLLM's own JIT monitor in error mode (--jit-monitor-mode error, both arms: a compile
+# after warmup fails the requests it serves). Ready is the first 200 from GET /health, timed from
+# just before the server's Popen; then REQUESTS (default 300) completions over HTTP, 16 at a time,
+# mixed lengths and sampling; then SIGINT to the server's process group (SIGKILL after 20 s).
+# A series of its own (<model>[-tp<TP>][-fi]-serve: runs, caches, bundles). It needs the py part
+# built since SERVER_DEPS joined it (bench/vllm_gpu_setup.sh: uvicorn, watchfiles, ...; `check py`
+# says MISSING on an older install: `bash bench/vllm_gpu_setup.sh part py` rebuilds it here). Device
+# calls for Llama with FlashInfer, each timeout_s 600 (call 3 carries 25.1 + 0.4 + 12.9 MiB and the repo):
+#   1 carry [".vllm/core"]                           bash bench/vllm_gpu_setup.sh install core
+#   2 carry [".vllm/ext"]                            bash bench/vllm_gpu_setup.sh check core && bash bench/vllm_gpu_setup.sh install ext
+#   3 carry [".vllm/py", ".vllm/plugin", ".vllm/fi"] export CALL_START=$(date +%s); bash bench/vllm_gpu_setup.sh check core ext && bash bench/vllm_gpu_setup.sh install py plugin fi && MODE=server WITH_FLASHINFER=1 PARTS="plugin-cold" bash bench/vllm_startup_proof.sh
+#   4 carry []                                       MODE=server WITH_FLASHINFER=1 PARTS="stock-cold" bash bench/vllm_startup_proof.sh
+#   MODE=server PARTS="plugin-cold stock-cold" bash bench/vllm_startup_proof.sh --dry-run   (shows the servers' commands too)
+# Results as below, under runs/<series>-serve/<part>/: result.json (bench/vllm_serve_trace.py),
+# server.log (the server's stdout and stderr, each line with its arrival in seconds since the
+# process start), http_requests.jsonl (every request: kind, status, latency).
+#
 # Rules it keeps:
 # - one model directory for every run of a model ($ROOT/models/<model>, config.json only): vLLM's
 #   torch.compile cache key includes the model path;
@@ -46,8 +70,8 @@
 # - cold: the arm's cache directories are emptied first; warm: the same directories again (a warm
 #   run without its arm's cold run on this machine is skipped, not run cold);
 # - VLLM_ENABLE_V1_MULTIPROCESSING=0 (the engine in the harness's process, where its JIT monitor
-#   sees every compile); WARMUP_PLAN=$PLUGIN_PLAN only in the plugin arm (in the stock arm the
-#   installed plugin is inert: vLLM loads its entry point, which patches nothing); WARMUP_PLAN_REPORT and
+#   sees every compile; MODE=server: removed, vLLM's default); WARMUP_PLAN=$PLUGIN_PLAN only in
+#   the plugin arm (in the stock arm the installed plugin is inert: vLLM loads its entry point, which patches nothing); WARMUP_PLAN_REPORT and
 #   WARMUP_JIT_LOG per run (both arms; the stock arm never reads them);
 # - each run under `timeout` (RUN_TIMEOUT_S, and never past the call's budget: BUDGET_S from
 #   CALL_START, the call's start in epoch seconds, default the script's); a failed run records its
@@ -66,12 +90,12 @@
 # start-up's caches once vLLM is ready (WARMUP_BUNDLE_OUT=$ROOT/bundles/<series>.warmup; `bundle
 # inspect` of it lands in the run's bundle_inspect.txt); bundle-cold is a plugin run from other
 # empty caches that installs that bundle first (WARMUP_BUNDLE): compare its ready with stock-warm.
-# Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold), MODEL (llama | qwen |
-# a tests/fixtures/hf name), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
+# Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold), MODE (offline |
+# server), MODEL (llama | qwen | the name of any tests/fixtures/hf/<name>.json), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
 # and caches; NCCL's NVLink multicast stays off), WITH_FLASHINFER (1: vLLM as `pip install vllm==0.25.0`
 # brings it, with flashinfer-python 0.6.13 from the setup's fi part; a series <model>-fi of its own; each
 # arm its own FlashInfer JIT workspace and FlashInfer's TensorRT-LLM DeepGEMM cache), PLUGIN_PLAN (vllm-0.25-plugin), PLUGIN_JOBS (WARMUP_JOBS for the plugin
-# arm; unset: the plugin's default), REQUESTS (500), RUN_TIMEOUT_S (560), BUDGET_S (585),
+# arm; unset: the plugin's default), REQUESTS (500; server mode 300), RUN_TIMEOUT_S (560), BUDGET_S (585),
 # CALL_START (epoch s), PROOF_ROOT (/tmp/warmup-proof), VLLM_SITE (/tmp/vllm-site), DRY_RUN=1 (or --dry-run).
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -81,7 +105,11 @@ DRY_RUN=${DRY_RUN:-0}
 START=$(date +%s)
 CALL_START=${CALL_START:-$START}
 PARTS=${PARTS:?PARTS="plugin-cold" (or plugin-warm, stock-cold, stock-warm; up to 3 per call)}
-case "${MODEL:-llama}" in
+MODE=${MODE:-offline}
+case "$MODE" in offline|server) ;; *) echo "MODE=$MODE: offline or server" >&2; exit 2 ;; esac
+MODEL=${MODEL:-llama}
+MODEL=${MODEL%.json}
+case "$MODEL" in
     llama) MODEL=llama-3.1-8b-instruct-fp8-block ;;
     qwen) MODEL=qwen3-30b-a3b-fp8 ;;
 esac
@@ -89,20 +117,20 @@ CONFIG=tests/fixtures/hf/$MODEL.json
 ROOT=${PROOF_ROOT:-/tmp/warmup-proof}
 TP=${TP:-1}
 WITH_FLASHINFER=${WITH_FLASHINFER:-0}
-# a tensor-parallel series, and one with FlashInfer, keeps its own runs and caches
-SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")$([ "$WITH_FLASHINFER" = 1 ] && echo "-fi")
+# a tensor-parallel series, one with FlashInfer, and the server mode's keep their own runs and caches
+SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")$([ "$WITH_FLASHINFER" = 1 ] && echo "-fi")$([ "$MODE" = server ] && echo "-serve")
 RUNS=$ROOT/runs/$SERIES
 MODEL_DIR=$ROOT/models/$MODEL
 BUNDLE_FILE=$ROOT/bundles/$SERIES.warmup   # bundle-build writes it (WARMUP_BUNDLE_OUT), bundle-cold installs it
 PLUGIN_PLAN=${PLUGIN_PLAN:-vllm-0.25-plugin}
-REQUESTS=${REQUESTS:-500}
+REQUESTS=${REQUESTS:-$([ "$MODE" = server ] && echo 300 || echo 500)}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-560}
 BUDGET_S=${BUDGET_S:-585}   # a device call runs at most 600 s: what is left is for packing the results
 MIN_RUN_S=${MIN_RUN_S:-60}
 RESULTS=${OUT:-$ROOT/out}
 VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}
 
-[ -f "$CONFIG" ] || { echo "no model config $CONFIG" >&2; exit 2; }
+[ -f "$CONFIG" ] || { echo "no model config $CONFIG (MODEL: llama, qwen or a name in tests/fixtures/hf)" >&2; exit 2; }
 set -f; read -r -a PART_LIST <<< "$PARTS"; set +f
 for part in "${PART_LIST[@]}"; do
     case "$part" in plugin-cold|plugin-warm|stock-cold|stock-warm|bundle-build|bundle-cold) ;;
@@ -161,7 +189,7 @@ run_part() {
         json_run "$dir" skipped="no $arm-cold run on this machine"
         return
     fi
-    local env_set=(VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1 PYTHONPATH="$PYPATH"
+    local env_set=(PYTHONUNBUFFERED=1 PYTHONPATH="$PYPATH"
                    VLLM_CACHE_ROOT="$cache/vllm" TRITON_HOME="$cache/triton"
                    TORCHINDUCTOR_CACHE_DIR="$cache/inductor" CUDA_CACHE_PATH="$cache/nv"
                    FLASHINFER_WORKSPACE_BASE="$cache/flashinfer" TRTLLM_DG_CACHE_DIR="$cache/trtllm_dg"
@@ -173,12 +201,20 @@ run_part() {
         env_set+=(WARMUP_PLAN="$PLUGIN_PLAN")
         [ -n "${PLUGIN_JOBS:-}" ] && env_set+=(WARMUP_JOBS="$PLUGIN_JOBS")
     fi
+    local run=(python3 bench/vllm_plugin_trace.py) unset_mp=()
+    if [ "$MODE" = server ]; then  # vLLM's default: the engine core in a process of its own
+        run=(python3 bench/vllm_serve_trace.py --time-limit "$limit" --jit-monitor-mode error)
+        unset_mp=(-u VLLM_ENABLE_V1_MULTIPROCESSING)
+    else
+        env_set=(VLLM_ENABLE_V1_MULTIPROCESSING=0 "${env_set[@]}")
+    fi
     local cmd=(env -u TRITON_CACHE_DIR -u DG_JIT_CACHE_DIR -u WARMUP_PLAN -u WARMUP_JOBS -u WARMUP_ENGINE
-               -u VLLM_PLUGINS -u TORCHINDUCTOR_FX_GRAPH_CACHE "${env_set[@]}"
-               timeout --kill-after=20 "$limit" python3 bench/vllm_plugin_trace.py --config "$CONFIG" --arm "$arm"
+               -u VLLM_PLUGINS -u TORCHINDUCTOR_FX_GRAPH_CACHE "${unset_mp[@]}" "${env_set[@]}"
+               timeout --kill-after=20 "$limit" "${run[@]}" --config "$CONFIG" --arm "$arm"
                --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS" --tensor-parallel-size "$TP")
     if [ "$DRY_RUN" = 1 ]; then
         show "${cmd[@]}" '>' "$dir/stdout.txt" '2>' "$dir/stderr.txt"
+        if [ "$MODE" = server ]; then "${cmd[@]}" --dry-run; fi   # the server's own command, as the driver builds it
         return
     fi
     local before t0 rc t1
@@ -188,6 +224,9 @@ run_part() {
     "${cmd[@]}" > "$dir/stdout.txt" 2> "$dir/stderr.txt"
     rc=$?
     t1=$(date +%s.%N)
+    if [ -f "$dir/server.pgid" ]; then  # server mode: what of the server's group outlived its driver (killed by timeout)
+        kill -KILL -- "-$(cat "$dir/server.pgid")" 2>/dev/null && say "$part: killed what was left of the server's process group"
+    fi
     [ "$temp" = cold ] && echo "$rc" > "$cache/.cold-done"
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
@@ -246,7 +285,7 @@ pack() {
 }
 
 main() {
-    say "model $MODEL (tensor_parallel_size $TP), parts: ${PART_LIST[*]}, root $ROOT, results $RESULTS$([ "$DRY_RUN" = 1 ] && echo ', DRY RUN: nothing runs')"
+    say "model $MODEL (tensor_parallel_size $TP, $MODE mode, series $SERIES), parts: ${PART_LIST[*]}, root $ROOT, results $RESULTS$([ "$DRY_RUN" = 1 ] && echo ', DRY RUN: nothing runs')"
     if [ "$DRY_RUN" = 1 ]; then
         show bash bench/vllm_gpu_setup.sh check
     else

@@ -5,14 +5,20 @@
 
 RUNS_DIR is bench/vllm_startup_proof.sh's per-model directory (/tmp/warmup-proof/runs/<model>):
 one directory per run (stock-cold, plugin-cold, plugin-warm, stock-warm), each with run.json
-(written by the proof script: rc, wall, timeout, caches) and result.json (bench/vllm_plugin_trace.py).
-Prints one line per run and the proof's three checks, each only from runs that exist:
+(written by the proof script: rc, wall, timeout, caches) and result.json (bench/vllm_plugin_trace.py,
+or in server mode bench/vllm_serve_trace.py: the same keys where they mean the same, "mode":
+"server"). Prints one line per run and the proof's checks, each only from runs that exist:
 
-- cold start: stock-cold ready / plugin-cold ready >= 2 (ready: process start to the LLM built);
+- cold start: stock-cold ready / plugin-cold ready >= 2 (ready: process start to the LLM built;
+  in server mode, to the first 200 from /health);
 - after ready: the plugin runs compile nothing over the trace (Triton, DeepGEMM, torch.compile,
-  FlashInfer, as this project's JIT monitor counts them after the seal);
+  FlashInfer, as this project's JIT monitor counts them after the seal; in server mode as vLLM's
+  own JIT monitor and the server log report them), nor does any cache gain a kernel;
 - KV cache: each plugin run's GPU blocks within 1% of stock-warm's (the stock run of the same
-  temperature beside it).
+  temperature beside it);
+- server mode only: every HTTP request of the plugin runs answered 200 (vLLM's JIT monitor in
+  error mode fails the requests of a compile after ready), and no file new in any of the arm's
+  cache directories after ready. The stock runs' requests are shown beside them.
 
 --tsv writes every run's row; --json writes the rows of the runs named by --runs (a part's summary)
 with the checks. Needs nothing beyond Python.
@@ -29,7 +35,9 @@ KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
 COLUMNS = ("run", "rc", "wall_s", "tp", "ready_s", "llm_init_s", "kv_blocks", "first_request_s", "max_step_s",
            "trace_s", *KINDS, "events", "cache_kernels", "rank_events", "node_compiled", "node_keys", "node_failed", "startup_compiles",
            "startup_dynamo_frames",
-           "plugin_active", "model_runner", "error")
+           "plugin_active", "model_runner", "mode", "http_ok", "http_failed", "http_p99_s", "jit_monitor_mode",
+           "jit_lines_after_ready",
+           "cache_files_after_ready", "error")
 
 
 def load(path: str) -> dict | None:
@@ -57,7 +65,19 @@ def row(runs_dir: str, name: str) -> dict | None:
             **{k: compiles.get(k) for k in KINDS}, "events": compiles.get("events"),
             "tp": result.get("tensor_parallel_size"), **after_ready_elsewhere(result), **node_keys(result),
             "plugin_active": result.get("plugin_active"), "model_runner": result.get("model_runner"),
-            "error": error}
+            **server_fields(result), "error": error}
+
+
+def server_fields(result: dict) -> dict:
+    """A server-mode run's own columns: its HTTP requests, what vLLM's JIT monitor wrote after ready
+    (lines: in error mode one compile is logged more than once), the files its caches gained."""
+    http = result.get("http") or {}
+    files = (result.get("cache_new_after_ready") or {}).get("files")
+    return {"mode": result.get("mode", "offline"), "http_requests": http.get("requests"), "http_ok": http.get("ok"),
+            "http_failed": http.get("failed"), "http_p99_s": (http.get("latency_s") or {}).get("p99"),
+            "jit_lines_after_ready": (result.get("vllm_jit_monitor") or {}).get("lines_after_ready"),
+            "jit_monitor_mode": (result.get("vllm_jit_monitor") or {}).get("mode"),
+            "cache_files_after_ready": None if files is None else sum(files.values())}
 
 
 def after_ready_elsewhere(result: dict) -> dict:
@@ -118,6 +138,8 @@ def checks(rows: dict) -> list[dict]:
     out.append(kv_check(rows, done))
     out.append(node_check(rows))
     out.append(bundle_check(rows))
+    if any(r and r.get("mode") == "server" for r in rows.values()):
+        out += server_checks(rows, done)
     plugins = [name for name in ("plugin-cold", "plugin-warm") if done(name)]
     inactive = [n for n in plugins if rows[n].get("plugin_active") is not True]
     inactive += [n for n in ("stock-cold", "stock-warm") if done(n) and rows[n].get("plugin_active")]
@@ -144,6 +166,33 @@ def kv_check(rows: dict, done) -> dict:
     ok = all(abs(rows[n]["kv_blocks"] - ref["kv_blocks"]) <= 0.01 * ref["kv_blocks"] for n in plugins)
     return {"check": name, "pass": ok,
             "detail": f"stock-warm {ref['kv_blocks']} blocks; " + ", ".join(side(n) for n in plugins)}
+
+
+def server_checks(rows: dict, done) -> list[dict]:
+    """Issue 34's proof as users run it: the plugin's server answers every request with vLLM's JIT
+    monitor in error mode (its activation line says so: a plugin that skipped vLLM's warmup method
+    would leave it off, and every request would pass for nothing), and its caches gain no file
+    after ready."""
+    plugins = [n for n in ("plugin-cold", "plugin-warm") if done(n) and rows[n].get("http_requests") is not None]
+    stocks = [n for n in ("stock-cold", "stock-warm") if done(n) and rows[n].get("http_requests") is not None]
+    http_name = "server: every HTTP request ok (plugin; vLLM's JIT monitor in error mode)"
+    cache_name = "server: no new file in any cache directory after ready (plugin)"
+    if not plugins:
+        return [{"check": http_name, "pass": None, "detail": "needs a plugin run in server mode with its requests"},
+                {"check": cache_name, "pass": None, "detail": "needs a plugin run in server mode with its requests"}]
+
+    def http(n: str) -> str:
+        r = rows[n]
+        return (f"{n} {r['http_ok']} ok, {r['http_failed']} failed of {r['http_requests']} "
+                f"(JIT monitor: {r.get('jit_monitor_mode') or 'not activated'})")
+    shown = "; shown: " + ", ".join(http(n) for n in stocks) if stocks else ""
+    files = {n: rows[n].get("cache_files_after_ready") for n in plugins}
+    ok = all(rows[n]["http_ok"] == rows[n]["http_requests"] and rows[n].get("jit_monitor_mode") == "error"
+             for n in plugins)
+    return [{"check": http_name, "pass": ok,
+             "detail": "; ".join(http(n) for n in plugins) + shown},
+            {"check": cache_name, "pass": all(v == 0 for v in files.values()),
+             "detail": ", ".join(f"{n} {v} files" for n, v in files.items())}]
 
 
 def node_check(rows: dict) -> dict:
@@ -185,6 +234,11 @@ def line(r: dict) -> str:
             f"compiles after ready: " + ", ".join(f"{k} {f(r[k])}" for k in KINDS)
             + f", cache kernels {f(r.get('cache_kernels'))}, rank events {f(r.get('rank_events'))}"
             + f"  plugin {'on' if r['plugin_active'] else 'off'}")
+    if r.get("mode") == "server":
+        text += (f"  [server] HTTP {f(r.get('http_ok'))} ok / {f(r.get('http_failed'))} failed "
+                 f"(p99 {f(r.get('http_p99_s'), '{:.2f}')} s), vLLM JIT monitor "
+                 f"lines after ready {f(r.get('jit_lines_after_ready'))}, cache files new after ready "
+                 f"{f(r.get('cache_files_after_ready'))}")
     if r.get("error"):
         text += f"  [{str(r['error'])[:160]}]"
     return text
