@@ -45,7 +45,7 @@ gpu_worker imported them, deep_gemm_warmup and flashinfer_autotune in kernel_war
 torch.compile through Dynamo's compile start/end callbacks. The plugin patches the same Worker
 methods when vLLM loads it (inside LLM()), after these wrappers: it keeps them as its originals, so
 both run. For the plugin arm also its WorkerWarmup methods (prepare, start, the pool's start, the
-pool's barrier finish_precompile, run_plan: whichever exist; "not_found" lists the others), and,
+pool's barrier finish_precompile or its device lane's finish_device_lane, run_plan: whichever exist; "not_found" lists the others), and,
 from its report (WARMUP_PLAN_REPORT), each precompile worker's jobs (plugin.lanes: absolute times
 from the pool's "created" stamp, or approximately its start) and the plan's stages laid end to end
 from run_plan's start ("derived": true: walls from the report).
@@ -195,7 +195,8 @@ def install_phase_wrappers(arm: str) -> None:
             # Whichever of these the plugin has (it changes; the result lists what was not found).
             for attr, label in (("prepare", "plugin prepare"), ("start", "plugin start"),
                                 ("start_precompile", "precompile start"), ("_start_pool", "precompile start"),
-                                ("finish_precompile", "precompile barrier"), ("run_plan", "plugin plan")):
+                                ("finish_precompile", "precompile barrier"),
+                                ("finish_device_lane", "precompile device lane"), ("run_plan", "plugin plan")):
                 wrap(WorkerWarmup, attr, label)
 
 
