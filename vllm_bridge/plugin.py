@@ -7,6 +7,8 @@ vllm_bridge.releases (else it raises, one line: the server must not start withou
 user asked for), a start-up bundle's model info is placed (WARMUP_BUNDLE: vLLM reads it next, while
 it resolves the model), and that release's GPU Worker is patched:
 
+- ``EngineArgs.create_engine_config`` (in vLLM's first process): FlashInfer's modules the plan would
+  build are started then, from the model's config.json, in a process of their own (vllm_bridge.ahead);
 - ``load_model``: the plan is made (engine from the live VllmConfig, a stale saved plan refused),
   a start-up bundle installed (WARMUP_BUNDLE, vllm_bridge.bundle) and the cache directories
   recorded for one to be built (WARMUP_BUNDLE_OUT), and the plan's precompile pool started before
@@ -29,7 +31,7 @@ import functools
 import importlib
 import os
 
-from . import bundle
+from . import ahead, bundle
 from .releases import Release, release_for
 from .warmup import Settings, WorkerWarmup, swapped
 
@@ -45,6 +47,8 @@ def register() -> None:
 
     patch_worker(release_for(vllm.__version__), settings)
     bundle.install_early(settings.bundle)  # vLLM resolves the model after its plugins are loaded
+    if settings.plan:
+        ahead.watch_engine_args(settings)  # the pool's long poles start once vLLM names the model
 
 
 def patched_methods(release: Release) -> dict:

@@ -94,14 +94,21 @@ class FlashInferJitBuildOnly(FlashInferJitBackend):
         if step.kernel != KERNEL:
             raise Unavailable(f"flashinfer_jit builds {KERNEL} steps, not {step.kernel}")
         for module in launches:
-            spec = generator(module.generator)()
-            if spec.is_aot:
-                self.prebuilt.append(module.name)
-            else:
-                spec.build(verbose=False)  # FlashInfer's lock held: vLLM's process waits for this module only
-                self.built.append(module.name)
+            (self.built if build_only(module.generator) else self.prebuilt).append(module.name)
             tick(1)
         return len(launches)
 
     def synchronize(self) -> None:
         pass  # nothing ran on a GPU
+
+
+def build_only(path: str) -> bool:
+    """Build one module (generator 'module:function') without loading it; False where FlashInfer's
+    prebuilt JIT cache holds it (nothing built: FlashInfer loads that one). FlashInfer's lock is
+    held while ninja runs: a process that calls the module meanwhile waits for this build alone."""
+    spec = generator(path)()
+    if spec.is_aot:
+        return False
+    spec.build(verbose=False)
+    return True
+

@@ -27,6 +27,20 @@ def gpu_capability() -> int | None:
     """The GPUs' compute capability (90 for sm_90) from NVML, which creates no CUDA context;
     None when unknown: no NVML, or GPUs of different capabilities (which one the main
     process will use is then CUDA's to say, and workers ask CUDA themselves)."""
+    found = _nvml_gpus()
+    caps = {cap for _, cap in found or ()}
+    return caps.pop() if found and len(caps) == 1 else None
+
+
+def gpu_name() -> str | None:
+    """The GPUs' model name from NVML ('NVIDIA H100 80GB HBM3'), where every GPU is the same model."""
+    found = _nvml_gpus()
+    names = {name for name, _ in found or ()}
+    return names.pop() if found and len(names) == 1 else None
+
+
+def _nvml_gpus() -> list[tuple[str, int]] | None:
+    """(name, capability) of every GPU, from NVML (no CUDA context); None where NVML cannot tell."""
     import ctypes
 
     try:
@@ -35,20 +49,22 @@ def gpu_capability() -> int | None:
         return None
     if nvml.nvmlInit_v2() != 0:
         return None
-    caps = set()
+    out = []
     try:
         count = ctypes.c_uint()
         if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
             return None
         for index in range(count.value):
             handle, major, minor = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
+            name = ctypes.create_string_buffer(96)
             if (nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0
-                    or nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0):
+                    or nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0
+                    or nvml.nvmlDeviceGetName(handle, name, ctypes.c_uint(96)) != 0):
                 return None
-            caps.add(major.value * 10 + minor.value)
+            out.append((name.value.decode(errors="replace"), major.value * 10 + minor.value))
     finally:
         nvml.nvmlShutdown()
-    return caps.pop() if len(caps) == 1 else None
+    return out or None
 
 
 def worker_setup(device: str, extra_env: dict | None = None, cuda_free: bool = False) -> dict:

@@ -1,0 +1,98 @@
+"""FlashInfer's JIT modules built in a process of their own, ahead of the engine.
+
+    python -m executor.precompile.build_ahead --arch 9.0 --parent PID --timeout S GENERATOR...
+
+The vLLM plugin starts it from vLLM's first process as soon as the model is known
+(vllm_bridge/ahead.py), tens of seconds before vLLM starts its engine process and the pool with
+it: these builds are the pool's long poles. Each GENERATOR is FlashInfer's 'module:function' that
+returns a module's JitSpec; every module is built (not loaded: no CUDA context) under FlashInfer's
+file lock, all at once (each is ninja over its own sources). The pool's job for the same module,
+and vLLM's own first call of it, wait on that lock and then find the .so. One line a module on
+stderr. It ends with the process that started it, and after --timeout seconds in any case, with
+the ninja and nvcc it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+from .processes import descendants
+from .worker_start import FLASHINFER_ARCHS
+
+PARENT_POLL_S = 1.0
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    os.environ.setdefault(FLASHINFER_ARCHS, args.arch)  # FlashInfer asks CUDA nothing (worker_start.py)
+    _end_with(args.parent)
+    timer = threading.Timer(args.timeout, _stop, args=(f"not done after {args.timeout:g} s",))
+    timer.daemon = True
+    timer.start()
+    threads = [threading.Thread(target=_build, args=(g,), daemon=True) for g in args.generators]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m executor.precompile.build_ahead")
+    p.add_argument("--arch", required=True, help="the GPUs' compute capability, as FlashInfer reads it (9.0)")
+    p.add_argument("--parent", type=int, required=True, help="the pid whose end ends this process")
+    p.add_argument("--timeout", type=float, required=True, help="seconds after which what is left is ended")
+    p.add_argument("generators", nargs="+", help="FlashInfer's 'module:function' of each JitSpec")
+    return p
+
+
+def _build(path: str) -> None:
+    from executor.backends.flashinfer_jit import build_only
+
+    name = path.rpartition(":")[2]
+    began = time.perf_counter()
+    try:
+        built = build_only(path)
+    except Exception as e:  # noqa: BLE001 - the pool's job or vLLM builds it then, and says why
+        _say(f"{name} not built ahead ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})")
+        return
+    _say(f"{name} {'built ahead' if built else 'prebuilt (flashinfer-jit-cache)'} in "
+         f"{time.perf_counter() - began:.1f} s")
+
+
+def _end_with(parent: int) -> None:
+    """End when `parent` does (it is then no longer this process's parent), or on SIGTERM; either
+    ends what this process started. Looked at every second from a thread: Linux's parent-death
+    signal follows the thread that started a process, and the plugin starts it from one that ends."""
+    signal.signal(signal.SIGTERM, lambda *_: _stop("ended (SIGTERM)"))
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        _stop("its parent ended")
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _stop(why: str) -> None:
+    for pid in descendants(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    _say(f"stopped: {why}")
+    os._exit(1)
+
+
+def _say(line: str) -> None:
+    print(f"warmup-planner: FlashInfer module {line}" if not line.startswith("stopped") else
+          f"warmup-planner: FlashInfer build ahead {line}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

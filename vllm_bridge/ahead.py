@@ -1,0 +1,155 @@
+"""The pool's long poles started from vLLM's first process, before vLLM's engine process exists.
+
+vLLM's first process (the API server of `vllm serve`, or the process of an offline LLM) spends
+tens of seconds on imports, resolving the model and starting the engine process before the
+worker's load_model, where the pool starts (on the H100, 57 s of a 209 s plugin start with
+FlashInfer, bench/RESULTS.md part X). FlashInfer's JIT modules are the pool's long poles (110 s of
+nvcc each) and need no GPU. So the plugin wraps ``EngineArgs.create_engine_config`` in the process
+that registers it: when vLLM makes its config, the model is named, and a thread plans from the
+model's config.json (planner.hf, the GPU's name from NVML: no CUDA in a process vLLM later forks),
+expands WARMUP_PLAN for that engine, and starts executor.precompile.build_ahead for the plan's
+FlashInfer modules. The engine's own plan, from the live VllmConfig, stays the authority: the pool's
+jobs for those modules, and vLLM's own first calls, wait on FlashInfer's lock and find them built;
+a module that plan does not need was built for nothing (CPU time, beside vLLM's own start). A model
+whose config.json is not on disk yet, or a plan that cannot be made from it, starts nothing (one line).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+
+from planner.errors import PlanError, one_line
+
+from .flashinfer_waits import prebuilt_cache_installed
+
+log = logging.getLogger("vllm.warmup_planner")
+
+PATCHED = "_warmup_planner_ahead"   # on EngineArgs: vLLM's create_engine_config
+FLASHINFER_JIT = "flashinfer_jit"
+_started = threading.Event()         # one start per process
+
+
+def watch_engine_args(settings) -> bool:
+    """Wrap vLLM's EngineArgs.create_engine_config (once; where FlashInfer is installed); True if wrapped."""
+    if importlib.util.find_spec("flashinfer") is None:
+        return False
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except Exception:  # noqa: BLE001 - another vLLM layout: the pool alone builds them
+        return False
+    if PATCHED in vars(EngineArgs):
+        return True
+    original = EngineArgs.create_engine_config
+
+    @functools.wraps(original)
+    def create_engine_config(self, *args, **kwargs):
+        start(self, settings)
+        return original(self, *args, **kwargs)
+
+    setattr(EngineArgs, PATCHED, original)
+    EngineArgs.create_engine_config = create_engine_config
+    return True
+
+
+def start(engine_args, settings, launch=None) -> threading.Thread | None:
+    """Plan and start the builds from a thread (vLLM goes on at once); once per process."""
+    if _started.is_set():
+        return None
+    _started.set()
+    request = Request.of(engine_args)
+    thread = threading.Thread(target=_plan_and_build, args=(request, settings, launch or build_ahead),
+                              name="warmup-build-ahead", daemon=True)
+    thread.start()
+    return thread
+
+
+class Request:
+    """What the plan ahead reads of vLLM's EngineArgs: the model, its revision, TP, max_model_len."""
+
+    def __init__(self, model: str, revision=None, tp: int = 1, max_model_len=None):
+        self.model, self.revision, self.tp, self.max_model_len = model, revision, tp, max_model_len
+
+    @classmethod
+    def of(cls, engine_args) -> "Request":
+        return cls(str(getattr(engine_args, "model", "")), getattr(engine_args, "revision", None),
+                   int(getattr(engine_args, "tensor_parallel_size", 1) or 1),
+                   getattr(engine_args, "max_model_len", None))
+
+
+def _plan_and_build(request: Request, settings, launch) -> None:
+    try:
+        modules, arch = modules_ahead(request, settings)
+    except (PlanError, ValueError, OSError) as e:
+        log.info("warmup-planner: FlashInfer's modules are not built ahead (%s); the pool builds them", one_line(e))
+        return
+    except Exception as e:  # noqa: BLE001 - an optimisation: the pool builds them
+        log.info("warmup-planner: FlashInfer's modules are not built ahead (%s: %s)", type(e).__name__, one_line(e))
+        return
+    if not modules:
+        return
+    pid = launch([m.generator for m in modules], arch, settings.timeout_s)
+    log.info("warmup-planner: building FlashInfer's modules %s ahead of vLLM's engine, in process %s "
+             "(plan %s for the model's config.json)%s", ", ".join(m.name for m in modules), pid, settings.plan,
+             "" if prebuilt_cache_installed() else "; FlashInfer's prebuilt JIT cache (flashinfer-jit-cache) "
+             "is not installed: with it, they would not be built at all")
+
+
+def modules_ahead(request: Request, settings) -> tuple[list, str]:
+    """The FlashInfer modules WARMUP_PLAN builds for the model's config.json on this machine's GPU,
+    and the GPU's architecture as FlashInfer reads it ('9.0'). ValueError: nothing to plan from."""
+    from executor.precompile.worker_start import gpu_capability, gpu_name
+    from planner import hf
+    from planner.engine import engine_from_document
+    from planner.yamlio import Document
+
+    from .engine import gpu_of_device_name
+    from .warmup import make_plan
+
+    path = config_path(request.model, request.revision)
+    capability, name = gpu_capability(), gpu_name()
+    if path is None or capability is None or name is None:
+        raise ValueError("no config.json on disk yet" if path is None else "NVML does not name one GPU model")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    data = hf.engine_from_hf(config, gpu=gpu_of_device_name(name), tp=request.tp, source=path,
+                             max_model_len=request.max_model_len, sampler=sampler_ahead(),
+                             ignore_memory=lambda warning: None)
+    expanded = make_plan(settings, engine_from_document(Document(data=data, file=f"<{path}, ahead>")))
+    modules = [m for step in expanded.steps if getattr(step, "backend", None) == FLASHINFER_JIT
+               for m in step.call_values()]
+    return modules, f"{capability // 10}.{capability % 10}"
+
+
+def sampler_ahead() -> str:
+    """vLLM's top-k/top-p sampler as far as this process can tell without CUDA: FlashInfer's,
+    unless VLLM_USE_FLASHINFER_SAMPLER=0 (the engine's plan decides for real, in the worker)."""
+    return "triton" if os.environ.get("VLLM_USE_FLASHINFER_SAMPLER", "").strip() == "0" else "flashinfer"
+
+
+def config_path(model: str, revision=None) -> str | None:
+    """The model's config.json on disk: in its directory, else in the Hugging Face cache."""
+    if os.path.isdir(model):
+        path = os.path.join(model, "config.json")
+        return path if os.path.isfile(path) else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(model, "config.json", revision=revision)
+    return found if isinstance(found, str) else None
+
+
+def build_ahead(generators: list[str], arch: str, timeout_s: float) -> int:
+    """Start executor.precompile.build_ahead (a fresh interpreter, not a fork of vLLM's process);
+    its lines go to this process's stderr, vLLM's log. Returns its pid."""
+    proc = subprocess.Popen([sys.executable, "-m", "executor.precompile.build_ahead", "--arch", arch,
+                             "--parent", str(os.getpid()), "--timeout", str(timeout_s), *generators],
+                            stdin=subprocess.DEVNULL, close_fds=True)
+    return proc.pid
