@@ -196,3 +196,31 @@ def test_the_builder_ends_with_the_process_that_started_it(fake_flashinfer, tmp_
     children = [int(n.split("-")[1]) for n in os.listdir(log) if n.startswith("child-")]
     time.sleep(0.3)
     assert children and all(_gone(c) for c in children)
+
+
+SLOW_IMPORT = '''
+import os, time
+LOG = os.environ["FAKE_LOG"]
+began = time.time()
+time.sleep(0.5)
+open(os.path.join(LOG, "import-%s-%.3f-%.3f" % (__name__.rsplit(".", 1)[1], began, time.time())), "w").close()
+from flashinfer.jit.fake import Spec
+
+def gen():
+    return Spec(__name__.rsplit(".", 1)[1])
+'''
+
+
+def test_the_builder_imports_flashinfers_modules_one_after_the_other(fake_flashinfer, tmp_path):
+    # two threads importing two of FlashInfer's submodules at once deadlocked on the H100
+    env, log = fake_flashinfer
+    for name in ("one", "two"):
+        (tmp_path / "pkgs" / "flashinfer" / "jit" / f"{name}.py").write_text(SLOW_IMPORT)
+    proc = subprocess.Popen([sys.executable, "-m", "executor.precompile.build_ahead", "--arch", "9.0",
+                             "--parent", str(os.getpid()), "--timeout", "30",
+                             "flashinfer.jit.one:gen", "flashinfer.jit.two:gen"], env=env, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err.count("built ahead") == 2, err
+    spans = sorted(tuple(map(float, n.split("-")[2:])) for n in os.listdir(log) if n.startswith("import-"))
+    assert len(spans) == 2 and spans[0][1] <= spans[1][0]           # the second began after the first ended
+    assert sorted(n for n in os.listdir(log) if n.startswith("build-")) == ["build-one-9.0", "build-two-9.0"]

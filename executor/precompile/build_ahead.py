@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from .processes import descendants
+from .processes import DEVICE_LANE_NICE, descendants
 from .worker_start import FLASHINFER_ARCHS
 
 PARENT_POLL_S = 1.0
@@ -34,7 +34,15 @@ def main(argv=None) -> int:
     timer = threading.Timer(args.timeout, _stop, args=(f"not done after {args.timeout:g} s",))
     timer.daemon = True
     timer.start()
-    threads = [threading.Thread(target=_build, args=(g,), daemon=True) for g in args.generators]
+    try:
+        os.nice(DEVICE_LANE_NICE)  # vLLM's own start (its imports, the engine process) gets the cores first
+    except OSError:
+        pass
+    # FlashInfer's generator modules imported here, one after the other: two threads importing two
+    # of its submodules at once deadlock in Python's import locks (seen on the H100: _DeadlockError
+    # on flashinfer.jit.sampling, and one module was not built ahead). The builds then run at once.
+    ready = [g for g in args.generators if _imported(g)]
+    threads = [threading.Thread(target=_build, args=(g,), daemon=True) for g in ready]
     for t in threads:
         t.start()
     for t in threads:
@@ -51,6 +59,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _imported(path: str) -> bool:
+    from executor.backends.flashinfer_jit import generator
+
+    try:
+        generator(path)
+    except Exception as e:  # noqa: BLE001 - the pool's job or vLLM builds it then, and says why
+        _say(f"{path.rpartition(':')[2]} not built ahead ({type(e).__name__}: {_first_line(e)})")
+        return False
+    return True
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0][:200] if str(e) else ""
+
+
 def _build(path: str) -> None:
     from executor.backends.flashinfer_jit import build_only
 
@@ -59,7 +82,7 @@ def _build(path: str) -> None:
     try:
         built = build_only(path)
     except Exception as e:  # noqa: BLE001 - the pool's job or vLLM builds it then, and says why
-        _say(f"{name} not built ahead ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})")
+        _say(f"{name} not built ahead ({type(e).__name__}: {_first_line(e)})")
         return
     _say(f"{name} {'built ahead' if built else 'prebuilt (flashinfer-jit-cache)'} in "
          f"{time.perf_counter() - began:.1f} s")
@@ -89,9 +112,15 @@ def _stop(why: str) -> None:
     os._exit(1)
 
 
+_SAY = threading.Lock()  # the builds' threads write whole lines
+
+
 def _say(line: str) -> None:
-    print(f"warmup-planner: FlashInfer module {line}" if not line.startswith("stopped") else
-          f"warmup-planner: FlashInfer build ahead {line}", file=sys.stderr, flush=True)
+    text = (f"warmup-planner: FlashInfer build ahead {line}" if line.startswith("stopped") else
+            f"warmup-planner: FlashInfer module {line}")
+    with _SAY:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
 
 if __name__ == "__main__":
