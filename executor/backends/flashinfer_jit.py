@@ -33,20 +33,27 @@ class FlashInferJitBackend(BaseBackend):
         ok, why = torch_cuda_available(self.device)
         if not ok:
             return ok, why
-        try:
-            importlib.import_module("flashinfer.jit")
-        except Exception as e:  # noqa: BLE001 - no FlashInfer: vLLM does not call it either
-            return False, f"flashinfer.jit is not importable ({type(e).__name__}: {e})"
-        return True, ""
+        return _jit_importable()
 
     def kernel(self, step, launches, tick):
         if step.kernel != KERNEL:
             raise Unavailable(f"flashinfer_jit builds {KERNEL} steps, not {step.kernel}")
         for module in launches:
-            generator(module.generator)().build_and_load()
-            self.built.append(module.name)
+            self._warm(module)
             tick(1)
         return len(launches)
+
+    def _warm(self, module) -> None:
+        generator(module.generator)().build_and_load()
+        self.built.append(module.name)
+
+
+def _jit_importable() -> tuple[bool, str]:
+    try:
+        importlib.import_module("flashinfer.jit")
+    except Exception as e:  # noqa: BLE001 - no FlashInfer: vLLM does not call it either
+        return False, f"flashinfer.jit is not importable ({type(e).__name__}: {e})"
+    return True, ""
 
 
 def generator(path: str):
@@ -84,19 +91,10 @@ class FlashInferJitBuildOnly(FlashInferJitBackend):
         if not os.environ.get(FLASHINFER_ARCHS):
             return False, (f"the GPU's architecture is unknown without CUDA ({FLASHINFER_ARCHS} unset, no NVML): "
                            "vLLM's process builds the modules")
-        try:
-            importlib.import_module("flashinfer.jit")
-        except Exception as e:  # noqa: BLE001 - no FlashInfer: vLLM does not call it either
-            return False, f"flashinfer.jit is not importable ({type(e).__name__}: {e})"
-        return True, ""
+        return _jit_importable()
 
-    def kernel(self, step, launches, tick):
-        if step.kernel != KERNEL:
-            raise Unavailable(f"flashinfer_jit builds {KERNEL} steps, not {step.kernel}")
-        for module in launches:
-            (self.built if build_only(module.generator) else self.prebuilt).append(module.name)
-            tick(1)
-        return len(launches)
+    def _warm(self, module) -> None:
+        (self.built if build_only(module.generator) else self.prebuilt).append(module.name)
 
     def synchronize(self) -> None:
         pass  # nothing ran on a GPU
