@@ -377,11 +377,11 @@ class FlashInferWatcher(Watcher):
         monitor = self.monitor
 
         def monitored_build(spec, *a, **kw):
-            before = _library_mtime(spec)
+            before = library_mtime(spec)
             try:
                 return build(spec, *a, **kw)
             finally:
-                after = _library_mtime(spec)
+                after = library_mtime(spec)
                 if after is not None and after != before:
                     name = getattr(spec, "name", "flashinfer")
                     monitor._count("flashinfer_jit", kernel=name)
@@ -397,7 +397,7 @@ def _subclasses(cls) -> list:
     return out
 
 
-def _library_mtime(spec) -> int | None:
+def library_mtime(spec) -> int | None:
     """mtime of the module's .so (FlashInfer's ``get_library_path``), or None when absent."""
     try:
         path = spec.get_library_path()

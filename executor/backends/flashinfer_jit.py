@@ -94,19 +94,26 @@ class FlashInferJitBuildOnly(FlashInferJitBackend):
         return _jit_importable()
 
     def _warm(self, module) -> None:
-        (self.built if build_only(module.generator) else self.prebuilt).append(module.name)
+        (self.prebuilt if build_only(module.generator) == PREBUILT else self.built).append(module.name)
 
     def synchronize(self) -> None:
         pass  # nothing ran on a GPU
 
 
-def build_only(path: str) -> bool:
-    """Build one module (generator 'module:function') without loading it; False where FlashInfer's
-    prebuilt JIT cache holds it (nothing built: FlashInfer loads that one). FlashInfer's lock is
-    held while ninja runs: a process that calls the module meanwhile waits for this build alone."""
+BUILT, UP_TO_DATE, PREBUILT = "built", "up to date", "prebuilt"
+
+
+def build_only(path: str) -> str:
+    """Build one module (generator 'module:function') without loading it: BUILT where ninja wrote
+    its library, UP_TO_DATE where ninja found nothing to do, PREBUILT where FlashInfer's prebuilt JIT
+    cache holds it (FlashInfer loads that one). FlashInfer's lock is held while ninja runs: a
+    process that calls the module meanwhile waits for this build alone."""
+    from executor.jit_monitor import library_mtime
+
     spec = generator(path)()
     if spec.is_aot:
-        return False
+        return PREBUILT
+    before = library_mtime(spec)
     spec.build(verbose=False)
-    return True
-
+    after = library_mtime(spec)
+    return BUILT if after is not None and after != before else UP_TO_DATE

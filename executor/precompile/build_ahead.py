@@ -75,17 +75,18 @@ def _first_line(e: Exception) -> str:
 
 
 def _build(path: str) -> None:
-    from executor.backends.flashinfer_jit import build_only
+    from executor.backends.flashinfer_jit import BUILT, PREBUILT, UP_TO_DATE, build_only
 
     name = path.rpartition(":")[2]
     began = time.perf_counter()
     try:
-        built = build_only(path)
+        how = build_only(path)
     except Exception as e:  # noqa: BLE001 - the pool's job or vLLM builds it then, and says why
         _say(f"{name} not built ahead ({type(e).__name__}: {_first_line(e)})")
         return
-    _say(f"{name} {'built ahead' if built else 'prebuilt (flashinfer-jit-cache)'} in "
-         f"{time.perf_counter() - began:.1f} s")
+    what = {BUILT: "built ahead", UP_TO_DATE: "up to date (nothing built)",
+            PREBUILT: "prebuilt (flashinfer-jit-cache)"}[how]
+    _say(f"{name} {what} in {time.perf_counter() - began:.1f} s")
 
 
 def _end_with(parent: int) -> None:
