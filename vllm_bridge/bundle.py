@@ -113,13 +113,15 @@ def install_before_compile(worker, path: str | None) -> dict | None:
 
 
 def record_roots(worker, out: str | None) -> None:
-    """Where this start-up's caches are, before vLLM compiles; an output that cannot be written
-    is said now (one line), and nothing is packed at the end."""
+    """Where this start-up's caches are, before vLLM compiles; the output's directory is made
+    (as the CLI's `-o` does), and an output that still cannot be written is said now (one line),
+    and nothing is packed at the end."""
     if not out:
         return
     from executor.bundle import ops
 
     try:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         ops.check_output(out)
     except Exception as e:  # noqa: BLE001
         log.warning("warmup-planner: WARMUP_BUNDLE_OUT: no bundle will be written: %s", _why(e))

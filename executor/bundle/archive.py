@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import stat
 import tarfile
 import tempfile
@@ -168,6 +169,48 @@ def manifest_problem(manifest: Manifest) -> str | None:
     return None
 
 
+def family_of(record) -> str:
+    return record.path.split("/")[0]
+
+
+def space_problem(manifest: Manifest, staging_parent: str, destinations: dict) -> str | None:
+    """Why the bundle does not fit, before anything is written (None: it fits). Every member is
+    first checked into a staging directory under `staging_parent`, then each family's files are
+    copied next to their destination and renamed into place (`destinations`: family -> directory):
+    each filesystem must hold what lands on it. The manifest's sizes are the ones install enforces
+    (verify_members), so what it says is what can be written."""
+    need: dict = {}  # st_dev -> [bytes, the directory named in the line]
+
+    def add(directory: str, size: int) -> None:
+        probe = _existing(directory)
+        entry = need.setdefault(os.stat(probe).st_dev, [0, directory, probe])
+        entry[0] += size
+
+    add(staging_parent, sum(f.size for f in manifest.files))
+    for family, directory in destinations.items():
+        size = sum(f.size for f in manifest.files if family_of(f) == family)
+        if directory and size:
+            add(directory, size)
+    for size, directory, probe in need.values():
+        free = shutil.disk_usage(probe).free
+        if size > free:
+            return (f"needs {_mib(size)} on the filesystem of {directory}, which has {_mib(free)} free; "
+                    "nothing was written")
+    return None
+
+
+def _existing(path: str) -> str:
+    """`path`, or its nearest ancestor that exists (a destination install would create)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def _mib(size: int) -> str:
+    return f"{size / 1048576:.1f} MiB"
+
+
 def verify_members(path: str, manifest: Manifest, dest: str | None = None) -> None:
     """Check every member the way install needs it, and write each into `dest` when given
     (install extracts, inspect only checks): a regular file the manifest lists, under a relative
@@ -234,8 +277,13 @@ def _check_member(tar, member, expected: dict, seen: set, dest: str | None, path
     if target is not None:
         os.makedirs(os.path.dirname(target), exist_ok=True)
     h = hashlib.sha256()
+    allowed, written = expected[member.name].size, 0
     with tar.extractfile(member) as src, (open(target, "wb") if target else contextlib.nullcontext()) as out:
         for block in iter(lambda: src.read(1 << 20), b""):
+            written += len(block)
+            if written > allowed:  # what the manifest lists is all a member may write (a sparse member, say)
+                raise PlanError(f"refused: member {member.name!r} holds more than the {allowed} bytes the "
+                                "manifest lists", file=path)
             h.update(block)
             if out is not None:
                 out.write(block)

@@ -216,6 +216,10 @@ def install(path: str, dirs: CacheDirs, here: dict) -> dict:
     if problem:
         raise PlanError(f"refused: the bundle was built for another environment ({problem})", file=path)
     names = rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path)
+    problem = archive.space_problem(manifest, tempfile.gettempdir(), {
+        "deep_gemm": dirs.deep_gemm, "triton": dirs.triton, "flashinfer": os.path.dirname(dirs.flashinfer)})
+    if problem:
+        raise PlanError(f"refused: the bundle {problem}", file=path)
     staging = tempfile.mkdtemp(prefix="warmup-bundle-")
     try:
         archive.verify_members(path, manifest, staging)

@@ -205,6 +205,10 @@ def _in_place(manifest: Manifest, roots: StartupRoots, family: str) -> bool:
 def _verified_placement(path: str, manifest: Manifest, roots: StartupRoots, here: dict, wanted: set) -> dict:
     """Every member checked into a staging directory, then the `wanted` families placed under the lock."""
     names = ops.rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path) if "deep_gemm" in wanted else {}
+    problem = archive.space_problem(manifest, tempfile.gettempdir(),
+                                    {f: r for f, r in roots._asdict().items() if f in wanted})
+    if problem:
+        raise PlanError(f"refused: the bundle {problem}", file=path)
     staging = tempfile.mkdtemp(prefix="warmup-bundle-")
     try:
         archive.verify_members(path, manifest, staging)

@@ -321,3 +321,48 @@ def test_a_bundle_leaves_the_precompile_claims_behind(tmp_path):
     (base / "warmup-claims" / "ns" / "key").mkdir(parents=True)
     (base / "warmup-claims" / "ns" / "key" / "done").write_text("{}")
     assert sorted(ops.collect_tree(str(base), "triton")) == ["triton/HASH1/k.cubin"]
+
+
+def test_a_bundle_that_does_not_fit_is_refused_in_one_line_before_anything_is_written(built, tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    from planner.errors import PlanError
+
+    out, manifest = built
+    total = sum(f.size for f in manifest.files)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(archive.shutil, "disk_usage", lambda path: usage(10 * total, 9 * total, total - 1))
+    dirs = dirs_in(tmp_path)
+    with pytest.raises(PlanError) as caught:
+        ops.install(str(out), dirs, fingerprint())
+    line = str(caught.value)
+    assert "\n" not in line and f"needs {total / 1048576:.1f} MiB on the filesystem of" in line
+    assert "nothing was written" in line and not os.path.exists(tmp_path / "dest")
+    monkeypatch.setattr(archive.shutil, "disk_usage", lambda path: usage(10 * total, 0, 10 * total))
+    assert ops.install(str(out), dirs, fingerprint())["deep_gemm"].new == 2      # room enough: installed
+
+
+def test_the_free_space_is_counted_per_filesystem_for_staging_and_each_destination(tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    files = [archive.FileRecord("triton/a", "0" * 64, 700), archive.FileRecord("deep_gemm/b", "0" * 64, 300)]
+    manifest = archive.Manifest(format=archive.FORMAT, plan="p", engine="e", plan_digest="", fingerprint={},
+                                files=files, deep_gemm=[], keys={})
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(archive.shutil, "disk_usage", lambda path: usage(0, 0, 1999))
+    dest = {"triton": str(tmp_path / "t" / "new"), "deep_gemm": str(tmp_path / "d")}
+    # one filesystem: the staging copy (1000 bytes) and both families (1000 more) do not fit in 1999
+    assert archive.space_problem(manifest, str(tmp_path), dest).startswith("needs 0.0 MiB on the filesystem of")
+    monkeypatch.setattr(archive.shutil, "disk_usage", lambda path: usage(0, 0, 2000))
+    assert archive.space_problem(manifest, str(tmp_path), dest) is None
+
+
+def test_a_member_never_writes_more_than_the_manifest_lists(built, tmp_path, monkeypatch):
+    from planner.errors import PlanError
+
+    out, manifest = built
+    first = manifest.files[0]
+    shrunk = manifest._replace(files=[f._replace(size=f.size - 1) if f is first else f for f in manifest.files])
+    monkeypatch.setattr(archive, "member_problem", lambda member, expected, seen: None)  # a header that lies
+    with pytest.raises(PlanError, match=f"member '{first.path}' holds more than the {first.size - 1} bytes"):
+        archive.verify_members(str(out), shrunk, str(tmp_path / "staging"))

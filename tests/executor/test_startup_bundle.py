@@ -382,12 +382,23 @@ def test_only_rank_0_packs_and_an_unwritable_output_is_said_before_the_weights(p
     plugin(tmp_path / "b1", Settings(None, bundle_out=str(out)), plugin_worker(rank=1),
            vllm_compiles(tmp_path / "b1", monkeypatch, out))
     assert not out.exists()
-    nowhere = tmp_path / "missing-dir" / "s.warmup"
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    nowhere = blocked / "s.warmup"                               # its directory cannot be made
     with caplog.at_level("INFO", logger="vllm.warmup_planner"):
         assert plugin(tmp_path / "b2", Settings(None, bundle_out=str(nowhere)), plugin_worker(),
                       vllm_compiles(tmp_path / "b2", monkeypatch, nowhere)) == ("loaded", "ready")
     assert len(caplog.records) == 1 and "WARMUP_BUNDLE_OUT: no bundle will be written" in caplog.records[0].getMessage()
-    assert not nowhere.parent.exists()
+    assert blocked.read_text() == "not a directory"
+
+
+def test_bundle_out_makes_its_directory(plugin, tmp_path, monkeypatch):
+    from vllm_bridge.warmup import Settings
+
+    out = tmp_path / "new" / "dirs" / "s.warmup"                # issue 35: a warning and no bundle before
+    plugin(tmp_path / "b", Settings(None, bundle_out=str(out)), plugin_worker(),
+           vllm_compiles(tmp_path / "b", monkeypatch, out))
+    assert out.is_file()
 
 
 def test_with_a_plan_the_bundle_names_it_and_is_packed_after_the_plans_warmup(plugin, tmp_path, monkeypatch):
