@@ -101,6 +101,8 @@ def _monitor_mode(options: Options, report: Report) -> str:
 
 
 def _after_seal(report: Report, ctx: Context, kept: list) -> None:
+    if not (ctx.options.verify or ctx.options.verify_trace):
+        return  # executor.verify needs numpy, which a plain install (a dry run, say) does not have
     # Imported here, not at the top: executor.verify imports the serving trace and numpy
     # (bench/RESULTS.md, part A3), which would delay the precompile pool of every run.
     from .verify import hot_path_check, trace_check
