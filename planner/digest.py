@@ -14,27 +14,10 @@ same functions make them (planner.expand) and recompute them for a stale-plan ch
 
 from __future__ import annotations
 
-import json
-
 from . import __version__, tables
-
-# The interpreter's own SHA-256, imported directly as the standard library's random.py does with
-# _sha512: hashlib loads OpenSSL first, a measurable share of `warmup plan` (bench/RESULTS.md,
-# part A4). The digests are the same.
-try:
-    from _sha256 import sha256  # Python <= 3.11
-except ImportError:
-    try:
-        from _sha2 import sha256  # Python >= 3.12
-    except ImportError:
-        from hashlib import sha256
+from .hashing import digest
 
 INPUTS = ("plan", "engine", "planner", "kernel_configs", "vllm_moe_configs", "deep_gemm")
-
-
-def digest(value) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return "sha256:" + sha256(text.encode()).hexdigest()
 
 
 def input_digests(plan, engine, consulted: dict | None = None, deep_gemm: str | None = None,

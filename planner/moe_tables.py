@@ -23,6 +23,7 @@ import importlib.util
 import os
 
 from .errors import PlanError
+from .hashing import digest
 
 CONFIGS_ENV = "WARMUP_VLLM_MOE_CONFIGS"
 USER_FOLDER_ENV = "VLLM_TUNED_CONFIG_FOLDER"
@@ -88,8 +89,6 @@ class MoeTables:
 
 
 def _digest(rows):
-    from .digest import digest
-
     return None if rows is None else digest([[m, config] for m, config in rows])
 
 

@@ -84,3 +84,85 @@ def test_the_engine_path_check_sees_each_form(tmp_path):
     path = tmp_path / "m.py"
     path.write_text('a = e["scheduler"]\nb = e["device"]["name"]\nc = e.get("model")\nd = state["device"]\n')
     assert engine_paths(str(path)) == [1, 2, 3]
+
+
+# --- no import circle between modules, lazy imports included (issue 36 item 3) ----------------------
+
+def project_modules() -> dict:
+    """Dotted module name -> (path, is a package's __init__) for every module below bench."""
+    out = {}
+    for floor in FLOORS[1:]:
+        for path in modules_of(floor):
+            dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+            package = dotted.endswith(".__init__")
+            out[dotted[: -len(".__init__")] if package else dotted] = (path, package)
+    return out
+
+
+def module_imports(name: str, path: str, package: bool, known) -> set:
+    """The project modules `name` imports anywhere in it: `from . import x` names the submodule x
+    (its package's __init__ runs first, but that is the package's own business, not this edge)."""
+    out = set()
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names if alias.name in known}
+        elif isinstance(node, ast.ImportFrom):
+            base = name if package else name.rpartition(".")[0]
+            for _ in range(max(0, node.level - 1)):
+                base = base.rpartition(".")[0]
+            target = (base + (f".{node.module}" if node.module else "")) if node.level else node.module
+            subs = {f"{target}.{alias.name}" for alias in node.names} & set(known)
+            out |= subs or ({target} & set(known))
+    return out - {name}
+
+
+def import_circles(graph: dict) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_no_import_circle_between_modules_lazy_imports_included():
+    known = project_modules()
+    graph = {name: module_imports(name, path, package, known) for name, (path, package) in known.items()}
+    assert import_circles(graph) == []
+
+
+def test_the_circle_check_sees_a_lazy_circle_and_leaves_a_submodule_import_alone():
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}, "p": set()}
+    assert import_circles(graph) == [["p.a", "p.b", "p.c"]]
+    assert import_circles({"p.a": {"p.b"}, "p.b": set()}) == []
