@@ -17,6 +17,7 @@ The report (--report) is written in every one of these cases.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -35,6 +36,8 @@ from .progress import Progress
 from .registry import backend_families, known_backends
 from .report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, Report  # one definition of the exit codes
 from .run import INJECT_KINDS, Options, execute
+
+KERNEL_CONFIG_DIR = "WARMUP_KERNEL_CONFIG_DIR"  # tuned tables: planner.tables.config_root reads it
 
 
 def add_commands(sub) -> None:
@@ -110,7 +113,8 @@ def cmd_execute(args) -> int:
     # error, no plan), then the plan's own, built by _execute once the plan and options are known.
     reports = [Report(options={"argv": sys.argv[1:]})]
     try:
-        code = _run(args, reports)
+        with _kernel_config_dir(args.kernel_config_dir):
+            code = _run(args, reports)
     finally:
         written = not args.report or _write_report(reports[-1], args.report)
     # A report that could not be written is a refused write (exit 2), unless the run already failed worse.
@@ -228,7 +232,6 @@ def _execute(args, reports: list) -> int:
         if value < 0:
             raise PlanError(f"{flag} must be >= 0, got {value}")
     device = args.device or ("cpu" if args.dry_run else "cuda")
-    _set_kernel_config_dir(args.kernel_config_dir)
     if not str(device).startswith("cuda") and not args.dry_run and "triton" not in sys.modules:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: Triton must be imported in interpreter mode
     expanded, engine, source = load_input(args)
@@ -275,12 +278,25 @@ def _jobs(args) -> int:
     return jobs
 
 
-def _set_kernel_config_dir(path: str | None) -> None:
-    """Where the planner and the kernels read tuned tables and autotune writes them:
-    --kernel-config-dir, else $WARMUP_KERNEL_CONFIG_DIR, else the packaged plans/kernel-configs
-    (planner.tables.config_root: one default for planning and launching)."""
-    if path:
-        os.environ["WARMUP_KERNEL_CONFIG_DIR"] = os.path.abspath(path)
+@contextlib.contextmanager
+def _kernel_config_dir(path: str | None):
+    """Where the planner and the kernels read tuned tables and autotune writes them, for the run
+    only: --kernel-config-dir, else $WARMUP_KERNEL_CONFIG_DIR, else the packaged plans/kernel-configs
+    (planner.tables.config_root: one default for planning and launching). An environment variable,
+    because the precompile workers take WARMUP_* settings from it; restored once the run is over
+    (a caller that runs `main` in its own process keeps its own setting)."""
+    if not path:
+        yield
+        return
+    before = os.environ.get(KERNEL_CONFIG_DIR)
+    os.environ[KERNEL_CONFIG_DIR] = os.path.abspath(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(KERNEL_CONFIG_DIR, None)
+        else:
+            os.environ[KERNEL_CONFIG_DIR] = before
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,7 +176,7 @@ def test_execute_whose_report_cannot_be_written_at_the_end_is_exit_2(tmp_path, c
 def test_execute_refuses_a_table_folder_it_cannot_write_before_tuning(tmp_path, capsys, monkeypatch):
     from executor.cli import main as execute_main
 
-    # --kernel-config-dir sets this variable for the process: recorded here, so that it is restored
+    # --kernel-config-dir sets this variable for the run only (issue 36 item 5): restored afterwards
     monkeypatch.setenv("WARMUP_KERNEL_CONFIG_DIR", str(tmp_path / "unused"))
     blocker = tmp_path / "tables"
     blocker.write_text("a file where the tables would go")
@@ -187,3 +187,8 @@ def test_execute_refuses_a_table_folder_it_cannot_write_before_tuning(tmp_path, 
     assert err == (f"warmup: error: {blocker}: the tuned tables (--kernel-config-dir, $WARMUP_KERNEL_CONFIG_DIR) "
                    f"cannot be written here: {blocker} is not a directory\n")
     assert blocker.read_text() == "a file where the tables would go"
+    assert os.environ["WARMUP_KERNEL_CONFIG_DIR"] == str(tmp_path / "unused")   # the caller's, as it was
+    monkeypatch.delenv("WARMUP_KERNEL_CONFIG_DIR")
+    execute_main(["execute", "triton-tune", "--engine", ENGINE, "--no-progress", "--jobs", "0",
+                  "--device", "cpu", "--kernel-config-dir", str(blocker)])
+    assert "WARMUP_KERNEL_CONFIG_DIR" not in os.environ                         # none before, none after
