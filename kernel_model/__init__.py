@@ -10,6 +10,7 @@ launched keys cannot drift apart.
 This package is shared by the planner and the executor and imports neither (nor
 torch, triton or any kernel library): both sides import it, it knows only kernels.
 
+    arith.py           cdiv: the one ceiling division every floor uses
     specialization.py  Triton's integer-argument specialization rule
     gemm_tables.py     launch configs of the block-FP8 GEMMs and their tuned tables
     triton_kernels.py  compile keys of the executor's own GEMM and attention kernels

@@ -70,6 +70,8 @@ from functools import lru_cache
 from itertools import chain
 from typing import Collection, Iterable, NamedTuple
 
+from .arith import cdiv
+
 VERSION = "54e2261"                      # deepseek-ai/DeepGEMM v2.6.1
 # DeepGEMM versions whose kernel choice was checked against this model on the GPU, every M of
 # every shape (bench/deep_gemm_gpu.py, bench/RESULTS.md part D). The executor warns when the
@@ -97,12 +99,8 @@ def _f32(x: float) -> float:
     return _F32.unpack(_F32.pack(x))[0]
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(a // -b)
-
-
 def _align(a: int, b: int) -> int:
-    return _cdiv(a, b) * b
+    return cdiv(a, b) * b
 
 
 class Layout(NamedTuple):
@@ -133,7 +131,7 @@ def num_stages(block_m: int, block_n: int, k: int) -> int:
     smem_cd = _align(block_m * block_n * CD_BYTES, 1024)
     smem_barriers = MAX_STAGES * 8 * 2
     uniform_sfb = 1 if BLOCK_K % block_n == 0 else 2
-    smem_extra_sfb = _align(_cdiv(k, BLOCK_K) * SF_BYTES * uniform_sfb, 8)
+    smem_extra_sfb = _align(cdiv(k, BLOCK_K) * SF_BYTES * uniform_sfb, 8)
     per_stage = block_m * BLOCK_K * AB_BYTES + block_n * BLOCK_K * AB_BYTES + _align(block_m * SF_BYTES, 128)
     free = SMEM_CAPACITY - (smem_cd + smem_barriers + smem_extra_sfb)
     return min(int(free / per_stage), MAX_STAGES)  # C++ int division truncates
@@ -190,7 +188,7 @@ def _space(dense: bool, n: int, k: int, num_sms: int, mk_alignment: int = 128) -
                 d = block_m * block_n * CD_BYTES  # written once: no accumulation
                 l1 = k * (block_m + block_n) * AB_BYTES + k * (max(WGMMA_M, block_m) + block_n) * AB_BYTES + d + d
                 l2 = k * (block_m // cluster_n + block_n // cluster_m) * AB_BYTES + d
-                n_blocks = _cdiv(n, block_n)
+                n_blocks = cdiv(n, block_n)
                 rate = max(l1 / l1_bw, l2 / l2_bw) * n_blocks / block_m
                 out.append(_Candidate(len(out), block_m, block_n, cluster_m, cluster_n, stages,
                                       n_blocks, l1, l2, rate, cluster_m * cluster_n > 1))
@@ -205,8 +203,8 @@ def _space(dense: bool, n: int, k: int, num_sms: int, mk_alignment: int = 128) -
 def _cycles(space: _Space, c: _Candidate, m: int) -> int:
     """SM90ArchSpec::get_layout_info's num_cycles for M rows, its float32 steps included."""
     num_sms = space.num_sms
-    num_blocks = _cdiv(m, c.block_m) * c.n_blocks
-    num_waves = _cdiv(num_blocks, num_sms)
+    num_blocks = cdiv(m, c.block_m) * c.n_blocks
+    num_waves = cdiv(num_blocks, num_sms)
     if c.clustered and num_waves <= 1:
         return DISABLED
     cycles = max(c.l1_bytes * num_blocks // space.l1_bw, c.l2_bytes * num_blocks // space.l2_bw)
@@ -239,8 +237,8 @@ def _select_each(space: _Space, ms: Iterable[int], hint: _Candidate | None = Non
                 break
             if block_m < 64 and (not small_m or m > block_m) or order == seen and survivors:
                 continue
-            num_blocks = -(-m // block_m) * n_blocks
-            num_waves = -(-num_blocks // sms)
+            num_blocks = cdiv(m, block_m) * n_blocks
+            num_waves = cdiv(num_blocks, sms)
             if clustered and num_waves <= 1:
                 continue
             l1, l2 = l1_bytes * num_blocks // l1_bw, l2_bytes * num_blocks // l2_bw
@@ -281,8 +279,8 @@ class _Model:
 
     def m_class(self, m: int) -> int:
         if self.grouped:
-            return _cdiv(m, self.mk_alignment)
-        return _cdiv(m, 16) if m <= 32 else 2 + _cdiv(m, 64)
+            return cdiv(m, self.mk_alignment)
+        return cdiv(m, 16) if m <= 32 else 2 + cdiv(m, 64)
 
     def largest_m(self, m_class: int) -> int:
         if self.grouped:
@@ -317,7 +315,7 @@ class _Model:
         ms = list(ms)
         if self.grouped:
             a = self.mk_alignment
-            classes = [-(-m // a) for m in ms]
+            classes = [cdiv(m, a) for m in ms]
         else:
             classes = [(m + 15) >> 4 if m <= 32 else 2 + ((m + 63) >> 6) for m in ms]
         first = dict(zip(reversed(classes), reversed(ms)))  # earlier M-values overwrite later ones

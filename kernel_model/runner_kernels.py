@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .arith import cdiv
 from .gemm_tables import next_power_of_2
 from .specialization import int_spec
 
@@ -251,7 +252,7 @@ class RunnerFacts:
     @property
     def max_blocks(self) -> int:
         """Block-table width: the longest request plus its draft tokens."""
-        return -(-(self.max_model_len + self.num_spec) // self.page)
+        return cdiv(self.max_model_len + self.num_spec, self.page)
 
     @property
     def max_tokens(self) -> int:
@@ -327,7 +328,7 @@ def decode_attention_launch(f: RunnerFacts, scale: float) -> Launch:
 
 def sampler_launches(f: RunnerFacts) -> list[Launch]:
     v, meta = f.vocab_size, vocab_meta(f.vocab_size)
-    words = -(-v // 32)
+    words = cdiv(v, 32)
     out = [Launch("_apply_bitmask_kernel", ("float32", "int32", "int32", v, v, words), meta),
            Launch("_penalties_kernel", ("float32", "int32", "float32", "float32", "float32", "float32", "int32",
                                         "uint8", v, v, v, v), meta),

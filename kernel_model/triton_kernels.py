@@ -14,6 +14,7 @@ launched key cannot differ. Keys are short strings, stable across runs:
 
 from __future__ import annotations
 
+from .arith import cdiv
 from .gemm_tables import SCALE_BLOCK, Table, config_label, next_power_of_2, select_config
 from .specialization import int_spec
 
@@ -57,7 +58,7 @@ def grouped_gemm_key(M_sum: int, N: int, K: int, block_m: int, table: Table | No
     """Like fp8_gemm plus CHUNK_M (= block_m) and the expert strides N*K (weights) and
     ceil(N/128)*K/128 (weight scales)."""
     config = config or grouped_gemm_config(M_sum, N, K, block_m, table)
-    scale_rows = -(-N // SCALE_BLOCK)
+    scale_rows = cdiv(N, SCALE_BLOCK)
     return _key(GROUPED_FP8_GEMM, f"{config_label(config)} chunk{block_m}",
                 {"M": int_spec(M_sum, specialize=False), "N": int_spec(N), "K": int_spec(K),
                  "Ks": int_spec(K // SCALE_BLOCK), "NK": int_spec(N * K),

@@ -14,17 +14,14 @@ from __future__ import annotations
 import ast
 import operator
 
+from kernel_model.arith import cdiv
+
 MAX_EXPR_CHARS = 1000
 MAX_ABS_INT = 1 << 62  # far above any real size; stops runaway multiplication
 
 
 class ExprError(ValueError):
     """A bad expression; the caller adds file, line and YAML path."""
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division, as vLLM's ``cdiv``."""
-    return -(a // -b)
 
 
 def round_up(x: int, multiple: int) -> int:

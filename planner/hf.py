@@ -90,6 +90,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from kernel_model.arith import cdiv
+
 from .limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_BLOCKS, MAX_SEQS, MAX_SPECULATIVE_TOKENS,
                      MAX_TOKENS, MAX_VOCAB, MODEL_RUNNERS, SAMPLERS, SPECULATIVE_METHODS)
 from .vllm_choices import default_linear_kernel
@@ -294,7 +296,7 @@ class _Model:
     def kv_bytes(self, values: int) -> int:
         """Bytes of `values` KV-cache values in the cache's dtype (rounded up)."""
         per_16 = _KV_BYTES_X16.get(self.kv_cache_dtype, 16 * self.dtype_bytes)
-        return -(-values * per_16 // 16)
+        return cdiv(values * per_16, 16)
 
     @property
     def default_block_size(self) -> int:
@@ -839,7 +841,7 @@ def _linear_entries(ctx: _Ctx, layers: _DecoderLayers, quant: _QuantConfig) -> l
 
 def _vocab_per_rank(ctx: _Ctx, model: _Model, tp: int) -> int:
     """lm_head's N: vLLM pads the vocabulary, then splits it over tp (VocabParallelEmbedding)."""
-    padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    padded = cdiv(model.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
     return ctx.div(padded, f"vocab_size padded to a multiple of {VOCAB_PADDING}", tp, f"--tp {tp}")
 
 
@@ -980,7 +982,7 @@ def _kv_room(ctx: _Ctx, model: _Model, shape: _AttentionShape, linear: list[dict
     else:
         per_block = model.kv_bytes(model.num_layers * block_size * 2 * shape.num_kv_heads * shape.head_size)
     blocks = min(int(max(budget - weights, 0) // per_block) // 16 * 16, MAX_BLOCKS)
-    return _KvRoom(weights, budget, per_block, blocks, -(-model.max_model_len // block_size))
+    return _KvRoom(weights, budget, per_block, blocks, cdiv(model.max_model_len, block_size))
 
 
 def _gib(count: float) -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from kernel_model.arith import cdiv
 from kernel_model.deep_gemm import (
     BLOCK_K,
     DENSE_KERNEL,
     GROUPED_KERNEL,
     _Candidate,
     _Space,
-    _cdiv,
     _check,
     _compiled,
     _cycles,
@@ -56,7 +56,7 @@ def grouped_contiguous_kernel_key(m_sum: int, n: int, k: int, num_groups: int, n
 def sf_transpose_key(k: int) -> str:
     """The helper kernel that makes row-major 1x128 activation scales MN-major (one per K):
     ``transpose_fp32<512, 64, K / 128>`` (DeepGEMM csrc/jit_kernels/impls/smxx_layout.hpp)."""
-    return f"transpose_fp32:num_threads=512,block_mn=64,sf_k={_cdiv(k, BLOCK_K)}"
+    return f"transpose_fp32:num_threads=512,block_mn=64,sf_k={cdiv(k, BLOCK_K)}"
 
 
 def enumerate_keys(ms: Iterable[int], key_fn: Callable[[int], str]) -> dict[str, list[int]]:

@@ -385,3 +385,15 @@ def test_a_successful_load_model_checks_the_live_kernels(monkeypatch):
     monkeypatch.setattr(WorkerWarmup, "prepare", classmethod(lambda cls, worker, release, settings: state))
     wrapped = plugin._load_model(lambda self: order.append("weights") or "loaded", RELEASES["0.25.0"], Settings("p"))
     assert wrapped(NS()) == "loaded" and order == ["pool", "weights", "checked"]
+
+
+def test_a_failed_profile_run_ends_the_pool_at_once():
+    ended = []
+    state = NS(abandon=ended.append, finish_device_lane=lambda: ended.append("finished"))
+
+    def profile_run():
+        raise RuntimeError("CUDA out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        WorkerWarmup.then_finish_device_lane(state, profile_run)()
+    assert ended == ["not needed: vLLM's profile run failed"]     # no bounded wait for a dying worker

@@ -371,7 +371,11 @@ class WorkerWarmup:
     def then_finish_device_lane(self, profile_run):
         """vLLM's profile_run, then the pool's device lane finished (finish_device_lane)."""
         def profile_then_finish(*args, **kwargs):
-            result = profile_run(*args, **kwargs)
+            try:
+                result = profile_run(*args, **kwargs)
+            except BaseException:
+                self.abandon("not needed: vLLM's profile run failed")  # the worker is going down
+                raise
             self.finish_device_lane()
             return result
         return profile_then_finish

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from kernel_model import gemm_tables
+from kernel_model.arith import cdiv  # noqa: F401 - re-exported: the kernels' launch grids
 from kernel_model.gemm_tables import (  # noqa: F401 - re-exported for the kernels and the tuner
     CONFIG_KEYS, SCALE_BLOCK, Config, default_config, make_config, next_power_of_2, validate_config,
 )
@@ -51,10 +52,6 @@ def save_table_atomic(path: str | os.PathLike, table: Mapping[int, Mapping[str, 
         validate_config(config)
     payload = {str(m): {k: int(table[m][k]) for k in CONFIG_KEYS} for m in sorted(table)}
     write_atomic(Path(path), json.dumps(payload, indent=2) + "\n")
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # --- the tables a process's launches read ----------------------------------------------------------

@@ -7,6 +7,7 @@ Nothing here imports torch or triton."""
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import wait
 
@@ -68,7 +69,7 @@ class Precompiler:
         return self
 
     def submit(self, index: int) -> None:
-        """Submit the jobs whose last autotune step is at or before `index` (DeepGEMM first)."""
+        """Submit the jobs whose last autotune step is at or before `index`, the longest first (costs.py)."""
         if self.pool is not None:
             self.pool.run(self.book, self.book.due(index, self.costs.order), self.claims.follow)
 
@@ -154,8 +155,6 @@ class Precompiler:
         """What is left of the pool ends within `seconds`: a job that hangs is killed (with what it
         started) and its kernel is compiled by whoever needs it, one line to `note`. A hung build
         would otherwise hold FlashInfer's file lock, and vLLM's process would wait on it for ever."""
-        import threading
-
         if self.pool is None or self._watchdog is not None:
             return
         self._watchdog = threading.Timer(max(0.0, seconds), self._overdue, args=(seconds,))

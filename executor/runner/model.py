@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from executor.kernels.fp8_gemm import fp8_gemm
 from executor.kernels.grouped_gemm import grouped_fp8_gemm
 from executor.kernels.reference import quantize_fp8_block, quantize_fp8_per_token_group
+from kernel_model.arith import cdiv
 from planner.engine_facts import EngineFacts, LinearLayer, MoeLayer
 
 from . import kernels
@@ -135,7 +136,7 @@ class MoE:
     def max_rows(self, num_tokens: int) -> int:
         pairs = num_tokens * self.top_k
         rows = pairs + min(pairs, self.num_experts) * (MOE_BLOCK_M - 1)
-        return -(-rows // MOE_BLOCK_M) * MOE_BLOCK_M
+        return cdiv(rows, MOE_BLOCK_M) * MOE_BLOCK_M
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         probs = torch.softmax((x @ self.router.t()).float(), dim=-1)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kernel_model.arith import cdiv
 from planner.engine_facts import engine_facts
 from planner.steps import CachedRequest, GrammarBitmask, NewRequest, Sample
 
@@ -139,7 +140,7 @@ class TraceScheduler:
             self.next_id += 1
 
     def _blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.page)
+        return cdiv(num_tokens, self.page)
 
     def _grow(self, req: TraceRequest, num_tokens: int) -> list[int]:
         need = self._blocks_for(num_tokens) - len(req.blocks)
@@ -201,7 +202,7 @@ class TraceScheduler:
         self.finished = []
         sampled = [req for req, e in entries if self._advance(req, e)]
         structured = tuple(r.req_id for r in sampled if r.structured)
-        grammar = GrammarBitmask(len(structured), -(-self.vocab // 32), GRAMMAR_FILL, structured) if structured else None
+        grammar = GrammarBitmask(len(structured), cdiv(self.vocab, 32), GRAMMAR_FILL, structured) if structured else None
         # sampling_params {}: every request keeps its own
         sample = Sample(f"trace/sample-{i}", "trace", grammar_bitmask=grammar, sampling_params={}, features=())
         for req in [r for r in sampled if r.num_output >= r.output_len]:
