@@ -2,9 +2,9 @@
 # vLLM 0.25.0 and this project's vLLM plugin on the GPU machine (H100, torch 2.11.0+cu130, Python
 # 3.12, nvcc 13.0, no network), carried in four parts, one device call each at most 64 MiB with the
 # repository (about 7 MiB). What is in here was learned on real runs there (2026-11-23/24,
-# ../shared/reference/vllm-on-the-gpu-machine.md). This version (pinned wheels, the DeepGEMM include
-# tree, the plugin part, `check`) has run here only: prepare, and install + check into a local
-# directory with Python 3.12 (the plugin's entry point found there); not yet on the GPU machine.
+# ../shared/reference/vllm-on-the-gpu-machine.md). This version, with the server's dependencies
+# (SERVER_DEPS) and the fi part, installed vLLM 0.25.0 on the H100 and served `vllm serve` with and
+# without the plugin on 2026-11-27 (bench/RESULTS.md part X: core, ext, then py + plugin + fi).
 #
 # Here, where PyPI is reachable, from the repository root:
 #   bash bench/vllm_gpu_setup.sh prepare   # .vllm/{core,ext,py}/part.tar.xz and .vllm/plugin/ (FORCE=1: rebuild all;
