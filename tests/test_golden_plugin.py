@@ -35,3 +35,22 @@ def test_update_then_pass_then_mismatch_shows_a_diff(pytester):
                                  "*-  - {req_id: _warmup_0_, num_scheduled_tokens: 3,*",
                                  "*+  - {req_id: _warmup_0_, num_scheduled_tokens: 2,*"])
     assert (golden.parent / "pinned.yaml.obtained").exists()
+
+
+def test_a_golden_file_with_its_lines_reordered_fails(tmp_path):
+    # issue 37: the order of a plan's steps is part of the plan; the check compares text, not line sets
+    import pytest
+
+    from planner.pytest_plugin import compare_golden, render_plan
+
+    engine = os.path.join(ROOT, "plans", "engines", "mixtral-8x7b-tp2-h100.yaml")
+    text = render_plan("vllm", engine)
+    golden = tmp_path / "g.yaml"
+    lines = text.splitlines(keepends=True)
+    assert lines[3] != lines[4]
+    golden.write_text("".join(lines[:3] + [lines[4], lines[3]] + lines[5:]))
+    assert sorted(golden.read_text().splitlines()) == sorted(text.splitlines())  # the same lines
+    with pytest.raises(pytest.fail.Exception, match="expanded plan differs"):
+        compare_golden(text, str(golden), update=False)
+    golden.write_text(text)
+    compare_golden(text, str(golden), update=False)                             # the same text passes
