@@ -357,3 +357,30 @@ def test_two_processes_sharing_deep_gemms_cache_count_each_kernel_once_on_the_no
     assert sum(p["deep_gemm_jit"] or 0 for p in pools) == len(DG_KEYS)          # each kernel once on the node
     assert all(p["claims"]["node_keys"] == len(DG_KEYS) for p in pools)
     assert [r["stages"][0]["compiled_main"] for r in reports] == [0, 0]          # the other's are not ours
+
+
+def test_a_job_that_fails_in_a_worker_leaves_no_done_mark_and_one_that_succeeds_does(tmp_path, monkeypatch):
+    # issue 37's audit: a worker marking a failed job's key done passed every test
+    from executor.precompile import worker
+
+    class Flaky(BaseBackend):
+        name = "flaky"
+        families = ("gemm",)
+
+        def gemm(self, step, values, tick):
+            if values == [2]:
+                raise RuntimeError("nvcc failed")
+            return len(values)
+
+    monkeypatch.setattr(worker, "_WORKER", {"backends": {"flaky": Flaky()}, "errors": {}, "monitor": None,
+                                            "device": "cpu"})
+    outcomes = {}
+    for m in (1, 2):
+        step = st.Gemm(f"s/{m}", "s", kernel="fp8_gemm", backend="flaky", n=256, k=128, block_size=(128, 128),
+                       m_values=(m,))
+        c = cl.KeyClaim(str(tmp_path / "claims" / f"key{m}"), process=os.getpid())
+        job = Job(key=f"key{m}", keys=[f"key{m}"], backend="flaky", kind="gemm", step_id=step.id, index=0,
+                  step=step, values=[m], claim=c)
+        result = worker.run_job(job)
+        outcomes[m] = (result.status, sorted(os.listdir(c.path)))
+    assert outcomes == {1: ("ok", ["done"]), 2: ("failed", [])}  # the failed key stays free for the next taker
