@@ -6,11 +6,12 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sys
 
 import pytest
 from execlib import ROOT
 
-from executor import registry
+from executor import dg_install, registry
 from planner import steps
 from executor.backends.base import BaseBackend, Unavailable
 from executor.run import Context, Options
@@ -44,13 +45,20 @@ def test_backend_loads_and_reports_availability(name):
     assert ok or why, "an unavailable backend says why"
 
 
-def test_missing_optional_libraries_are_unavailable_with_a_reason():
+def test_missing_optional_libraries_are_unavailable_with_a_reason(monkeypatch):
+    import importlib.util
+
+    checked = []
     for name, lib in (("deep_gemm", "deep_gemm"), ("flashinfer", "flashinfer")):
-        try:
-            __import__(lib)
-        except ImportError:
-            ok, why = registry.load_backend(name)("cuda", Options()).available()
-            assert not ok and lib in why and "not installed" in why
+        if lib in sys.modules and getattr(sys.modules[lib], "__file__", None) is None:
+            monkeypatch.delitem(sys.modules, lib)  # a stand-in another test left (issue 37): not an install
+        if importlib.util.find_spec(lib) is not None or (lib == "deep_gemm" and dg_install.find_install()):
+            continue  # really installed here
+        ok, why = registry.load_backend(name)("cuda", Options()).available()
+        assert not ok and lib in why and "not installed" in why
+        checked.append(lib)
+    if not checked:
+        pytest.skip("deep_gemm and flashinfer are both installed here")
 
 
 def gemm(backend: str) -> steps.Gemm:
