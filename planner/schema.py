@@ -17,6 +17,7 @@ NOTE: two validators read the same schemas.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import re
 from functools import lru_cache
@@ -152,10 +153,14 @@ def _check_array(node: dict, value: list, path: tuple, root: dict) -> None:
 
 
 def _check_object(node: dict, value: dict, path: tuple, root: dict) -> None:
+    props = node.get("properties", {})
     for key in node.get("required", ()):
         if key not in value:
+            typo = _close_unknown_key(key, value, props)
+            if typo is not None:  # point at the line the user wrote, not at the top of the mapping
+                raise SchemaViolation(path + (typo,), f"unknown key {typo!r}: did you mean {key!r}? "
+                                                      f"({key!r} is required)")
             raise SchemaViolation(path, f"{key!r} is required")
-    props = node.get("properties", {})
     if node.get("additionalProperties") is False:
         extra = [k for k in value if k not in props]
         if extra:
@@ -168,6 +173,13 @@ def _check_object(node: dict, value: dict, path: tuple, root: dict) -> None:
         for key in value:
             if key not in props:
                 _check(node["additionalProperties"], value[key], path + (key,), root)
+
+
+def _close_unknown_key(key: str, value: dict, props: dict) -> str | None:
+    """A key of `value` the schema does not know that looks like `key` (a typo of it), if any."""
+    unknown = [k for k in value if isinstance(k, str) and k not in props]
+    close = difflib.get_close_matches(key, unknown, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _check_one_of(options: list, value, path: tuple, root: dict) -> None:

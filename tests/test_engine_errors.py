@@ -129,3 +129,13 @@ def test_every_expression_name_has_its_engine_fields():
             value = engine.data
             for key in path:
                 value = value[key]  # every path exists in a canonical engine
+
+
+def test_a_misspelt_required_key_is_named_at_its_own_line(tmp_path, capsys):
+    # issue 37: `schedular:` said only "'scheduler' is required", at the top of the file
+    engine = engine_file(tmp_path, ("\nscheduler:", "\nschedular:"))
+    line = GOOD_ENGINE.splitlines().index("scheduler:") + 1
+    assert plan_error(capsys, "vllm", engine) == (
+        f"{engine}:{line}: schedular: unknown key 'schedular': did you mean 'scheduler'? ('scheduler' is required)")
+    far = engine_file(tmp_path, ("\nscheduler:", "\nbatching:"))  # nothing like it: the plain line
+    assert plan_error(capsys, "vllm", far) == f"{far}:1: (top level): 'scheduler' is required"
