@@ -62,7 +62,8 @@ def add_commands(sub) -> None:
     i.add_argument("bundle")
     i.add_argument("--deep-gemm-cache", help="DeepGEMM's cache root (default: DG_JIT_CACHE_DIR, else vLLM's)")
     i.add_argument("--triton-cache", help="Triton's cache (default: TRITON_CACHE_DIR, else ~/.triton/cache)")
-    i.add_argument("--flashinfer-cache", help="FlashInfer's autotune file (default: $DG... none: not installed)")
+    i.add_argument("--flashinfer-cache", help="FlashInfer's autotune file (default: flashinfer-autotune.json in "
+                                              "DeepGEMM's default cache root: DG_JIT_CACHE_DIR, else vLLM's)")
     i.add_argument("--vllm-cache-root", help="a vLLM start-up bundle: vLLM's cache root (default: VLLM_CACHE_ROOT, "
                                              "else ~/.cache/vllm)")
     i.add_argument("--vllm-config-hash", help="a vLLM start-up bundle: refuse it unless it was built with this "
