@@ -22,6 +22,7 @@ import sys
 import textwrap
 
 import pytest
+from test_vllm_startup_bench import load  # the bench scripts loaded by path, once
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
@@ -153,14 +154,6 @@ def main():
 if __name__ == "__main__":
     main()
 '''
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def fake_vllm(root) -> str:

@@ -293,11 +293,12 @@ class WorkerWarmup:
     def start(self) -> None:
         """Install the monitor and start the pool, before vLLM loads the weights (they need none)."""
         self.monitor.install()
-        if any(step.backend == FLASHINFER_JIT for step in self.expanded.steps if hasattr(step, "backend")):
-            self.flashinfer_waits.install()  # vLLM's own first calls may wait for the pool's builds
         jobs = precompile_jobs(self.settings, local_ranks(self.worker.vllm_config))
         if jobs > 1:
             self._start_pool(jobs)
+        # After the pool's start, not before it: FlashInfer's import takes seconds.
+        if any(getattr(step, "backend", None) == FLASHINFER_JIT for step in self.expanded.steps):
+            self.flashinfer_waits.install()  # vLLM's own first calls may wait for the pool's builds
         p = self.precompiler.summary() if self.precompiler else {"status": "off", "reason": f"{jobs} jobs"}
         log.info("warmup-planner: plan %s for engine %s, %d steps; precompile: %s", self.expanded.plan,
                  self.expanded.engine, len(self.expanded.steps),

@@ -23,7 +23,7 @@ class FlashInferJitBackend(BaseBackend):
     families = ("kernel",)
     compiles_for_cuda = True
     worker_preload = ("torch",)
-    expected_job_s = 100.0  # one module: nvcc over several sources (110-118 s each on the H100)
+    expected_job_s = 100.0  # one module: nvcc over several sources (105-125 s each on the H100, RESULTS part X)
 
     def __init__(self, device: str = "cuda", options=None):
         super().__init__(device, options)

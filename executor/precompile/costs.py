@@ -15,7 +15,7 @@ import os
 
 from planner.output import write_atomic
 
-from .manifest import manifest_path
+from .manifest import manifest_path, read_doc
 from .worker_start import backend_attr
 
 COSTS_NAME = "warmup-job-costs.json"
@@ -29,15 +29,10 @@ def costs_path() -> str | None:
 
 
 def _read(path: str | None) -> dict:
-    if not path:
+    costs = read_doc(path, COSTS_FORMAT).get("costs")
+    if not isinstance(costs, dict):
         return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    costs = doc.get("costs") if isinstance(doc, dict) and doc.get("format") == COSTS_FORMAT else None
-    return {k: float(v) for k, v in (costs or {}).items() if isinstance(v, (int, float)) and v >= 0}
+    return {k: float(v) for k, v in costs.items() if isinstance(v, (int, float)) and v >= 0}
 
 
 class JobCosts:

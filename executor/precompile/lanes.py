@@ -42,6 +42,7 @@ class Lanes:
         self.pools = {lane: WorkerPool(min(workers, jobs[lane]), backends[lane], options, timings, lane, preload)
                       for lane in LANES if lane in backends}
         self.lane = {b: lane for lane, names in backends.items() for b in names}
+        self.timings = timings
         self.started = threading.Event()  # every lane's workers started, the first jobs submitted
 
     @property
@@ -56,14 +57,12 @@ class Lanes:
         threading.Thread(target=self._spawn, args=(then,), name="warmup-precompile-start", daemon=True).start()
 
     def _spawn(self, then) -> None:
-        timings = next(iter(self.pools.values())).timings if self.pools else None
         try:
             for pool in self.pools.values():
                 pool.spawn()
             then()
         except Exception as e:  # noqa: BLE001 - the jobs left unsubmitted are compiled by the main process
-            if timings is not None:
-                timings.start_error = f"{type(e).__name__}: {e}"
+            self.timings.start_error = f"{type(e).__name__}: {e}"
         finally:
             for pool in self.pools.values():
                 pool.started.set()

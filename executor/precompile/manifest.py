@@ -49,8 +49,10 @@ def _deep_gemm_cache_id() -> list | None:
     return [st.st_dev, st.st_ino]
 
 
-def read_manifest(path: str | None, fp: dict | None = None) -> dict:
-    """{backend: set of keys} of a manifest that matches this fingerprint ({} otherwise)."""
+def read_doc(path: str | None, fmt: str) -> dict:
+    """The JSON object at `path` if it is of format `fmt` ({} otherwise: missing, unreadable, another
+    format). The pool's files beside the Triton cache (this manifest, costs.py's) are hints: a bad
+    one only costs a compile or the order."""
     if not path:
         return {}
     try:
@@ -58,7 +60,13 @@ def read_manifest(path: str | None, fp: dict | None = None) -> dict:
             doc = json.load(f)
     except (OSError, ValueError):
         return {}
-    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+    return doc if isinstance(doc, dict) and doc.get("format") == fmt else {}
+
+
+def read_manifest(path: str | None, fp: dict | None = None) -> dict:
+    """{backend: set of keys} of a manifest that matches this fingerprint ({} otherwise)."""
+    doc = read_doc(path, MANIFEST_FORMAT)
+    if not doc:
         return {}
     if doc.get("fingerprint") != (fp if fp is not None else fingerprint()):
         return {}

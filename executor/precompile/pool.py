@@ -73,7 +73,7 @@ class Precompiler:
         if self.pool is not None:
             self.pool.run(self.book, self.book.due(index, self.costs.order), self.claims.follow)
 
-    finish_s = property(lambda self: self.timings.finish_s)  # finish()'s wait (vllm_bridge logs it)
+    finish_s = property(lambda self: self.timings.finish_s)  # finish()'s wait (a caller's barrier)
 
     # --- the end: idle, cancelled, a caller's barrier, the run's end ----------------------------------
 
@@ -100,22 +100,16 @@ class Precompiler:
         """A caller's barrier: release every job, wait for all (at most `timeout` s in all), end the
         workers and wait for them to exit, so that nothing of the pool (its processes, their CUDA
         contexts) outlives this call; for a caller that runs the plan after the pool, with no tuning
-        step between (vllm_bridge). None when the pool ran (or had nothing to do), else why not, in
-        one line: its workers did not start, it timed out (they are killed), or no job succeeded."""
+        step between (`finish_lane` is the plugin's: one lane). None when the pool ran (or had
+        nothing to do), else why not, in one line: its workers did not start, it timed out (they
+        are killed), or no job succeeded."""
         if self.pool is None:
             return None
         with self.timings.clock("finish_s", 3):
             deadline = time.perf_counter() + max(0.0, timeout)
-            if not self.pool.await_start(max(0.0, deadline - time.perf_counter())):
-                self.cancel(f"the workers did not start within {timeout:g} s")
-                return self.reason
-            self.submit(len(self.steps))
-            pending = self.book.futures()
-            _, not_done = wait(pending, timeout=max(0.0, deadline - time.perf_counter()))
-            if not_done:
-                done = sum(f.done() for f in pending)
-                self.cancel(f"timed out after {timeout:g} s with {done} of {len(self.book.slots)} jobs done")
-                return self.reason
+            why = self._await_released(self.book.slots, timeout, deadline, "")
+            if why is not None:
+                return why
             self._wind_up(join=max(JOIN_S, deadline - time.perf_counter()))
             return failure_line(self.book.results())
 
@@ -128,23 +122,31 @@ class Precompiler:
             return None
         began = time.perf_counter()
         deadline = began + max(0.0, timeout)
-        if not self.pool.await_start(max(0.0, deadline - time.perf_counter())):
-            self.cancel(f"the workers did not start within {timeout:g} s")
-            return self.reason
-        self.submit(len(self.steps))
         slots = [s for s in self.book.slots if lane_of(s.job.backend) == lane]
-        pending = [s.future for s in slots if s.future is not None]
-        _, not_done = wait(pending, timeout=max(0.0, deadline - time.perf_counter()))
-        if not_done:
-            self.cancel(f"timed out after {timeout:g} s with {len(pending) - len(not_done)} of {len(slots)} "
-                        f"{lane} jobs done")
-            return self.reason
+        why = self._await_released(slots, timeout, deadline, f"{lane} ")
+        if why is not None:
+            return why
         self.book.settle(slots)
         self.barrier.absorb()
         if self.pool.has(lane):
             self.pool.shutdown(join=max(JOIN_S, deadline - time.perf_counter()), lane=lane)
         self.lane_waits[lane] = {"waited_s": round(time.perf_counter() - began, 3), "still_running": self.pending()}
         return failure_line([s.result for s in slots if s.result is not None])
+
+    def _await_released(self, slots: list, timeout: float, deadline: float, what: str) -> str | None:
+        """Release every job, then wait until `deadline` for the jobs of `slots`; None once they are
+        done, else the pool is cancelled and this says why (the workers did not start, or a time-out)."""
+        if not self.pool.await_start(max(0.0, deadline - time.perf_counter())):
+            self.cancel(f"the workers did not start within {timeout:g} s")
+            return self.reason
+        self.submit(len(self.steps))
+        pending = [s.future for s in slots if s.future is not None]
+        _, not_done = wait(pending, timeout=max(0.0, deadline - time.perf_counter()))
+        if not_done:
+            self.cancel(f"timed out after {timeout:g} s with {len(pending) - len(not_done)} of {len(slots)} "
+                        f"{what}jobs done")
+            return self.reason
+        return None
 
     def pending(self) -> list[str]:
         """The jobs not answered yet, as 'backend key' (what the log says is still running)."""

@@ -34,7 +34,7 @@ _CONFIG_LOCK = threading.RLock()
 class WorkerPool:
     """One lane's ProcessPoolExecutor (lanes.py puts the lanes together; see the module docstring)."""
 
-    def __init__(self, workers: int, backends, options, timings, lane: str = DEVICE_LANE, preload=None):
+    def __init__(self, workers: int, backends, options, timings, lane: str, preload: list):
         """Create the process pool (no process yet) for the jobs of `backends` in `lane`; `preload`:
         the fork server's imports (one fork server a process: the lanes pass the union of theirs)."""
         from concurrent.futures import ProcessPoolExecutor
@@ -51,7 +51,6 @@ class WorkerPool:
         # (torch.compile): its many short jobs fill the cores those leave idle (lanes.py).
         self.setup["nice"] = DEVICE_LANE_NICE if lane == DEVICE_LANE else 0
         timings.target = self.setup.get("capability")
-        preload = preload_of(self.specs) if preload is None else preload
         self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=worker_context(preload),
                                             initializer=init_worker,
                                             initargs=(self.specs, options.device, options.jit_monitor, options,

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from test_precompile import FakeBackend, _in_worker, _instructions, alive, gemm, options, plan
+from test_precompile import FakeBackend, _in_worker, _instructions, alive, fake_env, gemm, options, plan  # noqa: F401 - fake_env: a fixture
 
 from executor import registry
 from executor.precompile import worker_start
@@ -59,17 +59,11 @@ def running(pids) -> list[int]:
 
 
 @pytest.fixture
-def lanes_env(tmp_path, monkeypatch):
-    monkeypatch.setitem(registry.BACKENDS, "fake", ("test_precompile", "FakeBackend"))
+def lanes_env(fake_env, monkeypatch):
+    """test_precompile's fake backend and caches, with its CUDA-free twin registered."""
     monkeypatch.setitem(registry.BACKENDS, "fake_free", FREE)
     monkeypatch.setitem(worker_start.WORKER_CLASSES, "fake_free", FREE)
-    cache, log = tmp_path / "triton-cache", tmp_path / "log"
-    cache.mkdir()
-    log.mkdir()
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    monkeypatch.setenv("WARMUP_FAKE_LOG_DIR", str(log))
-    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
-    return {"cache": cache, "log": log}
+    return fake_env
 
 
 def started(expanded, **kw):
