@@ -17,6 +17,9 @@ Families and where vLLM 0.25/0.33 keep them (``StartupRoots.from_env``):
   default ``<tmp>/torchinductor_<user>`` when vLLM does not point it into its own);
 - ``flashinfer_autotune``: VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, else
   ``$VLLM_CACHE_ROOT/flashinfer_autotune_cache`` (model_executor/warmup/flashinfer_autotune_cache.py);
+- ``flashinfer_jit``: FlashInfer's JIT modules, packed from the workspace where this machine built
+  them and placed where FlashInfer loads prebuilt ones (executor/bundle/flashinfer_modules.py: its
+  root here is that AOT directory, FlashInfer's ``data/aot``);
 - ``vllm_modelinfo``: ``$VLLM_CACHE_ROOT/modelinfos`` (model_executor/models/registry.py): what
   vLLM learnt of the model class in a subprocess that imports it (15-30 s of every cold start on
   the H100, before any worker exists), one JSON file per class, with the hash of the model's
@@ -42,10 +45,11 @@ from typing import NamedTuple
 from planner.errors import PlanError
 
 from .. import triton_cache
-from . import archive, environment, ops
+from . import archive, environment, flashinfer_modules, ops
 from .archive import FORMAT, VLLM, FileRecord, Manifest
 
-FAMILIES = ("deep_gemm", "triton", "torch_compile", "inductor", "flashinfer_autotune", "vllm_modelinfo")
+FAMILIES = ("deep_gemm", "triton", "torch_compile", "inductor", "flashinfer_autotune", "flashinfer_jit",
+            "vllm_modelinfo")
 EARLY = ("vllm_modelinfo",)  # valid whatever the GPU and the configuration: placed before vLLM resolves the model
 
 
@@ -57,6 +61,7 @@ class StartupRoots(NamedTuple):
     torch_compile: str | None = None
     inductor: str | None = None
     flashinfer_autotune: str | None = None
+    flashinfer_jit: str | None = None  # FlashInfer's AOT directory (None: no FlashInfer)
     vllm_modelinfo: str | None = None
 
     @classmethod
@@ -70,7 +75,7 @@ class StartupRoots(NamedTuple):
                    os.path.join(root, "torch_compile_cache"),
                    environ.get("TORCHINDUCTOR_CACHE_DIR") or default_inductor_dir(),
                    environ.get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR") or os.path.join(root, "flashinfer_autotune_cache"),
-                   os.path.join(root, "modelinfos"))
+                   flashinfer_modules.aot_dir(), os.path.join(root, "modelinfos"))
 
     def distinct(self) -> dict:
         """family -> root, each directory once: a root inside another family's is left out (its
@@ -116,9 +121,11 @@ def pack(roots: StartupRoots, fingerprint: dict, origin: Origin) -> tuple[Manife
     DeepGEMM's kernels with their keys) and, per member name, its file on disk."""
     kernels, sources, packed = [], {}, {}
     for family, root in roots.distinct().items():
-        if not os.path.isdir(root):
+        if family == "flashinfer_jit":  # built in the JIT workspace, placed in the AOT directory
+            found = flashinfer_modules.collect(flashinfer_modules.jit_dir(_capabilities(fingerprint)), root, family)
+        elif not os.path.isdir(root):
             continue
-        if family == "deep_gemm":
+        elif family == "deep_gemm":
             kernels, found = ops.collect_deep_gemm(root, fingerprint)
         else:
             found = ops.collect_tree(root, family)
@@ -129,6 +136,12 @@ def pack(roots: StartupRoots, fingerprint: dict, origin: Origin) -> tuple[Manife
     manifest = Manifest(FORMAT, origin.plan, origin.engine, origin.plan_digest, fingerprint, files, kernels, keys,
                         origin=VLLM, roots={f: r for f, r in packed.items() if r})
     return manifest, sources
+
+
+def _capabilities(fingerprint: dict) -> list[int]:
+    """The fingerprint's GPU capability as FlashInfer's workspace names it ('9.0' -> [90])."""
+    major, _, minor = str(fingerprint.get("capability") or "").partition(".")
+    return [int(major) * 10 + int(minor)] if major.isdigit() and minor.isdigit() else []
 
 
 def build(out: str, roots: StartupRoots, fingerprint: dict, origin: Origin) -> Manifest:
@@ -231,6 +244,10 @@ def place_all(manifest: Manifest, names: dict, staging: str, roots: StartupRoots
             placed[family] = ops.place_deep_gemm(manifest, names, staging, dest, here.get("deep_gemm_include_dir"))
         elif family == "triton":
             placed[family] = ops.place_children(src, dest, triton_cache.rehome_entry)
+        elif family == "flashinfer_jit":  # a module the AOT directory has (flashinfer-jit-cache's) is kept
+            new = [n for n in sorted(os.listdir(src)) if not os.path.lexists(os.path.join(dest, n))]
+            placed[family] = place_tree(src, dest)
+            flashinfer_modules.mark_placed(dest, new)
         else:
             placed[family] = place_tree(src, dest)
     keys = 0

@@ -1,0 +1,132 @@
+"""FlashInfer's JIT modules in a start-up bundle: packed from where this machine built them, placed
+where FlashInfer loads a prebuilt module, so the installing machine builds nothing.
+
+FlashInfer 0.6 (flashinfer/jit/core.py, ``JitSpec.build_and_load``) loads a module from its
+``aot_path``, ``FLASHINFER_AOT_DIR/<name>/<name>.so``, whenever that file exists, and then calls
+neither ninja nor its file lock; only where it is absent does it build into the JIT workspace,
+``<FLASHINFER_WORKSPACE_BASE or ~>/.cache/flashinfer/<version>/<arch>/cached_ops/<name>/``. A copy of
+that workspace does not travel: its ``build.ninja`` names the building machine's absolute paths and
+ninja's log holds their hashes, so ninja rebuilds a workspace copied to another path. The library
+itself names no path. So a bundle packs ``cached_ops/<name>/<name>.so`` alone, as
+``flashinfer_jit/<name>/<name>.so``, and install places it at ``FLASHINFER_AOT_DIR/<name>/<name>.so``:
+FlashInfer's own ``is_aot`` then says the module is there (tests/vllm_parity/test_flashinfer_aot.py
+runs FlashInfer's ``build_and_load`` on such a placement and sees it load without building).
+
+Both directories are found here by FlashInfer's own rules (flashinfer/jit/env.py), without
+importing FlashInfer: its import asks CUDA for the GPU's architecture unless
+FLASHINFER_CUDA_ARCH_LIST says it, and the plugin's first process must not touch CUDA. The
+bundle's fingerprint already pins the GPU, its capability, CUDA and FlashInfer's version, so a
+placed module is the one this machine would have built.
+
+FlashInfer's TensorRT-LLM DeepGEMM (inside ``fp8_blockscale_gemm_90``) compiles its kernels with
+NVRTC in memory unless TRTLLM_DG_JIT_DUMP_CUBIN is set: by default nothing of it is on disk to carry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from importlib.metadata import PackageNotFoundError, version
+
+MARKER = ".warmup-bundle"  # beside a module a bundle placed: packed again by a bundle built here
+
+
+def flashinfer_version() -> str | None:
+    """flashinfer-python's version (FlashInfer's own ``__version__`` is its build's)."""
+    try:
+        return version("flashinfer-python")
+    except PackageNotFoundError:
+        return None
+
+
+def aot_dir() -> str | None:
+    """Where FlashInfer loads prebuilt modules from (flashinfer/jit/env.py ``_get_aot_dir``): the
+    directory of flashinfer-jit-cache where that package is installed, else FlashInfer's own
+    ``data/aot``. None where FlashInfer is not installed."""
+    if importlib.util.find_spec("flashinfer_jit_cache") is not None:
+        try:
+            return str(importlib.import_module("flashinfer_jit_cache").get_jit_cache_dir())
+        except Exception:  # noqa: BLE001 - a broken jit-cache package: FlashInfer's import fails the same way
+            return None
+    spec = importlib.util.find_spec("flashinfer")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.join(list(spec.submodule_search_locations)[0], "data", "aot")
+
+
+def arch_dir_name(capabilities, environ=os.environ) -> str | None:
+    """The JIT workspace's architecture directory (flashinfer/jit/env.py ``_get_workspace_dir_name``):
+    FLASHINFER_CUDA_ARCH_LIST where set ('9.0a' -> '90a'), else each GPU's capability (90 for
+    sm_90) with FlashInfer's suffix ('a' for SM 9.x and 10+, 'f' for 12.0); sorted, '_'-joined."""
+    listed = environ.get("FLASHINFER_CUDA_ARCH_LIST")
+    if listed:
+        archs = {_listed_arch(a) for a in listed.split(" ") if a}
+    else:
+        archs = {_suffixed(c // 10, c % 10) for c in capabilities or ()}
+    if not archs:
+        return None
+    return "_".join(f"{major}{minor}" for major, minor in sorted(archs))
+
+
+def _listed_arch(arch: str) -> tuple[int, str]:
+    major, _, minor = arch.partition(".")
+    return (int(major), minor) if minor[-1:].isalpha() else _suffixed(int(major), int(minor))
+
+
+def _suffixed(major: int, minor: int) -> tuple[int, str]:
+    if major == 12 and minor == 0:
+        return major, "0f"
+    return major, f"{minor}a" if major >= 9 else str(minor)
+
+
+def jit_dir(capabilities, environ=os.environ) -> str | None:
+    """FlashInfer's ``FLASHINFER_JIT_DIR`` for these GPUs: where it builds modules (None: no FlashInfer)."""
+    fi_version, arch = flashinfer_version(), arch_dir_name(capabilities, environ)
+    if fi_version is None or arch is None:
+        return None
+    base = environ.get("FLASHINFER_WORKSPACE_BASE") or os.path.expanduser("~")
+    return os.path.join(base, ".cache", "flashinfer", fi_version, arch, "cached_ops")
+
+
+def collect(jit: str | None, aot: str | None, prefix: str) -> dict:
+    """member name -> file: every module this machine built (``<jit>/<name>/<name>.so``), and every
+    one a bundle placed in the AOT directory (those with MARKER), never the modules of
+    flashinfer-jit-cache or of FlashInfer's wheel, which every machine with them already has."""
+    out = {}
+    for root, placed_only in ((aot, True), (jit, False)):
+        for name in _module_names(root):
+            library = os.path.join(root, name, f"{name}.so")
+            if os.path.isfile(library) and (not placed_only or os.path.exists(os.path.join(root, name, MARKER))):
+                out[f"{prefix}/{name}/{name}.so"] = library
+    return out
+
+
+def _module_names(root: str | None) -> list[str]:
+    if not root or not os.path.isdir(root):
+        return []
+    return sorted(n for n in os.listdir(root) if not n.startswith("."))
+
+
+def mark_placed(aot: str, names) -> None:
+    """Say which modules of the AOT directory a bundle placed (collect packs them again)."""
+    for name in names:
+        folder = os.path.join(aot, name)
+        if os.path.isdir(folder):
+            with open(os.path.join(folder, MARKER), "w", encoding="utf-8") as f:
+                f.write("placed by `warmup bundle install`; FlashInfer loads the .so beside it as prebuilt\n")
+
+
+def rebuilt(jit: str | None, names, since: float) -> list[str]:
+    """Of the modules a bundle placed, those FlashInfer built again in its JIT workspace after
+    `since` (the install): their placed library was not where FlashInfer looked."""
+    if not jit:
+        return []
+    return sorted(n for n in names if _mtime(os.path.join(jit, n, f"{n}.so")) >= since)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return float("-inf")

@@ -1,0 +1,121 @@
+"""FlashInfer's JIT modules in start-up bundles (issue 35 item 1), on CPU: a workspace planted the
+way FlashInfer 0.6.13 builds it, packed, installed into another machine's FlashInfer AOT directory.
+That FlashInfer itself then loads the placed module without building is shown against its own code
+in tests/vllm_parity/test_flashinfer_aot.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from executor.bundle import flashinfer_modules as fim
+from executor.bundle import startup
+from test_startup_bundle import environ, fill_startup, vllm_fp, write
+
+SO = b"\x7fELF sampling module"
+
+
+@pytest.fixture(autouse=True)
+def flashinfer_0_6_13(monkeypatch):
+    monkeypatch.setattr(fim, "flashinfer_version", lambda: "0.6.13")
+    for key in ("FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR", "DG_JIT_CACHE_DIR"):
+        monkeypatch.delenv(key, raising=False)
+
+
+@pytest.mark.parametrize("listed,caps,name", [
+    ("9.0a", [], "90a"), ("9.0", [], "90a"), ("8.0 9.0", [], "80_90a"), ("12.0f", [], "120f"),
+    (None, [90], "90a"), (None, [100], "100a"), (None, [120], "120f"), (None, [80, 90], "80_90a"),
+    (None, [], None)])
+def test_the_workspace_arch_is_named_as_flashinfer_names_it(listed, caps, name):
+    env = {"FLASHINFER_CUDA_ARCH_LIST": listed} if listed else {}
+    assert fim.arch_dir_name(caps, env) == name
+
+
+def test_the_jit_dir_follows_the_workspace_base():
+    assert fim.jit_dir([90], {"FLASHINFER_WORKSPACE_BASE": "/ws"}) == "/ws/.cache/flashinfer/0.6.13/90a/cached_ops"
+    assert fim.jit_dir([90], {}) == os.path.expanduser("~/.cache/flashinfer/0.6.13/90a/cached_ops")
+
+
+def built_module(workspace, name, payload=SO):
+    """A module as FlashInfer's ninja leaves it: the library beside its build files and objects."""
+    folder = workspace / ".cache" / "flashinfer" / "0.6.13" / "90a" / "cached_ops" / name
+    os.makedirs(folder)
+    (folder / f"{name}.so").write_bytes(payload)
+    write(str(folder / "build.ninja"), f"build {folder}/{name}.so: link {folder}/{name}.cuda.o\n")
+    (folder / f"{name}.cuda.o").write_bytes(b"object")
+    write(str(folder / ".ninja_log"), "# ninja log v5\n")
+    return folder
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """A building machine with two built modules and an AOT directory FlashInfer's wheel left empty."""
+    base = tmp_path / "build"
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(base / "ws"))
+    built_module(base / "ws", "sampling")
+    built_module(base / "ws", "fp8_blockscale_gemm_90", b"\x7fELF gemm")
+    roots = fill_startup(base)._replace(flashinfer_jit=str(base / "site" / "flashinfer" / "data" / "aot"))
+    return base, roots
+
+
+def test_a_bundle_carries_each_built_library_and_nothing_that_names_a_path(machine, tmp_path):
+    _, roots = machine
+    manifest = startup.build(str(tmp_path / "b.warmup"), roots, vllm_fp(), startup.Origin())
+    members = sorted(f.path for f in manifest.files if f.path.startswith("flashinfer_jit/"))
+    assert members == ["flashinfer_jit/fp8_blockscale_gemm_90/fp8_blockscale_gemm_90.so",
+                       "flashinfer_jit/sampling/sampling.so"]
+
+
+def test_install_places_each_module_where_flashinfer_loads_prebuilt_ones(machine, tmp_path, monkeypatch):
+    _, roots = machine
+    out = tmp_path / "b.warmup"
+    startup.build(str(out), roots, vllm_fp(), startup.Origin())
+    here = tmp_path / "serve"
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(here / "ws"))
+    aot = here / "site" / "flashinfer" / "data" / "aot"
+    os.makedirs(aot / "norm")  # flashinfer-jit-cache's own module: kept, never marked as the bundle's
+    (aot / "norm" / "norm.so").write_bytes(b"jit-cache norm")
+    target = startup.StartupRoots.from_env(environ(here))._replace(flashinfer_jit=str(aot))
+    placed = startup.install(str(out), target, vllm_fp())
+    assert placed["families"]["flashinfer_jit"].new == 2
+    assert (aot / "sampling" / "sampling.so").read_bytes() == SO
+    assert (aot / "sampling" / fim.MARKER).exists() and not (aot / "norm" / fim.MARKER).exists()
+    assert not (here / "ws").exists()  # nothing in the JIT workspace: there is nothing for ninja to find
+    # a bundle built on this machine carries the placed modules again, not flashinfer-jit-cache's
+    again = startup.pack(target, vllm_fp(), startup.Origin())[1]
+    assert {m for m in again if m.startswith("flashinfer_jit/")} == {
+        "flashinfer_jit/sampling/sampling.so", "flashinfer_jit/fp8_blockscale_gemm_90/fp8_blockscale_gemm_90.so"}
+
+
+def test_a_module_the_aot_directory_has_is_kept(machine, tmp_path):
+    _, roots = machine
+    out = tmp_path / "b.warmup"
+    startup.build(str(out), roots, vllm_fp(), startup.Origin())
+    aot = tmp_path / "serve" / "aot"
+    os.makedirs(aot / "sampling")
+    (aot / "sampling" / "sampling.so").write_bytes(b"prebuilt by flashinfer-jit-cache")
+    target = startup.StartupRoots.from_env(environ(tmp_path / "serve"))._replace(flashinfer_jit=str(aot))
+    placed = startup.install(str(out), target, vllm_fp())["families"]["flashinfer_jit"]
+    assert (placed.new, placed.kept) == (1, 1)
+    assert (aot / "sampling" / "sampling.so").read_bytes() == b"prebuilt by flashinfer-jit-cache"
+    assert not (aot / "sampling" / fim.MARKER).exists()
+
+
+def test_a_machine_without_flashinfer_refuses_a_bundle_with_modules_in_one_line(machine, tmp_path):
+    _, roots = machine
+    out = tmp_path / "b.warmup"
+    startup.build(str(out), roots, vllm_fp(), startup.Origin())
+    target = startup.StartupRoots.from_env(environ(tmp_path / "serve"))._replace(flashinfer_jit=None)
+    with pytest.raises(Exception, match="flashinfer_jit files and there is no flashinfer_jit cache"):
+        startup.install(str(out), target, vllm_fp())
+
+
+def test_rebuilt_names_a_placed_module_flashinfer_built_again_after_the_install(tmp_path):
+    jit = tmp_path / "cached_ops"
+    built_module(tmp_path / "ws", "sampling")
+    jit = tmp_path / "ws" / ".cache" / "flashinfer" / "0.6.13" / "90a" / "cached_ops"
+    since = os.stat(jit / "sampling" / "sampling.so").st_mtime
+    assert fim.rebuilt(str(jit), ["sampling", "fp8_blockscale_gemm_90"], since) == ["sampling"]
+    assert fim.rebuilt(str(jit), ["sampling"], since + 10) == []
+    assert fim.rebuilt(None, ["sampling"], 0) == []
