@@ -325,8 +325,12 @@ def test_on_error_stop_cancels_the_jobs_still_queued(fake_env):
     assert pre["ok"] + pre["failed"] + pre["cancelled"] == 41 and pre["cancelled"] >= 1
 
 
+# The child sets its own Ctrl-C disposition: Python installs KeyboardInterrupt only where SIGINT is not
+# ignored at start, and a shell starts a background job (pytest ... &, nohup) with SIGINT ignored, which
+# the child would inherit and then sleep through the test's SIGINT (issue 37: a newcomer's run hung on it).
 INTERRUPTED_RUN = """
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from executor import registry
 registry.BACKENDS["fake"] = ("test_precompile", "FakeBackend")
 import test_precompile as t
@@ -339,18 +343,29 @@ json.dump(report.to_dict(), open(sys.argv[1], "w"))
 """
 
 
+def _as_a_background_job() -> None:
+    """The child starts as under `pytest ... &` or nohup, whatever this pytest was started as."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_ctrl_c_while_waiting_for_the_workers_ends_them_and_reports(fake_env, tmp_path):
     out = tmp_path / "report.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, ROOT, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN, str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(n.startswith("started-") for n in os.listdir(fake_env["log"])):
-        time.sleep(0.05)
-    workers = [int(n.split("-")[1]) for n in os.listdir(fake_env["log"]) if n.startswith("started-")]
-    assert workers, proc.communicate(timeout=30)[0]
-    proc.send_signal(signal.SIGINT)
-    output = proc.communicate(timeout=60)[0]
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_as_a_background_job)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not any(n.startswith("started-") for n in os.listdir(fake_env["log"])):
+            time.sleep(0.05)
+        workers = [int(n.split("-")[1]) for n in os.listdir(fake_env["log"]) if n.startswith("started-")]
+        assert workers, proc.communicate(timeout=30)[0]
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=60)[0]
+    finally:  # a run that missed the signal must not outlive the test with its sleeping workers
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
     assert proc.returncode == 0, output
     rep = json.loads(out.read_text())
     assert rep["interrupted"] is True and rep["precompile"]["status"] == "cancelled"
