@@ -35,6 +35,8 @@ COMMANDS = {
              "compare two expanded plans, or a plan for two engines (exit 1 if they differ)"),
     "check": ("planner.review.commands",
               "lint a plan for an engine, or an expanded plan file (exit 1 on lint errors)"),
+    "absorb": ("planner.commands.absorb",
+               "what a server compiled after ready (its logs), the plan stage that covers each, and an overlay"),
 }
 PLUGIN_GROUP = "warmup.commands"
 
