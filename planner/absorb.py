@@ -170,25 +170,27 @@ def _value(text: str) -> str:
 
 # --- the catalog: the release's other built-in plans ---------------------------------------------------
 
-def release_catalog(plan: Plan, engine):
-    """A callable: [(Plan, Coverage)] of the built-in plans of `plan`'s vLLM release other than
-    itself, expanded for `engine`, in name order; computed once, when first asked."""
+def release_catalog(plan_name: str, vllm_release: str | None, engine):
+    """A callable: [(Plan, Coverage)] of the built-in plans of the vLLM release other than
+    `plan_name`, expanded for `engine`, in name order; computed once, when first asked."""
     memo: list = []
 
     def catalog() -> list:
         if not memo:
-            memo.append([(other, coverage(api.expand(other, engine))) for other in _release_plans(plan)])
+            memo.append([(other, coverage(api.expand(other, engine)))
+                         for other in release_plans(plan_name, vllm_release)])
         return memo[0]
     return catalog
 
 
-def _release_plans(plan: Plan) -> list:
+def release_plans(plan_name: str, vllm_release: str | None) -> list:
+    """The built-in plans (Plan) that mirror `vllm_release`, but `plan_name`; none for no release."""
     out = []
     for name in builtin_plans():
-        if name == plan.name:
+        if name == plan_name or not vllm_release:
             continue
         other = api.load_plan(name)
-        if other.vllm_release and other.vllm_release == plan.vllm_release:
+        if other.vllm_release == vllm_release:
             out.append(other)
     return out
 
@@ -205,7 +207,7 @@ class Overlay(NamedTuple):
 
 
 def overlay(plan: Plan, misses: list, extends: str) -> Overlay:
-    sources = {other.name: other for other in _release_plans(plan)}
+    sources = {other.name: other for other in release_plans(plan.name, plan.vllm_release)}
     chosen: dict = {}
     for miss in misses:
         if miss.status == ABSORB:

@@ -43,7 +43,7 @@ def cmd_absorb(args) -> int:
     logs = read_logs(args.logs, plan.vllm_release)
     expanded = api.expand(plan, engine)
     compiles = [c for log in logs for c in log.compiles]
-    misses = absorb.classify(compiles, expanded, absorb.release_catalog(plan, engine))
+    misses = absorb.classify(compiles, expanded, absorb.release_catalog(plan.name, plan.vllm_release, engine))
     if args.output is not None:
         layer = absorb.overlay(plan, misses, absorb.extends_ref(args.plan, plan.files[0], args.output))
         header = (f"# Written by `warmup absorb` (issue 38). Review: warmup diff {args.plan} {args.output} "

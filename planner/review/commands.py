@@ -16,7 +16,7 @@ from .. import api
 from ..errors import PlanError
 from ..output import write_output
 from ..words import count
-from . import lints
+from . import lints, log_lints
 from .diff import RENDERERS, diff_plans
 
 EXIT_SAME, EXIT_DIFFERENT = 0, 1
@@ -58,6 +58,9 @@ def _add_check(sub, help: str) -> None:
                         "as `warmup execute --source-plan`")
     p.add_argument("--format", "-f", choices=("text", "json"), default="text")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    p.add_argument("--logs", nargs="+", metavar="LOG",
+                   help="server logs and WARMUP_JIT_LOG files: each compile after ready they record that the plan "
+                        "leaves cold is a finding (E112, W205; `warmup absorb` writes the plan that covers them)")
     p.add_argument("--list", action="store_true", help="list the lints and exit")
     p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
     p.add_argument("--no-color", action="store_true", help="no ANSI colors (also NO_COLOR, or not a terminal)")
@@ -142,6 +145,8 @@ def cmd_check(args) -> int:
         raise PlanError("expected a plan or an expanded plan to check (or --list)", file="warmup check")
     expanded, engine, notes = _check_inputs(args)
     findings, skipped = lints.run(expanded, engine.facts if engine else None)
+    if args.logs:
+        findings += log_lints.findings(expanded, args.logs, engine)
     if skipped:
         notes.append(f"no --engine: ran {len(lints.LINTS) - len(skipped)} of {len(lints.LINTS)} lints; "
                      f"{', '.join(x.code for x in skipped)} need the engine config, and the plan's freshness "
@@ -149,7 +154,7 @@ def cmd_check(args) -> int:
     errors = sum(1 for f in findings if f.lint.severity == lints.ERROR)
     warnings = len(findings) - errors
     render = _check_json if args.format == "json" else _check_text
-    _emit(render(expanded, findings, skipped, notes, errors, warnings), args, args.format == "text")
+    _emit(render(expanded, findings, skipped, notes, errors, warnings, bool(args.logs)), args, args.format == "text")
     return EXIT_LINT_ERRORS if errors or (args.strict and warnings) else EXIT_CLEAN
 
 
@@ -178,8 +183,8 @@ def _check_inputs(args):
     return expanded, engine, notes
 
 
-def _check_text(expanded, findings, skipped, notes, errors, warnings) -> str:
-    ran = len(lints.LINTS) - len(skipped)
+def _check_text(expanded, findings, skipped, notes, errors, warnings, logs) -> str:
+    ran = len(lints.LINTS) - len(skipped) + (len(log_lints.LOG_LINTS) if logs else 0)
     steps = count(len(expanded.steps), "step")
     out = [f"warmup check: {expanded.plan} for {expanded.engine} ({steps})"]
     out += [f"note: {n}" for n in notes]
@@ -198,13 +203,14 @@ def _check_text(expanded, findings, skipped, notes, errors, warnings) -> str:
     return "\n".join(out) + "\n"
 
 
-def _check_json(expanded, findings, skipped, notes, errors, warnings) -> str:
+def _check_json(expanded, findings, skipped, notes, errors, warnings, logs) -> str:
     fired = {f.lint.code: f.lint for f in findings}
     data = {
         "format": "warmup-check/v1",
         "plan": expanded.plan, "engine": expanded.engine, "digest": expanded.digest,
         "notes": notes,
-        "lints_run": [x.code for x in lints.LINTS if x not in skipped],
+        "lints_run": [x.code for x in lints.LINTS if x not in skipped] + ([x.code for x in log_lints.LOG_LINTS]
+                                                                          if logs else []),
         "lints_skipped": [x.code for x in skipped],
         "errors": errors, "warnings": warnings,
         "findings": [f.to_json() for f in findings],
@@ -216,8 +222,9 @@ def _check_json(expanded, findings, skipped, notes, errors, warnings) -> str:
 
 def _list_lints() -> str:
     out = []
-    for item in sorted(lints.LINTS, key=lambda x: x.code):
-        engine = "" if item.needs_engine else "  (no engine needed)"
+    for item in sorted([*lints.LINTS, *log_lints.LOG_LINTS], key=lambda x: x.code):
+        engine = ("  (with --logs)" if item in log_lints.LOG_LINTS else
+                  "" if item.needs_engine else "  (no engine needed)")
         out.append(f"{item.code} {item.name} [{item.severity}]{engine}")
         out += textwrap.wrap(item.explanation, 100, initial_indent="  ", subsequent_indent="  ")
         out += textwrap.wrap("Fix: " + item.fix, 100, initial_indent="  ", subsequent_indent="  ")
