@@ -259,9 +259,12 @@ def _stage_entry(stage: Stage, misses: list) -> dict:
 
 def extends_ref(plan_ref: str, plan_path: str, output: str | None) -> str:
     """How the overlay names its parent: a built-in plan by name, a file by its path relative
-    to the overlay's directory (as planner.plan resolves `extends`)."""
+    to the overlay's directory (as planner.plan resolves `extends`) when the two sit near each
+    other (a review directory, a repository), else by its absolute path."""
     if plan_ref in builtin_plans():
         return plan_ref
     where = os.path.dirname(os.path.abspath(output)) if output else os.getcwd()
     ref = os.path.relpath(os.path.abspath(plan_path), where)
+    if ref.startswith("../.."):
+        return os.path.abspath(plan_path)
     return ref if "/" in ref or ref.endswith((".yaml", ".yml")) else f"./{ref}"

@@ -83,7 +83,7 @@ class Compile(NamedTuple):
 
     def identity(self) -> tuple:
         """What makes two records one compile (mode error logs its error more than once)."""
-        return (self.file, self.process, self.family, self.kernel, self.key, self.event)
+        return (self.file, self.process, self.family, self.kernel, self.key, self.event, self.constants)
 
 
 class LogFile(NamedTuple):
