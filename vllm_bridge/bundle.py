@@ -5,6 +5,13 @@
   the memory profile, after it), the bundle is installed into the caches this process will read
   (executor.bundle.startup): its fingerprint is checked first against this machine, this vLLM
   and the live ``VllmConfig.compute_hash()``, the hash vLLM keys its torch.compile cache with.
+  The bundle's members are checked once per machine, in a background thread started at
+  ``register`` in the first of the server's processes (executor/bundle/staging.py), so that the
+  install at ``load_model`` only renames checked files into place.
+- After ready (``compile_or_warm_up_model`` returned), what the install placed is checked for use
+  (executor/bundle/usage.py): one line per family in vLLM's log, the entries never loaded and those
+  compiled again named, and the lot in the plugin's report; ``WARMUP_BUNDLE_INERT=error`` makes an
+  inert entry fatal (for CI: vLLM's start fails with that line), ``warn`` (the default) logs it.
 - ``WARMUP_BUNDLE_OUT=FILE``: the cache directories are recorded at ``load_model`` (before
   vLLM's compile points TORCHINDUCTOR_CACHE_DIR at its own), and once ``compile_or_warm_up_model``
   has returned (vLLM is ready: everything it compiles or tunes at start is on disk) rank 0 packs
@@ -25,6 +32,12 @@ from planner.errors import PlanError, one_line
 
 log = logging.getLogger("vllm.warmup_planner")
 ROOTS = "_warmup_planner_bundle_roots"  # on a worker: the Recorded of load_model
+INSTALLED = "_warmup_planner_bundle_installed"  # on a worker: the usage.Installed of its install
+INERT_SETTING = "WARMUP_BUNDLE_INERT"  # warn (default) | error
+
+
+class InertBundle(RuntimeError):
+    """WARMUP_BUNDLE_INERT=error and the installed bundle has inert entries: vLLM's start fails."""
 
 
 class Recorded(NamedTuple):
@@ -86,12 +99,16 @@ def install_early(path: str | None) -> dict | None:
 
     from executor.bundle import startup
 
+    from executor.bundle import staging
+
     try:
-        placed = startup.install_early(path, roots_now(), version("vllm"))
+        placed = startup.install_early(path, roots_now(), version("vllm"), vllm_cache_root())
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM resolves the model itself
         log.warning("warmup-planner: bundle's model info not installed: %s", _why(e))
         return None
-    if placed["families"]:
+    finally:
+        staging.prepare_in_background(path)  # the members checked while vLLM starts (the install waits for it)
+    if placed["families"] and any(p.new for p in placed["families"].values()):
         log.info("warmup-planner: bundle %s, before vLLM resolves the model: %s", path, startup.describe(placed))
     return placed
 
@@ -104,12 +121,38 @@ def install_before_compile(worker, path: str | None) -> dict | None:
 
     started = time.monotonic()
     try:
-        placed = startup.install(path, roots_now(), machine(worker.vllm_config))
+        placed = startup.install(path, roots_now(), machine(worker.vllm_config), vllm_cache_root())
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts cold
         log.warning("warmup-planner: bundle not installed, vLLM starts cold: %s", _why(e))
         return None
-    log.info("warmup-planner: bundle %s %s (%.1f s)", path, startup.describe(placed), time.monotonic() - started)
+    setattr(worker, INSTALLED, placed["installed"])
+    log.info("warmup-planner: bundle %s %s (%.2f s)", path, startup.describe(placed), time.monotonic() - started)
     return placed
+
+
+def check_use(worker, environ=os.environ) -> list | None:
+    """After ready: what of this worker's install was loaded, never loaded, compiled again (one log
+    line per family, one per inert entry); None where this worker installed nothing. Raises
+    InertBundle (its line logged first) under WARMUP_BUNDLE_INERT=error when an entry is inert."""
+    installed = getattr(worker, INSTALLED, None)
+    if installed is None:
+        return None
+    from executor.bundle import usage
+
+    try:
+        uses = usage.check(installed)
+    except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
+        log.warning("warmup-planner: the bundle's use could not be checked: %s", _why(e))
+        return None
+    inert = usage.inert_count(uses)
+    for line in usage.lines(uses):
+        log.log(logging.WARNING if line.startswith("  ") else logging.INFO, "warmup-planner: bundle use: %s", line)
+    if inert and (environ.get(INERT_SETTING) or "warn") == "error":
+        message = (f"warmup-planner: {INERT_SETTING}=error: {inert} entries of the bundle {installed.bundle} are "
+                   "inert (never loaded or compiled again; listed above)")
+        log.error(message)
+        raise InertBundle(message)
+    return uses
 
 
 def record_roots(worker, out: str | None) -> None:

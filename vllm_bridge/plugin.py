@@ -27,6 +27,7 @@ Patching twice is a no-op: the originals are kept on the class.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import os
@@ -126,10 +127,14 @@ def _compile_or_warm_up_model(original, release: Release, settings: Settings):
     def compile_or_warm_up_model(self, *args, **kwargs):
         if settings.plan is None:
             result = original(self, *args, **kwargs)
+            bundle.check_use(self)  # before packing, which reads every file
             bundle.build_after_ready(self, settings.bundle_out, _origin(None))
             return result
         state = getattr(self, STATE, None) or WorkerWarmup.prepare(self, release, settings)
         result = state.warm_up(lambda: original(self, *args, **kwargs))
+        uses = bundle.check_use(self)
+        if uses is not None:
+            state.amend_report("bundle_use", [dataclasses.asdict(u) for u in uses])
         bundle.build_after_ready(self, settings.bundle_out, _origin(state))
         return result
     return compile_or_warm_up_model

@@ -541,6 +541,15 @@ class WorkerWarmup:
         for line in (self.flashinfer_waits.line(), prebuilt_line((self.report.precompile or {}).get("records") or [])):
             if line:
                 log.info("warmup-planner: %s", line)
+        self._write_report()
+
+    def amend_report(self, key: str, value) -> None:
+        """What was learnt after the report was written (the bundle's use), into its host part."""
+        if self.report is not None:
+            self.report.host = {**(self.report.host or {}), key: value}
+            self._write_report()
+
+    def _write_report(self) -> None:
         if self.settings.report:
             try:
                 self.report.write(with_rank(self.settings.report, self.rank))

@@ -72,6 +72,10 @@ class Manifest(NamedTuple):
         doc["deep_gemm"] = [k._asdict() for k in self.deep_gemm]
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
+    def digest(self) -> str:
+        """What names this bundle's content (its manifest lists every member's sha256)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
     @classmethod
     def from_json(cls, text: str, file: str) -> "Manifest":
         try:
@@ -93,43 +97,44 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def write_bundle(out: str, manifest: Manifest, sources: dict) -> None:
+def write_bundle(out: str, manifest: Manifest, sources: dict, first: tuple = ()) -> None:
     """Write the tar the way `-o` writes every file (planner/output.py's write_atomic): a symlink
     is written through, a device or a FIFO that exists (`-o /dev/null`) is written and never
     replaced, a regular file appears complete or not at all; a failed write is WriteError (exit
-    2) naming the file. `sources` maps each member to its file on disk."""
+    2) naming the file. `sources` maps each member to its file on disk; the families `first` come
+    first in the tar, where a reader that wants only them stops early (verify_members' `only`)."""
     target = os.path.realpath(out)
     try:
         if os.path.exists(target) and not os.path.isfile(target):
             with open(target, "wb") as f:
-                _write_tar(f, manifest, sources)
+                _write_tar(f, manifest, sources, first)
         else:
-            _replace(target, manifest, sources)
+            _replace(target, manifest, sources, first)
     except OSError as e:
         raise WriteError(out, e.strerror or str(e)) from None
 
 
-def _replace(target: str, manifest: Manifest, sources: dict) -> None:
+def _replace(target: str, manifest: Manifest, sources: dict, first: tuple) -> None:
     """A temporary file beside `target`, renamed over it once complete (an existing file's mode kept)."""
     existing = os.stat(target).st_mode if os.path.exists(target) else None
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), stat.S_IMODE(existing) if existing is not None else 0o666 & ~_umask())
-            _write_tar(f, manifest, sources)
+            _write_tar(f, manifest, sources, first)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
-def _write_tar(f, manifest: Manifest, sources: dict) -> None:
+def _write_tar(f, manifest: Manifest, sources: dict, first: tuple) -> None:
     with tarfile.open(fileobj=f, mode="w|gz") as tar:
         data = manifest.to_json().encode()
         info = tarfile.TarInfo(MANIFEST)
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-        for record in manifest.files:
+        for record in sorted(manifest.files, key=lambda r: family_of(r) not in first):  # stable
             tar.add(sources[record.path], arcname=record.path, recursive=False)
 
 
@@ -213,19 +218,27 @@ def _mib(size: int) -> str:
     return f"{size / 1048576:.1f} MiB"
 
 
-def verify_members(path: str, manifest: Manifest, dest: str | None = None) -> None:
+def verify_members(path: str, manifest: Manifest, dest: str | None = None, only: tuple | None = None) -> None:
     """Check every member the way install needs it, and write each into `dest` when given
     (install extracts, inspect only checks): a regular file the manifest lists, under a relative
     path without '..', once, with its size and sha256. Anything else is refused in one line
-    (PlanError) naming the member and the reason."""
-    expected = {f.path: f for f in manifest.files}
+    (PlanError) naming the member and the reason. `only`: the members of these families alone,
+    reading no further than the last of them (write_bundle's `first` puts them at the start)."""
+    expected = {f.path: f for f in manifest.files if only is None or family_of(f) in only}
+    others = {f.path for f in manifest.files} - set(expected)
     seen: set = set()
+    pending = set(expected)
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
+                if only is not None and not pending:
+                    break
+                if member.name in others:
+                    continue  # another family's member: checked by the install that wants it
                 if member.name != MANIFEST or seen:  # the manifest is the first member, once
                     _check_member(tar, member, expected, seen, dest, path)
                 seen.add(member.name)
+                pending.discard(member.name)
     except (OSError, tarfile.TarError, EOFError) as e:
         raise PlanError(f"truncated or corrupted warmup bundle ({type(e).__name__}: {e})", file=path) from None
     missing = sorted(set(expected) - seen)

@@ -1,7 +1,10 @@
 """`warmup bundle build|verify|install|inspect` (a `warmup.commands` plugin, like `execute`).
 
     warmup bundle build PLAN --engine E -o FILE [--jobs N] [--runner none] [--report FILE]
-    warmup bundle verify FILE          install into a fresh directory, run the plan: 0 compiles or exit 1
+    warmup bundle verify FILE          install into a fresh directory, run the plan: 0 compiles or exit 1;
+                                       per family what was never loaded or compiled again (--inert error:
+                                       any such entry is exit 1). A vLLM start-up's bundle: what of its
+                                       install into these caches the server used (run it after the load)
     warmup bundle install FILE         into DG_JIT_CACHE_DIR (vLLM's when unset), TRITON_CACHE_DIR and
                                        --flashinfer-cache; refused (exit 2, one line) on a mismatch
     warmup bundle inspect FILE         every member checked as install checks it; the fingerprint
@@ -9,6 +12,7 @@
 
 A bundle of a whole vLLM start-up is written by the vLLM plugin (WARMUP_BUNDLE_OUT) and installed by
 it (WARMUP_BUNDLE) or by `install`, into vLLM's caches (--vllm-cache-root, else VLLM_CACHE_ROOT).
+Its FlashInfer JIT modules go where FlashInfer loads prebuilt ones (its data/aot directory).
 
 Exit codes as `warmup execute`: 0 ok; 1 verify saw a compile, a step failed, or build cannot
 run its warmup here (no CUDA device: said in one line before any work); 2 invalid input (a
@@ -33,7 +37,7 @@ from planner.steps import Keyed
 from .. import dg_install
 from ..precompile import manifest as precompile_manifest
 from ..report import EXIT_FAILED, EXIT_OK
-from . import archive, environment, ops, startup
+from . import archive, environment, ops, startup, usage
 
 
 BUILD_HELP = """Run the plan's warmup (`warmup execute`, in a fresh process) into fresh cache
@@ -54,10 +58,15 @@ def add_commands(sub) -> None:
     b.add_argument("--jobs", "-j", type=int, default=None, help="precompile workers (as `warmup execute`)")
     b.add_argument("--runner", choices=("reference", "none"), default="reference")
     b.add_argument("--report", help="keep the warmup's JSON report here")
-    v = cmds.add_parser("verify", help="install into a fresh directory and run the plan: 0 compiles or exit 1")
+    v = cmds.add_parser("verify", help="install into a fresh directory and run the plan: 0 compiles or exit 1; "
+                                        "for a vLLM start-up's bundle, report what of its install was used")
     v.add_argument("bundle")
     v.add_argument("--runner", choices=("reference", "none"), default="reference")
     v.add_argument("--report", help="the verifying run's JSON report")
+    v.add_argument("--inert", choices=("warn", "error"), default="warn",
+                   help="an installed entry never loaded or compiled again: listed (warn) or also exit 1 (error)")
+    v.add_argument("--vllm-cache-root", help="a vLLM start-up's bundle: the vLLM cache root it was installed "
+                                             "under (default: VLLM_CACHE_ROOT, else ~/.cache/vllm)")
     i = cmds.add_parser("install", help="install into this machine's caches")
     i.add_argument("bundle")
     i.add_argument("--deep-gemm-cache", help="DeepGEMM's cache root (default: DG_JIT_CACHE_DIR, else vLLM's)")
@@ -143,22 +152,46 @@ def describe(placed: dict) -> str:
 def cmd_verify(args) -> int:
     manifest = archive.read_manifest(args.bundle)
     if manifest.origin == archive.VLLM:
-        raise PlanError("a bundle of a vLLM start-up is verified by starting vLLM with it (WARMUP_BUNDLE=FILE "
-                        "and WARMUP_JIT_LOG: no compile), not by `bundle verify`", file=args.bundle)
+        return verify_startup(args, manifest)
     if args.report:
         check_writable(args.report)  # refused before the install and the run, not after them
     work = tempfile.mkdtemp(prefix="warmup-bundle-verify-")
     try:
         dirs = ops.CacheDirs.fresh(work)
-        print(describe(ops.install(args.bundle, dirs, environment.measure())) + " (into a fresh temporary directory)")
+        placed = ops.install(args.bundle, dirs, environment.measure())
+        print(describe(placed) + " (into a fresh temporary directory)")
+        installed = usage.mark(args.bundle, dirs.roots(), {f: placed[f].paths for f in dirs.roots()})
         extra = ["--runner", args.runner, "--jobs", "0", "--expect-cached", "--jit-monitor", "error",
                  "--on-error", "continue"]
         code, report = ops.run_execute(manifest.plan, manifest.engine, dirs, extra,
                                        args.report or os.path.join(work, "report.json"),
                                        keep_report=args.report is not None)
+        uses = usage.check(installed)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return verdict(code, report)
+    return max(verdict(code, report), use_verdict(uses, args.inert))
+
+
+def verify_startup(args, manifest) -> int:
+    """What of a vLLM start-up's bundle the server used, from the record its install left under
+    this vLLM cache root (the plugin's WARMUP_BUNDLE, or `bundle install`)."""
+    root = args.vllm_cache_root or startup.default_vllm_cache_root()
+    installed = usage.load(usage.record_path(root, manifest.digest()))
+    if installed is None:
+        raise ops.Failed(f"{args.bundle} was not installed under the vLLM cache root {root} (no record of it): "
+                         "start vLLM with WARMUP_BUNDLE, or `warmup bundle install` it, then verify")
+    return use_verdict(usage.check(installed), args.inert)
+
+
+def use_verdict(uses: list, inert: str) -> int:
+    """The use lines; exit 1 where an entry is inert and --inert error."""
+    for line in usage.lines(uses):
+        print(f"bundle use: {line}")
+    count = usage.inert_count(uses)
+    if count and inert == "error":
+        print(f"bundle verify: FAILED: {count} installed entries inert (never loaded or compiled again)")
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def verdict(code: int, report: dict) -> int:

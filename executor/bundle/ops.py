@@ -54,11 +54,25 @@ class CacheDirs(NamedTuple):
     def env(self) -> dict:
         return {"DG_JIT_CACHE_DIR": self.deep_gemm, "TRITON_CACHE_DIR": self.triton}
 
+    def roots(self) -> dict:
+        """family -> the directory its entries are under (FlashInfer's: the file's)."""
+        return {"deep_gemm": self.deep_gemm, "triton": self.triton, "flashinfer": os.path.dirname(self.flashinfer)}
+
 
 class Placed(NamedTuple):
     new: int = 0
     kept: int = 0      # already there (an existing complete entry wins)
     rekeyed: int = 0
+    paths: tuple = ()  # what this install placed (files, or directories that landed whole)
+
+    def add(self, outcome: bool, dest: str, rekeyed: bool = False) -> "Placed":
+        """One more entry: placed at `dest` (outcome True) or already there."""
+        return Placed(self.new + outcome, self.kept + (not outcome), self.rekeyed + rekeyed,
+                      self.paths + ((dest,) if outcome else ()))
+
+    def merge(self, other: "Placed") -> "Placed":
+        return Placed(self.new + other.new, self.kept + other.kept, self.rekeyed + other.rekeyed,
+                      self.paths + other.paths)
 
 
 # --- running the plan ------------------------------------------------------------------------------
@@ -250,16 +264,16 @@ def rekeyed_names(manifest: Manifest, include_dir: str | None, path: str) -> dic
     return names
 
 
-def place_deep_gemm(manifest: Manifest, names: dict, staging: str, root: str, include_dir: str | None) -> Placed:
+def place_deep_gemm(manifest: Manifest, names: dict, staging: str, root: str, include_dir: str | None,
+                    move: bool = False) -> Placed:
     cache = os.path.join(root, "cache")
     os.makedirs(cache, exist_ok=True)
     placed = Placed()
     for kernel in manifest.deep_gemm:
         src = os.path.join(staging, "deep_gemm", kernel.entry)
         name = names[kernel.entry] or _rekey(kernel, src, include_dir)
-        outcome = place(src, os.path.join(cache, name))
-        placed = placed._replace(new=placed.new + outcome, kept=placed.kept + (not outcome),
-                                 rekeyed=placed.rekeyed + (name != kernel.entry))
+        dest = os.path.join(cache, name)
+        placed = placed.add(place(src, dest, move=move), dest, rekeyed=name != kernel.entry)
     return placed
 
 
@@ -269,21 +283,24 @@ def _rekey(kernel: KernelRecord, src: str, include_dir: str) -> str:
     return f"kernel.{kernel.name}.{dg_rekey.LegacyContext(*kernel.context).key(kernel.name, code, include_dir)}"
 
 
-def place(src: str, dest: str, prepare=None) -> bool:
+def place(src: str, dest: str, prepare=None, move: bool = False) -> bool:
     """Copy `src` (a file or a directory) next to `dest`, then rename it into place. False when
     `dest` is already there (it wins: DeepGEMM and Triton only ever publish complete entries).
-    `prepare(copy, dest)` adjusts the copy before the rename (Triton's entries: triton_cache)."""
+    `prepare(copy, dest)` adjusts the copy before the rename (Triton's entries: triton_cache).
+    `move`: `src` is a staging copy of ours, renamed rather than copied where it is on the same
+    filesystem (the plugin's install: no byte copied on vLLM's path)."""
     if os.path.lexists(dest):
         return False
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)
     staged = tempfile.mkdtemp(prefix=".warmup-staging-", dir=parent)
     try:
-        target = os.path.join(staged, "x")
-        (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, target)
+        target, is_dir = os.path.join(staged, "x"), os.path.isdir(src)
+        if not (move and _renamed(src, target)):
+            (shutil.copytree if is_dir else shutil.copy2)(src, target)
         if prepare is not None:
             prepare(target, dest)
-        if os.path.isdir(src):
+        if is_dir:
             os.rename(target, dest)  # a directory: atomic, and refused when another one won meanwhile
         else:
             os.link(target, dest)    # a file: never replaces one that appeared meanwhile
@@ -298,7 +315,15 @@ def place(src: str, dest: str, prepare=None) -> bool:
         shutil.rmtree(staged, ignore_errors=True)
 
 
-def place_children(src_dir: str, dest_dir: str, prepare=None) -> Placed:
+def _renamed(src: str, target: str) -> bool:
+    try:
+        os.rename(src, target)
+        return True
+    except OSError:  # another filesystem (EXDEV): copied instead
+        return False
+
+
+def place_children(src_dir: str, dest_dir: str, prepare=None, move: bool = False) -> Placed:
     """Each entry of `src_dir` into `dest_dir`. Triton's group files name their files by absolute
     path: `prepare` points them at the installed copies, else the entries miss once the building
     machine's directory is gone (tests/executor/test_triton_cache.py)."""
@@ -309,8 +334,8 @@ def place_children(src_dir: str, dest_dir: str, prepare=None) -> Placed:
         if name == precompile_manifest.MANIFEST_NAME:
             continue  # rewritten for this machine
         src = os.path.join(src_dir, name)
-        outcome = place(src, os.path.join(dest_dir, name), prepare if os.path.isdir(src) else None)
-        placed = placed._replace(new=placed.new + outcome, kept=placed.kept + (not outcome))
+        dest = os.path.join(dest_dir, name)
+        placed = placed.add(place(src, dest, prepare if os.path.isdir(src) else None, move), dest)
     return placed
 
 
@@ -319,8 +344,7 @@ def _place_flashinfer(staging: str, dest: str) -> Placed:
     files = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     if not files:
         return Placed()
-    outcome = place(os.path.join(folder, files[0]), dest)
-    return Placed(new=int(outcome), kept=int(not outcome))
+    return Placed().add(place(os.path.join(folder, files[0]), dest), dest)
 
 
 def write_precompile_manifest(manifest: Manifest, dirs: CacheDirs) -> int:

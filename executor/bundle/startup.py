@@ -45,7 +45,7 @@ from typing import NamedTuple
 from planner.errors import PlanError
 
 from .. import triton_cache
-from . import archive, environment, flashinfer_modules, ops
+from . import archive, environment, flashinfer_modules, ops, staging, usage
 from .archive import FORMAT, VLLM, FileRecord, Manifest
 
 FAMILIES = ("deep_gemm", "triton", "torch_compile", "inductor", "flashinfer_autotune", "flashinfer_jit",
@@ -151,7 +151,7 @@ def build(out: str, roots: StartupRoots, fingerprint: dict, origin: Origin) -> M
     if not manifest.files:
         raise PlanError("no bundle written: the start-up's caches are empty (" +
                         ", ".join(f"{f} {r}" for f, r in roots.distinct().items()) + ")", file=out)
-    archive.write_bundle(out, manifest, sources)
+    archive.write_bundle(out, manifest, sources, first=EARLY)  # install_early reads no further than these
     return manifest
 
 
@@ -175,21 +175,32 @@ def families(manifest: Manifest) -> set:
     return {f.path.split("/")[0] for f in manifest.files}
 
 
-def install(path: str, roots: StartupRoots, here: dict) -> dict:
+def install(path: str, roots: StartupRoots, here: dict, record_dir: str | None = None) -> dict:
     """Install a start-up bundle into `roots`: family -> Placed (and the precompile manifest's
-    key count). PlanError (one line, nothing written) when the bundle is foreign, corrupted,
-    unsafe or made for another environment or vLLM configuration."""
+    key count, and the record of what was placed: usage.Installed, kept under `record_dir`, vLLM's
+    cache root). PlanError (one line, nothing written) when the bundle is foreign, corrupted,
+    unsafe or made for another environment or vLLM configuration. The members are checked once
+    per machine (executor/bundle/staging.py: the plugin starts that at register)."""
     manifest = archive.read_manifest(path)
-    check(manifest, roots, here, path)
-    return _verified_placement(path, manifest, roots, here, families(manifest))
+    try:
+        check(manifest, roots, here, path)
+    except PlanError:
+        staging.discard(manifest)
+        raise
+    names = ops.rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path)
+    _check_space(path, manifest, roots, families(manifest))
+    with staging.consume(path, manifest) as staged:
+        with ops.locked(_lock_root(roots, families(manifest))):
+            placed = place_all(manifest, names, staged, roots, here, move=True)
+    return {**placed, "installed": record_use(path, manifest, roots, placed, record_dir)}
 
 
-def install_early(path: str, roots: StartupRoots, vllm_version: str | None) -> dict:
+def install_early(path: str, roots: StartupRoots, vllm_version: str | None, record_dir: str | None = None) -> dict:
     """The EARLY families of a start-up bundle, before vLLM resolves the model (the plugin's
     register: no worker, no GPU asked, no configuration hash yet). Checked against vLLM's version
     alone: a model-info entry describes vLLM's own model class and carries the hash of its source
-    file, which vLLM checks again. The rest of the bundle waits for ``install`` at load_model
-    (which then finds these in place). Same refusals and placement as ``install``."""
+    file, which vLLM checks again. Only their members are read (they come first in the tar); the
+    rest of the bundle waits for ``install`` at load_model. Same refusals and placement as ``install``."""
     manifest = archive.read_manifest(path)
     if manifest.origin != VLLM or manifest.fingerprint.get("vllm") != vllm_version:
         raise PlanError("refused: the bundle was built for another environment "
@@ -199,10 +210,30 @@ def install_early(path: str, roots: StartupRoots, vllm_version: str | None) -> d
         return {"families": {}, "manifest_keys": 0}
     if all(_in_place(manifest, roots, family) for family in wanted):
         # vLLM loads its plugins in every process (API server, engine core, each worker): only the
-        # first one reads the bundle through; the others find its files and check nothing twice
+        # first one places them; the others find its files and check nothing twice
         return {"families": {f: ops.Placed(kept=len(_members(manifest, f))) for f in sorted(wanted)},
                 "manifest_keys": 0}
-    return _verified_placement(path, manifest, roots, {}, wanted)
+    _check_space(path, manifest, roots, wanted)
+    staged = tempfile.mkdtemp(prefix="warmup-bundle-early-")
+    try:
+        archive.verify_members(path, manifest, staged, only=tuple(sorted(wanted)))
+        with ops.locked(_lock_root(roots, wanted)):
+            placed = place_all(manifest, {}, staged, roots, {}, wanted, move=True)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return {**placed, "installed": record_use(path, manifest, roots, placed, record_dir)}
+
+
+def _check_space(path: str, manifest: Manifest, roots: StartupRoots, wanted: set) -> None:
+    problem = archive.space_problem(manifest, tempfile.gettempdir(),
+                                    {f: r for f, r in roots._asdict().items() if f in wanted})
+    if problem:
+        raise PlanError(f"refused: the bundle {problem}", file=path)
+
+
+def _lock_root(roots: StartupRoots, wanted: set) -> str:
+    """One installer at a time: the lock lives in DeepGEMM's root, else the first family's."""
+    return next(r for f, r in roots._asdict().items() if r and f in wanted | {"deep_gemm"})
 
 
 def _members(manifest: Manifest, family: str) -> list[str]:
@@ -215,48 +246,47 @@ def _in_place(manifest: Manifest, roots: StartupRoots, family: str) -> bool:
     return bool(root) and all(os.path.isfile(os.path.join(root, m)) for m in _members(manifest, family))
 
 
-def _verified_placement(path: str, manifest: Manifest, roots: StartupRoots, here: dict, wanted: set) -> dict:
-    """Every member checked into a staging directory, then the `wanted` families placed under the lock."""
-    names = ops.rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path) if "deep_gemm" in wanted else {}
-    problem = archive.space_problem(manifest, tempfile.gettempdir(),
-                                    {f: r for f, r in roots._asdict().items() if f in wanted})
-    if problem:
-        raise PlanError(f"refused: the bundle {problem}", file=path)
-    staging = tempfile.mkdtemp(prefix="warmup-bundle-")
+def record_use(path: str, manifest: Manifest, roots: StartupRoots, placed: dict,
+               record_dir: str | None = None) -> usage.Installed:
+    """Mark what was placed (executor/bundle/usage.py) and keep the record under vLLM's cache root
+    (`record_dir`, default VLLM_CACHE_ROOT's), where `warmup bundle verify` finds it; a record that
+    cannot be written is only not kept."""
+    paths = {f: p.paths for f, p in placed["families"].items() if p.paths}
+    jit = flashinfer_modules.jit_dir(_capabilities(manifest.fingerprint)) if "flashinfer_jit" in paths else None
+    installed = usage.mark(path, roots._asdict(), paths, jit)
     try:
-        archive.verify_members(path, manifest, staging)
-        lock_root = next(r for f, r in roots._asdict().items() if r and f in wanted | {"deep_gemm"})
-        with ops.locked(lock_root):
-            return place_all(manifest, names, staging, roots, here, wanted)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        usage.save(installed, usage.record_path(record_dir or default_vllm_cache_root(), manifest.digest()))
+    except OSError:
+        pass
+    return installed
 
 
-def place_all(manifest: Manifest, names: dict, staging: str, roots: StartupRoots, here: dict,
-              wanted: set | None = None) -> dict:
+def place_all(manifest: Manifest, names: dict, staged: str, roots: StartupRoots, here: dict,
+              wanted: set | None = None, move: bool = False) -> dict:
+    """Each held family from `staged` into its root (`move`: the staging copy is ours to rename)."""
     held = families(manifest) if wanted is None else families(manifest) & wanted
     placed = {}
     for family in FAMILIES:
         if family not in held:
             continue
-        src, dest = os.path.join(staging, family), getattr(roots, family)
+        src, dest = os.path.join(staged, family), getattr(roots, family)
         if family == "deep_gemm":
-            placed[family] = ops.place_deep_gemm(manifest, names, staging, dest, here.get("deep_gemm_include_dir"))
+            placed[family] = ops.place_deep_gemm(manifest, names, staged, dest, here.get("deep_gemm_include_dir"), move)
         elif family == "triton":
-            placed[family] = ops.place_children(src, dest, triton_cache.rehome_entry)
+            placed[family] = ops.place_children(src, dest, triton_cache.rehome_entry, move)
         elif family == "flashinfer_jit":  # a module the AOT directory has (flashinfer-jit-cache's) is kept
             new = [n for n in sorted(os.listdir(src)) if not os.path.lexists(os.path.join(dest, n))]
-            placed[family] = place_tree(src, dest)
+            placed[family] = place_tree(src, dest, move)
             flashinfer_modules.mark_placed(dest, new)
         else:
-            placed[family] = place_tree(src, dest)
+            placed[family] = place_tree(src, dest, move)
     keys = 0
     if manifest.keys and roots.triton and held & {"triton", "deep_gemm"}:
         keys = ops.write_precompile_manifest(manifest, ops.CacheDirs(roots.deep_gemm or "", roots.triton, ""))
     return {"families": placed, "manifest_keys": keys}
 
 
-def place_tree(src: str, dest: str) -> ops.Placed:
+def place_tree(src: str, dest: str, move: bool = False) -> ops.Placed:
     """`src`'s tree into `dest`: a directory `dest` lacks lands whole (one rename, its Triton
     entries pointing at their new place), one it has is merged into, a file there or a Triton
     entry there is kept (vLLM, Inductor and Triton publish them complete)."""
@@ -264,11 +294,9 @@ def place_tree(src: str, dest: str) -> ops.Placed:
     for name in sorted(os.listdir(src)):
         source, target = os.path.join(src, name), os.path.join(dest, name)
         if os.path.isdir(source) and os.path.isdir(target) and not triton_cache.groups(source):
-            inner = place_tree(source, target)
-            placed = placed._replace(new=placed.new + inner.new, kept=placed.kept + inner.kept)
+            placed = placed.merge(place_tree(source, target, move))
             continue
-        outcome = ops.place(source, target, rehome_tree if os.path.isdir(source) else None)
-        placed = placed._replace(new=placed.new + outcome, kept=placed.kept + (not outcome))
+        placed = placed.add(ops.place(source, target, rehome_tree if os.path.isdir(source) else None, move), target)
     return placed
 
 

@@ -119,3 +119,22 @@ def test_rebuilt_names_a_placed_module_flashinfer_built_again_after_the_install(
     assert fim.rebuilt(str(jit), ["sampling", "fp8_blockscale_gemm_90"], since) == ["sampling"]
     assert fim.rebuilt(str(jit), ["sampling"], since + 10) == []
     assert fim.rebuilt(None, ["sampling"], 0) == []
+
+
+def test_after_ready_a_loaded_module_counts_and_one_built_again_is_named(machine, tmp_path, monkeypatch):
+    from executor.bundle import usage
+
+    monkeypatch.setattr(usage, "records_reads", lambda root: True)
+    _, roots = machine
+    out = tmp_path / "b.warmup"
+    startup.build(str(out), roots, vllm_fp(), startup.Origin())
+    here = tmp_path / "serve"
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(here / "ws"))
+    aot = here / "aot"
+    placed = startup.install(str(out), startup.StartupRoots.from_env(environ(here))._replace(flashinfer_jit=str(aot)),
+                             vllm_fp(), str(here / "vllm"))
+    (aot / "sampling" / "sampling.so").read_bytes()   # FlashInfer loads the placed sampling module
+    built_module(here / "ws", "fp8_blockscale_gemm_90")  # and builds the other one again in its workspace
+    (use,) = [u for u in usage.check(placed["installed"]) if u.family == "flashinfer_jit"]
+    assert (use.installed, use.loaded) == (2, 1)
+    assert use.never_loaded == ("fp8_blockscale_gemm_90",) and use.compiled_again == ("fp8_blockscale_gemm_90",)

@@ -275,10 +275,30 @@ def test_cli_install_checks_the_config_hash_when_given(bundle, tmp_path, monkeyp
     assert os.path.isfile(serve / "vllm" / "torch_compile_cache" / "torch_aot_compile" / AOT / "rank_0_0" / "model")
 
 
-def test_verify_refuses_a_start_up_bundle_in_one_line(bundle, capsys):
+def test_verify_of_a_start_up_bundle_never_installed_here_is_one_line(bundle, tmp_path, capsys):
     out, _, _ = bundle
-    assert cli.cmd_bundle(parse(["verify", str(out)])) == 2
-    assert capsys.readouterr().err.count("\n") == 1
+    assert cli.cmd_bundle(parse(["verify", str(out), "--vllm-cache-root", str(tmp_path / "elsewhere")])) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "was not installed under the vLLM cache root" in err
+
+
+def test_verify_reports_the_use_of_a_start_up_bundle_installed_here(bundle, tmp_path, monkeypatch, capsys):
+    from executor.bundle import usage
+
+    out, _, _ = bundle
+    monkeypatch.setattr(environment, "measure", lambda: vllm_fp())
+    monkeypatch.setattr(usage, "records_reads", lambda root: True)
+    serve = tmp_path / "serve"
+    for key, value in environ(serve).items():
+        monkeypatch.setenv(key, value)
+    assert cli.cmd_bundle(parse(["install", str(out)])) == 0
+    (serve / "vllm" / "torch_compile_cache" / "torch_aot_compile" / AOT / "rank_0_0" / "model").read_text()  # vLLM loads it
+    capsys.readouterr()
+    assert cli.cmd_bundle(parse(["verify", str(out)])) == 0  # --inert warn: listed
+    printed = capsys.readouterr().out
+    assert "bundle use: torch_compile: 4 installed, 1 loaded, 3 never loaded" in printed
+    assert cli.cmd_bundle(parse(["verify", str(out), "--inert", "error"])) == 1
+    assert capsys.readouterr().out.splitlines()[-1].startswith("bundle verify: FAILED: ")
 
 
 def test_empty_caches_write_no_bundle(tmp_path):
@@ -352,14 +372,36 @@ def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin,
     aot_model = serve / "vllm" / "torch_compile_cache" / "torch_aot_compile" / AOT / "rank_0_0" / "model"
 
     def load(self):
-        assert aot_model.is_file()  # in place before vLLM loads (and then compiles)
+        assert aot_model.read_text() == "aot artifact"  # in place before vLLM loads it (and then compiles)
         return "loaded"
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     caplog.clear()
     with caplog.at_level("INFO", logger="vllm.warmup_planner"):
         assert plugin(serve, Settings(None, bundle=str(out)), plugin_worker(), load=load) == ("loaded", "ready")
-    assert len(caplog.records) == 1 and caplog.records[0].getMessage().startswith(
-        f"warmup-planner: bundle {out} installed: deep_gemm 1 new")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith(f"warmup-planner: bundle {out} installed: deep_gemm 1 new")
+    # after ready, one line per family: the AOT model vLLM read is loaded, what nothing read is named
+    uses = {m.split(": ")[2]: m for m in messages[1:] if m.startswith("warmup-planner: bundle use: ") and "  " not in m}
+    assert sorted(uses) == ["deep_gemm", "flashinfer_autotune", "inductor", "torch_compile", "triton", "vllm_modelinfo"]
+    if "reads not recorded" not in uses["torch_compile"]:  # the filesystem under the test records reads
+        assert ", 1 loaded, 3 never loaded, 0 compiled again, 0 new" in uses["torch_compile"]
+        never = [m for m in messages if "never loaded: torch_compile/" in m]
+        assert len(never) == 3 and not any(m.endswith(f"{AOT}/rank_0_0") for m in never)
+
+
+def test_inert_entries_are_fatal_under_the_setting_and_only_then(plugin, bundle, tmp_path, monkeypatch, caplog):
+    from executor.bundle import usage
+    from vllm_bridge import bundle as bridge
+    from vllm_bridge.warmup import Settings
+
+    out, _, _ = bundle
+    monkeypatch.setenv(bridge.INERT_SETTING, "error")
+    monkeypatch.setattr(usage, "records_reads", lambda root: True)  # whatever the test's filesystem
+    with caplog.at_level("INFO", logger="vllm.warmup_planner"), pytest.raises(bridge.InertBundle, match="inert"):
+        plugin(tmp_path / "serve", Settings(None, bundle=str(out)), plugin_worker())
+    assert caplog.records[-1].levelname == "ERROR" and "WARMUP_BUNDLE_INERT=error" in caplog.records[-1].getMessage()
+    monkeypatch.setenv(bridge.INERT_SETTING, "warn")
+    assert plugin(tmp_path / "serve2", Settings(None, bundle=str(out)), plugin_worker()) == ("loaded", "ready")
 
 
 def test_the_plugin_refuses_another_config_in_one_line_and_vllm_starts_cold(plugin, bundle, tmp_path, caplog):
