@@ -2,6 +2,7 @@
 so GPU test modules only say `pytestmark = pytest.mark.gpu`."""
 
 import os
+import sys
 
 import pytest
 
@@ -43,3 +44,43 @@ def moe_tables(tmp_path, monkeypatch):
     folder = write_moe_tables(tmp_path / "moe-configs")
     monkeypatch.setenv("WARMUP_VLLM_MOE_CONFIGS", folder)
     return folder
+
+
+# --- stand-ins for optional libraries stay inside the test that made them -----------------------------
+
+STAND_IN_ROOTS = ("deep_gemm", "flashinfer", "triton", "torch", "vllm", "numpy")
+_BEFORE = pytest.StashKey[dict]()
+
+
+def _libraries() -> dict:
+    return {n: m for n, m in list(sys.modules.items()) if n.split(".", 1)[0] in STAND_IN_ROOTS}
+
+
+def _stand_in(name: str, module) -> bool:
+    """None (an import made to fail), or a module of a package no import made (its top level has no
+    spec): a test's stand-in. (A real package's compiled submodules have no spec either.)"""
+    root = sys.modules.get(name.split(".", 1)[0])
+    return module is None or getattr(root, "__spec__", None) is None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_BEFORE] = _libraries()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A stand-in deep_gemm (or torch, triton...) put into sys.modules must be gone once the test's
+    fixtures are (monkeypatch.setitem): one left behind made a later test assert nothing (issue 37)."""
+    result = yield
+    before = item.stash.get(_BEFORE, {})
+    left = sorted(n for n, m in _libraries().items() if before.get(n) is not m and _stand_in(n, m))
+    if left:
+        for name in left:  # the next test starts clean either way
+            if name in before:
+                sys.modules[name] = before[name]
+            else:
+                del sys.modules[name]
+        pytest.fail(f"{item.nodeid} left stand-ins in sys.modules: {', '.join(left)} (use monkeypatch.setitem "
+                    "or a fixture, so that they go with the test)", pytrace=False)
+    return result

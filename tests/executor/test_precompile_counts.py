@@ -10,6 +10,7 @@ distinct entries (before attribution the steps summed to several times that)."""
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import sys
 import time
@@ -34,7 +35,13 @@ class StandInDeepGemm(BaseBackend):
     jit_cache = "deep_gemm"
 
     def available(self):
-        sys.modules.setdefault("deep_gemm", types.ModuleType("deep_gemm"))  # the monitor watches it from now
+        # The JIT monitor watches DeepGEMM's cache once a module named deep_gemm is imported. A pool's
+        # worker is a process of its own: the stand-in module goes there. The main process gets it from
+        # the test's fixture (or the script the test starts), so none is left behind in pytest's.
+        if multiprocessing.parent_process() is not None:
+            sys.modules.setdefault("deep_gemm", types.ModuleType("deep_gemm"))
+        elif "deep_gemm" not in sys.modules:
+            return False, "the stand-in deep_gemm module is the test's to install (fixture stand_in_deep_gemm)"
         return True, ""
 
     def gemm(self, step, m_values, tick):
@@ -55,7 +62,13 @@ class StandInDeepGemm(BaseBackend):
         return len(m_values)
 
 
-def test_each_deep_gemm_kernel_of_the_pool_is_counted_once_everywhere(tmp_path, monkeypatch):
+@pytest.fixture
+def stand_in_deep_gemm(monkeypatch):
+    """A module named deep_gemm in this process for the test's length (monkeypatch takes it out)."""
+    monkeypatch.setitem(sys.modules, "deep_gemm", types.ModuleType("deep_gemm"))
+
+
+def test_each_deep_gemm_kernel_of_the_pool_is_counted_once_everywhere(tmp_path, monkeypatch, stand_in_deep_gemm):
     from executor.run import Options, execute
 
     monkeypatch.setitem(registry.BACKENDS, "stand_in_dg", ("test_precompile_counts", "StandInDeepGemm"))
