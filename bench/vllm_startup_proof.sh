@@ -91,7 +91,12 @@
 # start-up's caches once vLLM is ready (WARMUP_BUNDLE_OUT=$ROOT/bundles/<series>.warmup; `bundle
 # inspect` of it lands in the run's bundle_inspect.txt); bundle-cold is a plugin run from other
 # empty caches that installs that bundle first (WARMUP_BUNDLE): compare its ready with stock-warm.
-# Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold), MODE (offline |
+# Issue 35: bundle-build with WITH_FLASHINFER=1 carries FlashInfer's JIT modules; bundle-cold places them in
+# FlashInfer's AOT directory (in $FI_SITE, shared by every arm: every run first removes the modules a bundle
+# placed there), then `warmup bundle verify` after its load says what of the install was used
+# (bundle_verify.txt). Repeats: PART@N (e.g. PARTS="stock-warm@1 bundle-cold@1 stock-warm@2 ...").
+# Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold, each with an
+# optional @N), MODE (offline |
 # server), MODEL (llama | qwen | the name of any tests/fixtures/hf/<name>.json), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
 # and caches; NCCL's NVLink multicast stays off), WITH_FLASHINFER (1: vLLM as `pip install vllm==0.25.0`
 # brings it, with flashinfer-python 0.6.13 from the setup's fi part; a series <model>-fi of its own; each
@@ -134,7 +139,7 @@ VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}
 [ -f "$CONFIG" ] || { echo "no model config $CONFIG (MODEL: llama, qwen or a name in tests/fixtures/hf)" >&2; exit 2; }
 set -f; read -r -a PART_LIST <<< "$PARTS"; set +f
 for part in "${PART_LIST[@]}"; do
-    case "$part" in plugin-cold|plugin-warm|stock-cold|stock-warm|bundle-build|bundle-cold) ;;
+    case "${part%@*}" in plugin-cold|plugin-warm|stock-cold|stock-warm|bundle-build|bundle-cold) ;;
         *) echo "unknown part '$part' (plugin-cold, plugin-warm, stock-cold, stock-warm, bundle-build, bundle-cold)" >&2; exit 2 ;;
     esac
 done
@@ -160,19 +165,25 @@ machine_facts() {
 
 # --- one run -----------------------------------------------------------------------------------------
 # run_part ARM-TEMP: empties the arm's caches for a cold run, runs the trace under timeout, writes run.json.
+# A part may carry a repeat suffix, PART@N (issue 35: stock-warm and bundle-cold alternate three
+# times): its own run directory, the same arm and caches as PART.
 run_part() {
-    local part=$1 arm=${1%-*} temp=${1#*-} extra=()
+    local part=$1 base=${1%@*}
+    local arm=${base%-*} temp=${base#*-} extra=()
     local dir=$RUNS/$part cache=$ROOT/cache/$SERIES/$arm
-    case "$part" in  # the bundle runs: the plugin arm from empty caches of their own
+    case "$base" in  # the bundle runs: the plugin arm from empty caches of their own
         bundle-build) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-build extra=(WARMUP_BUNDLE_OUT="$BUNDLE_FILE") ;;
         bundle-cold) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE") ;;
     esac
-    if [ "$part" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
+    if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
         say "$part: skipped, no bundle at $BUNDLE_FILE (bundle-build first, on this machine)"
         mkdir -p "$dir" && json_run "$dir" skipped="no bundle built on this machine"
         return
     fi
-    [ "$part" = bundle-build ] && do_or_show rm -f "$BUNDLE_FILE"
+    [ "$base" = bundle-build ] && do_or_show rm -f "$BUNDLE_FILE"
+    # FlashInfer's AOT directory is in its package, shared by every arm of this machine: the modules
+    # a bundle-cold run placed there would make any later run find them prebuilt (a fresh machine has none)
+    do_or_show clear_placed_flashinfer_modules
     local left=$((BUDGET_S - ($(date +%s) - CALL_START) - 15)) limit=$RUN_TIMEOUT_S
     [ "$left" -lt "$limit" ] && limit=$left
     do_or_show rm -rf "$dir"
@@ -205,9 +216,10 @@ run_part() {
     local run=(python3 bench/vllm_plugin_trace.py) unset_mp=()
     if [ "$MODE" = server ]; then  # vLLM's default: the engine core in a process of its own
         # vLLM's own JIT monitor: error mode judges the plugin arm (issue 34); the stock arm keeps
-        # vLLM's default (warn), which logs its compiles after ready instead of failing the requests
+        # vLLM's default (warn), which logs its compiles after ready instead of failing the requests;
+        # PLUGIN_JIT_MONITOR=warn: the plugin arm logs them too (issue 38: a plan that leaves a stage out)
         run=(python3 bench/vllm_serve_trace.py --time-limit "$limit"
-             --jit-monitor-mode "$([ "$arm" = plugin ] && echo error || echo warn)")
+             --jit-monitor-mode "$([ "$arm" = plugin ] && echo "${PLUGIN_JIT_MONITOR:-error}" || echo warn)")
         unset_mp=(-u VLLM_ENABLE_V1_MULTIPROCESSING)
     else
         env_set=(VLLM_ENABLE_V1_MULTIPROCESSING=0 "${env_set[@]}")
@@ -235,9 +247,14 @@ run_part() {
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
         command="$(printf '%q ' "${cmd[@]}")"
-    if [ "$part" = bundle-build ]; then
+    if [ "$base" = bundle-build ]; then
         ls -la "$BUNDLE_FILE" > "$dir/bundle_inspect.txt" 2>&1
         PYTHONPATH="$PYPATH" python3 -m executor.cli bundle inspect "$BUNDLE_FILE" >> "$dir/bundle_inspect.txt" 2>&1
+    fi
+    if [ "$base" = bundle-cold ]; then  # after the load: what of the install was used (issue 35 item 3)
+        PYTHONPATH="$PYPATH" python3 -m executor.cli bundle verify "$BUNDLE_FILE" --vllm-cache-root "$cache/vllm" \
+            > "$dir/bundle_verify.txt" 2>&1
+        echo "exit $?" >> "$dir/bundle_verify.txt"
     fi
     if [ "$rc" != 0 ]; then
         say "$part: FAILED (rc $rc$( { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && echo ': its time limit')), stderr's end:"
@@ -245,6 +262,14 @@ run_part() {
     else
         say "$part: done"
     fi
+}
+
+clear_placed_flashinfer_modules() {  # the modules a bundle placed in FlashInfer's AOT directory (their marker)
+    local marker
+    for marker in "${FI_SITE:-/tmp/flashinfer-site}"/flashinfer/data/aot/*/.warmup-bundle; do
+        [ -f "$marker" ] && rm -rf "$(dirname "$marker")"
+    done
+    return 0
 }
 
 cache_sizes() {  # one arm's caches: "vllm 1.2G triton 40M inductor 300M nv 0 deep_gemm 45 entries"
