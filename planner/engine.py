@@ -255,20 +255,16 @@ def check_consistency(doc: Document, d: dict) -> None:
 
 
 def _check_fp8_blocks(doc: Document, section: str, i: int, layer: dict, tp: int) -> None:
-    """A block-FP8 weight in whole blocks, where vLLM or every GEMM kernel the plans model needs it.
+    """A block-FP8 MoE weight in whole blocks where vLLM needs it: vLLM refuses an intermediate_size
+    that is not whole blocks of N, and of K under tensor parallelism (validate_fp8_block_shape_moe).
 
-    A linear's K: DeepGEMM and the block-FP8 Triton GEMMs read K one scale block at a time, so no
-    plan could warm another K (the layer would vanish from every plan), and vLLM refuses it where
-    tensor parallelism splits K. An MoE's intermediate_size: vLLM refuses one that is not whole
-    blocks of N, and of K under tensor parallelism (validate_fp8_block_shape_moe)."""
-    block_n, block_k = quant_of(layer).block
-    if section == "linear" and layer["k"] % block_k:
-        raise doc.error(("model", "linear", i, "k"),
-                        f"k = {layer['k']} is not a whole number of FP8 blocks (weight_block_size "
-                        f"[{block_n}, {block_k}]): no GEMM kernel the plans model takes it, so no plan would "
-                        "warm this layer, and vLLM refuses it where tensor parallelism splits K")
+    A linear's K is not checked: vLLM serves a K that is not whole blocks where tensor parallelism
+    does not split it (on its Triton or CUTLASS block-FP8 GEMM), and the engine file describes one
+    rank, not which linears are row-parallel. No GEMM kernel the plans model takes such a K, so every
+    plan plans around the layer and names it (engine_queries.planned_around, lint W205)."""
     if section != "moe":
         return
+    block_n, block_k = quant_of(layer).block
     size = layer["intermediate_size"]
     if size % block_n or (tp > 1 and size % block_k):
         dim, split = ("N", "") if size % block_n else ("K", f" under tensor_parallel_size {tp}")

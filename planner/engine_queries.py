@@ -81,6 +81,34 @@ def block_fp8_linears(engine: dict, block: int = 128) -> list[BlockFp8Linear]:
             for layer in engine["model"]["linear"] if is_block_fp8(layer, block)]
 
 
+class PlannedAround(NamedTuple):
+    """A block-FP8 layer whose GEMM K is not whole scale blocks: DeepGEMM and the Triton block-FP8
+    GEMMs the plans model read K one block at a time and take no other K, so every plan plans
+    around it (no GEMM step; the plan's not-modelled list and lint W205 name it). vLLM serves such
+    a layer where tensor parallelism does not split K, on its Triton or CUTLASS block-FP8 GEMM."""
+
+    section: str   # "linear" or "moe"
+    name: str
+    field: str     # the engine field that is K: k (a linear), hidden_size (an MoE's w13)
+    n: int
+    k: int
+    block_k: int
+
+    def describe(self) -> str:
+        return f"{self.section} {self.name} (n={self.n}, {self.field}={self.k})"
+
+
+def planned_around(engine: dict, block: int = 128) -> list[PlannedAround]:
+    """The engine's [block, block] block-FP8 layers whose K is no multiple of the block, in engine
+    order: linears by k, MoE layers by hidden_size (w13's K; w2's K, intermediate_size, vLLM
+    itself requires in whole blocks: planner/engine.py refuses it)."""
+    out = [PlannedAround("linear", x.name, "k", x.n, x.k, block)
+           for x in block_fp8_linears(engine, block) if x.k % block]
+    out += [PlannedAround("moe", m.name, "hidden_size", 2 * m.intermediate_size, m.hidden_size, block)
+            for m in block_fp8_moes(engine, block) if m.hidden_size % block]
+    return out
+
+
 def by_shape(linears) -> dict[tuple[int, int], list[str]]:
     """Distinct (N, K) of `linears` -> the names of the layers of that shape, in engine order
     (one GEMM step warms every layer of a shape)."""

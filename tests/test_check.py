@@ -361,7 +361,7 @@ def test_check_golden_file_end_to_end(capsys):
                           "--engine", "deepseek-v3-fp8-tp8-h200")
     assert (rc, err) == (0, "")
     assert out == ("warmup check: vllm for deepseek-v3-fp8-tp8-h200 (16 steps)\n\n"
-                   "No problems: 15 lints over 16 steps.\n")
+                   "No problems: 16 lints over 16 steps.\n")
 
 
 # --- the command ------------------------------------------------------------------------
@@ -371,7 +371,7 @@ def test_check_pre_40746_exit_1_with_explanation(capsys):
     assert rc == 1 and err == ""
     assert "ERROR E101 warmup_kernels/prefill: per-request query length 2 <= decode query length 2" in out
     assert "E101 prefill-classified-as-decode (error)" in out and "vLLM PR #40746" in out and "Fix: " in out
-    assert out.rstrip().endswith("1 error, 0 warnings (15 lints run).")
+    assert out.rstrip().endswith("1 error, 0 warnings (16 lints run).")
 
 
 def test_check_json(capsys):
@@ -396,7 +396,7 @@ def test_check_expanded_file_without_engine_runs_engine_free_lints(capsys, tmp_p
     assert cli.main(["plan", PRE_40746, "-e", small, "-o", str(path)]) == 0
     rc, out, _ = warmup(capsys, "check", path)
     assert rc == 0  # E101 needs to know the speculation: it is skipped, and the output says so
-    assert "note: no --engine: ran 6 of 15 lints; E101, E102, E105, E106, E107, E110, W201, W202, W204 need" in out
+    assert "note: no --engine: ran 6 of 16 lints; E101, E102, E105, E106, E107, E110, W201, W202, W204, W206 need" in out
     rc, out, _ = warmup(capsys, "check", path, "--engine", small)
     assert rc == 1 and "ERROR E101" in out
     assert "note: plan 'pre-40746' is not a built-in plan" in out

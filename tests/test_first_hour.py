@@ -1,7 +1,8 @@
-"""Issue 27's bad input and small words: a block-FP8 weight vLLM or every kernel refuses is refused at
-its engine field; `-o` into a missing directory and `-o ''` are one-line errors; `validate` reports
-every file; `warmup plans` ends a description at a sentence or with "..."; the table counts a
-request once; `check` says "1 step"."""
+"""Issue 27's bad input and small words: a block-FP8 MoE weight vLLM refuses is refused at its engine
+field (a linear's K that no kernel takes is planned around instead: tests/test_planned_around.py);
+`-o` into a missing directory and `-o ''` are one-line errors; `validate` reports every file;
+`warmup plans` ends a description at a sentence or with "..."; the table counts a request once;
+`check` says "1 step"."""
 
 from __future__ import annotations
 
@@ -43,18 +44,6 @@ def line_of(path: str, fragment: str) -> int:
 
 
 # --- (a) a block-FP8 weight that is not whole blocks -------------------------------------
-
-def test_a_block_fp8_k_that_is_not_whole_blocks_is_refused_at_its_field(tmp_path, capsys):
-    """It used to vanish from every plan while validate and check passed."""
-    path = edited(tmp_path, LLAMA, "name: o_proj, n: 4096, k: 4096", "name: o_proj, n: 4096, k: 4000")
-    line = line_of(path, "o_proj")
-    for argv in (["validate", path], ["plan", "vllm-0.33", "-e", path], ["check", "vllm", "-e", path],
-                 ["plan", "triton", "-e", path, "-o", tmp_path / "p.yaml"]):
-        message = one_error(capsys, *argv)
-        assert message.startswith(f"{path}:{line}: model.linear[1].k: k = 4000 is not a whole number of FP8 "
-                                  "blocks (weight_block_size [128, 128])"), message
-    assert sorted(os.listdir(tmp_path)) == ["engine.yaml"]
-
 
 def test_an_n_off_the_block_stays_valid_as_vllm_takes_it(tmp_path, capsys):
     """vLLM refuses an N off the block only where TP splits it or a merged GEMM's non-last part has it,
@@ -188,4 +177,4 @@ def test_check_says_one_step(tmp_path, capsys):
                     "    with: {max_capture_size: 1}\n")
     code, out, _ = run(capsys, "check", plan, "-e", LLAMA)
     assert (code, out) == (0, "warmup check: one for llama-3.1-8b-fp8-h100 (1 step)\n\n"
-                              "No problems: 15 lints over 1 step.\n")
+                              "No problems: 16 lints over 1 step.\n")

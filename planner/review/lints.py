@@ -559,3 +559,19 @@ def compiled_after_ready(plan, engine):
         yield "(plan)", (f"engine {plan.engine}: {why}; V1 never calls warmup_kernels, so the Triton kernels of "
                          "its serving batches (block table, slot mapping, sampler) compile at the first requests "
                          "after ready")
+
+
+@lint("W206", "layer-planned-around", WARNING, needs_engine=True,
+      explanation="""A block-FP8 linear whose K is not a whole number of its FP8 scale blocks (k = 192 with
+      [128, 128] blocks): DeepGEMM and the Triton block-FP8 GEMMs the plans model read K one block at a time
+      and take no other K, so no plan has a GEMM step for the layer; the plan's not-modelled list names it.
+      vLLM serves such a layer where tensor parallelism does not split K, on its Triton or CUTLASS block-FP8
+      GEMM, which then compiles or loads at the first forward that reaches it.""",
+      fix="""Nothing in the plan: check the first requests with vLLM's JIT monitor. If the layer is
+      row-parallel under tensor parallelism, vLLM refuses it: correct k (it is per rank).""")
+def layer_planned_around(plan, engine):
+    for layer in engine.model.linear:  # the linears of planner.engine_queries.planned_around
+        if layer.quant.is_block_fp8(128) and layer.k % 128:
+            yield "(plan)", (f"engine {plan.engine}: linear {layer.name} (n={layer.n}, k={layer.k}) is planned "
+                             "around: k is not a whole number of FP8 blocks of 128, which no GEMM kernel the plan "
+                             "models takes (see the plan's not-modelled list)")

@@ -57,10 +57,11 @@ def expand_kernel(scope: Scope) -> list:
     buckets = sorted({b for b in (scope.integer("num_tokens", raw=raw) for raw in scope.params["num_tokens"])
                       if b <= max_tokens})
     shapes = tuple(TuneShape("fp8_gemm", n, k) for n, k in gemm_shapes(scope.engine.data))
+    scope.notes.plan_around(scope.engine.data, ("linear",))  # the shapes fp8_gemm does not take
     return [scope.new(Autotune, "autotune", library=scope.params["library"], num_tokens=max_tokens,
                       buckets=tuple(buckets), shapes=shapes)]
 
 
 def gemm_shapes(engine: dict) -> list[tuple[int, int]]:
-    """Distinct (N, K) of the block-FP8 linears, in engine order."""
-    return list(by_shape(block_fp8_linears(engine)))
+    """Distinct (N, K) of the block-FP8 linears the Triton fp8_gemm takes (K whole blocks), in engine order."""
+    return list(by_shape(linear for linear in block_fp8_linears(engine) if linear.k % 128 == 0))

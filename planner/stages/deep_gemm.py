@@ -78,6 +78,8 @@ def moe_weights(engine: dict, block: int) -> dict:
     weights: dict = {}
     for moe in block_fp8_moes(engine, block):
         for weight, n, k in moe.weights:
+            if k % block:  # planned around (engine_queries.planned_around)
+                continue
             entry = weights.setdefault((weight, moe.num_experts, n, k, moe.top_k), (moe.relax_n, []))
             entry[1].append(moe.name)
     return weights
@@ -93,8 +95,10 @@ def expand(scope: Scope) -> list:
     steps = []
     if scope.params["dense"]:
         steps += dense_steps(scope, max_tokens, block_m, num_sms, keyed)
+        scope.notes.plan_around(scope.engine.data, ("linear",))  # the layers whose K DeepGEMM does not take
     if scope.params["grouped"]:
         steps += grouped_steps(scope, max_tokens, block_m, num_sms, keyed)
+        scope.notes.plan_around(scope.engine.data, ("moe",))
     return steps
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..engine import Engine
+from ..engine_queries import planned_around
 from ..errors import PlanError, location
 from ..expr import ExprError, trace
 from ..limits import MAX_VALUES_PER_LIST
@@ -101,15 +102,41 @@ class Notes:
     (``gaps``) and vLLM's fused_moe tables it read (``moe_tables``, planner.moe_tables.MoeTables,
     made on first use)."""
 
-    __slots__ = ("gaps", "moe_tables")
+    __slots__ = ("gaps", "moe_tables", "around")
 
     def __init__(self):
         self.gaps: list = []
         self.moe_tables = None
+        self.around: list = []  # the layers planned around (plan_around), in the order found
+
+    def plan_around(self, engine: dict, sections=("linear", "moe")) -> None:
+        """The plan's not-modelled entry for the layers of `sections` that a GEMM stage leaves out
+        because no kernel it models takes their K (engine_queries.planned_around): one entry per
+        expansion, naming every such layer any of its stages left out."""
+        found = [layer for layer in planned_around(engine) if layer.section in sections]
+        if not found:
+            return
+        at = next((i for i, gap in enumerate(self.gaps) if gap["family"] == PLANNED_AROUND), len(self.gaps))
+        self.around = list(dict.fromkeys(self.around + found))
+        self.gaps[at:at + 1] = [planned_around_gap(self.around)]
 
     def moe_read(self) -> dict:
         """{table file name: digest or None} of the fused_moe tables read, for the plan's inputs."""
         return dict(sorted(self.moe_tables.read.items())) if self.moe_tables is not None else {}
+
+
+PLANNED_AROUND = "block-FP8 GEMMs of a K that is not whole FP8 blocks"
+
+
+def planned_around_gap(layers) -> dict:
+    named = ", ".join(layer.describe() for layer in layers)
+    return {"family": PLANNED_AROUND,
+            "why": f"the layers {named} have a K that is not a whole number of their {layers[0].block_k}-wide FP8 "
+                   "scale blocks: DeepGEMM and the Triton block-FP8 GEMMs this planner models read K one block at "
+                   "a time and take no other K, so the plan has no GEMM step for them (vLLM serves them on its "
+                   "Triton or CUTLASS block-FP8 GEMM where tensor parallelism does not split K)",
+            "action": "none to take in the plan: the first forward that reaches these layers compiles or loads "
+                      "vLLM's kernel for them; check the first requests with vLLM's JIT monitor"}
 
 
 def _explain(raw) -> str:

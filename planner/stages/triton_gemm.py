@@ -69,8 +69,10 @@ def expand(scope: Scope) -> list:
     steps = []
     if p["dense"]:
         steps += dense_steps(scope, max_tokens)
+        scope.notes.plan_around(scope.engine.data, ("linear",))  # the layers whose K the kernels do not take
     if p["grouped"]:
         steps += grouped_steps(scope, max_tokens, scope.integer("block_m"))
+        scope.notes.plan_around(scope.engine.data, ("moe",))
     return steps
 
 
