@@ -65,6 +65,26 @@ def test_it_starts_once_from_a_thread_and_says_so_in_one_line(h100, caplog, monk
         "in process 4242 (plan vllm-0.25-plugin for the model's config.json)"]
 
 
+def test_modules_a_bundle_holds_are_not_built_ahead(h100, caplog, monkeypatch, tmp_path):
+    """WARMUP_BUNDLE's modules land in FlashInfer's AOT directory at load_model: building them
+    ahead would be nvcc for nothing, and its library a 'compiled again' after ready."""
+    from executor.bundle import archive
+
+    manifest = archive.Manifest(archive.FORMAT, "", "", "", {}, [archive.FileRecord(
+        "flashinfer_jit/fp8_blockscale_gemm_90/fp8_blockscale_gemm_90.so", "0" * 64, 1)], [], {}, origin=archive.VLLM)
+    monkeypatch.setattr(archive, "read_manifest", lambda path: manifest)
+    monkeypatch.setattr(ahead, "prebuilt_cache_installed", lambda: True)
+    launched = []
+    args = types.SimpleNamespace(model=h100, revision=None, tensor_parallel_size=1, max_model_len=4096)
+    with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
+        ahead.start(args, Settings("vllm-0.25-plugin", bundle=str(tmp_path / "b.warmup")),
+                    launch=lambda gens, arch, t: launched.append(gens) or 1).join(30)
+    assert launched == [["flashinfer.jit.sampling:gen_sampling_module"]]
+    assert caplog.records[0].getMessage() == ("warmup-planner: FlashInfer's modules fp8_blockscale_gemm_90 are not "
+                                              "built ahead: WARMUP_BUNDLE holds them")
+    assert ahead.bundled_modules(None) == set()
+
+
 def test_no_config_on_disk_starts_nothing_in_one_line(h100, caplog, tmp_path):
     args = types.SimpleNamespace(model=str(tmp_path / "empty"), revision=None, tensor_parallel_size=1,
                                  max_model_len=None)

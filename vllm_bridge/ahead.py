@@ -92,6 +92,11 @@ def _plan_and_build(request: Request, settings, launch) -> None:
     except Exception as e:  # noqa: BLE001 - an optimisation: the pool builds them
         log.info("warmup-planner: FlashInfer's modules are not built ahead (%s: %s)", type(e).__name__, one_line(e))
         return
+    held = bundled_modules(settings.bundle)
+    if held & {m.name for m in modules}:  # placed where FlashInfer loads them once the worker installs the bundle
+        log.info("warmup-planner: FlashInfer's modules %s are not built ahead: WARMUP_BUNDLE holds them",
+                 ", ".join(sorted(held & {m.name for m in modules})))
+        modules = [m for m in modules if m.name not in held]
     if not modules:
         return
     pid = launch([m.generator for m in modules], arch, settings.timeout_s)
@@ -99,6 +104,19 @@ def _plan_and_build(request: Request, settings, launch) -> None:
              "(plan %s for the model's config.json)%s", ", ".join(m.name for m in modules), pid, settings.plan,
              "" if prebuilt_cache_installed() else "; FlashInfer's prebuilt JIT cache (flashinfer-jit-cache) "
              "is not installed: with it, they would not be built at all")
+
+
+def bundled_modules(path: str | None) -> set:
+    """The FlashInfer modules a start-up bundle holds (its manifest only: the tar's first member)."""
+    if not path:
+        return set()
+    from executor.bundle import archive
+
+    try:
+        manifest = archive.read_manifest(path)
+    except Exception:  # noqa: BLE001 - the install says why in one line, at load_model
+        return set()
+    return {f.path.split("/")[1] for f in manifest.files if f.path.startswith("flashinfer_jit/")}
 
 
 def modules_ahead(request: Request, settings) -> tuple[list, str]:
