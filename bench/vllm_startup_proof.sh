@@ -95,6 +95,9 @@
 # FlashInfer's AOT directory (in $FI_SITE, shared by every arm: every run first removes the modules a bundle
 # placed there), then `warmup bundle verify` after its load says what of the install was used
 # (bundle_verify.txt). Repeats: PART@N (e.g. PARTS="stock-warm@1 bundle-cold@1 stock-warm@2 ...").
+# STOCK_WARM_FROM=bundle-build: stock-warm runs on the caches bundle-build filled (the same flags, so the same
+# torch.compile hash; stock then finds every kernel it compiles at start-up there) instead of stock-cold's: a
+# stock-cold run of this series costs ~530 s of a device call. Say so wherever its figures are reported.
 # Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold, each with an
 # optional @N), MODE (offline |
 # server), MODEL (llama | qwen | the name of any tests/fixtures/hf/<name>.json), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
@@ -174,6 +177,7 @@ run_part() {
     case "$base" in  # the bundle runs: the plugin arm from empty caches of their own
         bundle-build) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-build extra=(WARMUP_BUNDLE_OUT="$BUNDLE_FILE") ;;
         bundle-cold) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE") ;;
+        stock-warm) [ -n "${STOCK_WARM_FROM:-}" ] && cache=$ROOT/cache/$SERIES/$STOCK_WARM_FROM ;;
     esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
         say "$part: skipped, no bundle at $BUNDLE_FILE (bundle-build first, on this machine)"
