@@ -5,6 +5,7 @@ import os
 import sys
 
 import pytest
+from skip_policy import pytest_addoption, pytest_configure  # noqa: F401 - CI's --allowed-skips-only
 
 
 def _gpu_skip_reason() -> str | None:
