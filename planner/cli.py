@@ -41,8 +41,39 @@ COMMANDS = {
 PLUGIN_GROUP = "warmup.commands"
 
 
+def sentence(text: str) -> str:
+    """A help text as the help shows it: one sentence or more, capitalised and ended with a full stop."""
+    text = text.strip()
+    if not text:
+        return text
+    if text[0].islower():
+        text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+class _Sentences:
+    """A help formatter's mixin: every argument's and command's help reads as a sentence, whoever
+    wrote it (the commands other packages register included), argparse's own -h too."""
+
+    def _expand_help(self, action):
+        return sentence(super()._expand_help(action))
+
+
+_FORMATTERS: dict = {}
+
+
+def _sentence_formatter(base):
+    if not issubclass(base, _Sentences):
+        base = _FORMATTERS.setdefault(base, type(f"Sentence{base.__name__}", (_Sentences, base), {}))
+    return base
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, but usage errors exit 2 with one line, like every other bad input."""
+    """argparse, but usage errors exit 2 with one line, like every other bad input, and every help
+    line is a sentence (_Sentences)."""
+
+    def __init__(self, *args, formatter_class=argparse.HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=_sentence_formatter(formatter_class), **kwargs)
 
     def error(self, message):
         self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
@@ -64,7 +95,8 @@ def build_parser(command: str | None = None, with_plugins: bool = True) -> argpa
     parser = Parser(prog="warmup", description="Plan, review and execute GPU kernel warmup for LLM serving.")
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print the version, the expanded-plan format and the supported vLLM releases, and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser,
+                                help="the command to run; `warmup COMMAND --help` says more")
     sub.required = True
     for name, (module, help) in COMMANDS.items():
         if name == command:

@@ -28,11 +28,15 @@ def add_command(sub, name: str, help: str) -> None:
     p.add_argument("--tp", type=int, help="tensor-parallel size (default 1)")
     p.add_argument("--dp", type=int, help="data-parallel size (default 1)")
     p.add_argument("--enable-expert-parallel", action="store_true", help="shard experts over tp*dp ranks")
-    p.add_argument("--max-num-seqs", type=int)
-    p.add_argument("--max-num-batched-tokens", type=int)
-    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--max-num-seqs", type=int,
+                   help="vLLM's --max-num-seqs (default: vLLM's for the GPU's memory, as `vllm serve` sets it)")
+    p.add_argument("--max-num-batched-tokens", type=int,
+                   help="vLLM's --max-num-batched-tokens (default: vLLM's for the GPU's memory)")
+    p.add_argument("--max-model-len", type=int,
+                   help="vLLM's --max-model-len, at most the config's own limit (default: that limit)")
     p.add_argument("--num-blocks", type=int, help="KV blocks (default: estimated from GPU memory)")
-    p.add_argument("--block-size", type=int)
+    p.add_argument("--block-size", type=int,
+                   help="tokens per KV-cache block, vLLM's --block-size (default: the attention backend's)")
     p.add_argument("--speculative-method", choices=SPECULATIVE_METHODS, metavar="METHOD",
                    help="vLLM's speculative decoding method (speculative_config.method): "
                         f"{', '.join(SPECULATIVE_METHODS)} (default none)")

@@ -18,7 +18,9 @@ def add_command(sub, name: str, help: str) -> None:
     p = sub.add_parser("plan", help=help, description=cmd_plan.__doc__)
     p.add_argument("plan", help="built-in plan name (see `warmup plans`) or path to a plan YAML")
     p.add_argument("--engine", "-e", required=True, help="built-in engine name or path to an engine YAML")
-    p.add_argument("--format", "-f", choices=("yaml", "json", "table"), default="yaml")
+    p.add_argument("--format", "-f", choices=("yaml", "json", "table"), default="yaml",
+                   help="yaml or json: the expanded plan, which `warmup execute` runs; table: a summary per stage "
+                        "(default: yaml)")
     p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
     p.add_argument("--deep-gemm", metavar="VERSION@INCLUDE_DIR",
                    help="the DeepGEMM the plan's DeepGEMM steps are for, recorded in its digest (e.g. "

@@ -13,7 +13,8 @@ EXIT_OK, EXIT_INVALID = 0, 2
 def add_command(sub, name: str, help: str) -> None:
     p = sub.add_parser("validate", help=help, description=cmd_validate.__doc__,
                        epilog="exit codes: 0 every file is valid, 2 one or more is not")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="a plan, engine or expanded-plan YAML or JSON file; each is checked and reported")
     p.set_defaults(func=cmd_validate)
 
 

@@ -39,7 +39,8 @@ def _add_diff(sub, help: str) -> None:
     p.add_argument("--engine", "-e", action="append", default=[],
                    help="built-in engine name or engine YAML; give it twice to compare two engines (the first "
                         "for OLD, the second for NEW)")
-    p.add_argument("--format", "-f", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", "-f", choices=("text", "markdown", "json"), default="text",
+                   help="how the differences are written (default: text)")
     p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
     p.add_argument("--no-color", action="store_true", help="no ANSI colors (also NO_COLOR, or not a terminal)")
     p.set_defaults(func=cmd_diff)
@@ -56,7 +57,8 @@ def _add_check(sub, help: str) -> None:
     p.add_argument("--source-plan", metavar="PLAN_YAML",
                    help="for an expanded plan of a custom plan: the plan file it was made from (stale check), "
                         "as `warmup execute --source-plan`")
-    p.add_argument("--format", "-f", choices=("text", "json"), default="text")
+    p.add_argument("--format", "-f", choices=("text", "json"), default="text",
+                   help="how the findings are written (default: text)")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     p.add_argument("--logs", nargs="+", metavar="LOG",
                    help="server logs and WARMUP_JIT_LOG files: each compile after ready they record that the plan "
