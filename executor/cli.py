@@ -27,6 +27,7 @@ from planner.cli import Parser
 from planner.engine_facts import engine_facts
 from planner.errors import PlanError
 from planner.output import check_writable
+from planner.words import did_you_mean
 from planner.tables import table_path
 from planner.steps import FAMILIES
 
@@ -171,9 +172,11 @@ def parse_backends(items: list[str], dry_run: bool) -> dict:
         if not sep:
             family, name = "all", item
         if family != "all" and family not in FAMILIES:
-            raise PlanError(f"--backend {item}: unknown family {family!r} (families: {', '.join(FAMILIES)}, all)")
+            raise PlanError(f"--backend {item}: unknown family {family!r}{did_you_mean(family, FAMILIES + ('all',))} "
+                            f"(families: {', '.join(FAMILIES)}, all)")
         if name not in known_backends():
-            raise PlanError(f"--backend {item}: unknown backend {name!r} (backends: {', '.join(known_backends())})")
+            raise PlanError(f"--backend {item}: unknown backend {name!r}{did_you_mean(name, known_backends())} "
+                            f"(backends: {', '.join(known_backends())})")
         if family != "all" and family not in backend_families(name):
             raise PlanError(f"--backend {item}: backend {name} does not implement {family} "
                             f"(it implements {', '.join(backend_families(name))})")

@@ -16,6 +16,8 @@ import operator
 
 from kernel_model.arith import cdiv
 
+from .words import did_you_mean
+
 MAX_EXPR_CHARS = 1000
 MAX_ABS_INT = 1 << 62  # far above any real size; stops runaway multiplication
 
@@ -123,7 +125,8 @@ class _Evaluator:
         if node.id in ("False", "false"):
             return False
         if node.id not in self.names:
-            raise ExprError(f"unknown name {node.id!r}; known: {', '.join(sorted(self.names))}")
+            raise ExprError(f"unknown name {node.id!r}{did_you_mean(node.id, self.names)}; "
+                            f"known: {', '.join(sorted(self.names))}")
         self.read.add(node.id)
         return self.names[node.id]
 
@@ -178,7 +181,8 @@ class _Evaluator:
             raise ExprError(f"calling through {_describe(node.func)} is not allowed; "
                             f"functions: {', '.join(sorted(FUNCTIONS))}")
         if node.func.id not in FUNCTIONS:
-            raise ExprError(f"unknown function {node.func.id!r}; allowed: {', '.join(sorted(FUNCTIONS))}")
+            raise ExprError(f"unknown function {node.func.id!r}{did_you_mean(node.func.id, FUNCTIONS)}; "
+                            f"allowed: {', '.join(sorted(FUNCTIONS))}")
         if node.keywords:
             raise ExprError(f"{node.func.id}() takes no keyword arguments")
         fn, lo, hi = FUNCTIONS[node.func.id]

@@ -23,6 +23,7 @@ import re
 from functools import lru_cache
 
 from .resources import schema_path
+from .words import did_you_mean
 from .yamlio import Document
 
 # Keywords the subset validator implements; annotations are accepted and ignored.
@@ -163,9 +164,10 @@ def _check_object(node: dict, value: dict, path: tuple, root: dict) -> None:
             raise SchemaViolation(path, f"{key!r} is required")
     if node.get("additionalProperties") is False:
         extra = [k for k in value if k not in props]
-        if extra:
-            raise SchemaViolation(path, f"unknown key(s) {', '.join(map(repr, extra))}; "
-                                        f"allowed: {', '.join(sorted(props))}")
+        if extra:  # at the first one's own line, with the known key it most looks like
+            more = f" (and {', '.join(map(repr, extra[1:]))})" if extra[1:] else ""
+            raise SchemaViolation(path + (extra[0],), f"unknown key {extra[0]!r}{did_you_mean(str(extra[0]), props)}"
+                                                      f"{more}; allowed: {', '.join(sorted(props))}")
     for key, sub in props.items():
         if key in value:
             _check(sub, value[key], path + (key,), root)

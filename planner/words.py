@@ -8,6 +8,7 @@ and leaves the rest to the generic ``key old -> new`` lines.
 
 from __future__ import annotations
 
+import difflib
 import json
 
 SHORT_LIST = 6        # lists of at most this many values are shown whole
@@ -136,3 +137,15 @@ class FactChanges:
                 lines.append(f"{key} {show(old)} -> {show(new)}")
         self.rest = []
         return lines
+
+
+def nearest(word: str, known) -> str | None:
+    """The known word `word` most looks like (a typo of it), if any looks close enough."""
+    close = difflib.get_close_matches(word, [k for k in known if isinstance(k, str)], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, known) -> str:
+    """" (did you mean 'x'?)" for the nearest known word, or "" when none is near."""
+    close = nearest(word, known)
+    return f" (did you mean {close!r}?)" if close is not None else ""

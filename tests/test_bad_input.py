@@ -41,7 +41,8 @@ def assert_one_line_error(code, err, *fragments):
      [":25: scheduler.max_num_seqs: expected integer, got str 'lots'"]),
     # unknown key
     (lambda t: t.replace("  max_num_seqs: 1024", "  max_num_seqs: 1024\n  max_num_sequences: 3"),
-     ["scheduler: unknown key(s) 'max_num_sequences'"]),
+     [":26: scheduler.max_num_sequences: unknown key 'max_num_sequences' (did you mean 'max_num_seqs'?); "
+      "allowed: max_num_batched_tokens, max_num_seqs"]),
     # duplicated key
     (lambda t: t.replace("  max_num_seqs: 1024", "  max_num_seqs: 1024\n  max_num_seqs: 8"),
      [":26: scheduler.max_num_seqs: duplicate key 'max_num_seqs'"]),
@@ -117,7 +118,15 @@ def test_bad_plan_expressions(tmp_path, capsys, value, fragment):
     ("name: p\nstages:\n  - name: a\n    kind: warp_drive\n", "stages[0].kind: expected one of"),
     ("name: p\nstages:\n  - name: a\n    kind: deep_gemm\n    with: {mode: fastest}\n",
      "stages[0].with.mode: expected one of 'relax', 'full'"),
-    ("name: p\nstages:\n  - name: a\n    kind: deep_gemm\n    with: {modes: full}\n", "unknown key(s) 'modes'"),
+    ("name: p\nstages:\n  - name: a\n    kind: deep_gemm\n    with: {modes: full}\n",
+     ":5: stages[0].with.modes: unknown key 'modes' (did you mean 'mode'?); allowed: block_m,"),
+    ("name: p\nstagess: []\n", ":2: stagess: unknown key 'stagess' (did you mean 'stages'?)"),
+    ("name: p\nstages:\n  - name: a\n    kind: deep_gemm\n    with: {max_tokens: max_num_seq}\n",
+     "unknown name 'max_num_seq' (did you mean 'max_num_seqs'?); known:"),
+    ("name: p\nstages:\n  - name: a\n    kind: deep_gemm\n    with: {max_tokens: 'cdvi(8, 2)'}\n",
+     "unknown function 'cdvi' (did you mean 'cdiv'?); allowed:"),
+    ("name: p\nstages:\n  - name: a\n    kind: deep_gemm\n    with: {xyzzy: 1}\n",
+     "stages[0].with.xyzzy: unknown key 'xyzzy'; allowed: block_m,"),   # nothing near: no guess
     ("name: p\nstages:\n  - name: a\n", "stage 'a' needs a kind"),
     ("name: p\nstages:\n  - {name: a, kind: deep_gemm}\n  - {name: a, kind: deep_gemm}\n", "duplicate stage name 'a'"),
     ("name: p\nextends: vllm\nstages:\n  - {name: deep_gemm, kind: cudagraph_capture}\n",

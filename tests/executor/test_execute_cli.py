@@ -72,6 +72,8 @@ def test_warmup_execute_through_the_planner_cli(capsys):
     (["--backend", "gemm=cutlass"], "unknown backend"),
     (["--backend", "attention=deep_gemm"], "does not implement attention"),
     (["--backend", "matmul=triton"], "unknown family"),
+    (["--backend", "gemn=triton"], "unknown family 'gemn' (did you mean 'gemm'?)"),
+    (["--backend", "gemm=trition"], "unknown backend 'trition' (did you mean 'triton'?)"),
     (["--verify", "-1"], "--verify"),
 ])
 def test_bad_options_are_invalid_input(capsys, args, message):
