@@ -77,6 +77,8 @@ def old_moe_weights(engine, block):  # planner/stages/deep_gemm.py
             continue
         e, h, i = moe["num_experts"], moe["hidden_size"], moe["intermediate_size"]
         for weight, n, k in (("w13", 2 * i, h), ("w2", h, i)):
+            if weight == "w13" and h % block:  # issue 37: a hidden size no kernel takes is planned around
+                continue
             entry = weights.setdefault((weight, e, n, k, moe["top_k"]), (max(2 * i, h), []))
             entry[1].append(moe["name"])
     return weights
@@ -103,7 +105,7 @@ def old_triton_moes(engine):  # planner/stages/triton_gemm.py, grouped_steps' lo
 def old_gemm_shapes(engine):  # planner/stages/autotune.py
     seen = {}
     for layer in engine["model"]["linear"]:
-        if old_is_block_fp8(layer, 128):
+        if old_is_block_fp8(layer, 128) and layer["k"] % 128 == 0:  # issue 37: another K is planned around
             seen.setdefault((layer["n"], layer["k"]), None)
     return list(seen)
 
