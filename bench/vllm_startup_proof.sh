@@ -94,12 +94,12 @@
 # Issue 35: bundle-build with WITH_FLASHINFER=1 carries FlashInfer's JIT modules; bundle-cold places them in
 # FlashInfer's AOT directory (in $FI_SITE, shared by every arm: every run first removes the modules a bundle
 # placed there), then `warmup bundle verify` after its load says what of the install was used
-# (bundle_verify.txt). Repeats: PART@N (e.g. PARTS="stock-warm@1 bundle-cold@1 stock-warm@2 ...").
+# (bundle_verify.txt). Repeats: PART_N (e.g. PARTS="stock-warm_1 bundle-cold_1 stock-warm_2 ...").
 # STOCK_WARM_FROM=bundle-build: stock-warm runs on the caches bundle-build filled (the same flags, so the same
 # torch.compile hash; stock then finds every kernel it compiles at start-up there) instead of stock-cold's: a
 # stock-cold run of this series costs ~530 s of a device call. Say so wherever its figures are reported.
 # Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold, each with an
-# optional @N), MODE (offline |
+# optional _N), MODE (offline |
 # server), MODEL (llama | qwen | the name of any tests/fixtures/hf/<name>.json), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
 # and caches; NCCL's NVLink multicast stays off), WITH_FLASHINFER (1: vLLM as `pip install vllm==0.25.0`
 # brings it, with flashinfer-python 0.6.13 from the setup's fi part; a series <model>-fi of its own; each
@@ -142,7 +142,7 @@ VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}
 [ -f "$CONFIG" ] || { echo "no model config $CONFIG (MODEL: llama, qwen or a name in tests/fixtures/hf)" >&2; exit 2; }
 set -f; read -r -a PART_LIST <<< "$PARTS"; set +f
 for part in "${PART_LIST[@]}"; do
-    case "${part%@*}" in plugin-cold|plugin-warm|stock-cold|stock-warm|bundle-build|bundle-cold) ;;
+    case "${part%_*}" in plugin-cold|plugin-warm|stock-cold|stock-warm|bundle-build|bundle-cold) ;;
         *) echo "unknown part '$part' (plugin-cold, plugin-warm, stock-cold, stock-warm, bundle-build, bundle-cold)" >&2; exit 2 ;;
     esac
 done
@@ -168,10 +168,11 @@ machine_facts() {
 
 # --- one run -----------------------------------------------------------------------------------------
 # run_part ARM-TEMP: empties the arm's caches for a cold run, runs the trace under timeout, writes run.json.
-# A part may carry a repeat suffix, PART@N (issue 35: stock-warm and bundle-cold alternate three
-# times): its own run directory, the same arm and caches as PART.
+# A part may carry a repeat suffix, PART_N (issue 35: stock-warm and bundle-cold alternate three
+# times): its own run directory, the same arm and caches as PART. (Not '@': the device tool does not
+# bring back a file whose name has one.)
 run_part() {
-    local part=$1 base=${1%@*}
+    local part=$1 base=${1%_*}
     local arm=${base%-*} temp=${base#*-} extra=()
     local dir=$RUNS/$part cache=$ROOT/cache/$SERIES/$arm
     case "$base" in  # the bundle runs: the plugin arm from empty caches of their own

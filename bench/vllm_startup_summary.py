@@ -41,9 +41,15 @@ COLUMNS = ("run", "rc", "wall_s", "tp", "ready_s", "llm_init_s", "kv_blocks", "f
 
 
 def run_names(runs_dir: str) -> list[str]:
-    """The parts in RUNS order, each followed by its repeats (PART@N) found in `runs_dir`."""
+    """The parts in RUNS order, each followed by its repeats (PART_N) found in `runs_dir`."""
     found = os.listdir(runs_dir) if os.path.isdir(runs_dir) else []
-    return [n for part in RUNS for n in [part, *sorted(f for f in found if f.split("@")[0] == part and "@" in f)]]
+    return [n for part in RUNS for n in [part, *sorted(f for f in found if repeat_of(f) == part and f != part)]]
+
+
+def repeat_of(name: str) -> str:
+    """The part a run directory is of: 'stock-warm' for 'stock-warm_2'."""
+    head, _, tail = name.rpartition("_")
+    return head if head and tail.isdigit() else name
 
 
 def load(path: str) -> dict | None:
@@ -213,8 +219,8 @@ def node_check(rows: dict) -> dict:
 
 
 def repeats(rows: dict, part: str) -> list[dict]:
-    """The finished runs of a part and of its repeats (PART, PART@1, PART@2, ...)."""
-    return [r for n, r in sorted(rows.items()) if n.split("@")[0] == part and r and r.get("ready_s") is not None]
+    """The finished runs of a part and of its repeats (PART, PART_1, PART_2, ...)."""
+    return [r for n, r in sorted(rows.items()) if repeat_of(n) == part and r and r.get("ready_s") is not None]
 
 
 def median(values: list[float]) -> float:

@@ -19,9 +19,10 @@ Which modules a vLLM engine reaches, and why:
   0.33.0: VLLM_USE_FLASHINFER_SAMPLER, on by default, and a GPU FlashInfer's attention backend
   supports): the engine's sampler ``flashinfer``.
 
-The DeepGEMM fork inside ``fp8_blockscale_gemm_90`` (TensorRT-LLM's, NVRTC) compiles its own
-kernels per shape at first call, in memory; those are not modules, and the calls of the plan's
-CUDA-graph sizes reach them before ready.
+The DeepGEMM fork inside ``fp8_blockscale_gemm_90`` (TensorRT-LLM's) compiles its own kernels per
+shape at first call, with nvcc, into ``<TRTLLM_DG_CACHE_DIR or ~/.tensorrt_llm>/cache/<name>/`` where
+a later process finds them; those are not modules, and the calls of the plan's CUDA-graph sizes
+reach them before ready.
 """
 
 from __future__ import annotations

@@ -295,15 +295,15 @@ def test_bundle_check_needs_speed_and_no_compiles(tmp_path):
     warm_ranks = [{"claims": {"compiled": 0, "node_keys": 0}, "startup_compiles": {"triton": 0, "pool": 0}}]
     # three alternations: the medians are compared (49 against 50), not one lucky run
     for n, (stock, bundle) in enumerate(((50.0, 49.0), (52.0, 48.0), (47.0, 60.0)), 1):
-        write_run(runs, f"stock-warm@{n}", **result("stock", stock, 1000))
-        write_run(runs, f"bundle-cold@{n}", **(result("plugin", bundle, 1000) | {"ranks": warm_ranks}))
+        write_run(runs, f"stock-warm_{n}", **result("stock", stock, 1000))
+        write_run(runs, f"bundle-cold_{n}", **(result("plugin", bundle, 1000) | {"ranks": warm_ranks}))
     assert summary.run_names(str(runs))[:4] == ["stock-cold", "plugin-cold", "plugin-warm", "stock-warm"]
     rows = {n: r for n in summary.run_names(str(runs)) if (r := summary.row(str(runs), n))}
     check = {c["check"]: c for c in summary.checks(rows)}[name]
     assert check["pass"] is True and "0.98x" in check["detail"] and "median of 3: 49.0, 48.0, 60.0" in check["detail"]
     # slower than stock warm: not met
-    write_run(runs, "bundle-cold@4", **(result("plugin", 54.0, 1000) | {"ranks": warm_ranks}))
-    write_run(runs, "bundle-cold@5", **(result("plugin", 55.0, 1000) | {"ranks": warm_ranks}))
+    write_run(runs, "bundle-cold_4", **(result("plugin", 54.0, 1000) | {"ranks": warm_ranks}))
+    write_run(runs, "bundle-cold_5", **(result("plugin", 55.0, 1000) | {"ranks": warm_ranks}))
     rows = {n: r for n in summary.run_names(str(runs)) if (r := summary.row(str(runs), n))}
     assert {c["check"]: c for c in summary.checks(rows)}[name]["pass"] is False  # median 54 of 5 against 50
     # vLLM's Dynamo trace of its model (stock warm does it too) is shown, not counted; a kernel is

@@ -6,7 +6,8 @@ Triton cache the warmup filled, its precompile manifest included), ``flashinfer/
 executor/bundle/startup.py) adds ``torch_compile/<...>`` (vLLM's torch.compile cache, its AOT
 artifacts included), ``inductor/<...>`` (Inductor's cache, where it is outside vLLM's),
 ``flashinfer_autotune/<...>`` (vLLM's FlashInfer autotune cache), ``flashinfer_jit/<name>/<name>.so``
-(FlashInfer's JIT modules, executor/bundle/flashinfer_modules.py) and ``vllm_modelinfo/<...>``
+(FlashInfer's JIT modules, executor/bundle/flashinfer_modules.py), ``flashinfer_trtllm_dg/cache/<...>`` (the
+TensorRT-LLM DeepGEMM kernels FlashInfer compiles) and ``vllm_modelinfo/<...>``
 (what vLLM learnt of the model class). The manifest lists every member with its sha256 and size.
 ``verify_members`` is the one check of the members, for install (which extracts them) and
 inspect (which only reads): a member that is not a listed regular file (a link, a device, a
@@ -33,7 +34,7 @@ from planner.errors import PlanError, WriteError
 FORMAT = "warmup-bundle/v1"
 MANIFEST = "warmup-bundle.json"
 KINDS = ("deep_gemm", "triton", "flashinfer", "torch_compile", "inductor", "flashinfer_autotune", "flashinfer_jit",
-         "vllm_modelinfo")
+         "flashinfer_trtllm_dg", "vllm_modelinfo")
 PLAN, VLLM = "plan", "vllm"  # what a bundle was built from: a plan's warmup, or a vLLM start-up
 
 

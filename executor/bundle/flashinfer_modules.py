@@ -18,8 +18,8 @@ FLASHINFER_CUDA_ARCH_LIST says it, and the plugin's first process must not touch
 bundle's fingerprint already pins the GPU, its capability, CUDA and FlashInfer's version, so a
 placed module is the one this machine would have built.
 
-FlashInfer's TensorRT-LLM DeepGEMM (inside ``fp8_blockscale_gemm_90``) compiles its kernels with
-NVRTC in memory unless TRTLLM_DG_JIT_DUMP_CUBIN is set: by default nothing of it is on disk to carry.
+The kernels FlashInfer's TensorRT-LLM DeepGEMM (inside ``fp8_blockscale_gemm_90``) compiles with nvcc
+at first call are a family of their own, ``flashinfer_trtllm_dg`` (executor/bundle/startup.py).
 """
 
 from __future__ import annotations

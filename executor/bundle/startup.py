@@ -20,6 +20,13 @@ Families and where vLLM 0.25/0.33 keep them (``StartupRoots.from_env``):
 - ``flashinfer_jit``: FlashInfer's JIT modules, packed from the workspace where this machine built
   them and placed where FlashInfer loads prebuilt ones (executor/bundle/flashinfer_modules.py: its
   root here is that AOT directory, FlashInfer's ``data/aot``);
+- ``flashinfer_trtllm_dg``: the kernels of the TensorRT-LLM DeepGEMM inside FlashInfer's
+  ``fp8_blockscale_gemm_90`` (vLLM's block-FP8 linears at M < 32 on SM 9.0), which it compiles with
+  nvcc at first call into ``<TRTLLM_DG_CACHE_DIR or ~/.tensorrt_llm>/cache/<name>/`` and finds there
+  at the next start (flashinfer/data/csrc/nv_internal/tensorrt_llm/deep_gemm/compiler.cuh: the name
+  is the GEMM's shape and tiling, no path or hash). Only ``cache/`` is packed (``tmp/`` is its
+  scratch). Without it a fresh machine stalled 8.5 s inside the CUDA-graph capture recompiling them
+  (bench/RESULTS.md part Y);
 - ``vllm_modelinfo``: ``$VLLM_CACHE_ROOT/modelinfos`` (model_executor/models/registry.py): what
   vLLM learnt of the model class in a subprocess that imports it (15-30 s of every cold start on
   the H100, before any worker exists), one JSON file per class, with the hash of the model's
@@ -49,7 +56,7 @@ from . import archive, environment, flashinfer_modules, ops, staging, usage
 from .archive import FORMAT, VLLM, FileRecord, Manifest
 
 FAMILIES = ("deep_gemm", "triton", "torch_compile", "inductor", "flashinfer_autotune", "flashinfer_jit",
-            "vllm_modelinfo")
+            "flashinfer_trtllm_dg", "vllm_modelinfo")
 EARLY = ("vllm_modelinfo",)  # valid whatever the GPU and the configuration: placed before vLLM resolves the model
 
 
@@ -62,6 +69,7 @@ class StartupRoots(NamedTuple):
     inductor: str | None = None
     flashinfer_autotune: str | None = None
     flashinfer_jit: str | None = None  # FlashInfer's AOT directory (None: no FlashInfer)
+    flashinfer_trtllm_dg: str | None = None
     vllm_modelinfo: str | None = None
 
     @classmethod
@@ -75,7 +83,7 @@ class StartupRoots(NamedTuple):
                    os.path.join(root, "torch_compile_cache"),
                    environ.get("TORCHINDUCTOR_CACHE_DIR") or default_inductor_dir(),
                    environ.get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR") or os.path.join(root, "flashinfer_autotune_cache"),
-                   flashinfer_modules.aot_dir(), os.path.join(root, "modelinfos"))
+                   flashinfer_modules.aot_dir(), trtllm_deep_gemm_dir(environ), os.path.join(root, "modelinfos"))
 
     def distinct(self) -> dict:
         """family -> root, each directory once: a root inside another family's is left out (its
@@ -91,6 +99,15 @@ def default_vllm_cache_root(environ=os.environ) -> str:
     if environ.get("VLLM_CACHE_ROOT"):
         return os.path.expanduser(environ["VLLM_CACHE_ROOT"])
     return os.path.expanduser(os.path.join(environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "vllm"))
+
+
+def trtllm_deep_gemm_dir(environ=os.environ) -> str:
+    """FlashInfer's TensorRT-LLM DeepGEMM user directory (compiler.cuh getDefaultUserDir):
+    TRTLLM_DG_CACHE_DIR, else $HOME/.tensorrt_llm, else <tmp>/tensorrt_llm."""
+    if environ.get("TRTLLM_DG_CACHE_DIR"):
+        return environ["TRTLLM_DG_CACHE_DIR"]
+    home = environ.get("HOME")
+    return os.path.join(home, ".tensorrt_llm") if home else os.path.join(tempfile.gettempdir(), "tensorrt_llm")
 
 
 def default_inductor_dir() -> str:
@@ -127,6 +144,8 @@ def pack(roots: StartupRoots, fingerprint: dict, origin: Origin) -> tuple[Manife
             continue
         elif family == "deep_gemm":
             kernels, found = ops.collect_deep_gemm(root, fingerprint)
+        elif family == "flashinfer_trtllm_dg":  # its kernels; tmp/ is the compiler's scratch
+            found = ops.collect_tree(os.path.join(root, "cache"), f"{family}/cache")
         else:
             found = ops.collect_tree(root, family)
         sources.update(found)

@@ -138,3 +138,32 @@ def test_after_ready_a_loaded_module_counts_and_one_built_again_is_named(machine
     (use,) = [u for u in usage.check(placed["installed"]) if u.family == "flashinfer_jit"]
     assert (use.installed, use.loaded) == (2, 1)
     assert use.never_loaded == ("fp8_blockscale_gemm_90",) and use.compiled_again == ("fp8_blockscale_gemm_90",)
+
+
+def test_flashinfers_trtllm_deep_gemm_kernels_travel_without_its_scratch(tmp_path, monkeypatch):
+    """The kernels `fp8_blockscale_gemm_90`'s DeepGEMM compiled into TRTLLM_DG_CACHE_DIR/cache/<name>/
+    (named by shape and tiling alone) land under the installing machine's directory; tmp/ stays."""
+    from executor.bundle import usage
+
+    monkeypatch.setattr(usage, "records_reads", lambda root: True)
+    base = tmp_path / "build"
+    roots = fill_startup(base)
+    kernel = "gemm_swapAB_4096_4096_16_128_128_1_81_8_1_Normal"
+    write(str(base / "trtllm_dg" / "cache" / kernel / "nvcc_kernel.cubin"), "cubin")
+    write(str(base / "trtllm_dg" / "tmp" / f"{kernel}_123_456" / "kernel.cu"), "scratch")
+    out = tmp_path / "b.warmup"
+    manifest = startup.build(str(out), roots, vllm_fp(), startup.Origin())
+    assert [f.path for f in manifest.files if f.path.startswith("flashinfer_trtllm_dg/")] == [
+        f"flashinfer_trtllm_dg/cache/{kernel}/nvcc_kernel.cubin"]
+    here = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    placed = startup.install(str(out), here, vllm_fp(), str(tmp_path / "serve" / "vllm"))
+    cubin = tmp_path / "serve" / "trtllm_dg" / "cache" / kernel / "nvcc_kernel.cubin"
+    assert cubin.read_text() == "cubin"  # FlashInfer finds it: Runtime::isPathValid, no nvcc
+    (use,) = [u for u in usage.check(placed["installed"]) if u.family == "flashinfer_trtllm_dg"]
+    assert (use.installed, use.loaded, use.never_loaded) == (1, 1, ())
+
+
+def test_the_trtllm_directory_is_found_as_flashinfer_finds_it():
+    assert startup.trtllm_deep_gemm_dir({"TRTLLM_DG_CACHE_DIR": "/c", "HOME": "/h"}) == "/c"
+    assert startup.trtllm_deep_gemm_dir({"HOME": "/h"}) == "/h/.tensorrt_llm"
+    assert startup.trtllm_deep_gemm_dir({}).endswith("/tensorrt_llm")

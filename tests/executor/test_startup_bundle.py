@@ -51,7 +51,7 @@ def no_cache_variables(monkeypatch):
 def environ(base):
     """A machine's environment as the plugin's vLLM sees it before compiling."""
     return {"VLLM_CACHE_ROOT": str(base / "vllm"), "TRITON_HOME": str(base / "home"),
-            "TORCHINDUCTOR_CACHE_DIR": str(base / "inductor")}
+            "TORCHINDUCTOR_CACHE_DIR": str(base / "inductor"), "TRTLLM_DG_CACHE_DIR": str(base / "trtllm_dg")}
 
 
 def fill_startup(base):
