@@ -397,3 +397,40 @@ def test_a_failed_profile_run_ends_the_pool_at_once():
     with pytest.raises(RuntimeError, match="out of memory"):
         WorkerWarmup.then_finish_device_lane(state, profile_run)()
     assert ended == ["not needed: vLLM's profile run failed"]     # no bounded wait for a dying worker
+
+
+def test_the_worker_is_patched_when_its_module_is_imported_not_before(tmp_path, monkeypatch):
+    """vLLM's API server never imports the GPU worker's module; importing it there to patch it cost
+    ~2-3 s before vLLM resolved the model (bench/RESULTS.md part Y). The patch waits for the import."""
+    import inspect
+    import sys
+
+    from vllm_bridge import plugin
+
+    package = tmp_path / "fakevllm_lazy"
+    (package / "worker").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "worker" / "__init__.py").write_text("")
+    (package / "worker" / "gpu_worker.py").write_text(
+        "class Worker:\n"
+        "    def load_model(self): return 'loaded'\n"
+        "    def determine_available_memory(self): return 1\n"
+        "    def compile_or_warm_up_model(self): return 'ready'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    release = RELEASES["0.25.0"]._replace(worker_module="fakevllm_lazy.worker.gpu_worker")
+    finders = list(sys.meta_path)
+    try:
+        plugin.patch_worker(release, Settings("vllm-0.25-plugin"))
+        assert "fakevllm_lazy.worker.gpu_worker" not in sys.modules  # nothing imported by the patch itself
+        from fakevllm_lazy.worker import gpu_worker
+
+        assert plugin.PATCHED in vars(gpu_worker.Worker)
+        assert gpu_worker.Worker.load_model.__wrapped__(None) == "loaded"
+        assert "class Worker" in inspect.getsource(gpu_worker)  # the module's loader still answers for its source
+        assert sys.meta_path == finders  # the hook is gone once used
+        plugin.patch_worker(release, Settings("vllm-0.25-plugin"))  # imported already: patched at once, once
+        assert vars(gpu_worker.Worker)[plugin.PATCHED]["load_model"](None) == "loaded"
+    finally:
+        sys.meta_path[:] = finders
+        for name in [n for n in sys.modules if n.startswith("fakevllm_lazy")]:
+            del sys.modules[name]

@@ -30,7 +30,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.abc
+import importlib.util
 import os
+import sys
 
 from . import ahead, bundle
 from .releases import Release, release_for
@@ -58,7 +61,18 @@ def patched_methods(release: Release) -> dict:
             release.warmup_method: _compile_or_warm_up_model}
 
 
-def patch_worker(release: Release, settings: Settings):
+def patch_worker(release: Release, settings: Settings) -> None:
+    """Patch the release's Worker class once its module is imported: now where it is, else when
+    the process imports it. vLLM's API server never does (its worker runs in the engine core's
+    process), and importing it there only to patch it cost the API server ~2-3 s of imports before
+    it resolved the model (bench/RESULTS.md part Y)."""
+    if release.worker_module in sys.modules:
+        _patch_worker_class(release, settings)
+    else:
+        after_import(release.worker_module, lambda module: _patch_worker_class(release, settings))
+
+
+def _patch_worker_class(release: Release, settings: Settings):
     """Patch the release's Worker class (once); returns it."""
     cls = getattr(importlib.import_module(release.worker_module), release.worker_class)
     if PATCHED in vars(cls):
@@ -68,6 +82,47 @@ def patch_worker(release: Release, settings: Settings):
     for name, wrap in wrappers.items():
         setattr(cls, name, wrap(vars(cls)[PATCHED][name], release, settings))
     return cls
+
+
+class _ThenCall(importlib.abc.Loader):
+    """A module's own loader, then `callback(module)` once the module has run; every other
+    attribute is the loader's (linecache and inspect ask it for the source)."""
+
+    def __init__(self, loader, callback):
+        self._loader, self._callback = loader, callback
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._callback(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: for one module name it asks the other finders, once, and wraps the
+    loader they return (a post-import hook)."""
+
+    def __init__(self, name: str, callback):
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once, and the lookup below must not find this finder again
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenCall(spec.loader, self.callback)
+        return spec
+
+
+def after_import(name: str, callback) -> None:
+    """`callback(module)` right after the module `name` is first imported in this process."""
+    if not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, callback))
 
 
 def unpatch_worker(release: Release) -> None:

@@ -84,6 +84,22 @@ def patch(request) -> dict:
     return out
 
 
+def lazy(request) -> dict:
+    """In a process that has not imported the GPU worker's module (vLLM's API server), register
+    patches nothing and imports nothing; the engine core's import of the module patches it."""
+    from vllm_bridge import plugin
+
+    module = plugin.release_for(version(request)).worker_module
+    os.environ.update(WARMUP_PLAN=request["plan"], WARMUP_ENGINE=request["engine"])
+    before = module in sys.modules
+    plugin.register()
+    by_register = module in sys.modules
+    from vllm.v1.worker.gpu_worker import Worker
+
+    return {"imported_before": before, "imported_by_register": by_register,
+            "patched_on_import": "_warmup_planner_originals" in vars(Worker)}
+
+
 def refuse(request) -> dict:
     """A vLLM version outside the table is refused in one line, and nothing is patched."""
     import vllm

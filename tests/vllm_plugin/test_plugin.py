@@ -80,6 +80,21 @@ def test_plan_patches_this_releases_worker_once(probe):
                               "names": ["load_model", "determine_available_memory", "compile_or_warm_up_model"]}
 
 
+def test_register_leaves_the_worker_module_to_the_process_that_imports_it():
+    """vLLM's API server process loads the plugin too and never imports the GPU worker: register
+    must not import it there (2-3 s on the H100, bench/RESULTS.md part Y), and the engine core's
+    own import patches it."""
+    for version in sorted(RELEASES):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, RELEASES[version]]), "VLLM_LOGGING_LEVEL": "ERROR"}
+        env.pop("WARMUP_PLAN", None)
+        payload = {"checks": ["lazy"], "plan": f"vllm-{version}", "engine": ENGINE}
+        run = subprocess.run([sys.executable, os.path.join(HERE, "probe.py")], input=json.dumps(payload),
+                             capture_output=True, text=True, env=env, timeout=900)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert json.loads(run.stdout)["lazy"] == {"imported_before": False, "imported_by_register": False,
+                                                  "patched_on_import": True}, version
+
+
 def test_unsupported_version_is_refused_in_one_line(probe):
     _, facts = probe
     refused = facts["refuse"]
