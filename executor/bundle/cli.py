@@ -49,26 +49,29 @@ device (exit 1 otherwise, one line). A warmup that fails is exit 1 with nothing 
 def add_commands(sub) -> None:
     p = sub.add_parser("bundle", help="build, verify, install or inspect a warmup bundle",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cmds = p.add_subparsers(dest="bundle_command", metavar="ACTION", required=True)
+    cmds = p.add_subparsers(dest="bundle_command", metavar="ACTION", required=True,
+                            help="what to do with a bundle: build, verify, install or inspect")
     b = cmds.add_parser("build", help="run the plan's warmup into fresh caches and pack them (needs a CUDA device)",
                         description=BUILD_HELP)
-    b.add_argument("plan")
-    b.add_argument("--engine", "-e", required=True)
+    b.add_argument("plan", help="the plan whose warmup fills the bundle (a built-in name or a YAML file)")
+    b.add_argument("--engine", "-e", required=True, help="the engine the plan is expanded for (a built-in name or a YAML file)")
     b.add_argument("-o", "--output", required=True, help="the bundle file (written atomically)")
     b.add_argument("--jobs", "-j", type=int, default=None, help="precompile workers (as `warmup execute`)")
-    b.add_argument("--runner", choices=("reference", "none"), default="reference")
+    b.add_argument("--runner", choices=("reference", "none"), default="reference",
+                   help="the model the warmup's batches run through, as `warmup execute` takes it")
     b.add_argument("--report", help="keep the warmup's JSON report here")
     v = cmds.add_parser("verify", help="install into a fresh directory and run the plan: 0 compiles or exit 1; "
                                         "for a vLLM start-up's bundle, report what of its install was used")
-    v.add_argument("bundle")
-    v.add_argument("--runner", choices=("reference", "none"), default="reference")
+    v.add_argument("bundle", help="the bundle file")
+    v.add_argument("--runner", choices=("reference", "none"), default="reference",
+                   help="the model the verifying run's batches run through, as `warmup execute` takes it")
     v.add_argument("--report", help="the verifying run's JSON report")
     v.add_argument("--inert", choices=("warn", "error"), default="warn",
                    help="an installed entry never loaded or compiled again: listed (warn) or also exit 1 (error)")
     v.add_argument("--vllm-cache-root", help="a vLLM start-up's bundle: the vLLM cache root it was installed "
                                              "under (default: VLLM_CACHE_ROOT, else ~/.cache/vllm)")
     i = cmds.add_parser("install", help="install into this machine's caches")
-    i.add_argument("bundle")
+    i.add_argument("bundle", help="the bundle file")
     i.add_argument("--deep-gemm-cache", help="DeepGEMM's cache root (default: DG_JIT_CACHE_DIR, else vLLM's)")
     i.add_argument("--triton-cache", help="Triton's cache (default: TRITON_CACHE_DIR, else ~/.triton/cache)")
     i.add_argument("--flashinfer-cache", help="FlashInfer's autotune file (default: flashinfer-autotune.json in "
@@ -79,7 +82,7 @@ def add_commands(sub) -> None:
                                               "VllmConfig.compute_hash() (the plugin checks the live one itself)")
     n = cmds.add_parser("inspect", help="check every member as install does; per family the entries, bytes, "
                                          "the plan's keys present and missing")
-    n.add_argument("bundle")
+    n.add_argument("bundle", help="the bundle file")
     for q in (b, v, i, n):
         q.set_defaults(func=cmd_bundle)
 

@@ -26,7 +26,8 @@ def add_command(sub, name: str, help: str) -> None:
                    help="the plan the server ran, as `warmup plan` takes it (stock vLLM: its release's mirror, "
                         "e.g. vllm-0.25)")
     p.add_argument("--engine", "-e", required=True, help="built-in engine name or engine YAML")
-    p.add_argument("--format", "-f", choices=("table", "json"), default="table")
+    p.add_argument("--format", "-f", choices=("table", "json"), default="table",
+                   help="how the compiles are printed: a table, or JSON as `warmup plan -f json` prints")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write the plan overlay here: PLAN extended with the stages that cover the misses")
     p.set_defaults(func=cmd_absorb)
