@@ -14,7 +14,8 @@ from .engine_facts import EngineFacts, engine_facts
 from .engine_queries import quant_of
 from .errors import PlanError, format_path
 from .resources import resolve
-from .vllm_choices import default_linear_kernel, model_runner, sampler
+from .releases import model_runner, sampler
+from .vllm_choices import default_linear_kernel
 from .words import count
 from .yamlio import Document, load_file
 

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from . import schema
 from .errors import PlanError, format_path
+from .releases import VLLM_RELEASES, supported
 from .resources import resolve
 from .yamlio import Document, load_file
 
@@ -140,7 +141,19 @@ def _merge(doc: Document, parent: Plan | None) -> Plan:
     return Plan(name=doc.data["name"], description=description,
                 stages=[stages[n] for n in order if n in stages], files=files,
                 not_modelled=_not_modelled(doc, parent),
-                vllm_release=doc.data.get("vllm_release", parent.vllm_release if parent else None))
+                vllm_release=_vllm_release(doc, parent))
+
+
+def _vllm_release(doc: Document, parent: Plan | None) -> str | None:
+    """The plan's `vllm_release`, else its parent's; one with no row in the release table is refused
+    (the table, planner/releases.py, is the one list: the schema holds none)."""
+    if "vllm_release" not in doc.data:
+        return parent.vllm_release if parent else None
+    version = doc.data["vllm_release"]
+    if version not in VLLM_RELEASES:
+        known = ", ".join(map(repr, supported()))
+        raise doc.error(("vllm_release",), f"expected one of {known} (planner/releases.py), got {version!r}")
+    return version
 
 
 def _not_modelled(doc: Document, parent: Plan | None) -> tuple:

@@ -3,7 +3,7 @@
 Three choices shape what a release warms and what it leaves to compile at first use:
 
 - the model runner (`model.model_runner`): `auto` is each release's default for the model,
-  decided here for the plan of that release (`vllm_release:` in the plan), because another
+  decided by the release row of the plan's release (`vllm_release:` in the plan), because another
   release gives the same model another runner. vLLM 0.25.0 (vllm/config/vllm.py,
   `use_v2_model_runner`, `_is_default_v2_model_runner_model`,
   `_get_v2_model_runner_unsupported_features`): Model Runner V2 for generate models that are
@@ -22,8 +22,10 @@ Three choices shape what a release warms and what it leaves to compile at first 
 - the top-k/top-p sampler (`model.sampler`): `auto` is FlashInfer's where a user's install
   has it (``sampler``), which makes FlashInfer build its sampling module at the first sample.
 
-`--from-vllm` and the plugin record vLLM's own answers instead (vllm_bridge/engine.py), and
-tests/vllm_parity checks these rules against each release's functions.
+These are the rules; which release follows which rule is the release's row in
+planner/releases.py (VLLM_RELEASES), the one table of supported releases. `--from-vllm` and the
+plugin record vLLM's own answers instead (vllm_bridge/engine.py), and tests/vllm_parity checks
+each row's rules against that release's functions.
 """
 
 from __future__ import annotations
@@ -37,8 +39,6 @@ DEEP_GEMM_LINEAR_KERNELS = ("deep_gemm", "flashinfer_deep_gemm")
 FLASHINFER_MAX_M = 31  # FlashInferFp8DeepGEMMDynamicBlockScaledKernel: FlashInfer for M < 32
 KERNEL_CLASSES = {"flashinfer_deep_gemm": "FlashInferFp8DeepGEMMDynamicBlockScaledKernel",
                   "deep_gemm": "DeepGemmFp8BlockScaledMMKernel"}
-# Where a release's own DeepGEMM warmup leaves a kernel's DeepGEMM M-values cold, the upstream fix.
-UPSTREAM_FIXES = {("0.25.0", "flashinfer_deep_gemm"): "vLLM PR #49467, after 0.25"}
 
 
 def deep_gemm_min_m(kernel: str | None) -> int | None:
@@ -53,7 +53,7 @@ V2_MOE_ARCHITECTURES_025 = ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "Gra
 V2_SPECULATIVE_METHODS_025 = ("eagle", "eagle3", "mtp", "dflash", "dspark")
 
 
-def _v1_reason_025(engine: EngineFacts) -> str:
+def v1_reason_025(engine: EngineFacts) -> str:
     """Why vLLM 0.25.0 runs the V1 model runner for this engine ('' for V2)."""
     model, method = engine.model, engine.speculative.method
     if method == "dspark":
@@ -71,46 +71,27 @@ def _v1_reason_025(engine: EngineFacts) -> str:
     return next((why for hit, why in reasons if hit), "")
 
 
-def _v1_reason_033(engine: EngineFacts) -> str:
+def v1_reason_033(engine: EngineFacts) -> str:
     """Why vLLM 0.33.0 runs the V1 model runner for this engine ('' for V2)."""
     method = engine.speculative.method
     return "Model Runner V2 does not support suffix speculative decoding" if method == "suffix" else ""
 
 
-V1_REASONS = {"0.25.0": _v1_reason_025, "0.33.0": _v1_reason_033}
-
-
-def model_runner(release: str | None, engine: EngineFacts) -> tuple[str, str]:
-    """('v1' or 'v2', why) for the engine under vLLM `release` (None: a plan of no release, V2).
-    An engine that names its runner keeps it; `auto` takes the release's default."""
-    chosen = engine.model.model_runner
-    if chosen != "auto":
-        return chosen, f"the engine config sets model.model_runner: {chosen}"
-    rule = V1_REASONS.get(release)
-    why = rule(engine) if rule else ""
-    if why:
-        return "v1", f"vLLM {release} runs the V1 model runner: {why}"
-    return "v2", f"vLLM {release}'s default" if rule else "Model Runner V2 (the plan names no release)"
-
-
-def sampler(release: str | None, engine: EngineFacts) -> tuple[str, str]:
-    """('flashinfer' or 'triton', why): vLLM's top-k/top-p sampler for the engine. An engine that
-    names it keeps it; `auto` is a user's install of vLLM 0.25.0 or 0.33.0, which brings FlashInfer
-    and leaves VLLM_USE_FLASHINFER_SAMPLER on: flashinfer_sampler_supported() (v1/sample/ops/
-    topk_topp_sampler.py) then takes FlashInfer on SM 8.0 to 12.1 (FlashInferBackend.
-    supports_compute_capability), and 0.33.0 also needs more than 16 SMs. A plan of no release:
-    triton (no FlashInfer assumed)."""
-    chosen = engine.model.sampler
-    if chosen != "auto":
-        return chosen, f"the engine config sets model.sampler: {chosen}"
-    if release not in ("0.25.0", "0.33.0"):
-        return "triton", "the plan names no vLLM release with FlashInfer"
+def flashinfer_sampler_025(release: str, engine: EngineFacts) -> tuple[str, str]:
+    """`auto` under vLLM 0.25.0 as its wheel installs it (FlashInfer brought, VLLM_USE_FLASHINFER_SAMPLER
+    on by default): flashinfer_sampler_supported() (v1/sample/ops/topk_topp_sampler.py) takes
+    FlashInfer on SM 8.0 to 12.1 (FlashInferBackend.supports_compute_capability)."""
     major, minor = engine.device.capability
     if not (8, 0) <= (major, minor) <= (12, 1):
         return "triton", f"vLLM {release}: FlashInfer's sampler does not support SM {major}.{minor}"
-    if release == "0.33.0" and engine.device.num_sms <= 16:
-        return "triton", f"vLLM {release}: FlashInfer's top-k masking needs more than 16 SMs"
     return "flashinfer", f"vLLM {release} with FlashInfer, as its wheel installs it"
+
+
+def flashinfer_sampler_033(release: str, engine: EngineFacts) -> tuple[str, str]:
+    """`auto` under vLLM 0.33.0: 0.25.0's rule, and FlashInfer's top-k masking needs more than 16 SMs."""
+    if engine.device.num_sms <= 16 and (8, 0) <= engine.device.capability <= (12, 1):
+        return "triton", f"vLLM {release}: FlashInfer's top-k masking needs more than 16 SMs"
+    return flashinfer_sampler_025(release, engine)
 
 
 def default_linear_kernel(layer: dict, dtype: str, capability: str, flashinfer: bool = True) -> str | None:

@@ -13,8 +13,8 @@ import pytest
 from executor.backends.base import Unavailable
 from executor.backends.flashinfer_jit import FlashInferJitBackend
 from kernel_model import flashinfer_jit as fj
+from planner.releases import sampler
 from planner.steps import Kernel, Variant
-from planner.vllm_choices import sampler
 from tests.factories import make_engine, steps_of
 
 FP8 = {"method": "fp8", "weight_block_size": [128, 128]}

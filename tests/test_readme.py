@@ -9,7 +9,7 @@ import os
 import re
 
 from planner.moe_tables import CONFIGS_ENV, HOW
-from planner.releases import SUPPORTED_VLLM
+from planner.releases import VLLM_RELEASES
 from planner.stages.vllm_fused_moe import no_tables_gap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,7 @@ def test_every_measured_figure_is_in_one_table_with_date_card_and_part():
 
 def test_the_vllm_033_user_is_told_the_plan_and_what_is_proven_where():
     four_steps = section("For vLLM users: four steps")
-    assert SUPPORTED_VLLM["0.33.0"] == "vllm-0.33"
+    assert VLLM_RELEASES["0.33.0"].plan == "vllm-0.33"
     assert "WARMUP_PLAN=vllm-0.33 vllm serve" in four_steps
     assert "has not run on a GPU with 0.33" in four_steps and "tests/vllm_plugin" in four_steps
 

@@ -1,5 +1,6 @@
-"""One list of supported vLLM releases (planner/releases.py) behind the plugin's table, `--from-vllm`,
-pyproject's `vllm` extra and `warmup --version` (issue 27, item 3)."""
+"""One table of supported vLLM releases (planner/releases.py) behind the plugin's table, `--from-vllm`,
+pyproject's `vllm` extra and `warmup --version` (issue 27, item 3; one row per release: issue 36
+item 1, tests/test_release_row.py adds a made-up one)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import planner
 from planner import cli
 from planner.expanded import FORMAT
-from planner.releases import SUPPORTED_VLLM, newest, version_key, version_text
+from planner.releases import VLLM_RELEASES, newest, supported, version_key, version_text
 from planner.resources import builtin_plans
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,17 +27,18 @@ def pyproject() -> dict:
 
 
 def test_every_supported_release_has_its_built_in_plan():
-    assert SUPPORTED_VLLM and set(SUPPORTED_VLLM.values()) <= set(builtin_plans())
-    for version, plan in SUPPORTED_VLLM.items():
-        assert re.fullmatch(r"\d+\.\d+\.\d+", version) and plan == "vllm-" + version.rsplit(".", 1)[0]
+    assert VLLM_RELEASES and {row.plan for row in VLLM_RELEASES.values()} <= set(builtin_plans())
+    for version, row in VLLM_RELEASES.items():
+        assert row.version == version and re.fullmatch(r"\d+\.\d+\.\d+", version)
+        assert row.plan == "vllm-" + version.rsplit(".", 1)[0]
 
 
 def test_the_plugin_table_is_built_from_the_list():
     from vllm_bridge.releases import RELEASES, UnsupportedVllm, release_for
 
-    assert {version: row.plan for version, row in RELEASES.items()} == SUPPORTED_VLLM
-    for version in SUPPORTED_VLLM:
-        assert release_for(version).plan == SUPPORTED_VLLM[version]
+    assert {version: row.plan for version, row in RELEASES.items()} == {v: r.plan for v, r in VLLM_RELEASES.items()}
+    for version in VLLM_RELEASES:
+        assert release_for(version).plan == VLLM_RELEASES[version].plan
     with pytest.raises(UnsupportedVllm, match="supports vLLM 0.25.0, 0.33.0"):
         release_for("0.26.0")
 
@@ -45,7 +47,7 @@ def test_from_vllm_takes_exactly_the_plugins_releases():
     from planner.errors import PlanError
     from vllm_bridge.cli import check_release
 
-    for version in SUPPORTED_VLLM:
+    for version in VLLM_RELEASES:
         check_release(version)
     for other in ("0.24.0", "0.26.0", "0.32.1", "0.33.1", "0.25.0rc1", "0.34.0", "1.0.0"):
         with pytest.raises(PlanError, match=f"vLLM {re.escape(other)} is installed, and no plan supports it"):
@@ -56,7 +58,7 @@ def test_the_vllm_extra_pins_the_newest_supported_release():
     """A range would let pip install a release the plugin refuses (one between the supported ones, or a
     later patch release), and "0.25.0 or 0.33.0" is no single requirement: the extra pins the newest."""
     extras = pyproject()["project"]["optional-dependencies"]
-    assert newest() == max(SUPPORTED_VLLM, key=version_key) == "0.33.0"
+    assert newest() == max(VLLM_RELEASES, key=version_key) == supported()[-1] == "0.33.0"
     assert extras["vllm"] == [f"vllm=={newest()}"]
 
 

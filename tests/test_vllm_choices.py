@@ -17,10 +17,11 @@ from planner.digest import digest
 from planner.errors import PlanError
 from planner.expand import expand
 from planner.plan import load_plan
+from planner.releases import model_runner
 from planner.review import lints
 from planner.stages.deep_gemm import from_m
 from planner.steps import Gemm
-from planner.vllm_choices import default_linear_kernel, model_runner
+from planner.vllm_choices import default_linear_kernel
 from tests.factories import make_engine, steps_of
 
 FP8 = {"method": "fp8", "weight_block_size": [128, 128]}

@@ -27,10 +27,10 @@ from planner.errors import PlanError
 from planner.expand import expand
 from planner.expanded import ExpandedPlan
 from planner.plan import load_plan
+from planner.releases import model_runner
 from planner.resources import builtin_engines
 from planner.stages.vllm_sampler import max_rows
 from planner.steps import LAUNCH_MODELS, Kernel, step_from_dict
-from planner.vllm_choices import model_runner
 from tests.factories import make_engine, steps_of, write_plan
 
 FAMILY = "vLLM's Triton top-k/top-p sampler kernel"

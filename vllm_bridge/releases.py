@@ -1,15 +1,19 @@
-"""What the plugin touches in each supported vLLM release: one small table, no vLLM import.
+"""What the plugin touches in each supported vLLM release: the names, keyed by the release row's
+version, no vLLM import.
 
-Every name here was read in that release's source (vllm/v1/worker/gpu_worker.py,
-vllm/model_executor/warmup/kernel_warmup.py, vllm/utils/deep_gemm.py); a release not in the
-table is refused, since a renamed method would silently skip the warmup the user asked for.
+The releases themselves are the planner's one table (planner/releases.py, VLLM_RELEASES): a row
+there is a release the plugin accepts, with the plan of that row. Every name here was read in
+that release's source (vllm/v1/worker/gpu_worker.py, vllm/model_executor/warmup/kernel_warmup.py,
+vllm/utils/deep_gemm.py); a release with no row is refused, since a renamed method would
+silently skip the warmup the user asked for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
-from planner.releases import SUPPORTED_VLLM
+from planner.releases import VLLM_RELEASES, supported
 
 
 class Release(NamedTuple):
@@ -39,10 +43,26 @@ class Release(NamedTuple):
 
 
 # 0.25.0: kernel_warmup, capture_model, then warmup_kernels (MRV2); 0.33.0: kernel_warmup,
-# warmup_kernels, capture_model (inside _compile_or_warm_up_model). The names are the same.
-# The releases and their plans are the planner's one list (planner/releases.py); a release
-# whose names differ gets its own Release(...) fields here.
-RELEASES = {version: Release(plan=plan) for version, plan in SUPPORTED_VLLM.items()}
+# warmup_kernels, capture_model (inside _compile_or_warm_up_model). The names are the same, so no
+# release renames any: a release whose names differ gets {field: name} here, under its version.
+RENAMED: dict = {}
+
+
+class PatchTable(Mapping):
+    """version -> Release for every row of the planner's table, read at each lookup (the table is
+    the one list: a row it gains is a release the plugin accepts, with no edit here)."""
+
+    def __getitem__(self, version: str) -> Release:
+        return Release(plan=VLLM_RELEASES[version].plan, **RENAMED.get(version, {}))
+
+    def __iter__(self):
+        return iter(supported())
+
+    def __len__(self) -> int:
+        return len(VLLM_RELEASES)
+
+
+RELEASES = PatchTable()
 
 
 class UnsupportedVllm(RuntimeError):

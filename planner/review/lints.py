@@ -16,9 +16,10 @@ from typing import Callable, Iterable, Iterator
 from ..engine import expression_names
 from ..engine_facts import EngineFacts
 from ..expr import round_up
+from ..releases import model_runner, upstream_fix
 from ..stages.batches import BlockCounter
+from ..vllm_choices import KERNEL_CLASSES, deep_gemm_min_m
 from ..words import count
-from ..vllm_choices import KERNEL_CLASSES, UPSTREAM_FIXES, deep_gemm_min_m, model_runner
 from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GemmLike, GroupedGemm, Prefill, Sample
 
 ERROR, WARNING = "error", "warning"
@@ -550,7 +551,7 @@ def compiled_after_ready(plan, engine):
         hi = min(max_tokens, warmed.get((layer.n, layer.k), max_tokens + 1) - 1)
         cold.setdefault((layer.kernel, layer.n, layer.k, lo, hi), []).append(layer.name)
     for (kernel, n, k, lo, hi), layers in cold.items():
-        fix = UPSTREAM_FIXES.get((release, kernel))
+        fix = upstream_fix(release, kernel)
         yield "(plan)", (f"engine {plan.engine}: vLLM {release} compiles DeepGEMM fp8_gemm_nt n={n} k={k} "
                          f"({', '.join(layers)}, on {KERNEL_CLASSES[kernel]}) for M {lo}..{hi} after ready"
                          + (f" (fixed upstream by {fix})" if fix else ""))

@@ -3,10 +3,13 @@
 #
 #   tests/vllm_parity/setup_vllm.sh [CACHE_DIR]     # default ${XDG_CACHE_HOME:-~/.cache}/warmup-planner/vllm
 #
+# The releases, and the FlashInfer each wheel pins, are the rows of the one release table
+# (planner/releases.py, read through `python -m planner.releases setup`): this script holds no list.
 # Each release goes into its own target directory (pip --no-deps: the wheel pins a torch this
 # project does not need to run vLLM's configuration and warmup functions on CPU), beside one
 # directory of the pure packages its imports need. Wheels are downloaded once into the cache.
-# vLLM 0.25.0's env also holds flashinfer-python 0.6.13, the FlashInfer its wheel requires
+# A release whose row names a FlashInfer gets it in its env: vLLM 0.25.0's holds flashinfer-python 0.6.13,
+# the FlashInfer its wheel requires
 # (Requires-Dist: flashinfer-python==0.6.13, flashinfer-cubin==0.6.13), so vLLM's linear-kernel
 # selection sees FlashInfer's real exports (flashinfer.gemm.fp8_blockscale_gemm_sm90); it imports
 # on CPU with nvidia-ml-py and tabulate (FLASHINFER_DEPS, beside it). flashinfer-cubin (458 MB of prebuilt kernels,
@@ -16,8 +19,8 @@
 set -euo pipefail
 CACHE=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/warmup-planner/vllm}
 PY=${PYTHON:-python3}
-RELEASES="0.25.0 0.33.0"
-FLASHINFER="0.6.13"  # vLLM 0.25.0's pin
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+ROWS=$(cd "$ROOT" && "$PY" -m planner.releases setup)  # `VERSION FLASHINFER` a line, '-': none
 # What `import vllm` and its config, warmup and MoE-oracle modules need beyond torch, numpy,
 # pyyaml and jsonschema (found by importing with each absent; versions inside both releases' pins).
 DEPS="transformers==5.20.2 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 hf_xet==1.8.0
@@ -33,13 +36,33 @@ DEPS="transformers==5.20.2 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors
  httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5
  shellingham==1.5.4 markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 jinja2==3.1.6 markupsafe==3.0.4
  urllib3==2.8.0 requests==2.34.2 charset-normalizer==3.5.3 cloudpickle==3.1.3"
-# What FlashInfer's import needs beyond DEPS, in a target of its own on the 0.25.0 path only (DEPS is
-# shared by both releases, and a cache made from another DEPS list is redone).
+# What FlashInfer's import needs beyond DEPS, in a target of its own on the path of a release with
+# FlashInfer only (DEPS is shared by every release, and a cache made from another DEPS list is redone).
 FLASHINFER_DEPS="nvidia-ml-py==13.615.71 tabulate==0.10.0"
+
+install_flashinfer() {  # $1: the flashinfer-python version, into $CACHE/flashinfer-$1 (+ -deps)
+    local version=$1 fi_wheel="$CACHE/wheels/flashinfer_python-$1-py3-none-any.whl"
+    [ -f "$fi_wheel" ] || "$PY" -m pip download -q --no-deps --only-binary=:all: "flashinfer-python==$version" \
+        -d "$CACHE/wheels"
+    [ -f "$CACHE/flashinfer-$version/.complete" ] || {
+        rm -rf "$CACHE/flashinfer-$version"
+        "$PY" -m pip install -q --no-deps --no-compile --target "$CACHE/flashinfer-$version" "$fi_wheel"
+        touch "$CACHE/flashinfer-$version/.complete"
+    }
+    [ "$(cat "$CACHE/flashinfer-$version-deps/.complete" 2>/dev/null)" = "$FLASHINFER_DEPS" ] || {
+        rm -rf "$CACHE/flashinfer-$version-deps"
+        # shellcheck disable=SC2086
+        "$PY" -m pip install -q --no-deps --no-compile --only-binary=:all: --target "$CACHE/flashinfer-$version-deps" \
+            $FLASHINFER_DEPS
+        printf '%s' "$FLASHINFER_DEPS" > "$CACHE/flashinfer-$version-deps/.complete"
+    }
+}
 
 mkdir -p "$CACHE/wheels"
 envs=""
-for v in $RELEASES; do
+mapfile -t rows <<< "$ROWS"  # not `while read`: nothing in the loop may read the rows as its stdin
+for row in "${rows[@]}"; do
+    read -r v flashinfer <<< "$row"
     wheel="$CACHE/wheels/vllm-$v-cp38-abi3-manylinux_2_28_x86_64.whl"
     [ -f "$wheel" ] || "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 "vllm==$v" -d "$CACHE/wheels"
@@ -50,24 +73,12 @@ for v in $RELEASES; do
         touch "$target/.complete"
     }
     extra=""
-    [ "$v" = "0.25.0" ] && extra=":$CACHE/flashinfer-$FLASHINFER:$CACHE/flashinfer-$FLASHINFER-deps"
+    if [ "$flashinfer" != "-" ]; then
+        install_flashinfer "$flashinfer"
+        extra=":$CACHE/flashinfer-$flashinfer:$CACHE/flashinfer-$flashinfer-deps"
+    fi
     envs="$envs${envs:+,}${v%.0}=$target$extra:$CACHE/deps"
 done
-fi_wheel="$CACHE/wheels/flashinfer_python-$FLASHINFER-py3-none-any.whl"
-[ -f "$fi_wheel" ] || "$PY" -m pip download -q --no-deps --only-binary=:all: "flashinfer-python==$FLASHINFER" \
-    -d "$CACHE/wheels"
-[ -f "$CACHE/flashinfer-$FLASHINFER/.complete" ] || {
-    rm -rf "$CACHE/flashinfer-$FLASHINFER"
-    "$PY" -m pip install -q --no-deps --no-compile --target "$CACHE/flashinfer-$FLASHINFER" "$fi_wheel"
-    touch "$CACHE/flashinfer-$FLASHINFER/.complete"
-}
-[ "$(cat "$CACHE/flashinfer-$FLASHINFER-deps/.complete" 2>/dev/null)" = "$FLASHINFER_DEPS" ] || {
-    rm -rf "$CACHE/flashinfer-$FLASHINFER-deps"
-    # shellcheck disable=SC2086
-    "$PY" -m pip install -q --no-deps --no-compile --only-binary=:all: --target "$CACHE/flashinfer-$FLASHINFER-deps" \
-        $FLASHINFER_DEPS
-    printf '%s' "$FLASHINFER_DEPS" > "$CACHE/flashinfer-$FLASHINFER-deps/.complete"
-}
 # The marker holds the list it was installed from: a cache made from an older list is redone.
 [ "$(cat "$CACHE/deps/.complete" 2>/dev/null)" = "$DEPS" ] || {
     rm -rf "$CACHE/deps"

@@ -39,7 +39,7 @@ from planner.engine import engine_from_document
 from planner.expand import expand
 from planner.plan import load_plan
 from planner.steps import CudaGraph, Decode, Gemm, GroupedGemm, Prefill, Sample, Autotune, Cleanup
-from planner.vllm_choices import default_linear_kernel, model_runner, sampler
+from planner.releases import VLLM_RELEASES, model_runner, sampler, supported
 from planner.yamlio import Document
 from tests.vllm_parity.family import family
 
@@ -49,14 +49,32 @@ CHECKS = ("model_runner", "linear_kernels", "capture_sizes", "decode_graphs", "w
           "sampler")
 
 
-def releases() -> dict:
-    """{version: sys.path entries} from WARMUP_VLLM_ENVS."""
-    spec = os.environ.get("WARMUP_VLLM_ENVS", "")
-    out = {}
-    for item in filter(None, spec.split(",")):
-        version, _, paths = item.partition("=")
-        out[version] = paths
-    return out
+def env_key(version: str) -> str:
+    """'0.25.0' -> '0.25': the name setup_vllm.sh gives a release in WARMUP_VLLM_ENVS."""
+    return version[:-2] if version.endswith(".0") else version
+
+
+def installed_envs(spec: str) -> dict:
+    """{name: sys.path entries} of a WARMUP_VLLM_ENVS value."""
+    items = (item.partition("=") for item in filter(None, spec.split(",")))
+    return {name: paths for name, _, paths in items}
+
+
+def releases(spec: str | None = None) -> dict:
+    """{name: sys.path entries} for each row of the release table (planner/releases.py) that
+    WARMUP_VLLM_ENVS installs: the table is the list of releases checked, the env only says where."""
+    envs = installed_envs(os.environ.get("WARMUP_VLLM_ENVS", "") if spec is None else spec)
+    return {env_key(v): envs[env_key(v)] for v in supported() if env_key(v) in envs}
+
+
+def not_installed(spec: str) -> list:
+    """The table's releases a WARMUP_VLLM_ENVS value lacks: rows nothing checks (rerun setup_vllm.sh)."""
+    return [v for v in supported() if env_key(v) not in installed_envs(spec)]
+
+
+def row_of(name: str):
+    """The release row of a WARMUP_VLLM_ENVS name ('0.25')."""
+    return next(VLLM_RELEASES[v] for v in supported() if env_key(v) == name)
 
 
 RELEASES = releases()
@@ -94,8 +112,8 @@ def with_kernels(engine, kernels: dict):
 
 
 def plan_facts(version: str, engine) -> dict:
-    """The same facts, read from the plan vllm-VERSION expanded for the engine."""
-    steps = expand(load_plan(f"vllm-{version}"), engine).steps
+    """The same facts, read from the release row's plan expanded for the engine."""
+    steps = expand(load_plan(row_of(version).plan), engine).steps
     graphs = [s for s in steps if isinstance(s, CudaGraph)]
     g = graphs[0] if graphs else None
     return {
@@ -178,19 +196,19 @@ def warmup_diff(vllm, plan):
 
 
 def compare_choices(version: str, engine, vllm: dict) -> dict:
-    """The release's own start-up choices against the planner's rules (planner/vllm_choices.py)."""
-    data, out = engine.data, {}
-    runner = model_runner(f"{version}.0", engine.facts)[0]
+    """The release's own start-up choices against its row's rules (planner/releases.py)."""
+    data, out, row = engine.data, {}, row_of(version)
+    runner = model_runner(row.version, engine.facts)[0]
     out["model_runner"] = None if runner == vllm["model_runner"] else (vllm["model_runner"], runner)
     capability, dtype = data["device"]["capability"], data["model"]["dtype"]
-    rules = {flashinfer: {layer["name"]: default_linear_kernel(layer, dtype, capability, flashinfer)
+    rules = {flashinfer: {layer["name"]: row.linear_kernel(layer, dtype, capability, flashinfer)
                           for layer in data["model"]["linear"] if layer.get("kernel")}
              for flashinfer in (True, False)}
     differs = [(vllm[key], rules[flashinfer]) for key, flashinfer in (
         ("linear_kernels", vllm["flashinfer"]), ("linear_kernels_without_flashinfer", False))
         if vllm[key] != rules[flashinfer]]
     out["linear_kernels"] = differs[0] if differs else ("n/a" if not vllm["linear_kernels"] else None)
-    chosen = sampler(f"{version}.0", engine.facts)[0]
+    chosen = sampler(row.version, engine.facts)[0]
     out["sampler"] = "n/a" if vllm["sampler"] is None else (None if chosen == vllm["sampler"] else (vllm["sampler"], chosen))
     return out
 
@@ -207,6 +225,13 @@ def moe_diff(engine, backends: list, grouped: bool):
     # DeepGEMM's grouped warmup runs only where the oracle puts DeepGEMM before Triton and FI CUTLASS.
     first = next(b for b in backends if b in ("TRITON", "FLASHINFER_CUTLASS", "DEEPGEMM"))
     return None if grouped == (first == "DEEPGEMM") else (first, grouped)
+
+
+def test_the_envs_install_every_release_of_the_table():
+    """A row with no env would be supported and never checked: setup_vllm.sh installs every row."""
+    spec = os.environ["WARMUP_VLLM_ENVS"]
+    assert not_installed(spec) == [], f"rerun tests/vllm_parity/setup_vllm.sh: {spec!r} lacks them"
+    assert sorted(installed_envs(spec)) == sorted(RELEASES), "an env of a release with no row"
 
 
 def test_every_engine_of_the_family_agrees(release):
