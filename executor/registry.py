@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 
 from planner import steps
+from planner.plugins import load_plugins_by_group
 
 from .handlers import autotune, cudagraph, family, runner
 
@@ -46,13 +47,9 @@ def external_backends() -> dict:
     (name -> (module, class)); a package never edits this registry to add one."""
     global _external
     if _external is None:
-        from importlib.metadata import entry_points
-
-        _external = {}
-        for ep in entry_points(group=ENTRY_POINTS):
-            module, _, cls = ep.value.partition(":")
-            if ep.name not in BACKENDS and cls:
-                _external[ep.name] = (module.strip(), cls.strip())
+        # (module, class), not the class: a precompile worker process imports it from the pair
+        _external = {name: (cls.__module__, cls.__qualname__)
+                     for name, cls in load_plugins_by_group(ENTRY_POINTS).items() if name not in BACKENDS}
     return _external
 
 

@@ -22,6 +22,7 @@ import sys
 from importlib import import_module
 
 from .errors import PlanError
+from .plugins import load_plugins_by_group
 
 EXIT_OK, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -114,13 +115,12 @@ def add_plugin_commands(sub) -> None:
     The planner never imports the executor: the executor registers itself here, so
     a planner-only install simply has no `execute` command.
     """
-    from importlib.metadata import entry_points  # an entry-point scan: only when a plugin may run
-
-    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+    for name, add_commands in load_plugins_by_group(PLUGIN_GROUP).items():
         try:
-            ep.load()(sub)
+            add_commands(sub)
         except Exception as e:  # noqa: BLE001 - a broken plugin must not break `warmup plan`
-            print(f"warmup: warning: command plugin {ep.name!r} failed to load: {e}", file=sys.stderr)
+            print(f"warmup: warning: {PLUGIN_GROUP} plugin {name!r} failed to add its commands: {e}",
+                  file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

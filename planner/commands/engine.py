@@ -13,6 +13,7 @@ from ..errors import PlanError
 from ..limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_SPECULATIVE_TOKENS, MODEL_RUNNERS, SAMPLERS,
                       SPECULATIVE_METHODS)
 from ..output import emit
+from ..plugins import load_plugins_by_group
 from ..yamlio import load_text, read_text
 
 
@@ -96,11 +97,9 @@ def cmd_engine(args) -> int:
 def engine_source(name: str):
     """The command of an engine source another package provides (entry points `warmup.engine_sources`:
     vllm_bridge's `vllm`), loaded only when asked for: the planner imports nothing above it."""
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENGINE_SOURCES):
-        if ep.name == name:
-            return ep.load()
+    source = load_plugins_by_group(ENGINE_SOURCES, names=(name,)).get(name)
+    if source is not None:
+        return source
     raise PlanError(f"--from-{name} needs the vLLM bridge of warmup-planner installed (no `{name}` entry point "
                     f"in {ENGINE_SOURCES}: reinstall warmup-planner)", file=f"--from-{name}")
 
