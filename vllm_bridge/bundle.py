@@ -99,18 +99,29 @@ def install_early(path: str | None) -> dict | None:
 
     from executor.bundle import startup
 
-    from executor.bundle import staging
-
     try:
         placed = startup.install_early(path, roots_now(), version("vllm"), vllm_cache_root())
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM resolves the model itself
         log.warning("warmup-planner: bundle's model info not installed: %s", _why(e))
         return None
     finally:
-        staging.prepare_in_background(path)  # the members checked while vLLM starts (the install waits for it)
+        _prepare_unless_in_place(path)
     if placed["families"] and any(p.new for p in placed["families"].values()):
         log.info("warmup-planner: bundle %s, before vLLM resolves the model: %s", path, startup.describe(placed))
     return placed
+
+
+def _prepare_unless_in_place(path: str) -> None:
+    """The members checked in a background thread while vLLM starts (the install waits for it),
+    unless this node's caches hold the bundle already (a rank started after another placed it)."""
+    from executor.bundle import archive, staging, startup
+
+    try:
+        if startup.all_in_place(archive.read_manifest(path), roots_now()):
+            return
+    except Exception:  # noqa: BLE001 - the install says why in one line
+        return
+    staging.prepare_in_background(path)
 
 
 def install_before_compile(worker, path: str | None) -> dict | None:
@@ -125,7 +136,8 @@ def install_before_compile(worker, path: str | None) -> dict | None:
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts cold
         log.warning("warmup-planner: bundle not installed, vLLM starts cold: %s", _why(e))
         return None
-    setattr(worker, INSTALLED, placed["installed"])
+    if placed["installed"] is not None:  # None: another rank placed it all
+        setattr(worker, INSTALLED, placed["installed"])
     log.info("warmup-planner: bundle %s %s (%.2f s)", path, startup.describe(placed), time.monotonic() - started)
     return placed
 

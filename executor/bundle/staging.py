@@ -71,11 +71,15 @@ def prepare_in_background(path: str) -> threading.Thread:
 
 
 @contextmanager
-def consume(path: str, manifest: Manifest):
+def consume(path: str, manifest: Manifest, unless=None):
     """The checked staging directory, for files to be moved out of it; removed afterwards (a later
-    process finds the caches filled, or checks the bundle again)."""
+    process finds the caches filled, or checks the bundle again). `unless()`, asked once the lock is
+    held: True yields None and touches nothing (the caches hold the bundle already)."""
     folder = staging_dir(manifest)
     with _lock(folder):
+        if unless is not None and unless():
+            yield None
+            return
         if not os.path.exists(os.path.join(folder, CHECKED)):
             _check_into(path, manifest, folder)
         os.unlink(os.path.join(folder, CHECKED))  # moved out of from now on: never reused

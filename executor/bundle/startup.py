@@ -208,7 +208,11 @@ def install(path: str, roots: StartupRoots, here: dict, record_dir: str | None =
         raise
     names = ops.rekeyed_names(manifest, here.get("deep_gemm_include_dir"), path)
     _check_space(path, manifest, roots, families(manifest))
-    with staging.consume(path, manifest) as staged:
+    # another rank of this node may be placing it: its staging lock is waited for, then its work found
+    with staging.consume(path, manifest, unless=lambda: all_in_place(manifest, roots, names)) as staged:
+        if staged is None:
+            return {"families": {f: ops.Placed(kept=len(_members(manifest, f))) for f in sorted(families(manifest))},
+                    "manifest_keys": 0, "installed": None}
         with ops.locked(_lock_root(roots, families(manifest))):
             placed = place_all(manifest, names, staged, roots, here, move=True)
     return {**placed, "installed": record_use(path, manifest, roots, placed, record_dir)}
@@ -260,9 +264,26 @@ def _members(manifest: Manifest, family: str) -> list[str]:
     return [f.path.split("/", 1)[1] for f in manifest.files if f.path.split("/")[0] == family]
 
 
-def _in_place(manifest: Manifest, roots: StartupRoots, family: str) -> bool:
+def _in_place(manifest: Manifest, roots: StartupRoots, family: str, names: dict | None = None) -> bool:
+    """Whether every member of the family is at its place under its root (`names`: DeepGEMM's entry
+    names here; an entry to be re-keyed, None, is never in place)."""
     root = getattr(roots, family)
-    return bool(root) and all(os.path.isfile(os.path.join(root, m)) for m in _members(manifest, family))
+    if not root:
+        return False
+    for member in _members(manifest, family):
+        if family == "deep_gemm":
+            entry, _, rest = member.partition("/")
+            if (names or {}).get(entry, entry) is None:
+                return False
+            member = os.path.join("cache", (names or {}).get(entry, entry), rest)
+        if not os.path.isfile(os.path.join(root, member)):
+            return False
+    return True
+
+
+def all_in_place(manifest: Manifest, roots: StartupRoots, names: dict | None = None) -> bool:
+    """Whether an install of this bundle would place nothing (every family's files already there)."""
+    return all(_in_place(manifest, roots, family, names) for family in families(manifest))
 
 
 def record_use(path: str, manifest: Manifest, roots: StartupRoots, placed: dict,

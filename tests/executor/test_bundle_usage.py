@@ -184,3 +184,18 @@ def test_the_early_install_reads_only_the_model_info_at_the_head_of_the_tar(star
     placed = startup.install_early(str(out), roots, "0.25.0", str(tmp_path / "r"))
     assert calls == [("vllm_modelinfo",)] and placed["families"]["vllm_modelinfo"].new == 1
     assert not os.path.exists(roots.torch_compile)
+
+
+def test_a_second_rank_finds_the_bundle_placed_and_checks_nothing_again(startup_bundle, tmp_path, monkeypatch):
+    out, manifest = startup_bundle
+    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    first = startup.install(str(out), roots, vllm_fp(), str(tmp_path / "r"))
+    assert first["installed"] is not None
+    calls = counting(monkeypatch)
+    again = startup.install(str(out), roots, vllm_fp(), str(tmp_path / "r"))  # rank 1, after rank 0
+    assert calls == [] and again["installed"] is None
+    assert all(p.new == 0 and p.kept > 0 for p in again["families"].values())
+    assert startup.all_in_place(manifest, roots) and not os.path.exists(staging.staging_dir(manifest))
+    os.unlink(os.path.join(roots.torch_compile, "torch_aot_compile", os.listdir(
+        os.path.join(roots.torch_compile, "torch_aot_compile"))[0], "rank_0_0", "model"))
+    assert not startup.all_in_place(manifest, roots)  # one file gone: the bundle is placed again
