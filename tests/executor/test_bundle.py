@@ -306,6 +306,26 @@ def test_verify_installs_fresh_and_fails_on_any_compile(built, monkeypatch, caps
     assert "FAILED: 1 compiles (sm90_fp8_gemm_1d2d)" in capsys.readouterr().out
 
 
+def test_verify_names_what_the_run_never_loaded_and_fails_on_it_when_asked(built, monkeypatch, capsys):
+    from executor.bundle import usage
+
+    out, _ = built
+    monkeypatch.setattr(usage, "records_reads", lambda root: True)
+
+    def loads_one_kernel(plan, engine, dirs, extra, report_path, keep_report=True):
+        first = sorted(e.path for e in dg_install.scan(dirs.deep_gemm))[0]
+        with open(os.path.join(first, "kernel.cubin"), "rb") as f:  # DeepGEMM loads one of the two
+            f.read()
+        return 0, {"stages": [], "jit_monitor": {"post_seal_events": []}}
+
+    monkeypatch.setattr(ops, "run_execute", loads_one_kernel)
+    assert cli.cmd_bundle(parse(["verify", str(out), "--runner", "none"])) == 0
+    printed = capsys.readouterr().out
+    assert "bundle use: deep_gemm: 2 installed, 1 loaded, 1 never loaded, 0 compiled again, 0 new" in printed
+    assert cli.cmd_bundle(parse(["verify", str(out), "--runner", "none", "--inert", "error"])) == 1
+    assert "bundle verify: FAILED: " in capsys.readouterr().out
+
+
 def test_fingerprint_fields_and_mismatch():
     assert environment.mismatch(fingerprint(), fingerprint(include=NEW_INC)) is None  # handled by re-keying
     assert environment.mismatch(fingerprint(), fingerprint(nvcc="12.9")) == "nvcc: bundle '13.0', here '12.9'"
