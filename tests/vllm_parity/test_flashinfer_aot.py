@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from executor.bundle import startup
+from tests.vllm_parity.test_parity import RELEASES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "executor"))  # its modules import each other by name
@@ -23,11 +24,8 @@ from test_startup_bundle import environ, fill_startup, vllm_fp  # noqa: E402
 
 
 def release_path() -> str | None:
-    for item in filter(None, os.environ.get("WARMUP_VLLM_ENVS", "").split(",")):
-        version, _, paths = item.partition("=")
-        if version == "0.25":
-            return paths
-    return None
+    """vLLM 0.25.0's sys.path (its FlashInfer 0.6.13 beside it) from WARMUP_VLLM_ENVS."""
+    return RELEASES.get("0.25")
 
 
 pytestmark = pytest.mark.skipif(release_path() is None, reason="WARMUP_VLLM_ENVS has no 0.25 release "
