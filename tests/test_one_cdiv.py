@@ -1,5 +1,5 @@
 """One ceiling division (issue 36 item 5): kernel_model.arith.cdiv, used by every floor; no module
-defines its own or writes the `-(-a // b)` idiom inline."""
+defines its own or writes the `-(-a // b)` or `(a + b - 1) // b` idiom inline."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import re
 from kernel_model.arith import cdiv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-INLINE = re.compile(r"-\(-[^)]*//|\(\s*\w+\s*//\s*-")  # -(-a // b) and -(a // -b)
+# -(-a // b), -(a // -b), (a + b - 1) // b and math.ceil(a / b)
+INLINE = re.compile(r"-\(-[^)]*//|\(\s*\w+\s*//\s*-|\+\s*([\w.]+)\s*-\s*1\s*\)\s*//\s*\1\b|math\.ceil\([^)]*/")
 
 
 def test_cdiv_rounds_up_as_vllms():

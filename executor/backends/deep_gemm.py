@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from kernel_model.arith import cdiv
 from kernel_model.deep_gemm import CHECKED_VERSIONS
 
 from .. import dg_install
@@ -110,7 +111,7 @@ class DeepGemmBackend(BaseBackend):
             return (torch.empty(m, k, device=dev, dtype=torch.float8_e4m3fn),
                     torch.zeros(m, k // block, device=dev, dtype=torch.float32),
                     torch.zeros(n, k, device=dev, dtype=torch.float8_e4m3fn),
-                    torch.ones((n + block - 1) // block, k // block, device=dev, dtype=torch.float32),
+                    torch.ones(cdiv(n, block), k // block, device=dev, dtype=torch.float32),
                     torch.empty(m, n, device=dev, dtype=torch.bfloat16))
 
         a, a_s, w, w_s, out = self._buffer(step.shape_key(), max(m_values), make)
@@ -128,11 +129,11 @@ class DeepGemmBackend(BaseBackend):
         dev = self.device
 
         def make(m):
-            experts = torch.arange((m + align - 1) // align, dtype=torch.int32) % e
+            experts = torch.arange(cdiv(m, align), dtype=torch.int32) % e
             return (torch.empty(m, k, device=dev, dtype=torch.float8_e4m3fn),
                     torch.zeros(m, k // block, device=dev, dtype=torch.float32),
                     torch.zeros(e, n, k, device=dev, dtype=torch.float8_e4m3fn),
-                    torch.ones(e, (n + block - 1) // block, k // block, device=dev, dtype=torch.float32),
+                    torch.ones(e, cdiv(n, block), k // block, device=dev, dtype=torch.float32),
                     torch.empty(m, n, device=dev, dtype=torch.bfloat16),
                     experts.repeat_interleave(align)[:m].to(dev))
 

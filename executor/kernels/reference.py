@@ -7,9 +7,9 @@ float64 references, which only tests need, are in tests/executor/kernel_refs.py.
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from kernel_model.arith import cdiv
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448.0
@@ -34,7 +34,7 @@ def quantize_fp8_block(w: torch.Tensor, block: tuple[int, int] = (128, 128)) -> 
     """
     bn, bk = block
     *lead, N, K = w.shape
-    nb, kb = math.ceil(N / bn), math.ceil(K / bk)
+    nb, kb = cdiv(N, bn), cdiv(K, bk)  # exact: no float rounding of large shapes
     padded = torch.zeros(*lead, nb * bn, kb * bk, dtype=torch.float32, device=w.device)
     padded[..., :N, :K] = w.float()
     blocks = padded.reshape(*lead, nb, bn, kb, bk)

@@ -157,7 +157,7 @@ class MoE:
         pairs = flat.shape[0]
         counts = torch.zeros(self.num_experts, dtype=torch.int64, device=x.device)
         counts.scatter_add_(0, flat, torch.ones_like(flat))
-        padded = (counts + MOE_BLOCK_M - 1) // MOE_BLOCK_M * MOE_BLOCK_M
+        padded = cdiv(counts, MOE_BLOCK_M) * MOE_BLOCK_M  # each expert's rows, whole MoE blocks
         order = torch.sort(flat, stable=True).indices
         sorted_ids = flat[order]
         rank = torch.arange(pairs, device=x.device) - (torch.cumsum(counts, 0) - counts)[sorted_ids]
