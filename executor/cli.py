@@ -114,7 +114,7 @@ def cmd_execute(args) -> int:
     # error, no plan), then the plan's own, built by _execute once the plan and options are known.
     reports = [Report(options={"argv": sys.argv[1:]})]
     try:
-        with _kernel_config_dir(args.kernel_config_dir):
+        with scoped_environ(run_environment(args)):
             code = _run(args, reports)
     finally:
         written = not args.report or _write_report(reports[-1], args.report)
@@ -235,8 +235,6 @@ def _execute(args, reports: list) -> int:
         if value < 0:
             raise PlanError(f"{flag} must be >= 0, got {value}")
     device = args.device or ("cpu" if args.dry_run else "cuda")
-    if not str(device).startswith("cuda") and not args.dry_run and "triton" not in sys.modules:
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: Triton must be imported in interpreter mode
     expanded, engine, source = load_input(args)
     if not args.dry_run:
         _check_table_folder(expanded, engine.data)
@@ -281,25 +279,38 @@ def _jobs(args) -> int:
     return jobs
 
 
+def run_environment(args) -> dict:
+    """What the run sets in the environment, for the run only (scoped_environ): the precompile
+    workers take their settings from it, so these cannot be passed down as values alone.
+    - WARMUP_KERNEL_CONFIG_DIR: where the planner and the kernels read tuned tables and autotune
+      writes them: --kernel-config-dir, else the caller's $WARMUP_KERNEL_CONFIG_DIR, else the
+      packaged plans/kernel-configs (planner.tables.config_root: one default for planning and launching).
+    - TRITON_INTERPRET=1 for a run off CUDA (not --dry-run): Triton must be imported in interpreter
+      mode, so only where it is not imported yet and the caller set no mode of its own."""
+    env = {}
+    if args.kernel_config_dir:
+        env[KERNEL_CONFIG_DIR] = os.path.abspath(args.kernel_config_dir)
+    device = args.device or ("cpu" if args.dry_run else "cuda")
+    if (not str(device).startswith("cuda") and not args.dry_run and "triton" not in sys.modules
+            and "TRITON_INTERPRET" not in os.environ):
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
 @contextlib.contextmanager
-def _kernel_config_dir(path: str | None):
-    """Where the planner and the kernels read tuned tables and autotune writes them, for the run
-    only: --kernel-config-dir, else $WARMUP_KERNEL_CONFIG_DIR, else the packaged plans/kernel-configs
-    (planner.tables.config_root: one default for planning and launching). An environment variable,
-    because the precompile workers take WARMUP_* settings from it; restored once the run is over
-    (a caller that runs `main` in its own process keeps its own setting)."""
-    if not path:
-        yield
-        return
-    before = os.environ.get(KERNEL_CONFIG_DIR)
-    os.environ[KERNEL_CONFIG_DIR] = os.path.abspath(path)
+def scoped_environ(values: dict):
+    """Set `values` in os.environ while the block runs, then restore each name as it was (unset
+    included): a caller that runs `main` in its own process keeps its own environment."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(KERNEL_CONFIG_DIR, None)
-        else:
-            os.environ[KERNEL_CONFIG_DIR] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def main(argv: list[str] | None = None) -> int:
