@@ -115,18 +115,3 @@ def mark_placed(aot: str, names) -> None:
         if os.path.isdir(folder):
             with open(os.path.join(folder, MARKER), "w", encoding="utf-8") as f:
                 f.write("placed by `warmup bundle install`; FlashInfer loads the .so beside it as prebuilt\n")
-
-
-def rebuilt(jit: str | None, names, since: float) -> list[str]:
-    """Of the modules a bundle placed, those FlashInfer built again in its JIT workspace after
-    `since` (the install): their placed library was not where FlashInfer looked."""
-    if not jit:
-        return []
-    return sorted(n for n in names if _mtime(os.path.join(jit, n, f"{n}.so")) >= since)
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return float("-inf")

@@ -30,8 +30,6 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
-from . import flashinfer_modules
-
 UNREAD = 1.0  # the access time the install leaves: no read leaves it
 OURS = re.compile(r"^(\.?warmup-|\.warmup)|\.lock$")  # the warmup's own files in a cache: the pool's manifest, costs, locks
 HASHY = re.compile(r"^[0-9a-fA-F_-]{8,}$|^[0-9a-f]{8,}")  # a component that is a key, not a name
@@ -158,7 +156,14 @@ def _entry_files(root: str, entry: str) -> list[str]:
 
 
 def _read(root: str, entry: str) -> bool:
-    return any(os.stat(f).st_atime != UNREAD for f in _entry_files(root, entry))
+    return any(_atime(f) != UNREAD for f in _entry_files(root, entry))
+
+
+def _atime(path: str) -> float:
+    try:
+        return os.stat(path).st_atime
+    except OSError:  # removed since: its reader had it
+        return 0.0
 
 
 def _written_since(root: str, since: float, installed: set) -> tuple:
@@ -171,7 +176,7 @@ def _written_since(root: str, since: float, installed: set) -> tuple:
             if OURS.search(name) or not os.path.isfile(path):
                 continue
             entry = entry_of(root, path)
-            if entry not in installed and os.stat(path).st_mtime >= since:
+            if entry not in installed and _mtime(path) >= since:
                 found.add(entry)
     return tuple(sorted(found))
 
@@ -180,11 +185,27 @@ def _compiled_again(family: str, root: str, candidates: tuple, new: tuple, insta
     """(the installed entries among `candidates` whose kernel was written again since, the new
     entries that are those compiles)."""
     if family == "flashinfer_jit":  # built again in the JIT workspace, not under this root
-        return tuple(flashinfer_modules.rebuilt(installed.flashinfer_jit_dir, candidates, installed.at[family])), ()
+        return tuple(rebuilt(installed.flashinfer_jit_dir, candidates, installed.at[family])), ()
     written = {identity(family, root, e): e for e in new}
     placed = {identity(family, root, e): e for e in candidates}
     both = set(written) & set(placed)
     return tuple(sorted(placed[i] for i in both)), tuple(sorted(written[i] for i in both))
+
+
+def rebuilt(jit: str | None, names, since: float) -> list[str]:
+    """Of the FlashInfer modules a bundle placed, those FlashInfer built again in its JIT workspace
+    (`jit`, executor/bundle/flashinfer_modules.py) after `since`: the placed library was not where
+    FlashInfer looked."""
+    if not jit:
+        return []
+    return sorted(n for n in names if _mtime(os.path.join(jit, n, f"{n}.so")) >= since)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:  # gone: written at no time since
+        return float("-inf")
 
 
 def identity(family: str, root: str, entry: str) -> str:

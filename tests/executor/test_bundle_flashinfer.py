@@ -112,13 +112,14 @@ def test_a_machine_without_flashinfer_refuses_a_bundle_with_modules_in_one_line(
 
 
 def test_rebuilt_names_a_placed_module_flashinfer_built_again_after_the_install(tmp_path):
-    jit = tmp_path / "cached_ops"
+    from executor.bundle import usage
+
     built_module(tmp_path / "ws", "sampling")
     jit = tmp_path / "ws" / ".cache" / "flashinfer" / "0.6.13" / "90a" / "cached_ops"
     since = os.stat(jit / "sampling" / "sampling.so").st_mtime
-    assert fim.rebuilt(str(jit), ["sampling", "fp8_blockscale_gemm_90"], since) == ["sampling"]
-    assert fim.rebuilt(str(jit), ["sampling"], since + 10) == []
-    assert fim.rebuilt(None, ["sampling"], 0) == []
+    assert usage.rebuilt(str(jit), ["sampling", "fp8_blockscale_gemm_90"], since) == ["sampling"]
+    assert usage.rebuilt(str(jit), ["sampling"], since + 10) == []
+    assert usage.rebuilt(None, ["sampling"], 0) == []
 
 
 def test_after_ready_a_loaded_module_counts_and_one_built_again_is_named(machine, tmp_path, monkeypatch):
