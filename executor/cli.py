@@ -24,7 +24,7 @@ import sys
 
 from planner import api
 from planner.cli import Parser
-from planner.engine_facts import engine_facts
+from planner.engine_facts import EngineFacts
 from planner.errors import PlanError
 from planner.output import check_writable
 from planner.words import did_you_mean
@@ -237,7 +237,7 @@ def _execute(args, reports: list) -> int:
     device = args.device or ("cpu" if args.dry_run else "cuda")
     expanded, engine, source = load_input(args)
     if not args.dry_run:
-        _check_table_folder(expanded, engine.data)
+        _check_table_folder(expanded, engine.facts)
     unknown = sorted(set(inject) - {s.id for s in expanded.steps})
     if unknown:
         raise PlanError(f"--inject-failure: no step {unknown[0]!r} in the plan")
@@ -251,18 +251,18 @@ def _execute(args, reports: list) -> int:
     report.source = source
     reports.append(report)
     progress = Progress(enabled=not args.no_progress)
-    execute(expanded, engine.data, options, progress, report)
+    execute(expanded, engine.facts, options, progress, report)
     sys.stdout.write(report.render_summary())
     sys.stdout.flush()
     return report.exit_code()
 
 
-def _check_table_folder(expanded, engine: dict) -> None:
+def _check_table_folder(expanded, engine: EngineFacts) -> None:
     """A plan that tunes the executor's kernels writes their tables at the end of its stage:
     a folder they cannot be written to is refused now (exit 2), not after the tuning."""
     if not any(step.kind == "autotune" and step.library != "flashinfer" for step in expanded.steps):
         return
-    probe = table_path("probe", 1, 1, engine_facts(engine).device.name)  # a table's name: never written
+    probe = table_path("probe", 1, 1, engine.device.name)  # a table's name: never written
     try:
         check_writable(probe)
     except PlanError as e:

@@ -13,6 +13,8 @@ import contextlib
 import importlib
 from dataclasses import asdict, dataclass, field
 
+from planner.engine_facts import EngineFacts
+
 from . import registry
 from .backends.base import Skipped, Unavailable
 from .jit_monitor import Monitor
@@ -51,7 +53,7 @@ class Options:
 class Context:
     """What handlers see: backends, the runner, progress ticks, the capture flag."""
 
-    def __init__(self, options: Options, engine: dict | None, progress: Progress, monitor: Monitor,
+    def __init__(self, options: Options, engine: EngineFacts | None, progress: Progress, monitor: Monitor,
                  runner=None):
         self.options = options
         self.engine = engine

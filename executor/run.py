@@ -28,7 +28,7 @@ import sys
 import time
 import traceback
 
-from planner.engine_facts import engine_facts
+from planner.engine_facts import EngineFacts
 from planner.errors import PlanError, one_line
 
 from . import dg_install, registry
@@ -51,10 +51,13 @@ BATCH_METHODS = ("execute_model", "sample_tokens")  # a stage of these steps run
 
 # --- one run -------------------------------------------------------------------------------------------
 
-def execute(expanded, engine: dict | None = None, options: Options | None = None,
+def execute(expanded, engine: EngineFacts | None = None, options: Options | None = None,
             progress: Progress | None = None, report: Report | None = None, runner=None,
             precompiler: Precompiler | None = None, monitor: Monitor | None = None) -> Report:
     """Run every step of `expanded`; returns the report (also filled in place when given).
+
+    `engine`: the planner's record of the engine config (planner.engine.Engine.facts), as built
+    once by the planner; none where the plan is run without one (no model runner, no tables).
 
     `runner`: a model runner to use instead of starting one; it stays the caller's (not closed).
     `precompiler`: the pool ``start_precompile`` started earlier (a serving engine starts it
@@ -259,14 +262,14 @@ def _free_after_failure(ctx: Context, step) -> None:
 
 # --- start-up, tables, precompile ---------------------------------------------------------------------------
 
-def with_engine_tables(options: Options, engine: dict | None) -> Options:
+def with_engine_tables(options: Options, engine: EngineFacts | None) -> Options:
     """The options with the engine config's device as the one whose tuned tables the kernels read,
     here and in the precompile workers (their backends get the options): the tables the plan was
     made with (kernel_model.gemm_tables), also on a GPU of another name (an engine for H100 run on
     an H200). An argument, not the environment: nothing outlives the run."""
     if engine is None or options.table_device:
         return options
-    return dataclasses.replace(options, table_device=engine_facts(engine).device.name)
+    return dataclasses.replace(options, table_device=engine.device.name)
 
 
 def start_up(ctx: Context, steps) -> dict:
@@ -300,7 +303,7 @@ def start_up(ctx: Context, steps) -> dict:
     return out
 
 
-def start_precompile(expanded, engine: dict | None, options: Options,
+def start_precompile(expanded, engine: EngineFacts | None, options: Options,
                      monitor: Monitor | None = None, note=None) -> Precompiler:
     """Start the precompile pool of a plan ahead of ``execute`` (pass it as `precompiler`), so
     that the workers compile while the caller imports torch and builds its model runner.

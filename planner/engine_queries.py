@@ -2,9 +2,10 @@
 
 The planner's stages, vLLM's choices, the executor and the vLLM bridge all ask the same
 questions of the engine ("is this layer block FP8?", "the distinct block-FP8 linears", "the
-expert weights of the MoE layers"); they ask them here, so the answer is written once. Every
-function reads `engine["model"]` as planner/engine.py leaves it (schema defaults applied) and
-returns small named tuples (planner/__init__.py's start-up rule: this module is on the plan path).
+expert weights of the MoE layers"); they ask them here, so the answer is written once. The
+planner's functions read `engine["model"]` as planner/engine.py leaves it (schema defaults
+applied); fp8_shapes, the executor's, reads the engine record's layers (planner.engine_facts). All
+return small named tuples (planner/__init__.py's start-up rule: this module is on the plan path).
 The planner imports it, and so may the executor and the bridge; it imports nothing of the project.
 """
 
@@ -22,6 +23,11 @@ class Quant(NamedTuple):
     def is_block_fp8(self, block: int = 128) -> bool:
         """FP8 in [block, block] scale blocks (DeepGEMM's and the Triton block-FP8 GEMMs' layout)."""
         return self.method == "fp8" and self.block == (block, block)
+
+    @property
+    def is_fp8(self) -> bool:
+        """FP8 of any scales, block or per-tensor."""
+        return str(self.method).startswith("fp8")
 
 
 class BlockFp8Linear(NamedTuple):
@@ -118,14 +124,17 @@ def by_shape(linears) -> dict[tuple[int, int], list[str]]:
     return shapes
 
 
+def fp8_shapes(linears) -> list[tuple[int, int]]:
+    """Distinct (N, K) of the FP8 linears among `linears` (the engine record's model.linear),
+    block-scaled or per-tensor, in engine order (what FlashInfer's FP8 GEMM autotune sees: it
+    tunes by shape, whatever the scales)."""
+    return list(dict.fromkeys((int(layer.n), int(layer.k)) for layer in linears if layer.quant.is_fp8))
+
+
 def fp8_linear_shapes(engine: dict) -> list[tuple[int, int]]:
-    """Distinct (N, K) of the FP8 linears, block-scaled or per-tensor, in engine order (what
-    FlashInfer's FP8 GEMM autotune sees: it tunes by shape, whatever the scales)."""
-    seen: dict = {}
-    for layer in engine["model"]["linear"]:
-        if str(quant_of(layer).method).startswith("fp8"):
-            seen.setdefault((int(layer["n"]), int(layer["k"])), None)
-    return list(seen)
+    """fp8_shapes of an engine config's data, for a caller holding the data (bench/flashinfer_gpu.py)."""
+    return list(dict.fromkeys((int(layer["n"]), int(layer["k"])) for layer in engine["model"]["linear"]
+                              if quant_of(layer).is_fp8))
 
 
 def moe_weights(layer: dict) -> MoeWeights:

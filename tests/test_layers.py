@@ -86,6 +86,44 @@ def test_the_engine_path_check_sees_each_form(tmp_path):
     assert engine_paths(str(path)) == [1, 2, 3]
 
 
+# --- the executor and the bridge take the record the planner built (issue 36 item 2) ------------------
+
+BUILDS_THE_RECORD = {"planner/engine.py"}  # engine_from_document: the record of a loaded engine config
+
+
+def engine_handovers(path: str) -> list[str]:
+    """Where a module takes an engine's dict (`engine.data`, `self.engine.data`) or builds the
+    engine record again from a dict (`engine_facts(...)`)."""
+    def name(node) -> str:
+        return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+    found = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        if isinstance(node, ast.Attribute) and node.attr == "data" and name(node.value).endswith("engine"):
+            found.append(f"{node.lineno}: the engine dict")
+        elif isinstance(node, ast.Call) and name(node.func) == "engine_facts":
+            found.append(f"{node.lineno}: builds the record")
+    return sorted(found, key=lambda what: int(what.split(":")[0]))
+
+
+def test_the_executor_and_the_bridge_take_the_engine_record_and_nothing_rebuilds_it():
+    above = [f"{rel}:{what}" for floor in ("executor", "vllm_bridge") for path in modules_of(floor)
+             if (rel := os.path.relpath(path, ROOT)) not in ENGINE_MODULES
+             for what in engine_handovers(path) if what.endswith("the engine dict")]
+    builds = [f"{rel}:{what}" for floor in FLOORS[1:] for path in modules_of(floor)
+              if (rel := os.path.relpath(path, ROOT)) not in BUILDS_THE_RECORD
+              for what in engine_handovers(path) if what.endswith("builds the record")]
+    assert above + builds == [], "pass planner.engine.Engine.facts: " + ", ".join(above + builds)
+
+
+def test_the_handover_check_sees_each_form(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("a = run(engine.data)\nb = self.engine.data\nc = engine_facts(d)\n"
+                    "d = facts_module.engine_facts(d)\ne = doc.data\nf = self.engine.facts\n")
+    assert engine_handovers(str(path)) == ["1: the engine dict", "2: the engine dict", "3: builds the record",
+                                           "4: builds the record"]
+
+
 # --- no import circle between modules, lazy imports included (issue 36 item 3) ----------------------
 
 def project_modules() -> dict:

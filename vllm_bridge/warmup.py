@@ -316,7 +316,7 @@ class WorkerWarmup:
         try:
             # The monitor: the pool's DeepGEMM kernels are not this process's compiles.
             # A key another process (a rank) held and lost is taken over: one line of vLLM's log.
-            self.precompiler = start_precompile(self.in_worker_plan(), self.engine.data, self.options,
+            self.precompiler = start_precompile(self.in_worker_plan(), self.engine.facts, self.options,
                                                 monitor=self.monitor, note=self._note)
         except Exception as e:  # noqa: BLE001 - an optimisation: vLLM's warmup is the fallback
             self._give_up(f"the precompile pool did not start ({type(e).__name__}: {one_line(e)})")
@@ -495,7 +495,7 @@ class WorkerWarmup:
         self.runner = VllmWorkerRunner(self.worker, plan.steps)
         self.report = Report(plan, self.options.public())
         progress = LogProgress(self.report, ph.step_kernels(plan.steps))
-        self.report = execute(plan, self.engine.data, self.options, progress=progress,
+        self.report = execute(plan, self.engine.facts, self.options, progress=progress,
                               report=self.report, runner=self.runner, precompiler=self.precompiler,
                               monitor=self.monitor)
         for record in self.report.steps:

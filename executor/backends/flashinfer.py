@@ -52,7 +52,7 @@ import os
 import tempfile
 import time
 
-from planner.engine_queries import fp8_linear_shapes
+from planner.engine_queries import fp8_shapes
 
 from .base import BaseBackend, Unavailable, torch_cuda_available
 
@@ -191,9 +191,9 @@ class FlashInferBackend(BaseBackend):
         if runner is not None and hasattr(runner, "dummy_run"):
             return runner, []
         engine = getattr(ctx, "engine", None)
-        if not engine:
+        if engine is None:
             raise Unavailable("flashinfer autotune without a model runner needs the engine config")
-        shapes = fp8_linear_shapes(engine)
+        shapes = fp8_shapes(engine.model.linear)
         if not shapes:
             raise Unavailable("no model runner with dummy_run, and the engine has no FP8 linear layer "
                               f"for FlashInfer's FP8 GEMM tuner ({GEMM_OP})")

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from executor.kernels.configs import cdiv
-from planner.engine_facts import engine_facts
+from planner.engine_facts import EngineFacts
 from planner.stages.runner_kernels import runner_facts
 from planner.steps import NewRequest
 
@@ -83,15 +83,14 @@ class KVConnector:
 
 
 class ReferenceRunner:
-    def __init__(self, engine: dict, device: str = "cuda", seed: int = 0, num_layers: int = 2,
+    def __init__(self, engine: EngineFacts, device: str = "cuda", seed: int = 0, num_layers: int = 2,
                  dtype: torch.dtype | None = None, use_cuda_graphs: bool | None = None):
         self.engine, self.device = engine, torch.device(device)
-        record = engine_facts(engine)
-        self.cfg = ModelConfig.from_engine(record, num_layers)
-        model, sched, kv = record.model, record.scheduler, record.kv_cache
+        self.cfg = ModelConfig.from_engine(engine, num_layers)
+        model, sched, kv = engine.model, engine.scheduler, engine.kv_cache
         self.dtype = dtype or getattr(torch, model.dtype)
-        self.num_spec = record.speculative.num_speculative_tokens
-        self.decode_query_len = record.speculative.decode_query_len
+        self.num_spec = engine.speculative.num_speculative_tokens
+        self.decode_query_len = engine.speculative.decode_query_len
         self.max_num_seqs, self.max_num_tokens = sched.max_num_seqs, sched.max_num_batched_tokens
         self.max_model_len, self.vocab_size = model.max_model_len, model.vocab_size
         self.kv_group = model.attention[0].kv_cache_group
@@ -100,7 +99,7 @@ class ReferenceRunner:
         self.num_blocks = kv.num_blocks
         # Sized as kernel_model.runner_kernels sizes them: the block-table width and the
         # token buffer are int arguments of the kernels, so part of their compile keys.
-        facts = runner_facts(record)
+        facts = runner_facts(engine)
         self.max_blocks = facts.max_blocks
 
         self.model = Model(self.cfg, self.dtype, self.device, seed)
@@ -117,7 +116,7 @@ class ReferenceRunner:
                                eos_token_id=self.vocab_size - 1, seed=seed)
         self.drafter = NgramDrafter(self.num_spec) if self.num_spec else None
         if use_cuda_graphs is None:
-            use_cuda_graphs = self.device.type == "cuda" and not record.compilation.enforce_eager
+            use_cuda_graphs = self.device.type == "cuda" and not engine.compilation.enforce_eager
         self.graphs = DecodeGraphs(self) if use_cuda_graphs else None
         self.kv_connector = KVConnector()
         self.requests: dict[str, Request] = {}

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernel_model.arith import cdiv
-from planner.engine_facts import engine_facts
+from planner.engine_facts import EngineFacts
 from planner.steps import CachedRequest, GrammarBitmask, NewRequest, Sample
 
 # Per-request sampling: (weight, params). Greedy, nucleus, top-k with a repetition
@@ -93,13 +93,12 @@ class TraceRequest:
 
 
 class TraceScheduler:
-    def __init__(self, engine: dict, config: TraceConfig = TraceConfig()):
+    def __init__(self, engine: EngineFacts, config: TraceConfig = TraceConfig()):
         self.cfg = config
-        facts = engine_facts(engine)
-        model, sched, kv = facts.model, facts.scheduler, facts.kv_cache
+        model, sched, kv = engine.model, engine.scheduler, engine.kv_cache
         self.vocab, self.max_model_len = model.vocab_size, model.max_model_len
         self.max_seqs, self.budget = sched.max_num_seqs, sched.max_num_batched_tokens
-        self.k = facts.speculative.num_speculative_tokens
+        self.k = engine.speculative.num_speculative_tokens
         self.num_groups = len(kv.groups)
         group = model.attention[0].kv_cache_group if model.attention else 0
         self.page = kv.groups[group].block_size
@@ -230,7 +229,7 @@ def percentile(values, q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if len(values) else float("nan")
 
 
-def run_trace(runner, engine: dict, config: TraceConfig = TraceConfig(), on_step=None, sync=None) -> dict:
+def run_trace(runner, engine: EngineFacts, config: TraceConfig = TraceConfig(), on_step=None, sync=None) -> dict:
     """Execute the trace on `runner`; per-step wall time in seconds (synchronized by `sync`)."""
     latencies, kinds, tokens = [], [], []
     for i, (execute, sample) in enumerate(TraceScheduler(engine, config)):

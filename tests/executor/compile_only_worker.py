@@ -34,7 +34,7 @@ LAUNCHERS: list[str] = []
 def main(plan_name: str, engine_name: str) -> None:
     engine = load_engine(engine_name)
     steps = expand(load_plan(plan_name), engine).steps
-    options = run.with_engine_tables(Options(), engine.data)  # the engine's tuned tables, by argument
+    options = run.with_engine_tables(Options(), engine.facts)  # the engine's tuned tables, by argument
     jobs = precompile.compile_jobs(steps)
     specs = {"triton": WORKER_CLASSES["triton"]}
     worker.init_worker(specs, "cuda", "warn", options, {"env": worker_setup("cpu")["env"], "capability": 90})

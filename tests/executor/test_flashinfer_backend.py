@@ -21,6 +21,7 @@ import types
 
 import pytest
 
+from planner.engine_queries import Quant
 from planner.expanded import ExpandedPlan
 from planner.steps import Autotune
 
@@ -150,7 +151,7 @@ def fake(monkeypatch):
 def engine():
     from planner.engine import load_engine
 
-    return load_engine("llama-3.1-8b-fp8-h100").data
+    return load_engine("llama-3.1-8b-fp8-h100").facts
 
 
 class Ctx:
@@ -218,10 +219,15 @@ def test_fake_flashinfer_is_available(fake):
 
 # --- the tuning run ------------------------------------------------------------------------------------
 
+def bf16_linears(engine):
+    """`engine` with one unquantized linear, and no other."""
+    linear = engine.model.linear[0]._replace(name="x", n=8, k=8, quant=Quant("none", None), kernel=None)
+    return engine._replace(model=engine.model._replace(linear=(linear,)))
+
+
 def test_fp8_linear_shapes(engine):
-    assert fib.fp8_linear_shapes(engine) == [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
-    bf16 = {"model": {"linear": [{"name": "x", "n": 8, "k": 8, "quant": {"method": "none"}}]}}
-    assert fib.fp8_linear_shapes(bf16) == []
+    assert fib.fp8_shapes(engine.model.linear) == [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
+    assert fib.fp8_shapes(bf16_linears(engine).model.linear) == []
 
 
 def test_persistent_cache_written_then_loaded_with_no_tuning(tmp_path, fake, engine):
@@ -230,7 +236,7 @@ def test_persistent_cache_written_then_loaded_with_no_tuning(tmp_path, fake, eng
     path = str(tmp_path / "c" / "autotune_configs.json")
     ticks: list = []
     d1 = backend(path).autotune(step(), ticks.append, Ctx(engine))
-    shapes = fib.fp8_linear_shapes(engine)
+    shapes = fib.fp8_shapes(engine.model.linear)
     assert [(c[1], c[2]) for c in f["calls"]] == shapes                    # one call per shape...
     assert {c[0] for c in f["calls"]} == {8} and {c[3] for c in f["calls"]} == {"auto"}  # ...at num_tokens
     assert all(c[4] == "torch.float8_e4m3fn" and c[5][1] == 1 for c in f["calls"])  # FP8, B column-major
@@ -323,9 +329,8 @@ def test_refuses_during_capture_and_without_fp8_linears(fake, engine):
     fake()
     with pytest.raises(RuntimeError, match="capture"):
         backend().autotune(step(cache="memory"), lambda n: None, Ctx(engine, capturing=True))
-    bf16 = {"model": {"linear": [{"name": "x", "n": 8, "k": 8, "quant": {"method": "none"}}]}}
     with pytest.raises(Unavailable, match="no FP8 linear"):
-        backend().autotune(step(cache="memory"), lambda n: None, Ctx(bf16))
+        backend().autotune(step(cache="memory"), lambda n: None, Ctx(bf16_linears(engine)))
 
 
 def test_executor_runs_the_step_with_the_fake(tmp_path, fake, engine):

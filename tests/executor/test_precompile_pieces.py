@@ -315,10 +315,10 @@ def test_the_engine_device_reaches_the_kernels_by_argument_not_the_environment(t
 
     from planner.engine import load_engine
 
-    engine = load_engine("llama-3.1-8b-fp8-h100").data
+    engine = load_engine("llama-3.1-8b-fp8-h100").facts
     options = with_engine_tables(Options(), engine)
     assert options.table_device == "H100" and Options().table_device is None
-    h200 = {**engine, "device": {**engine["device"], "name": "H200"}}
+    h200 = engine._replace(device=engine.device._replace(name="H200"))
     assert with_engine_tables(options, h200).table_device == "H100"  # the caller's stays
     assert with_engine_tables(Options(), None).table_device is None
     assert BaseBackend("cuda:1", options).table_device == "H100"

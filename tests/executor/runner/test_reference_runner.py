@@ -16,6 +16,7 @@ pytest.importorskip("triton")
 
 from executor.runner import ModelRunner, ReferenceRunner  # noqa: E402
 from planner.engine import load_engine  # noqa: E402
+from planner.engine_facts import EngineFacts, engine_facts  # noqa: E402
 from planner.expand import expand  # noqa: E402
 from planner.plan import load_plan  # noqa: E402
 from executor.runner.trace import TraceBatch  # noqa: E402
@@ -38,7 +39,7 @@ def tol(device: str, fp8: bool) -> float:
     return TOLERANCE[torch.bfloat16 if device == "cuda" else torch.float16][fp8]
 
 
-def tiny_engine(spec: int = 0, moe: bool = False, fp8: bool = True) -> dict:
+def tiny_engine(spec: int = 0, moe: bool = False, fp8: bool = True) -> EngineFacts:
     engine = copy.deepcopy(load_engine(TINY).data)
     if not fp8:
         for layer in engine["model"]["linear"]:
@@ -50,7 +51,7 @@ def tiny_engine(spec: int = 0, moe: bool = False, fp8: bool = True) -> dict:
         engine["model"]["moe"] = [{"name": "experts", "num_experts": 4, "top_k": 2, "hidden_size": 128,
                                    "intermediate_size": 128, "count": 2,
                                    "quant": {"method": "fp8", "weight_block_size": [128, 128]}}]
-    return engine
+    return engine_facts(engine)  # the record the planner builds, of this changed data
 
 
 def make_runner(kernel_device, **engine_args) -> ReferenceRunner:

@@ -149,9 +149,8 @@ def test_every_launch_of_the_runner_is_planned(kernel_device):
         engine = tiny_engine(spec=spec, fp8=False)  # unquantized: keeps the interpreter quick
         dtype = torch.bfloat16 if kernel_device == "cuda" else torch.float16
         runner = ReferenceRunner(engine, device=kernel_device, num_layers=1, dtype=dtype, use_cuda_graphs=False)
-        facts = dataclasses.replace(runner_facts(engine_facts(engine)), dtype=str(dtype).removeprefix("torch."))
-        keys = {launch.key() for launch in rk.runner_variants(facts, [], engine["model"]["attention"][0][
-            "head_size"] ** -0.5)}
+        facts = dataclasses.replace(runner_facts(engine), dtype=str(dtype).removeprefix("torch."))
+        keys = {launch.key() for launch in rk.runner_variants(facts, [], engine.model.attention[0].head_size ** -0.5)}
         config = TraceConfig(num_steps=10, prompt_median=20, output_median=4, arrival_rate=1.0, initial_requests=3,
                              structured_fraction=0.5)
         with kernels.record_launches() as launched:

@@ -55,7 +55,7 @@ def test_graph_replay_matches_eager_and_reference(spec):
 @pytest.mark.parametrize("engine", ["llama-3.1-8b-fp8-h100", "qwen3-30b-a3b-fp8-h100"])
 def test_engine_sized_runner_runs_a_mixed_and_a_decode_step(engine):
     data = load_engine(engine).data
-    runner = ReferenceRunner(data, device="cuda", num_layers=1)
+    runner = ReferenceRunner(engine_facts(data), device="cuda", num_layers=1)
     assert runner.cfg.hidden_size == data["model"]["hidden_size"]
     runner.execute_model(step(new("a", list(range(300)), 300, list(range(1, 20))), new("b", [5, 6], 2, [40])))
     runner.sample_tokens(SAMPLE)
@@ -92,9 +92,9 @@ def test_compile_only_warmup_of_the_planned_keys_leaves_the_runner_nothing_to_co
     engine = tiny_engine(spec=spec, fp8=False)
     plan = expand(load_plan("reference"), load_engine("tests/fixtures/engines/runner-tiny.yaml"))
     sizes = sorted(next(s for s in plan.steps if s.kind == "cudagraph").uniform_decode_sizes)
-    facts = runner_facts(engine_facts(engine))
+    facts = runner_facts(engine)
     launches = rk.runner_variants(facts, [s for s in sizes if s % facts.decode_query_len == 0],
-                                  engine["model"]["attention"][0]["head_size"] ** -0.5)
+                                  engine.model.attention[0].head_size ** -0.5)
     for launch in launches:
         kernels.compile_launch(launch)
     before = _compiled_variants()

@@ -41,7 +41,7 @@ def test_steps_stay_within_the_engine_limits(name):
     computed: dict[str, int] = {}
     finished: set[str] = set()
     kinds = set()
-    for execute, sample in TraceScheduler(engine, TraceConfig(num_steps=300, seed=1)):
+    for execute, sample in TraceScheduler(engine_facts(engine), TraceConfig(num_steps=300, seed=1)):
         kinds.add(execute.kind)
         for req_id in execute.finished_req_ids:
             finished.add(req_id)
@@ -71,7 +71,7 @@ def test_steps_stay_within_the_engine_limits(name):
 
 
 def test_plan_format_and_seed():
-    engine = load_engine("llama-3.1-8b-fp8-h100").data
+    engine = load_engine("llama-3.1-8b-fp8-h100").facts
     steps = list(TraceScheduler(engine, TraceConfig(num_steps=20, seed=7)))
     assert steps == list(TraceScheduler(engine, TraceConfig(num_steps=20, seed=7)))
     assert steps != list(TraceScheduler(engine, TraceConfig(num_steps=20, seed=8)))
@@ -100,7 +100,7 @@ def test_plan_format_and_seed():
 
 
 def test_speculative_decodes_carry_drafts():
-    engine = load_engine("tests/fixtures/engines/runner-qwen3-30b-a3b-fp8-ngram2.yaml").data
+    engine = load_engine("tests/fixtures/engines/runner-qwen3-30b-a3b-fp8-ngram2.yaml").facts
     spec = [r.num_spec_tokens for e, _ in TraceScheduler(engine, TraceConfig(num_steps=60))
             for r in e.requests if isinstance(r, CachedRequest) and r.num_scheduled_tokens > 1
             and r.num_spec_tokens]
@@ -111,8 +111,8 @@ def launch_keys(steps, engine, graph_sizes: list[int]) -> set:
     """The runner-kernel compile keys that vary from step to step, by the runner's dispatch
     model (kernel_model.runner_kernels): prepare_inputs at (num_tokens, padded) and the
     prefill attention's query tile (a constexpr chosen by the longest query)."""
-    facts = runner_facts(engine_facts(engine.data))
-    scale = engine.data["model"]["attention"][0]["head_size"] ** -0.5
+    facts = runner_facts(engine.facts)
+    scale = engine.facts.model.attention[0].head_size ** -0.5
     q, keys = facts.decode_query_len, set()
     for s in steps:
         if s.kind == "cudagraph":
@@ -140,7 +140,7 @@ def test_reference_plan_covers_the_trace_specializations(name):
     engine = load_engine(name)
     plan = expand(load_plan("plans/reference.yaml"), engine)
     graph_sizes = sorted(next(s for s in plan.steps if s.kind == "cudagraph").uniform_decode_sizes)
-    trace = [e for e, _ in TraceScheduler(engine.data, TraceConfig(num_steps=500))]
+    trace = [e for e, _ in TraceScheduler(engine.facts, TraceConfig(num_steps=500))]
     reached = launch_keys(trace, engine, graph_sizes)
     assert reached <= planned_runner_keys(plan)
     cold = reached - launch_keys(plan.steps, engine, graph_sizes)
@@ -163,7 +163,7 @@ def test_run_trace_drives_any_runner():
     engine = engine_data(TINY)
     runner = RecordingRunner()
     seen = []
-    out = run_trace(runner, engine, TraceConfig(num_steps=5, prompt_median=8, output_median=4),
+    out = run_trace(runner, engine_facts(engine), TraceConfig(num_steps=5, prompt_median=8, output_median=4),
                     on_step=lambda i, step, lat: seen.append(i))
     assert seen == list(range(5)) and len(out["latency_s"]) == 5
     assert runner.calls[:2] == [("execute", "prefill"), ("sample", "sample")]
@@ -176,11 +176,11 @@ def test_trace_on_the_reference_runner(kernel_device):
     engine = engine_data(TINY, speculative={"method": "ngram", "num_speculative_tokens": 1})
     for layer in engine["model"]["linear"]:
         layer["quant"] = {"method": "none"}  # fp16 matmuls: keeps the interpreter quick
-    runner = ReferenceRunner(engine, device=kernel_device, num_layers=1,
+    runner = ReferenceRunner(engine_facts(engine), device=kernel_device, num_layers=1,
                              dtype=torch.bfloat16 if kernel_device == "cuda" else torch.float16)
     config = TraceConfig(num_steps=12, prompt_median=10, output_median=5, arrival_rate=1.0, initial_requests=4,
                          structured_fraction=0.5, prompt_logprobs_fraction=0.3)
-    out = run_trace(runner, engine, config)
+    out = run_trace(runner, engine_facts(engine), config)
     assert set(out["kinds"]) >= {"prefill", "mixed"} and runner.stats["samples"] == 12
     assert len(runner.requests) <= engine["scheduler"]["max_num_seqs"]
 
@@ -194,7 +194,7 @@ def test_pre_40746_variant_leaves_the_prefill_path_cold():
     engine = load_engine("tests/fixtures/engines/runner-llama-3.1-8b-fp8-ngram1.yaml")
     plan = expand(load_plan("tests/fixtures/plans/reference-pre-40746.yaml"), engine)
     graph_sizes = sorted(next(s for s in plan.steps if s.kind == "cudagraph").uniform_decode_sizes)
-    trace = [e for e, _ in TraceScheduler(engine.data, TraceConfig(num_steps=200))]
+    trace = [e for e, _ in TraceScheduler(engine.facts, TraceConfig(num_steps=200))]
     assert not planned_runner_keys(plan), "the fixture plans no runner kernels, as vLLM before #40746"
     missing = launch_keys(trace, engine, graph_sizes) - launch_keys(plan.steps, engine, graph_sizes)
     attention = {k for k in missing if k.startswith("runner.prefill_attention")}
