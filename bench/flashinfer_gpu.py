@@ -48,8 +48,8 @@ def sha256(path: str) -> str | None:
         return None
 
 
-def plan_step(plan: str, engine_name: str) -> tuple[dict, dict, dict]:
-    """(expanded plan, the flashinfer autotune step, engine data) from the planner."""
+def plan_step(plan: str, engine_name: str):
+    """(expanded plan, the flashinfer autotune step, the engine record) from the planner."""
     sys.path.insert(0, REPO)
     from planner.engine import load_engine
     from planner.expand import expand
@@ -60,7 +60,7 @@ def plan_step(plan: str, engine_name: str) -> tuple[dict, dict, dict]:
     steps = [s for s in expanded.steps if s.kind == "autotune" and s.library == "flashinfer"]
     if not steps:
         raise SystemExit(f"plan {plan} has no flashinfer autotune step for {engine_name}")
-    return expanded, steps[0], engine.data
+    return expanded, steps[0], engine.facts  # the record the executor takes
 
 
 # --- one phase, in this process ---------------------------------------------------------------
@@ -188,8 +188,8 @@ def phase_library(args, which: str) -> dict:
     build_jit_modules(res)
     _, step, engine = plan_step(args.plan, args.engine)
     sys.path.insert(0, REPO)
-    from planner.engine_queries import fp8_linear_shapes
-    shapes = fp8_linear_shapes(engine)
+    from planner.engine_queries import fp8_shapes
+    shapes = fp8_shapes(engine.model.linear)
     num_tokens = step.num_tokens
     res.update(step=step.to_dict(), shapes=[list(s) for s in shapes], num_tokens=num_tokens)
     path = prepare_cache(res, args.cache, fresh=which == "tune")

@@ -43,7 +43,7 @@ def run_once(expanded, engine):
     options = Options(on_error="continue", runner="none", jobs=0, jit_monitor="warn",
                       backend_settings={"vllm_triton": {"module": release.sampler_module}})
     started = time.time()
-    report = execute(expanded, engine.data, options)
+    report = execute(expanded, engine.facts, options)
     rows = report.stages()
     return {"wall_s": round(time.time() - started, 2), "status": report.status(),
             "compiled": sum(r.get("compiled") or 0 for r in rows),

@@ -77,11 +77,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
     engine_obj = load_engine(args.engine)
-    engine = engine_obj.data
+    engine = engine_obj.facts  # the record the executor takes
     if args.plan:
         expanded = expand(load_plan(args.plan), engine_obj)
     else:  # no steps: sealed right away
-        expanded = ExpandedPlan(plan=None, engine=engine["name"], planner_version="", digest=None, inputs={},
+        expanded = ExpandedPlan(plan=None, engine=engine.name, planner_version="", digest=None, inputs={},
                                 steps=())
     options = run.Options(device=args.device, jit_monitor="warn", verify_trace=args.steps, verify_seed=args.seed,
                           jobs=args.jobs,
@@ -110,18 +110,18 @@ def main(argv=None) -> int:
     return finish(args, report, result)
 
 
-def start_runner(args, engine: dict, timeline: dict, t0: float):
+def start_runner(args, engine, timeline: dict, t0: float):
     """(the report's header, the reference runner): torch is imported here, after the pool started."""
     import torch
 
     from executor.runner import ReferenceRunner
 
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else None
-    report = {"engine": engine["name"], "plan": args.plan, "steps": args.steps, "seed": args.seed,
+    report = {"engine": engine.name, "plan": args.plan, "steps": args.steps, "seed": args.seed,
               "num_layers": args.num_layers, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
               "device": torch.cuda.get_device_name() if sync else args.device,
               "versions": {"torch": torch.__version__, "triton": _triton_version()},
-              "speculative": engine["speculative"]}
+              "speculative": engine.speculative._asdict()}
     start = time.perf_counter()
     runner = ReferenceRunner(engine, device=args.device, seed=args.seed, num_layers=args.num_layers)
     if sync:

@@ -131,12 +131,6 @@ def fp8_shapes(linears) -> list[tuple[int, int]]:
     return list(dict.fromkeys((int(layer.n), int(layer.k)) for layer in linears if layer.quant.is_fp8))
 
 
-def fp8_linear_shapes(engine: dict) -> list[tuple[int, int]]:
-    """fp8_shapes of an engine config's data, for a caller holding the data (bench/flashinfer_gpu.py)."""
-    return list(dict.fromkeys((int(layer["n"]), int(layer["k"])) for layer in engine["model"]["linear"]
-                              if quant_of(layer).is_fp8))
-
-
 def moe_weights(layer: dict) -> MoeWeights:
     """A fused-MoE layer's expert weights."""
     return MoeWeights(layer["name"], layer["num_experts"], layer["top_k"], layer["hidden_size"],
