@@ -74,13 +74,13 @@ CONFIG_LINE = re.compile(
 def make_jobs(quick: bool, seed: int = 0) -> list[dict]:
     jobs = []
     for name in ENGINES:
-        data = load_engine(name).data
-        tokens = data["scheduler"]["max_num_batched_tokens"]
-        for (n, k), layers in dense_shapes(data, ALIGN).items():
+        facts = load_engine(name).facts
+        tokens = facts.scheduler.max_num_batched_tokens
+        for (n, k), layers in dense_shapes(facts, ALIGN).items():
             jobs.append({"engine": name, "kind": "dense", "n": n, "k": k, "num_groups": 1, "layers": layers,
                          "ms": list(range(1, tokens + 1))})
-        dp_tokens = tokens * data["parallel"]["data_parallel_size"]
-        for (weight, e, n, k, top_k), _ in moe_weights(data, ALIGN).items():
+        dp_tokens = tokens * facts.parallel.data_parallel_size
+        for (weight, e, n, k, top_k), _ in moe_weights(facts, ALIGN).items():
             max_m = round_up(min(dp_tokens, 32768) * top_k + e * (ALIGN - 1), ALIGN)
             jobs.append({"engine": name, "kind": "grouped", "weight": weight, "n": n, "k": k, "num_groups": e,
                          "top_k": top_k, "ms": list(range(ALIGN, max_m + 1, ALIGN))})

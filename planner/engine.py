@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import schema
-from .engine_facts import EngineFacts, engine_facts
-from .engine_queries import quant_of
+from .engine_facts import EngineFacts, engine_facts, quant_of
 from .errors import PlanError, format_path
 from .resources import resolve
 from .releases import model_runner, sampler

@@ -2,17 +2,42 @@
 
 Readers outside the engine modules (the stages, the lints, vLLM's choices, the executor's
 runner) take their numbers from here as attributes, never by a path into the engine dict, so
-a field that moves in the schema moves in one place. The questions asked across layers (the
-distinct block-FP8 linears, the MoE weights) stay in planner/engine_queries.py, the one module
-this one imports. Named tuples: the record is on `warmup plan`'s path (planner/__init__.py's
-start-up rule).
+a field that moves in the schema moves in one place. A layer's quantization is read from the
+dict here only (quant_of). The questions asked across layers (the distinct block-FP8 linears, the
+MoE weights) are asked of this record in planner/engine_queries.py, which imports this module
+(this one imports nothing of the project). Named tuples: the record is on `warmup plan`'s path
+(planner/__init__.py's start-up rule).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from .engine_queries import Quant, quant_of
+
+class Quant(NamedTuple):
+    """A layer's weight quantization (`quant`): the method, and the block where it has one."""
+
+    method: str                    # "none" where the engine gives no quant
+    block: tuple[int, int] | None  # weight_block_size as (block N, block K); None: not block-quantized
+
+    def is_block_fp8(self, block: int = 128) -> bool:
+        """FP8 in [block, block] scale blocks (DeepGEMM's and the Triton block-FP8 GEMMs' layout;
+        vLLM's fused_moe Triton tables are for [128, 128])."""
+        return self.method == "fp8" and self.block == (block, block)
+
+    @property
+    def is_fp8(self) -> bool:
+        """FP8 of any scales, block or per-tensor."""
+        return str(self.method).startswith("fp8")
+
+
+def quant_of(layer: dict) -> Quant:
+    """The quantization of a layer of the engine dict (`quant`); a layer without it is unquantized.
+    The engine modules and vLLM's choices ask it while they build the engine; readers of the
+    record read LinearLayer.quant / MoeLayer.quant."""
+    quant = layer.get("quant") or {}
+    block = quant.get("weight_block_size")
+    return Quant(quant.get("method", "none"), (block[0], block[1]) if block else None)
 
 
 class LinearLayer(NamedTuple):

@@ -1,33 +1,24 @@
-"""Pure queries over an engine config's data: which layers are block FP8, and their GEMM shapes.
+"""Pure queries over the engine record: which layers are block FP8, and their GEMM shapes.
 
-The planner's stages, vLLM's choices, the executor and the vLLM bridge all ask the same
-questions of the engine ("is this layer block FP8?", "the distinct block-FP8 linears", "the
-expert weights of the MoE layers"); they ask them here, so the answer is written once. The
-planner's functions read `engine["model"]` as planner/engine.py leaves it (schema defaults
-applied); fp8_shapes, the executor's, reads the engine record's layers (planner.engine_facts). All
-return small named tuples (planner/__init__.py's start-up rule: this module is on the plan path).
-The planner imports it, and so may the executor and the bridge; it imports nothing of the project.
+The planner's stages, the executor and the vLLM bridge all ask the same questions of the engine
+("the distinct block-FP8 linears", "the expert weights of the MoE layers", "the layers planned
+around"); they ask them here, so the answer is written once. Every query takes the typed record
+(planner.engine_facts.EngineFacts, `Engine.facts`) or its layer records, never the engine dict;
+a layer's quantization is its record's `quant` (engine_facts.Quant). All return small named
+tuples (planner/__init__.py's start-up rule: this module is on the plan path). The planner imports
+it, and so may the executor and the bridge; it imports planner.engine_facts only.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+# Quant and quant_of live with the record; named here too for the modules that import them from
+# here (vllm_bridge/engine.py reads a live layer's quant with quant_of).
+from .engine_facts import EngineFacts, LinearLayer, MoeLayer, Quant, quant_of
 
-class Quant(NamedTuple):
-    """A layer's weight quantization (`quant`): the method, and the block where it has one."""
-
-    method: str                    # "none" where the engine gives no quant
-    block: tuple[int, int] | None  # weight_block_size as (block N, block K); None: not block-quantized
-
-    def is_block_fp8(self, block: int = 128) -> bool:
-        """FP8 in [block, block] scale blocks (DeepGEMM's and the Triton block-FP8 GEMMs' layout)."""
-        return self.method == "fp8" and self.block == (block, block)
-
-    @property
-    def is_fp8(self) -> bool:
-        """FP8 of any scales, block or per-tensor."""
-        return str(self.method).startswith("fp8")
+__all__ = ["BlockFp8Linear", "MoeWeight", "MoeWeights", "PlannedAround", "Quant", "block_fp8_linears",
+           "block_fp8_moes", "by_shape", "fp8_shapes", "moe_weights", "planned_around", "quant_of"]
 
 
 class BlockFp8Linear(NamedTuple):
@@ -68,23 +59,10 @@ class MoeWeights(NamedTuple):
         return max(2 * self.intermediate_size, self.hidden_size)
 
 
-def quant_of(layer: dict) -> Quant:
-    """The layer's quantization; a layer without `quant` is unquantized."""
-    quant = layer.get("quant") or {}
-    block = quant.get("weight_block_size")
-    return Quant(quant.get("method", "none"), (block[0], block[1]) if block else None)
-
-
-def is_block_fp8(layer: dict, block: int = 128) -> bool:
-    """Whether the layer's weight is FP8 in [block, block] scale blocks (DeepGEMM's and the Triton
-    block-FP8 GEMMs' only layout; vLLM's fused_moe Triton tables are for [128, 128])."""
-    return quant_of(layer).is_block_fp8(block)
-
-
-def block_fp8_linears(engine: dict, block: int = 128) -> list[BlockFp8Linear]:
+def block_fp8_linears(engine: EngineFacts, block: int = 128) -> list[BlockFp8Linear]:
     """The engine's block-FP8 linears of [block, block] scales, in engine order."""
-    return [BlockFp8Linear(layer["name"], layer["n"], layer["k"], layer.get("kernel"))
-            for layer in engine["model"]["linear"] if is_block_fp8(layer, block)]
+    return [BlockFp8Linear(layer.name, layer.n, layer.k, layer.kernel)
+            for layer in engine.model.linear if layer.quant.is_block_fp8(block)]
 
 
 class PlannedAround(NamedTuple):
@@ -104,7 +82,7 @@ class PlannedAround(NamedTuple):
         return f"{self.section} {self.name} (n={self.n}, {self.field}={self.k})"
 
 
-def planned_around(engine: dict, block: int = 128) -> list[PlannedAround]:
+def planned_around(engine: EngineFacts, block: int = 128) -> list[PlannedAround]:
     """The engine's [block, block] block-FP8 layers whose K is no multiple of the block, in engine
     order: linears by k, MoE layers by hidden_size (w13's K; w2's K, intermediate_size, vLLM
     itself requires in whole blocks: planner/engine.py refuses it)."""
@@ -124,19 +102,18 @@ def by_shape(linears) -> dict[tuple[int, int], list[str]]:
     return shapes
 
 
-def fp8_shapes(linears) -> list[tuple[int, int]]:
+def fp8_shapes(linears: tuple[LinearLayer, ...]) -> list[tuple[int, int]]:
     """Distinct (N, K) of the FP8 linears among `linears` (the engine record's model.linear),
     block-scaled or per-tensor, in engine order (what FlashInfer's FP8 GEMM autotune sees: it
     tunes by shape, whatever the scales)."""
     return list(dict.fromkeys((int(layer.n), int(layer.k)) for layer in linears if layer.quant.is_fp8))
 
 
-def moe_weights(layer: dict) -> MoeWeights:
+def moe_weights(layer: MoeLayer) -> MoeWeights:
     """A fused-MoE layer's expert weights."""
-    return MoeWeights(layer["name"], layer["num_experts"], layer["top_k"], layer["hidden_size"],
-                      layer["intermediate_size"])
+    return MoeWeights(layer.name, layer.num_experts, layer.top_k, layer.hidden_size, layer.intermediate_size)
 
 
-def block_fp8_moes(engine: dict, block: int = 128) -> list[MoeWeights]:
+def block_fp8_moes(engine: EngineFacts, block: int = 128) -> list[MoeWeights]:
     """The engine's fused-MoE layers with block-FP8 experts of [block, block] scales, in engine order."""
-    return [moe_weights(layer) for layer in engine["model"]["moe"] if is_block_fp8(layer, block)]
+    return [moe_weights(layer) for layer in engine.model.moe if layer.quant.is_block_fp8(block)]

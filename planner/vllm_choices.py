@@ -30,8 +30,7 @@ each row's rules against that release's functions.
 
 from __future__ import annotations
 
-from .engine_facts import EngineFacts
-from .engine_queries import quant_of
+from .engine_facts import EngineFacts, quant_of
 
 # The linears whose kernel runs DeepGEMM's fp8_gemm_nt: every M (deep_gemm), or M >= 32 behind
 # FlashInfer's fp8_blockscale_gemm_sm90 (flashinfer_deep_gemm).

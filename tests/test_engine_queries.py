@@ -1,8 +1,9 @@
 """planner/engine_queries.py: the one place that says which layers are block FP8 and what their
-GEMM shapes are. Each caller must still compute what it computed before the queries existed
-(the `old_*` functions below are those computations, copied from before issue 26), on every
-shipped engine and on one engine of every quantization edge; and no module outside the queries
-(and planner/hf.py, which reads Hugging Face's config) reads the quantization of a layer itself."""
+GEMM shapes are, asked of the engine record (planner.engine_facts.EngineFacts). Each caller must
+still compute what it computed before the queries existed (the `old_*` functions below are those
+computations over the engine dict, copied from before issue 26), on every shipped engine and on one
+engine of every quantization edge; and no module outside planner/engine_facts.py's quant_of (and
+planner/hf.py, which reads Hugging Face's config) reads the quantization of a layer itself."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 
 from planner.engine_facts import engine_facts
 from planner.engine import load_engine
-from planner.engine_queries import Quant, block_fp8_linears, block_fp8_moes, quant_of
+from planner.engine_facts import Quant, quant_of
+from planner.engine_queries import block_fp8_linears, block_fp8_moes
 from planner.stages import autotune, deep_gemm, triton_gemm, vllm_fused_moe
 from planner.vllm_choices import default_linear_kernel
 
@@ -166,16 +168,17 @@ def old_bridge_kernels(data, choose):  # vllm_bridge/engine.py, _apply_linear_ke
 
 @pytest.mark.parametrize("engine", engines(), ids=ENGINE_IDS)
 def test_planner_stages_compute_what_they_did(engine):
+    facts = engine_facts(engine)  # the stages ask the record; the old computations read the dict
     for block in (64, 128):
-        assert deep_gemm.moe_weights(engine, block) == old_moe_weights(engine, block)
+        assert deep_gemm.moe_weights(facts, block) == old_moe_weights(engine, block)
         for n_multiple in (None, 64, 128):
             for kernels in (None, ("deep_gemm",), ("deep_gemm", "flashinfer_deep_gemm"), ()):
-                assert (deep_gemm.dense_shapes(engine, block, n_multiple, kernels)
+                assert (deep_gemm.dense_shapes(facts, block, n_multiple, kernels)
                         == old_dense_shapes(engine, block, n_multiple, kernels))
-    assert triton_gemm.dense_shapes(engine) == old_triton_dense_shapes(engine)
-    assert [(m.name, m.num_experts, m.top_k, m.weights) for m in block_fp8_moes(engine)] == old_triton_moes(engine)
-    assert autotune.gemm_shapes(engine) == old_gemm_shapes(engine)
-    for layer, record in zip(engine["model"]["moe"], engine_facts(engine).model.moe):
+    assert triton_gemm.dense_shapes(facts) == old_triton_dense_shapes(engine)
+    assert [(m.name, m.num_experts, m.top_k, m.weights) for m in block_fp8_moes(facts)] == old_triton_moes(engine)
+    assert autotune.gemm_shapes(facts) == old_gemm_shapes(engine)
+    for layer, record in zip(engine["model"]["moe"], facts.model.moe):
         shape = vllm_fused_moe.layer_shape(record, "NVIDIA H100 80GB HBM3")
         assert (shape and shape.quant) == old_fused_moe_kind(layer)
 
@@ -214,7 +217,7 @@ def test_executor_and_bridge_compute_what_they_did(engine, monkeypatch):
 
 
 def test_the_typed_answers():
-    engine = edge_engine()
+    engine = engine_facts(edge_engine())
     assert quant_of({"name": "x"}) == Quant("none", None)
     assert quant_of({"quant": {"method": "fp8", "weight_block_size": [1, 128]}}) == Quant("fp8", (1, 128))
     qkv = block_fp8_linears(engine)[0]
@@ -229,7 +232,7 @@ def test_the_typed_answers():
 # written again; planner/hf.py writes `quant` from Hugging Face's quantization_config, and
 # reads Hugging Face's own weight_block_size there.
 READS_QUANT = re.compile(r"""(\.get\(\s*|\[\s*)["'](weight_block_size|quant)["']""")
-MAY_READ = {"planner/engine_queries.py", "planner/hf.py"}
+MAY_READ = {"planner/engine_facts.py", "planner/hf.py"}
 # kernel_model's launch specs have a `quant` of their own (the kernel's, not a layer's).
 FLOORS = ("bench", "vllm_bridge", "executor", "planner")
 
@@ -243,4 +246,4 @@ def test_only_the_queries_read_a_layers_quantization():
                 continue
             with open(path, encoding="utf-8") as f:
                 found += [f"{name}:{i}: {line.strip()}" for i, line in enumerate(f, 1) if READS_QUANT.search(line)]
-    assert found == [], "read the quantization through planner/engine_queries.py:\n" + "\n".join(found)
+    assert found == [], "read the quantization from the engine record (planner/engine_facts.py):\n" + "\n".join(found)

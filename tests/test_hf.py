@@ -521,14 +521,14 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
     # .yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
     # .limits: constants only (the engine schema's bounds); .errors: PlanError, for HFConfigError.as_plan_error
     # .vllm_choices: the release defaults --from-hf writes (stdlib only, checked below), through
-    # .engine_queries: which layers are block FP8, and .engine_facts: the typed engine record (stdlib only too)
+    # .engine_facts: the typed engine record and a layer's quantization (stdlib only too)
     # kernel_model: its arith module's cdiv, the one ceiling division (stdlib only; the package
     # __init__ is a docstring)
     assert imported <= {"__future__", "dataclasses", "math", "os", "re", ".yamlio", ".limits", ".errors",
                         ".vllm_choices", "kernel_model"}, imported
-    stdlib_only = {"vllm_choices": {"__future__", ".engine_queries", ".engine_facts"},
-                   "engine_facts": {"__future__", "typing", ".engine_queries"},
-                   "engine_queries": {"__future__", "typing"}}
+    stdlib_only = {"vllm_choices": {"__future__", ".engine_facts"},
+                   "engine_facts": {"__future__", "typing"},
+                   "engine_queries": {"__future__", "typing", ".engine_facts"}}
     for module, allowed in stdlib_only.items():
         with open(os.path.join(ROOT, "planner", module + ".py"), encoding="utf-8") as f:
             tree = ast.parse(f.read())

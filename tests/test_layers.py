@@ -49,10 +49,10 @@ def test_the_check_sees_a_lazy_import_up(tmp_path):
 
 # --- the engine is read through its record (issue 26 item 4) ---------------------------------------
 
-# The modules that build the engine config or answer questions of its data; everything else reads
-# planner.engine_facts.EngineFacts (or those queries), never a path into the engine dict.
-ENGINE_MODULES = {"planner/engine.py", "planner/engine_facts.py", "planner/engine_queries.py", "planner/hf.py",
-                  "vllm_bridge/engine.py"}
+# The modules that build the engine config from its sources or its data; everything else reads
+# planner.engine_facts.EngineFacts (or planner/engine_queries.py's questions of it), never a path
+# into the engine dict.
+ENGINE_MODULES = {"planner/engine.py", "planner/engine_facts.py", "planner/hf.py", "vllm_bridge/engine.py"}
 SECTIONS = {"model", "kv_cache", "scheduler", "speculative", "parallel", "compilation", "device"}
 SECTION_ONLY = {"kv_cache", "scheduler", "speculative", "compilation"}  # names nothing else uses
 
@@ -86,9 +86,13 @@ def test_the_engine_path_check_sees_each_form(tmp_path):
     assert engine_paths(str(path)) == [1, 2, 3]
 
 
-# --- the executor and the bridge take the record the planner built (issue 36 item 2) ------------------
+# --- the record the planner built crosses every boundary (issue 36 item 2) ----------------------------
 
 BUILDS_THE_RECORD = {"planner/engine.py"}  # engine_from_document: the record of a loaded engine config
+# The engine modules proper: Engine holds the dict (planner/engine.py) and the record is built from
+# it (planner/engine_facts.py). The planner's stages, queries and lints take Engine.facts as the
+# executor and the bridge do.
+HOLDS_THE_DICT = {"planner/engine.py", "planner/engine_facts.py"}
 
 
 def engine_handovers(path: str) -> list[str]:
@@ -106,10 +110,13 @@ def engine_handovers(path: str) -> list[str]:
     return sorted(found, key=lambda what: int(what.split(":")[0]))
 
 
-def test_the_executor_and_the_bridge_take_the_engine_record_and_nothing_rebuilds_it():
+def test_the_planner_the_executor_and_the_bridge_take_the_engine_record_and_nothing_rebuilds_it():
     above = [f"{rel}:{what}" for floor in ("executor", "vllm_bridge") for path in modules_of(floor)
              if (rel := os.path.relpath(path, ROOT)) not in ENGINE_MODULES
              for what in engine_handovers(path) if what.endswith("the engine dict")]
+    above += [f"{rel}:{what}" for path in modules_of("planner")
+              if (rel := os.path.relpath(path, ROOT)) not in HOLDS_THE_DICT
+              for what in engine_handovers(path) if what.endswith("the engine dict")]
     builds = [f"{rel}:{what}" for floor in FLOORS[1:] for path in modules_of(floor)
               if (rel := os.path.relpath(path, ROOT)) not in BUILDS_THE_RECORD
               for what in engine_handovers(path) if what.endswith("builds the record")]

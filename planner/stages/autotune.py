@@ -9,6 +9,7 @@ and a lint can compare them with the batches.
 
 from __future__ import annotations
 
+from ..engine_facts import EngineFacts
 from ..engine_queries import block_fp8_linears, by_shape
 from ..expr import last_power_of_2
 from ..steps import Autotune, TuneShape
@@ -56,12 +57,12 @@ def expand_kernel(scope: Scope) -> list:
     max_tokens = scope.integer("max_tokens")
     buckets = sorted({b for b in (scope.integer("num_tokens", raw=raw) for raw in scope.params["num_tokens"])
                       if b <= max_tokens})
-    shapes = tuple(TuneShape("fp8_gemm", n, k) for n, k in gemm_shapes(scope.engine.data))
-    scope.notes.plan_around(scope.engine.data, ("linear",))  # the shapes fp8_gemm does not take
+    shapes = tuple(TuneShape("fp8_gemm", n, k) for n, k in gemm_shapes(scope.engine.facts))
+    scope.notes.plan_around(scope.engine.facts, ("linear",))  # the shapes fp8_gemm does not take
     return [scope.new(Autotune, "autotune", library=scope.params["library"], num_tokens=max_tokens,
                       buckets=tuple(buckets), shapes=shapes)]
 
 
-def gemm_shapes(engine: dict) -> list[tuple[int, int]]:
+def gemm_shapes(engine: EngineFacts) -> list[tuple[int, int]]:
     """Distinct (N, K) of the block-FP8 linears the Triton fp8_gemm takes (K whole blocks), in engine order."""
     return list(by_shape(linear for linear in block_fp8_linears(engine) if linear.k % 128 == 0))

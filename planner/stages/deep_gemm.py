@@ -31,6 +31,7 @@ odd SM count, a block_m that is no multiple of 16), and `exact` is refused there
 from __future__ import annotations
 
 from kernel_model import deep_gemm as model
+from ..engine_facts import EngineFacts
 from ..engine_queries import block_fp8_linears, block_fp8_moes, by_shape
 from ..errors import location
 from ..expr import cdiv, round_up
@@ -57,7 +58,7 @@ def relax_m_values(max_tokens: int, n: int, num_sms: int) -> list[int]:
     return sorted(values)
 
 
-def dense_shapes(engine: dict, block: int, n_multiple: int | None = None, kernels=None) -> dict:
+def dense_shapes(engine: EngineFacts, block: int, n_multiple: int | None = None, kernels=None) -> dict:
     """Distinct (N, K) of the linears DeepGEMM can take -> names of the layers sharing it.
 
     N must be a multiple of `n_multiple` (default: the block): vLLM 0.25's warmup asks for
@@ -70,7 +71,7 @@ def dense_shapes(engine: dict, block: int, n_multiple: int | None = None, kernel
                     and linear.n % n_multiple == 0 and linear.k % block == 0)
 
 
-def moe_weights(engine: dict, block: int) -> dict:
+def moe_weights(engine: EngineFacts, block: int) -> dict:
     """Distinct (weight, E, N, K, top_k) of the block-FP8 MoE layers -> (relax N, layer names).
 
     The relax N is max(N13, N2) of the layer, as vLLM passes max(w1.size(1), w2.size(1)).
@@ -95,10 +96,10 @@ def expand(scope: Scope) -> list:
     steps = []
     if scope.params["dense"]:
         steps += dense_steps(scope, max_tokens, block_m, num_sms, keyed)
-        scope.notes.plan_around(scope.engine.data, ("linear",))  # the layers whose K DeepGEMM does not take
+        scope.notes.plan_around(scope.engine.facts, ("linear",))  # the layers whose K DeepGEMM does not take
     if scope.params["grouped"]:
         steps += grouped_steps(scope, max_tokens, block_m, num_sms, keyed)
-        scope.notes.plan_around(scope.engine.data, ("moe",))
+        scope.notes.plan_around(scope.engine.facts, ("moe",))
     return steps
 
 
@@ -108,7 +109,7 @@ def dense_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, keyed
     n_multiple = scope.integer("n_multiple", raw=scope.params.get("n_multiple", "block_m"), block_m=block_m)
     kernels = scope.params.get("linear_kernels")
     min_m = scope.integer("min_m", raw=scope.params.get("min_m", 1))
-    for (n, k), layers in dense_shapes(scope.engine.data, block_m, n_multiple, kernels).items():
+    for (n, k), layers in dense_shapes(scope.engine.facts, block_m, n_multiple, kernels).items():
         m_values = from_m(dense_m_values(scope, mode, max_tokens, n, num_sms), min_m, max_tokens)
         if not m_values:
             continue
@@ -123,7 +124,7 @@ def dense_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, keyed
 
 def grouped_steps(scope: Scope, max_tokens: int, block_m: int, num_sms: int, keyed: bool) -> list:
     steps = []
-    for (weight, e, n, k, top_k), (relax_n, layers) in moe_weights(scope.engine.data, block_m).items():
+    for (weight, e, n, k, top_k), (relax_n, layers) in moe_weights(scope.engine.facts, block_m).items():
         m_values = grouped_m_values(scope, max_tokens, block_m, e, top_k, relax_n, num_sms)
         field = ("moe", layers[0], "hidden_size" if weight == "w13" else "intermediate_size")
         found = modelled_keys(

@@ -18,7 +18,7 @@ from .scope import Scope
 
 def expand(scope: Scope) -> list:
     names = scope.names
-    kernels = {linear.kernel for linear in block_fp8_linears(scope.engine.data)}
+    kernels = {linear.kernel for linear in block_fp8_linears(scope.engine.facts)}
     samples = not names["is_pooling_model"] and names["is_last_pp_rank"]  # only such a rank samples
     modules = flashinfer_jit.modules(kernels, names["sampler"] if samples else "none", names["device_capability"])
     if not modules:

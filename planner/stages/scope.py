@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..engine import Engine
+from ..engine_facts import EngineFacts
 from ..engine_queries import planned_around
 from ..errors import PlanError, location
 from ..expr import ExprError, trace
@@ -109,7 +110,7 @@ class Notes:
         self.moe_tables = None
         self.around: list = []  # the layers planned around (plan_around), in the order found
 
-    def plan_around(self, engine: dict, sections=("linear", "moe")) -> None:
+    def plan_around(self, engine: EngineFacts, sections=("linear", "moe")) -> None:
         """The plan's not-modelled entry for the layers of `sections` that a GEMM stage leaves out
         because no kernel it models takes their K (engine_queries.planned_around): one entry per
         expansion, naming every such layer any of its stages left out."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from kernel_model import triton_kernels as dispatch
 
+from ..engine_facts import EngineFacts
 from ..engine_queries import block_fp8_linears, block_fp8_moes, by_shape
 from ..expr import round_up
 from ..steps import Gemm, GroupedGemm, Variant
@@ -69,21 +70,21 @@ def expand(scope: Scope) -> list:
     steps = []
     if p["dense"]:
         steps += dense_steps(scope, max_tokens)
-        scope.notes.plan_around(scope.engine.data, ("linear",))  # the layers whose K the kernels do not take
+        scope.notes.plan_around(scope.engine.facts, ("linear",))  # the layers whose K the kernels do not take
     if p["grouped"]:
         steps += grouped_steps(scope, max_tokens, scope.integer("block_m"))
-        scope.notes.plan_around(scope.engine.data, ("moe",))
+        scope.notes.plan_around(scope.engine.facts, ("moe",))
     return steps
 
 
-def dense_shapes(engine: dict) -> dict:
+def dense_shapes(engine: EngineFacts) -> dict:
     """Distinct (N, K) of the block-FP8 linears the kernels take -> names of the layers sharing it."""
     return by_shape(linear for linear in block_fp8_linears(engine, BLOCK_K) if linear.k % BLOCK_K == 0)
 
 
 def dense_steps(scope: Scope, max_tokens: int) -> list:
     steps = []
-    for (n, k), layers in dense_shapes(scope.engine.data).items():
+    for (n, k), layers in dense_shapes(scope.engine.facts).items():
         table = scope.tables.get(dispatch.FP8_GEMM, n, k)
         planned = planned_m_values(scope, range(1, max_tokens + 1), lambda m: dispatch.fp8_gemm_key(m, n, k, table))
         steps.append(scope.new(Gemm, f"gemm-n{n}-k{k}", kernel="fp8_gemm", backend="triton", n=n, k=k,
@@ -94,7 +95,7 @@ def dense_steps(scope: Scope, max_tokens: int) -> list:
 def grouped_steps(scope: Scope, max_tokens: int, block_m: int) -> list:
     """Grouped GEMM M is the padded sum over experts: always a multiple of block_m."""
     steps, seen = [], set()
-    for moe in block_fp8_moes(scope.engine.data, BLOCK_K):
+    for moe in block_fp8_moes(scope.engine.facts, BLOCK_K):
         e, top_k = moe.num_experts, moe.top_k
         routed = max_tokens * top_k
         max_m = round_up(routed + min(routed, e) * (block_m - 1), block_m)

@@ -21,7 +21,7 @@ import types
 
 import pytest
 
-from planner.engine_queries import Quant
+from planner.engine_facts import Quant
 from planner.expanded import ExpandedPlan
 from planner.steps import Autotune
 
