@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-# Quant and quant_of live with the record; named here too for the modules that import them from
-# here (vllm_bridge/engine.py reads a live layer's quant with quant_of).
-from .engine_facts import EngineFacts, LinearLayer, MoeLayer, Quant, quant_of
+from .engine_facts import EngineFacts, LinearLayer, MoeLayer
 
-__all__ = ["BlockFp8Linear", "MoeWeight", "MoeWeights", "PlannedAround", "Quant", "block_fp8_linears",
-           "block_fp8_moes", "by_shape", "fp8_shapes", "moe_weights", "planned_around", "quant_of"]
+__all__ = ["BlockFp8Linear", "MoeWeight", "MoeWeights", "PlannedAround", "block_fp8_linears",
+           "block_fp8_moes", "by_shape", "fp8_shapes", "moe_weights", "planned_around"]
 
 
 class BlockFp8Linear(NamedTuple):

@@ -25,7 +25,7 @@ import sys
 from planner import hf
 from planner.engine import Engine, engine_from_document
 from planner.engine_facts import EngineFacts
-from planner.engine_queries import quant_of
+from planner.engine_facts import quant_of
 from planner.schema import load_schema
 from planner.yamlio import Document
 
