@@ -17,7 +17,6 @@ The report (--report) is written in every one of these cases.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
@@ -33,6 +32,7 @@ from planner.steps import FAMILIES
 
 from . import dg_install
 from .precompile import default_jobs
+from .environ import scoped_environ
 from .progress import Progress
 from .registry import backend_families, known_backends
 from .report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, Report  # one definition of the exit codes
@@ -295,22 +295,6 @@ def run_environment(args) -> dict:
             and "TRITON_INTERPRET" not in os.environ):
         env["TRITON_INTERPRET"] = "1"
     return env
-
-
-@contextlib.contextmanager
-def scoped_environ(values: dict):
-    """Set `values` in os.environ while the block runs, then restore each name as it was (unset
-    included): a caller that runs `main` in its own process keeps its own environment."""
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from planner.errors import PlanError, WriteError
 from planner.output import check_writable
 
 from .. import dg_install, dg_rekey, triton_cache
+from ..environ import scoped_environ
 from ..precompile import manifest as precompile_manifest
 from ..precompile.claims import CLAIMS_DIR
 from ..report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
@@ -349,17 +350,9 @@ def _place_flashinfer(staging: str, dest: str) -> Placed:
 
 def write_precompile_manifest(manifest: Manifest, dirs: CacheDirs) -> int:
     """The keys the bundle holds, for this machine's fingerprint, so that a warm start skips the pool."""
-    saved = {k: os.environ.get(k) for k in ("DG_JIT_CACHE_DIR", "TRITON_CACHE_DIR")}
-    os.environ.update(dirs.env())
-    try:
+    with scoped_environ(dirs.env()):  # the manifest's path and fingerprint read these caches
         add = {backend: set(keys) for backend, keys in manifest.keys.items()}
         return precompile_manifest.update_manifest(precompile_manifest.manifest_path(), add)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextmanager

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from executor.cli import run_environment, scoped_environ
+from executor.cli import run_environment
+from executor.environ import scoped_environ
 
 
 def args(**given) -> argparse.Namespace:
