@@ -32,12 +32,12 @@ plan mirrors. Other lines (other processes, progress bars, requests) are noise a
 from __future__ import annotations
 
 import json
-import os
 import re
 from datetime import datetime, timezone
 from typing import NamedTuple
 
 from .errors import PlanError, one_line
+from .yamlio import read_bytes
 
 MAX_LINE_BYTES = 1 << 20   # a longer "line" is not a log line (and a key is never that long)
 
@@ -128,15 +128,7 @@ def read_log(path: str) -> LogFile:
 
 def _lines(path: str) -> list:
     """(line number, bytes) of every line; one-line errors for what is no text log."""
-    if not os.path.exists(path):
-        raise PlanError("no such file", file=path)
-    if os.path.isdir(path):
-        raise PlanError("is a directory, expected a vLLM server log or a WARMUP_JIT_LOG file", file=path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise PlanError(f"cannot read: {e.strerror}", file=path) from None
+    data = read_bytes(path, "a vLLM server log or a WARMUP_JIT_LOG file")
     if data[:2] == b"\x1f\x8b":
         raise PlanError("gzip-compressed: decompress it first (zcat FILE > FILE.log)", file=path)
     lines = data.split(b"\n")

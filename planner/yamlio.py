@@ -83,6 +83,20 @@ class Document(NamedTuple):
         return PlanError(message, file=self.file, line=self.line(path), path=format_path(path))
 
 
+def read_bytes(path: str, expected: str, limit: int = -1) -> bytes:
+    """The file's bytes (at most `limit`), with one-line errors for a missing file, a directory
+    (`expected` says what the file should have been) and a failed read."""
+    if not os.path.exists(path):
+        raise PlanError("no such file", file=path)
+    if os.path.isdir(path):
+        raise PlanError(f"is a directory, expected {expected}", file=path)
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError as e:
+        raise PlanError(f"cannot read: {e.strerror}", file=path) from None
+
+
 def read_text(path: str) -> str:
     """Read a config file as UTF-8 text, with one-line errors for every way that fails.
 
@@ -90,15 +104,7 @@ def read_text(path: str) -> str:
     MAX_FILE_BYTES; expanded plans, recognised by their first line, over
     MAX_EXPANDED_PLAN_BYTES, which `warmup plan` also refuses to write (check_plan_size).
     """
-    if not os.path.exists(path):
-        raise PlanError("no such file", file=path)
-    if os.path.isdir(path):
-        raise PlanError("is a directory, expected a YAML file", file=path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_EXPANDED_PLAN_BYTES + 1)
-    except OSError as e:
-        raise PlanError(f"cannot read: {e.strerror}", file=path) from None
+    raw = read_bytes(path, "a YAML file", MAX_EXPANDED_PLAN_BYTES + 1)
     if len(raw) > MAX_FILE_BYTES:
         limit, what = ((MAX_EXPANDED_PLAN_BYTES, "expanded plans") if _EXPANDED_HEAD.match(raw, 0, 4096)
                        else (MAX_FILE_BYTES, "plans, engine configs and config.json files"))
