@@ -1,6 +1,6 @@
 """Precompile jobs: one per distinct compile key of a plan, at the first step and value that reach it.
 
-A keyed step (planner.steps) pairs each of its compile keys with the first value that
+A keyed step (planner.plan.steps) pairs each of its compile keys with the first value that
 reaches it (``variants``): each becomes one job, the step reduced to that value and key
 (``step.single``), whose backend still checks the pair. A step that pairs no key (a
 kernel no dispatch model covers) is one job for the whole step, keyed by its content.
@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from planner.steps import Autotune, Keyed
+from planner.plan.steps import Autotune, Keyed
 
 PRECOMPILE_BACKENDS = ("triton", "deep_gemm")  # backends whose variants are compiled in workers by default
 

@@ -29,8 +29,8 @@ from executor.backends.base import BaseBackend
 from executor.progress import Progress
 from executor.records import StepRecord
 from executor.report import Report, render_precompile
-from planner import steps as st
-from planner.expanded import ExpandedPlan
+from planner.plan import steps as st
+from planner.plan.expanded import ExpandedPlan
 
 FAKE = ("test_precompile", "FakeBackend")
 

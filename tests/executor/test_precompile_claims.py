@@ -26,8 +26,8 @@ from executor.precompile import claims as cl
 from executor.precompile.jobs import Job, JobResult
 from executor.precompile.owner import take
 from executor.precompile.waits import KeyFuture, Waits
-from planner import steps as st
-from planner.expanded import ExpandedPlan
+from planner.plan import steps as st
+from planner.plan.expanded import ExpandedPlan
 
 KEYS = [f"k{i}" for i in range(10)]
 
