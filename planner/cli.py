@@ -80,12 +80,23 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
 
 
+def version_text() -> str:
+    """What `warmup --version` prints: the package, the plan format it writes, the vLLM releases."""
+    from . import __version__
+    from .engine.releases import VLLM_RELEASES, supported
+    from .plan.expanded import FORMAT
+
+    lines = [f"warmup-planner {__version__}",
+             f"expanded plan format: {FORMAT} (schemas/expanded-plan.schema.json)",
+             "supported vLLM releases (the plugin accepts exactly these versions):"]
+    lines += [f"  vllm {version}  plan {VLLM_RELEASES[version].plan}" for version in supported()]
+    return "\n".join(lines) + "\n"
+
+
 class _Version(argparse.Action):
-    """`warmup --version`: planner/engine/releases.py says what, imported only when asked."""
+    """`warmup --version`: version_text, whose imports are paid only when asked."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from .engine.releases import version_text
-
         sys.stdout.write(version_text())
         parser.exit(EXIT_OK)
 

@@ -19,7 +19,7 @@ import os
 import pytest
 
 from . import api
-from .output import RENDERERS
+from .render import RENDERERS
 
 MAX_DIFF_LINES = 80
 

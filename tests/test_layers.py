@@ -211,3 +211,61 @@ def test_the_circle_check_sees_a_lazy_circle_and_leaves_a_submodule_import_alone
     graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}, "p": set()}
     assert import_circles(graph) == [["p.a", "p.b", "p.c"]]
     assert import_circles({"p.a": {"p.b"}, "p.b": set()}) == []
+
+
+# --- the planner's own floors: its folders are its layers (issue 36 item 4) ---------------------------
+
+# Top to bottom. A module imports its own floor's modules (of its own part) or a floor below, never
+# one above; the engine model and the tables stand side by side and never import each other.
+PLANNER_FLOORS = [
+    {"entry": ["planner.cli", "planner.commands", "planner.pytest_plugin", "planner.render"]},
+    {"review": ["planner.review"]},
+    {"api": ["planner.api"]},
+    {"plan": ["planner.plan"]},
+    {"engine": ["planner.engine"], "tables": ["planner.tables"]},
+    {"base": ["planner.errors", "planner.limits", "planner.hashing", "planner.plugins", "planner.resources",
+              "planner.words", "planner.yamlio", "planner.schema", "planner.output", "planner"]},
+]
+
+
+def planner_part(module: str) -> tuple[int, str] | None:
+    """(floor, part) of a planner module: the longest listed prefix names it ("planner" names the
+    package's own __init__ only, so that a new module has to be given a floor)."""
+    best = None
+    for floor, parts in enumerate(PLANNER_FLOORS):
+        for part, prefixes in parts.items():
+            for prefix in prefixes:
+                inside = module == prefix or prefix != "planner" and module.startswith(prefix + ".")
+                if inside and (best is None or len(prefix) > best[0]):
+                    best = (len(prefix), floor, part)
+    return best[1:] if best else None
+
+
+def planner_floor_breaks(graph: dict) -> list[str]:
+    found = []
+    for module, imports in sorted(graph.items()):
+        here = planner_part(module)
+        for target in sorted(imports):
+            there = planner_part(target)
+            if here and there and (there[0] < here[0] or there[0] == here[0] and there[1] != here[1]):
+                found.append(f"{module} ({here[1]}) imports {target} ({there[1]})")
+    return found
+
+
+def test_every_planner_module_has_a_floor():
+    assert [name for name in project_modules() if name.startswith("planner") and planner_part(name) is None] == []
+    assert planner_part("planner.new_module") is None and planner_part("planner") == (5, "base")
+
+
+def test_the_planner_imports_go_down_its_floors():
+    known = project_modules()
+    graph = {name: module_imports(name, path, package, known) for name, (path, package) in known.items()
+             if name.startswith("planner")}
+    assert planner_floor_breaks(graph) == []
+
+
+def test_the_planner_floor_check_sees_an_import_up_and_one_sideways():
+    graph = {"planner.errors": {"planner.review.phrasing"}, "planner.engine.facts": {"planner.tables.vllm_moe"},
+             "planner.plan.steps": {"planner.plan.records", "planner.yamlio"}}
+    assert planner_floor_breaks(graph) == ["planner.engine.facts (engine) imports planner.tables.vllm_moe (tables)",
+                                           "planner.errors (base) imports planner.review.phrasing (review)"]

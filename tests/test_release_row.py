@@ -18,11 +18,12 @@ import sys
 
 import pytest
 
+from planner.cli import version_text
 from planner.engine import releases
 from planner.engine.config import load_engine
-from planner.plan.expand import expand
-from planner.plan.authored import load_plan
 from planner.engine.releases import VLLM_RELEASES, VllmRelease
+from planner.plan.authored import load_plan
+from planner.plan.expand import expand
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINE = "llama-3.1-8b-fp8-h100"  # a dense block-FP8 engine: Model Runner V2 under 0.33.0
@@ -93,7 +94,7 @@ def test_a_made_up_release_is_accepted_by_the_plugin(release_099):
     assert list(bridge.RELEASES) == ["0.25.0", "0.33.0", "0.99.0"]
     check_release("0.99.0")
     assert supported_releases()[-1] == "0.99"
-    assert "  vllm 0.99.0  plan " + release_099.plan in releases.version_text()
+    assert "  vllm 0.99.0  plan " + release_099.plan in version_text()
     with pytest.raises(bridge.UnsupportedVllm, match="supports vLLM 0.25.0, 0.33.0, 0.99.0 "):
         bridge.release_for("0.98.0")
 

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from planner.output import decompress
+from planner.yamlio import decompress
 from planner.schema import SchemaViolation, _check, load_schema
 
 SCHEMAS = ["engine", "plan", "expanded-plan"]

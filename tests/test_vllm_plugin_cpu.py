@@ -8,7 +8,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from planner.api import expand, load_engine, load_plan
-from planner.output import to_yaml
+from planner.render import to_yaml
 from planner.resources import engines_dir
 from vllm_bridge.releases import RELEASES, UnsupportedVllm, release_for
 from vllm_bridge.warmup import PluginError, Settings, WorkerWarmup, with_rank
@@ -365,7 +365,7 @@ def test_the_plugin_plan_made_again_warms_the_live_shape_the_engine_lacked():
 
 
 def test_a_saved_plan_is_kept_when_the_live_layers_differ(tmp_path):
-    from planner.output import to_json
+    from planner.render import to_json
 
     engine = load_engine("llama-3.1-8b-fp8-h100")
     saved = tmp_path / "saved.json"

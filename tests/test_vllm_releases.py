@@ -10,7 +10,7 @@ import sys
 
 from planner.plan.expand import expand
 from planner.plan.expanded import ExpandedPlan
-from planner.output import to_table
+from planner.render import to_table
 from planner.plan.authored import load_plan
 from planner.review.diff import diff_plans, render_markdown, render_text
 from tests.factories import make_engine, steps_of, write_plan

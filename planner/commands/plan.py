@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from .. import api
-from ..output import RENDERERS, emit
+from ..output import emit
+from ..render import RENDERERS
 from ..resources import builtin_engines, builtin_plans
 from ..yamlio import check_plan_size
 

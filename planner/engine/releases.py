@@ -104,18 +104,6 @@ def upstream_fix(version: str | None, kernel: str) -> str | None:
     return dict(row.upstream_fixes).get(kernel) if row else None
 
 
-def version_text() -> str:
-    """What `warmup --version` prints: the package, the plan format it writes, the vLLM releases."""
-    from .. import __version__
-    from ..plan.expanded import FORMAT
-
-    lines = [f"warmup-planner {__version__}",
-             f"expanded plan format: {FORMAT} (schemas/expanded-plan.schema.json)",
-             "supported vLLM releases (the plugin accepts exactly these versions):"]
-    lines += [f"  vllm {version}  plan {VLLM_RELEASES[version].plan}" for version in supported()]
-    return "\n".join(lines) + "\n"
-
-
 def setup_lines() -> list[str]:
     """What tests/vllm_parity/setup_vllm.sh installs, one release a line: `VERSION FLASHINFER`
     ('-': none beside it). The script reads the table through this, so it holds no release list."""
