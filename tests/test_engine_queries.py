@@ -3,7 +3,7 @@ GEMM shapes are, asked of the engine record (planner.engine.facts.EngineFacts). 
 still compute what it computed before the queries existed (the `old_*` functions below are those
 computations over the engine dict, copied from before issue 26), on every shipped engine and on one
 engine of every quantization edge; and no module outside planner/engine/facts.py's quant_of (and
-planner/engine/hf.py, which reads Hugging Face's config) reads the quantization of a layer itself."""
+planner/engine/hf/, which reads Hugging Face's config) reads the quantization of a layer itself."""
 
 from __future__ import annotations
 
@@ -229,10 +229,12 @@ def test_the_typed_answers():
 # --- one place -------------------------------------------------------------------------------
 
 # Reading a layer's quantization (its `quant`, or the block size in it) is the block-FP8 test
-# written again; planner/engine/hf.py writes `quant` from Hugging Face's quantization_config, and
-# reads Hugging Face's own weight_block_size there.
+# written again; planner/engine/hf/ writes `quant` from Hugging Face's quantization_config (quantization.py,
+# the entries that count it: entries.py, a weight's bytes: memory.py), and reads Hugging Face's own
+# weight_block_size there.
 READS_QUANT = re.compile(r"""(\.get\(\s*|\[\s*)["'](weight_block_size|quant)["']""")
-MAY_READ = {"planner/engine/facts.py", "planner/engine/hf.py"}
+MAY_READ = {"planner/engine/facts.py", "planner/engine/hf/quantization.py", "planner/engine/hf/entries.py",
+            "planner/engine/hf/memory.py"}
 # kernel_model's launch specs have a `quant` of their own (the kernel's, not a layer's).
 FLOORS = ("bench", "vllm_bridge", "executor", "planner")
 

@@ -509,8 +509,12 @@ def test_yaml_quotes_what_would_not_read_back():
     assert yaml.safe_load(engine_to_yaml({"x": 1e-05}))["x"] == 1e-05
 
 
-def test_hf_module_imports_only_stdlib_and_the_planner():
-    with open(os.path.join(ROOT, "planner", "engine", "hf.py"), encoding="utf-8") as f:
+HF_PACKAGE = os.path.join(ROOT, "planner", "engine", "hf")
+
+
+def imported_names(path: str) -> set[str]:
+    """What a module imports, anywhere in it: a top-level package, or a relative module as written (`..x`)."""
+    with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     imported = set()
     for node in ast.walk(tree):
@@ -518,14 +522,25 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or "") if node.level else (node.module or "").split(".")[0])
-    # ..yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
-    # ..limits: constants only (the engine schema's bounds); ..errors: PlanError, for HFConfigError.as_plan_error
-    # .vllm_choices: the release defaults --from-hf writes (stdlib only, checked below), through
-    # .facts: the typed engine record and a layer's quantization (stdlib only too)
-    # kernel_model: its arith module's cdiv, the one ceiling division (stdlib only; the package
-    # __init__ is a docstring)
-    assert imported <= {"__future__", "dataclasses", "math", "os", "re", "..yamlio", "..limits", "..errors",
-                        ".vllm_choices", "kernel_model"}, imported
+    return imported
+
+
+def test_hf_module_imports_only_stdlib_and_the_planner():
+    modules = sorted(f[:-3] for f in os.listdir(HF_PACKAGE) if f.endswith(".py"))
+    assert {"__init__", "source", "assemble", "families"} <= set(modules)  # the package, not an empty folder
+    # Each module of the package imports its siblings (.source, .layers ...) and, besides:
+    # ...yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
+    # ...limits: constants only (the engine schema's bounds); ...errors: PlanError, for
+    # HFConfigError.as_plan_error; ..vllm_choices: the release defaults --from-hf writes (stdlib
+    # only, checked below), through .facts: the typed engine record and a layer's quantization
+    # (stdlib only too); kernel_model: its arith module's cdiv, the one ceiling division (stdlib
+    # only; the package __init__ is a docstring)
+    outside = {"__future__", "dataclasses", "math", "os", "re", "...yamlio", "...limits", "...errors",
+               "..vllm_choices", "kernel_model"}
+    siblings = {"." + module for module in modules if module != "__init__"}
+    for module in modules:
+        imported = imported_names(os.path.join(HF_PACKAGE, module + ".py")) - siblings
+        assert imported <= outside, (module, imported - outside)
     stdlib_only = {"vllm_choices": {"__future__", ".facts"},
                    "facts": {"__future__", "typing"},
                    "queries": {"__future__", "typing", ".facts"}}

@@ -105,7 +105,7 @@ def engine_source(name: str):
 
 
 def _from_hf(args) -> int:
-    """--from-hf: the engine config planner/engine/hf.py derives from a config.json and the flags."""
+    """--from-hf: the engine config planner/engine/hf/ derives from a config.json and the flags."""
     text = read_text(args.from_hf)
     try:
         config = json.loads(text)

@@ -85,7 +85,7 @@ def test_model_runner_and_linear_kernels_are_vllms_answers(linear_kernel, answer
 
 
 def test_model_shapes_are_planner_hf_derivation(linear_kernel):
-    linear_kernel.answer = "cutlass"  # what planner/engine/hf.py's rule gives float16 (vllm_choices)
+    linear_kernel.answer = "cutlass"  # what planner/engine/hf/choices.py's rule gives float16 (vllm_choices)
     fixture = "qwen3-30b-a3b-fp8.json"
     with open(os.path.join(FIXTURES, fixture)) as f:
         expected = hf.engine_from_hf({**json.load(f), "torch_dtype": "float16"}, tp=2, max_model_len=4096,
@@ -96,7 +96,7 @@ def test_model_shapes_are_planner_hf_derivation(linear_kernel):
         if layer["quant"].get("weight_block_size"):
             layer["kernel"] = "cutlass"
     assert data["model"] == expected["model"] and data["kv_cache"] == expected["kv_cache"]
-    assert "estimate" in data["description"]  # no blocks given: hf.py's estimate, said so
+    assert "estimate" in data["description"]  # no blocks given: hf/memory.py's estimate, said so
 
 
 def test_profiled_blocks_win_over_the_override():

@@ -1,0 +1,111 @@
+"""Engine config from a Hugging Face ``config.json``.
+
+``engine_from_hf(hf, tp=..., gpu=...)`` turns the dict of a model's
+``config.json`` into an engine config (schemas/engine.schema.json): the GEMM
+shapes, fused-MoE layers and attention layers that one rank of a vLLM server
+runs, after tensor-parallel (and expert-parallel) sharding, plus KV-cache,
+scheduler, parallel and device facts. ``engine_to_yaml`` writes it as YAML.
+
+This package imports only the standard library and the planner's YAML codec, whose
+writer needs nothing else (besides the engine schema's bounds, planner.errors for an
+error's line, kernel_model.arith's cdiv and the rules of planner/engine/vllm_choices.py:
+tests/test_hf.py checks each module): ``warmup`` must start fast, and ``warmup plan``
+never imports it (planner/__init__.py).
+
+Modules, in the order engine_from_hf uses them
+----------------------------------------------
+::
+
+    source.py        the config.json being read: typed lookups, HFConfigError, each key's bound
+    flags.py         vLLM's flags, checked: parallelism, scheduler and cache sizes, speculation, KV dtype
+    device.py        the GPUs the planner knows (GPUS) and the one --gpu names
+    model.py         vLLM's ModelConfig: architecture and family, dtype, max_model_len, KV-cache bytes
+    speculative.py   the speculative section, with vLLM's SpeculativeConfig defaults (mtp, suffix)
+    layers.py        one decoder layer's GEMMs, experts and attention shape per rank, as vLLM shards them
+    families.py      the family table: which layers each model family stacks (dense, Mixtral, Qwen3-MoE)
+    deepseek.py      DeepSeek-V3's layers: multi-head latent attention, shared experts
+    quantization.py  quantization_config: FP8 per tensor or by block, ignored layers, the block checks
+    entries.py       the engine's linear and moe entries, counted over the layers; lm_head
+    attention.py     attention entries and KV-cache groups: sliding windows, the attention backend
+    memory.py        one rank's weights and the KV-cache size estimate (num_blocks); what does not fit
+    scheduler.py     the scheduler's defaults by GPU memory
+    assemble.py      engine_from_hf: the steps in order; the config's name, description and sections
+    choices.py       what vLLM decides at start-up: the block-FP8 linear kernel, model runner, sampler
+    writer.py        the schema's key order (insert_after) and the YAML (engine_to_yaml)
+
+Sharding follows vLLM
+---------------------
+* Column-parallel layers split N (``qkv_proj``, ``gate_up_proj``, ``q_b_proj``,
+  ``kv_b_proj``, the shared experts' ``gate_up_proj``, ``lm_head``);
+  row-parallel layers split K (``o_proj``, ``down_proj``); replicated layers
+  (the MoE router ``gate``, DeepSeek's ``fused_qkv_a_proj``) are whole
+  (layers.py, deepseek.py).
+* KV heads are replicated when there are fewer of them than ``tp``:
+  per rank ``max(1, num_key_value_heads // tp)`` (layers.py).
+* ``lm_head``: vLLM pads the vocabulary to a multiple of 64, then splits it
+  over ``tp`` (``VocabParallelEmbedding``): ``n = pad64(vocab_size) / tp``
+  (entries.py).
+* Fused MoE: without expert parallelism every rank holds every expert with
+  ``moe_intermediate_size / (tp * dp)`` (vLLM flattens TP across DP for MoE;
+  with ``dp == 1`` that is ``/ tp``); with ``enable_expert_parallel`` a rank
+  holds ``num_experts / (tp * dp)`` whole experts (layers.py).
+* FP8 block quantization: vLLM refuses a sharded N (or K) that is not a
+  multiple of the block (e.g. Qwen3-30B-A3B-FP8 at tp 4: 768 / 4 = 192); so
+  does this package, with an HFConfigError (quantization.py).
+* Embeddings, ``lm_head`` and router gates stay unquantized, except Qwen3-MoE's gate, which
+  vLLM (0.25.0 and 0.33.0) builds with the model's quant_config.
+  ``quantization_config.ignored_layers`` (or ``modules_to_not_convert``)
+  entries match a module when equal to its full name
+  (``model.layers.3.self_attn.o_proj``), when they are a dotted suffix of it
+  (``lm_head``, ``mlp.gate``), or, with a ``re:`` prefix, as a regular
+  expression (quantization.py). A role that is ignored in some layers only is split in two
+  entries, the unquantized one named ``<role>.unquantized`` (entries.py).
+* The DeepSeek MTP layer (``num_nextn_predict_layers``) is not part of the
+  main model and is left out of its layers (deepseek.py).
+* Speculative decoding (``speculative``) is what the flags say, as vLLM's
+  SpeculativeConfig takes it: a method of the engine schema and a number of
+  draft tokens (1 to 256), required except where vLLM has a default (``mtp``:
+  the model's ``num_nextn_predict_layers``, which it needs; ``suffix``: 24,
+  vLLM's suffix_decoding_max_tree_depth). ``none`` (the default) is no
+  speculation. The drafter's weights and KV cache are not in the estimate below
+  (flags.py, speculative.py).
+* ``--kv-cache-dtype`` (vLLM's CacheConfig.cache_dtype, the engine schema's
+  values) is every attention layer's ``kv_cache_dtype``; ``auto`` is the model
+  dtype (model.py, attention.py).
+* What vLLM decides at start-up is its defaults as a user installs it
+  (planner/engine/vllm_choices.py): every block-FP8 linear's ``kernel`` is what vLLM's
+  kernel selection picks with FlashInfer installed (``pip install vllm==0.25.0``
+  brings it): FlashInferFp8DeepGEMMDynamicBlockScaledKernel on SM 9.0, which the
+  engine loader fills in, so it is not written; ``--fp8-linear-kernel deep_gemm``
+  says FlashInfer is absent or VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0 (DeepGEMM's
+  kernel, written on each layer). ``model_runner`` is
+  ``auto`` (not written), each release's own choice for the model, decided for the plan of
+  that release; ``--model-runner v1|v2`` pins it (VLLM_USE_V2_MODEL_RUNNER) (choices.py).
+
+KV-cache size estimate (when ``num_blocks`` is not given)
+---------------------------------------------------------
+A rough upper bound of what vLLM's memory profiling finds, with
+``--gpu-memory-utilization 0.9``: the blocks that fit in 90% of the GPU's memory
+beside one rank's weights (memory.py gives the formula). It ignores activation
+memory, CUDA graphs and the sampler, so a real server finds somewhat fewer blocks;
+pass ``num_blocks`` to pin the number. Where vLLM would refuse to start (no free
+memory, or fewer blocks than one request of max_model_len needs: its
+check_enough_kv_cache_memory), the config is refused with the numbers and what to
+change; ``ignore_memory`` writes it anyway, with room for one max_model_len
+request, and a warning.
+"""
+
+from __future__ import annotations
+
+from .assemble import engine_from_hf
+from .device import GPUS, gpu_name
+from .entries import VOCAB_PADDING
+from .memory import GPU_MEMORY_UTILIZATION
+from .model import DEFAULT_BLOCK_SIZE, MLA_BLOCK_SIZE, SUPPORTED_ARCHITECTURES
+from .source import HFConfigError, key_line
+from .speculative import SUFFIX_TREE_DEPTH
+from .writer import engine_to_yaml, insert_after
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "GPUS", "GPU_MEMORY_UTILIZATION", "HFConfigError", "MLA_BLOCK_SIZE",
+           "SUFFIX_TREE_DEPTH", "SUPPORTED_ARCHITECTURES", "VOCAB_PADDING", "engine_from_hf", "engine_to_yaml",
+           "gpu_name", "insert_after", "key_line"]

@@ -1,0 +1,45 @@
+"""What vLLM decides at start-up, as a user installs it (the rules of
+planner/engine/vllm_choices.py): each block-FP8 linear's kernel, the model runner and the
+sampler, and the flags that pin them.
+"""
+
+from __future__ import annotations
+
+from ...limits import FP8_LINEAR_KERNEL_CHOICES, MODEL_RUNNERS, SAMPLERS
+from ..vllm_choices import default_linear_kernel
+from .source import config_error, short_repr
+from .writer import insert_after
+
+
+def vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str | None, source: str,
+                 sampler: str | None = None) -> dict:
+    """The model runner (`auto` unless --model-runner), the sampler (`auto` unless --sampler) and each
+    block-FP8 linear's kernel: vLLM's choice with FlashInfer installed, or DeepGEMM's for
+    `--fp8-linear-kernel deep_gemm`. Defaults are left out, as the engine schema's defaults are: the
+    runner and the sampler `auto`, and a kernel that is what the engine loader fills in (vLLM's choice
+    with FlashInfer installed)."""
+    for value, flag, choices in ((fp8_linear_kernel, "--fp8-linear-kernel", FP8_LINEAR_KERNEL_CHOICES),
+                                 (model_runner, "--model-runner", MODEL_RUNNERS), (sampler, "--sampler", SAMPLERS)):
+        if value is not None and value not in choices:
+            raise config_error(source, f"{flag} {short_repr(value)} is not one of {', '.join(choices)}")
+    capability = engine["device"]["capability"]
+    if fp8_linear_kernel == "flashinfer_deep_gemm" and capability != "9.0":
+        raise config_error(source, "--fp8-linear-kernel flashinfer_deep_gemm: vLLM selects FlashInfer's block-FP8 "
+                                   "kernel on SM 9.0 only (has_flashinfer_fp8_blockscale_gemm), and the GPU is "
+                                   f"SM {capability}")
+    given = [f"{flag} {value}" for flag, value in (("--fp8-linear-kernel", fp8_linear_kernel),
+                                                   ("--model-runner", model_runner), ("--sampler", sampler))
+             if value is not None]
+    if given:  # the command that regenerates the config names them too
+        engine["description"] = engine["description"].replace("` from ", f" {' '.join(given)}` from ", 1)
+    model = engine["model"]
+    if model_runner not in (None, "auto"):  # auto, the schema's default, is left out as the shipped engines do
+        model = engine["model"] = insert_after(model, "runner", "model_runner", model_runner)
+    if sampler not in (None, "auto"):
+        after = "model_runner" if "model_runner" in model else "runner"
+        model = engine["model"] = insert_after(model, after, "sampler", sampler)
+    for layer in model["linear"]:  # only where it is not the engine's default (planner/engine/config.py fills that in)
+        kernel = default_linear_kernel(layer, model["dtype"], capability, fp8_linear_kernel != "deep_gemm")
+        if kernel != default_linear_kernel(layer, model["dtype"], capability):
+            layer["kernel"] = kernel
+    return engine

@@ -1,0 +1,68 @@
+"""The engine's `model.linear` and `model.moe` entries: one per role, shape and quantization,
+counting the layers that have it; and lm_head, the vocabulary padded and split over tp as vLLM's
+VocabParallelEmbedding does.
+"""
+
+from __future__ import annotations
+
+from kernel_model.arith import cdiv
+
+from .layers import DecoderLayers
+from .model import Model
+from .quantization import QuantConfig, linear_quant, moe_quant
+from .source import HFConfig
+
+
+VOCAB_PADDING = 64  # vLLM DEFAULT_VOCAB_PADDING_SIZE
+
+
+def _name_unquantized(entries: list[dict]) -> list[dict]:
+    """A name that is quantized in some layers only: its unquantized entry is <name>.unquantized."""
+    methods: dict = {}
+    for entry in entries:
+        methods.setdefault(entry["name"], set()).add(entry["quant"]["method"])
+    for entry in entries:
+        if len(methods[entry["name"]]) > 1 and entry["quant"]["method"] == "none":
+            entry["name"] += ".unquantized"
+    return entries
+
+
+def linear_entries(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig) -> list[dict]:
+    """One entry per (role, shape, quantization), counting the layers that have it."""
+    groups: dict = {}
+    for i, lins in enumerate(layers.linears):
+        for lin in lins:
+            q = linear_quant(ctx, lin, i, quant)
+            key = (lin.role, lin.n, lin.k, tuple(sorted((k, str(v)) for k, v in q.items())))
+            if key not in groups:
+                groups[key] = {"name": lin.role, "n": lin.n, "k": lin.k, "count": 0, "quant": q}
+            groups[key]["count"] += 1
+    return _name_unquantized(list(groups.values()))
+
+
+def vocab_per_rank(ctx: HFConfig, model: Model, tp: int) -> int:
+    """lm_head's N: vLLM pads the vocabulary, then splits it over tp (VocabParallelEmbedding)."""
+    padded = cdiv(model.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
+    return ctx.div(padded, f"vocab_size padded to a multiple of {VOCAB_PADDING}", tp, f"--tp {tp}")
+
+
+def lm_head(ctx: HFConfig, model: Model, tp: int) -> dict:
+    """lm_head's entry: vocab_per_rank wide, and unquantized in every checkpoint vLLM loads."""
+    return {"name": "lm_head", "n": vocab_per_rank(ctx, model, tp), "k": model.hidden_size, "count": 1,
+            "quant": {"method": "none"}}
+
+
+def moe_entries(layers: DecoderLayers, quant: QuantConfig) -> list[dict]:
+    """One entry per (experts, intermediate size, quantization), counting the layers."""
+    groups: dict = {}
+    for i, moe in enumerate(layers.moes):
+        if moe is None:
+            continue
+        q = moe_quant(moe, i, quant)
+        key = (moe.num_experts, moe.intermediate_size, q["method"])
+        if key not in groups:
+            groups[key] = {"name": "experts", "num_experts": moe.num_experts, "top_k": moe.top_k,
+                           "hidden_size": moe.hidden_size, "intermediate_size": moe.intermediate_size,
+                           "count": 0, "quant": q}
+        groups[key]["count"] += 1
+    return _name_unquantized(list(groups.values()))
