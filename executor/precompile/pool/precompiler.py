@@ -34,7 +34,9 @@ CANCEL_WAIT_S = 10.0  # how long cancel() waits for a starter thread that is sti
 class Precompiler:
     """The precompile phase of one run: whether a pool runs, its start and end, and what it did.
     `monitor`: the JIT monitor of the process that runs the plan; `progress`: the pool's line;
-    `note`: where a takeover's line goes (claims/node.py: a logger)."""
+    `note`: where a takeover's line goes (claims/node.py: a logger). Callers use its methods and
+    properties (submit() and end_idle() are the loop hook's, hook.py); its pieces (book, pool,
+    barrier, claims, ...) are the package's own."""
 
     def __init__(self, steps, options, backend_of, progress=None, monitor=None, note=None):
         self.steps, self.options, self.progress = steps, options, progress
