@@ -38,7 +38,7 @@ mkdir -p "$WORK" "$OUT"
 case "$MODEL" in llama) NAME=llama-3.1-8b-instruct-fp8-block ;; qwen) NAME=qwen3-30b-a3b-fp8 ;; *) NAME=$MODEL ;; esac
 SERIES=$NAME$([ "$WITH_FLASHINFER" = 1 ] && echo "-fi")$([ "$MODE" = server ] && echo "-serve")
 RUN=$ROOT/runs/$SERIES/plugin-cold
-# vLLM's tuned fused_moe tables, from the vLLM that serves (planner/moe_tables.py)
+# vLLM's tuned fused_moe tables, from the vLLM that serves (planner/tables/vllm_moe.py)
 export WARMUP_VLLM_MOE_CONFIGS=${WARMUP_VLLM_MOE_CONFIGS:-$VLLM_SITE/vllm/model_executor/layers/fused_moe/configs}
 
 engine() {  # the engine the server ran, as vLLM resolves the proof's `vllm serve` flags

@@ -55,9 +55,9 @@ sys.path.insert(0, ROOT)
 
 from executor import dg_install  # noqa: E402
 from kernel_model import deep_gemm as model  # noqa: E402
-from planner.engine import load_engine  # noqa: E402
-from planner.expr import round_up  # noqa: E402
-from planner.stages.deep_gemm import dense_shapes, moe_weights  # noqa: E402
+from planner.engine.config import load_engine  # noqa: E402
+from planner.plan.expr import round_up  # noqa: E402
+from planner.plan.stages.deep_gemm import dense_shapes, moe_weights  # noqa: E402
 
 ENGINES = ("deepseek-v3-fp8-tp8-h200", "qwen3-30b-a3b-fp8-h100")
 ALIGN = 128

@@ -51,9 +51,9 @@ def sha256(path: str) -> str | None:
 def plan_step(plan: str, engine_name: str):
     """(expanded plan, the flashinfer autotune step, the engine record) from the planner."""
     sys.path.insert(0, REPO)
-    from planner.engine import load_engine
-    from planner.expand import expand
-    from planner.plan import load_plan
+    from planner.engine.config import load_engine
+    from planner.plan.expand import expand
+    from planner.plan.authored import load_plan
 
     engine = load_engine(engine_name)
     expanded = expand(load_plan(plan), engine)
@@ -188,7 +188,7 @@ def phase_library(args, which: str) -> dict:
     build_jit_modules(res)
     _, step, engine = plan_step(args.plan, args.engine)
     sys.path.insert(0, REPO)
-    from planner.engine_queries import fp8_shapes
+    from planner.engine.queries import fp8_shapes
     shapes = fp8_shapes(engine.model.linear)
     num_tokens = step.num_tokens
     res.update(step=step.to_dict(), shapes=[list(s) for s in shapes], num_tokens=num_tokens)

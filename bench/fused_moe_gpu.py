@@ -6,7 +6,7 @@ plan's keys and nothing else, and a second run compiles nothing.
 
 Needs vLLM 0.25.0 importable and this project's plugin wheel installed (bench/vllm_gpu_setup.sh
 parts core, ext, py and plugin: the wheel's entry points register the `vllm_triton` backend; the
-checkout on PYTHONPATH alone has none), `source bench/vllm_gpu_setup.sh env`, and a GPU; the tuned tables are the installed vLLM's (planner.moe_tables finds them without
+checkout on PYTHONPATH alone has none), `source bench/vllm_gpu_setup.sh env`, and a GPU; the tuned tables are the installed vLLM's (planner.tables.vllm_moe finds them without
 importing vLLM). Only the plan's fused_moe steps run, through `executor.run.execute` with the
 `vllm_triton` backend as the plugin configures it (no pool, no runner), into TRITON_CACHE_DIR.
 Pass `cold` (an empty cache): Triton compiles per step must equal the step's distinct compile
@@ -26,7 +26,7 @@ import time
 
 def fused_moe_plan(plan: str, engine_name: str):
     from planner.api import expand, load_engine
-    from planner.plan import load_plan
+    from planner.plan.authored import load_plan
 
     engine = load_engine(engine_name)
     expanded = expand(load_plan(plan), engine)

@@ -36,10 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from executor import run  # noqa: E402 - imports neither torch nor triton
 from executor.precompile import default_jobs  # noqa: E402
 from executor.runner.trace import TraceConfig, percentile  # noqa: E402
-from planner.engine import load_engine  # noqa: E402
-from planner.expand import expand  # noqa: E402
-from planner.expanded import ExpandedPlan  # noqa: E402
-from planner.plan import load_plan  # noqa: E402
+from planner.engine.config import load_engine  # noqa: E402
+from planner.plan.expand import expand  # noqa: E402
+from planner.plan.expanded import ExpandedPlan  # noqa: E402
+from planner.plan.authored import load_plan  # noqa: E402
 
 FAMILIES = ("attention", "gemm", "sampler", "bitmask", "kv_write", "inputs", "rejection_sampler", "other")
 
@@ -148,7 +148,7 @@ def finish(args, report: dict, result) -> int:
     return 1 if args.expect_zero and report["trace"]["compiles"]["total"] else 0
 
 
-BATCH_KINDS = ("prefill", "sample", "decode", "cleanup")  # the model runner's steps (planner.steps)
+BATCH_KINDS = ("prefill", "sample", "decode", "cleanup")  # the model runner's steps (planner.plan.steps)
 
 
 def warmup_summary(result, expanded) -> dict:

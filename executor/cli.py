@@ -23,12 +23,12 @@ import sys
 
 from planner import api
 from planner.cli import Parser
-from planner.engine_facts import EngineFacts
+from planner.engine.facts import EngineFacts
 from planner.errors import PlanError
 from planner.output import check_writable
 from planner.words import did_you_mean
-from planner.tables import table_path
-from planner.steps import FAMILIES
+from planner.tables.kernel_configs import table_path
+from planner.plan.steps import FAMILIES
 
 from . import dg_install
 from .precompile import default_jobs
@@ -38,7 +38,7 @@ from .registry import backend_families, known_backends
 from .report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, Report  # one definition of the exit codes
 from .run import INJECT_KINDS, Options, execute
 
-KERNEL_CONFIG_DIR = "WARMUP_KERNEL_CONFIG_DIR"  # tuned tables: planner.tables.config_root reads it
+KERNEL_CONFIG_DIR = "WARMUP_KERNEL_CONFIG_DIR"  # tuned tables: planner.tables.kernel_configs.config_root reads it
 
 
 def add_commands(sub) -> None:
@@ -284,7 +284,7 @@ def run_environment(args) -> dict:
     workers take their settings from it, so these cannot be passed down as values alone.
     - WARMUP_KERNEL_CONFIG_DIR: where the planner and the kernels read tuned tables and autotune
       writes them: --kernel-config-dir, else the caller's $WARMUP_KERNEL_CONFIG_DIR, else the
-      packaged plans/kernel-configs (planner.tables.config_root: one default for planning and launching).
+      packaged plans/kernel-configs (planner.tables.kernel_configs.config_root: one default for planning and launching).
     - TRITON_INTERPRET=1 for a run off CUDA (not --dry-run): Triton must be imported in interpreter
       mode, so only where it is not imported yet and the caller set no mode of its own."""
     env = {}

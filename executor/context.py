@@ -13,7 +13,7 @@ import contextlib
 import importlib
 from dataclasses import asdict, dataclass, field
 
-from planner.engine_facts import EngineFacts
+from planner.engine.facts import EngineFacts
 
 from . import registry
 from .backends.base import Skipped, Unavailable

@@ -3,14 +3,14 @@
 Importing this imports no torch, triton or optional library: backend modules import
 their libraries inside ``available()`` and the family methods. A backend class says
 which kernel families it implements (``families``); the families themselves are the
-step kinds' (planner.steps.FAMILIES).
+step kinds' (planner.plan.steps.FAMILIES).
 """
 
 from __future__ import annotations
 
 import importlib
 
-from planner import steps
+from planner.plan import steps
 from planner.plugins import load_plugins_by_group
 
 from .handlers import autotune, cudagraph, family, runner

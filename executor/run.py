@@ -28,7 +28,7 @@ import sys
 import time
 import traceback
 
-from planner.engine_facts import EngineFacts
+from planner.engine.facts import EngineFacts
 from planner.errors import PlanError, one_line
 
 from . import dg_install, registry
@@ -56,7 +56,7 @@ def execute(expanded, engine: EngineFacts | None = None, options: Options | None
             precompiler: Precompiler | None = None, monitor: Monitor | None = None) -> Report:
     """Run every step of `expanded`; returns the report (also filled in place when given).
 
-    `engine`: the planner's record of the engine config (planner.engine.Engine.facts), as built
+    `engine`: the planner's record of the engine config (planner.engine.config.Engine.facts), as built
     once by the planner; none where the plan is run without one (no model runner, no tables).
 
     `runner`: a model runner to use instead of starting one; it stays the caller's (not closed).

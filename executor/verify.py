@@ -24,7 +24,7 @@ from .runner.trace import TraceConfig, percentile, run_trace
 
 def verify_keys(steps: list, backend_name) -> list[dict]:
     """One entry per distinct kernel shape among the warmed steps and backend, with its range:
-    the largest range a step of it declares (planner.steps ``value_range``)."""
+    the largest range a step of it declares (planner.plan.steps ``value_range``)."""
     keys: dict = {}
     for step in steps:
         backend = backend_name(step)

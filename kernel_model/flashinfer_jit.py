@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KERNEL = "flashinfer_jit_module"  # the name Kernel steps give these (planner.steps.LAUNCH_MODELS)
+KERNEL = "flashinfer_jit_module"  # the name Kernel steps give these (planner.plan.steps.LAUNCH_MODELS)
 KEY_PREFIX = "flashinfer.jit"
 
 

@@ -12,7 +12,7 @@ expanded plan's digest covers their content so that a changed table makes a save
 plan stale. A table file is named ``<kernel>,N=<n>,K=<k>,device=<device>.json`` with
 the device's short name (``H100``, ``H200``: ``device_key``), so that the engine config
 (which names the device) and the GPU (which torch names) find the same file. Where the
-files live is the callers' choice (planner.tables: ``$WARMUP_KERNEL_CONFIG_DIR``, else the
+files live is the callers' choice (planner.tables.kernel_configs: ``$WARMUP_KERNEL_CONFIG_DIR``, else the
 packaged ``plans/kernel-configs/``); this module only reads the file it is given.
 """
 

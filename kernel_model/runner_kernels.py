@@ -231,7 +231,7 @@ def ptr(dtype: str, aligned: bool = True) -> str:
 @dataclass(frozen=True)
 class RunnerFacts:
     """What the runner's launches depend on, as plain values of the engine config (the planner's
-    planner.stages.runner_kernels.runner_facts reads them). ReferenceRunner sizes its buffers
+    planner.plan.stages.runner_kernels.runner_facts reads them). ReferenceRunner sizes its buffers
     from these same fields (block-table width, token buffer)."""
 
     dtype: str

@@ -1,12 +1,12 @@
 """The planner's API: what `warmup plan`, `check`, `diff` and `warmup execute` do with their inputs.
 
     load_plan(ref), load_engine(ref)   a built-in name or a path
-    expand(plan, engine)               the ExpandedPlan (planner.expand)
+    expand(plan, engine)               the ExpandedPlan (planner.plan.expand)
     load_target(ref)                   a plan to expand, or an expanded plan file to use as it is
     load_expanded(ref)                 an expanded plan file, and nothing else
     check_fresh(expanded, engine, plan) refuse a saved plan whose inputs changed since it was made
 
-A saved plan carries a digest per input (planner.digest). Given the engine config it will
+A saved plan carries a digest per input (planner.plan.digest). Given the engine config it will
 run on, and the plan when it can be found, ``check_fresh`` recomputes them and names every
 input that differs, the way `terraform apply` refuses a stale saved plan.
 """
@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .digest import changed_inputs, digest
-from .engine import Engine, load_engine
+from .plan.digest import changed_inputs, digest
+from .engine.config import Engine, load_engine
 from .errors import PlanError
-from .expand import expand
-from .expanded import ExpandedPlan
-from .loading import detect, expanded_from_document
-from .plan import Plan, load_plan
+from .plan.expand import expand
+from .plan.expanded import ExpandedPlan
+from .plan.loading import detect, expanded_from_document
+from .plan.authored import Plan, load_plan
 from .resources import builtin_plans, engines_dir, resolve
 from .yamlio import load_file
 

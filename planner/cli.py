@@ -81,10 +81,10 @@ class Parser(argparse.ArgumentParser):
 
 
 class _Version(argparse.Action):
-    """`warmup --version`: planner/releases.py says what, imported only when asked."""
+    """`warmup --version`: planner/engine/releases.py says what, imported only when asked."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from .releases import version_text
+        from .engine.releases import version_text
 
         sys.stdout.write(version_text())
         parser.exit(EXIT_OK)

@@ -1,5 +1,5 @@
-"""The one digest of a JSON-like value: sha256 of its canonical JSON. planner.digest makes a plan's
-input digests with it; planner.moe_tables hashes vLLM's fused_moe tables with it (a module of its own,
+"""The one digest of a JSON-like value: sha256 of its canonical JSON. planner.plan.digest makes a plan's
+input digests with it; planner.tables.vllm_moe hashes vLLM's fused_moe tables with it (a module of its own,
 below both, so that neither imports the other for it)."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _no_vllm_moe_tables(monkeypatch):
-    """Every test plans as if no vLLM's fused_moe tables were known (planner/moe_tables.py), whether
+    """Every test plans as if no vLLM's fused_moe tables were known (planner/tables/vllm_moe.py), whether
     or not this Python has vLLM: a test that wants tables sets WARMUP_VLLM_MOE_CONFIGS itself
     (`moe_tables`), so plans and goldens do not depend on the machine."""
     monkeypatch.setenv("WARMUP_VLLM_MOE_CONFIGS", "")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 import textwrap
 
-from planner.engine import engine_from_document
-from planner.expand import expand
-from planner.plan import load_plan
+from planner.engine.config import engine_from_document
+from planner.plan.expand import expand
+from planner.plan.authored import load_plan
 from planner.yamlio import Document
 
 BASE_ENGINE = {
@@ -51,7 +51,7 @@ def write_plan(tmp_path, text: str, name: str = "plan.yaml") -> str:
 
 
 def steps_of(plan: str, engine, stage: str | None = None, kind: str | None = None) -> list:
-    """The typed steps (planner.steps) of a plan for an engine, of one stage and kind if given."""
+    """The typed steps (planner.plan.steps) of a plan for an engine, of one stage and kind if given."""
     out = expand(load_plan(plan), engine).steps
     return [s for s in out if (stage is None or s.stage == stage) and (kind is None or s.kind == kind)]
 

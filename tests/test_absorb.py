@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from planner import absorb, api
+from planner.review import absorb
+from planner import api
 from planner.cli import main
 from planner.errors import PlanError
-from planner.server_logs import read_log, read_logs
+from planner.review.server_logs import read_log, read_logs
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "logs")
 LLAMA_STOCK = os.path.join(FIXTURES, "vllm-0.25-llama-stock.server.log")

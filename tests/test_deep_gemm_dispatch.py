@@ -10,9 +10,9 @@ import pytest
 from factories import make_engine, steps_of, write_plan
 
 from kernel_model import deep_gemm as dg
-from planner.engine import load_engine
+from planner.engine.config import load_engine
 from planner.errors import PlanError
-from planner.expr import round_up
+from planner.plan.expr import round_up
 
 ENGINES = ("deepseek-v3-fp8-tp8-h200", "qwen3-30b-a3b-fp8-h100")
 EXACT = """

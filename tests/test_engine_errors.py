@@ -10,8 +10,8 @@ the plan, as before.
 import pytest
 
 from planner.cli import main
-from planner.engine import EXPRESSION_FIELDS, load_engine
-from planner.expr import trace
+from planner.engine.config import EXPRESSION_FIELDS, load_engine
+from planner.plan.expr import trace
 from planner.resources import resolve
 
 ENGINE = "plans/engines/llama-3.1-8b-fp8-h100.yaml"

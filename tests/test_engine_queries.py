@@ -1,9 +1,9 @@
-"""planner/engine_queries.py: the one place that says which layers are block FP8 and what their
-GEMM shapes are, asked of the engine record (planner.engine_facts.EngineFacts). Each caller must
+"""planner/engine/queries.py: the one place that says which layers are block FP8 and what their
+GEMM shapes are, asked of the engine record (planner.engine.facts.EngineFacts). Each caller must
 still compute what it computed before the queries existed (the `old_*` functions below are those
 computations over the engine dict, copied from before issue 26), on every shipped engine and on one
-engine of every quantization edge; and no module outside planner/engine_facts.py's quant_of (and
-planner/hf.py, which reads Hugging Face's config) reads the quantization of a layer itself."""
+engine of every quantization edge; and no module outside planner/engine/facts.py's quant_of (and
+planner/engine/hf.py, which reads Hugging Face's config) reads the quantization of a layer itself."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import re
 
 import pytest
 
-from planner.engine_facts import engine_facts
-from planner.engine import load_engine
-from planner.engine_facts import Quant, quant_of
-from planner.engine_queries import block_fp8_linears, block_fp8_moes
-from planner.stages import autotune, deep_gemm, triton_gemm, vllm_fused_moe
-from planner.vllm_choices import default_linear_kernel
+from planner.engine.facts import engine_facts
+from planner.engine.config import load_engine
+from planner.engine.facts import Quant, quant_of
+from planner.engine.queries import block_fp8_linears, block_fp8_moes
+from planner.plan.stages import autotune, deep_gemm, triton_gemm, vllm_fused_moe
+from planner.engine.vllm_choices import default_linear_kernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINES = sorted(glob.glob(os.path.join(ROOT, "plans", "engines", "*.yaml"))
@@ -56,12 +56,12 @@ ENGINE_IDS = [os.path.basename(path) for path in ENGINES] + ["edges"]
 
 # --- the computations before the queries, verbatim but for names ------------------------------
 
-def old_is_block_fp8(layer, block):  # planner/stages/deep_gemm.py
+def old_is_block_fp8(layer, block):  # planner/plan/stages/deep_gemm.py
     quant = layer.get("quant") or {}
     return quant.get("method") == "fp8" and quant.get("weight_block_size") == [block, block]
 
 
-def old_dense_shapes(engine, block, n_multiple=None, kernels=None):  # planner/stages/deep_gemm.py
+def old_dense_shapes(engine, block, n_multiple=None, kernels=None):  # planner/plan/stages/deep_gemm.py
     n_multiple = n_multiple or block
     shapes = {}
     for layer in engine["model"]["linear"]:
@@ -72,7 +72,7 @@ def old_dense_shapes(engine, block, n_multiple=None, kernels=None):  # planner/s
     return shapes
 
 
-def old_moe_weights(engine, block):  # planner/stages/deep_gemm.py
+def old_moe_weights(engine, block):  # planner/plan/stages/deep_gemm.py
     weights = {}
     for moe in engine["model"]["moe"]:
         if not old_is_block_fp8(moe, block):
@@ -86,7 +86,7 @@ def old_moe_weights(engine, block):  # planner/stages/deep_gemm.py
     return weights
 
 
-def old_triton_dense_shapes(engine):  # planner/stages/triton_gemm.py, dense_steps
+def old_triton_dense_shapes(engine):  # planner/plan/stages/triton_gemm.py, dense_steps
     shapes = {}
     for layer in engine["model"]["linear"]:
         if old_is_block_fp8(layer, 128) and layer["k"] % 128 == 0:
@@ -94,7 +94,7 @@ def old_triton_dense_shapes(engine):  # planner/stages/triton_gemm.py, dense_ste
     return shapes
 
 
-def old_triton_moes(engine):  # planner/stages/triton_gemm.py, grouped_steps' loop
+def old_triton_moes(engine):  # planner/plan/stages/triton_gemm.py, grouped_steps' loop
     out = []
     for moe in engine["model"]["moe"]:
         if not old_is_block_fp8(moe, 128):
@@ -104,7 +104,7 @@ def old_triton_moes(engine):  # planner/stages/triton_gemm.py, grouped_steps' lo
     return out
 
 
-def old_gemm_shapes(engine):  # planner/stages/autotune.py
+def old_gemm_shapes(engine):  # planner/plan/stages/autotune.py
     seen = {}
     for layer in engine["model"]["linear"]:
         if old_is_block_fp8(layer, 128) and layer["k"] % 128 == 0:  # issue 37: another K is planned around
@@ -112,14 +112,14 @@ def old_gemm_shapes(engine):  # planner/stages/autotune.py
     return list(seen)
 
 
-def old_fused_moe_kind(layer):  # planner/stages/vllm_fused_moe.py, layer_shape
+def old_fused_moe_kind(layer):  # planner/plan/stages/vllm_fused_moe.py, layer_shape
     quant = layer.get("quant") or {"method": "none"}
     if quant["method"] == "fp8" and list(quant.get("weight_block_size") or ()) == [128, 128]:
         return "fp8_block"
     return "none" if quant["method"] == "none" else None
 
 
-def old_default_linear_kernel(layer, dtype, capability, flashinfer=True):  # planner/vllm_choices.py
+def old_default_linear_kernel(layer, dtype, capability, flashinfer=True):  # planner/engine/vllm_choices.py
     quant = layer.get("quant") or {}
     block = quant.get("weight_block_size")
     if quant.get("method") != "fp8" or not block:
@@ -229,10 +229,10 @@ def test_the_typed_answers():
 # --- one place -------------------------------------------------------------------------------
 
 # Reading a layer's quantization (its `quant`, or the block size in it) is the block-FP8 test
-# written again; planner/hf.py writes `quant` from Hugging Face's quantization_config, and
+# written again; planner/engine/hf.py writes `quant` from Hugging Face's quantization_config, and
 # reads Hugging Face's own weight_block_size there.
 READS_QUANT = re.compile(r"""(\.get\(\s*|\[\s*)["'](weight_block_size|quant)["']""")
-MAY_READ = {"planner/engine_facts.py", "planner/hf.py"}
+MAY_READ = {"planner/engine/facts.py", "planner/engine/hf.py"}
 # kernel_model's launch specs have a `quant` of their own (the kernel's, not a layer's).
 FLOORS = ("bench", "vllm_bridge", "executor", "planner")
 
@@ -246,4 +246,4 @@ def test_only_the_queries_read_a_layers_quantization():
                 continue
             with open(path, encoding="utf-8") as f:
                 found += [f"{name}:{i}: {line.strip()}" for i, line in enumerate(f, 1) if READS_QUANT.search(line)]
-    assert found == [], "read the quantization from the engine record (planner/engine_facts.py):\n" + "\n".join(found)
+    assert found == [], "read the quantization from the engine record (planner/engine/facts.py):\n" + "\n".join(found)

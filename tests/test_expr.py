@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.expr import ExprError, cdiv, evaluate, last_power_of_2, next_power_of_2, round_up
+from planner.plan.expr import ExprError, cdiv, evaluate, last_power_of_2, next_power_of_2, round_up
 
 NAMES = {"max_num_batched_tokens": 8192, "max_model_len": 4096, "num_speculative_tokens": 2,
          "runner": "generate", "is_last_pp_rank": True}

@@ -1,6 +1,6 @@
 """FlashInfer's JIT modules (issue 24, measured on the H100 in bench/RESULTS.md part U): which ones
 an engine builds at first use (kernel_model/flashinfer_jit.py), the sampler vLLM chooses
-(planner/vllm_choices.py `sampler`, the engine's `model.sampler`), what the plugin's plan makes of
+(planner/engine/vllm_choices.py `sampler`, the engine's `model.sampler`), what the plugin's plan makes of
 both, and the backend that builds a module ahead of vLLM's first call."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from executor.backends.base import Unavailable
 from executor.backends.flashinfer_jit import FlashInferJitBackend
 from kernel_model import flashinfer_jit as fj
-from planner.releases import sampler
-from planner.steps import Kernel, Variant
+from planner.engine.releases import sampler
+from planner.plan.steps import Kernel, Variant
 from tests.factories import make_engine, steps_of
 
 FP8 = {"method": "fp8", "weight_block_size": [128, 128]}

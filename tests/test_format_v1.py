@@ -14,7 +14,7 @@ import os
 import pytest
 
 from planner import api, cli
-from planner.expanded import FORMAT, FORMAT_V1
+from planner.plan.expanded import FORMAT, FORMAT_V1
 from planner.review import diff
 
 HERE = os.path.dirname(__file__)

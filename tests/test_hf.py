@@ -1,4 +1,4 @@
-"""planner.hf: engine configs from Hugging Face config.json files.
+"""planner.engine.hf: engine configs from Hugging Face config.json files.
 
 Every expected shape below is derived by hand from the config values, with
 vLLM's sharding rules: column-parallel layers split N, row-parallel split K,
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from planner.hf import GPUS, HFConfigError, engine_from_hf, engine_to_yaml
+from planner.engine.hf import GPUS, HFConfigError, engine_from_hf, engine_to_yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "hf")
@@ -510,29 +510,29 @@ def test_yaml_quotes_what_would_not_read_back():
 
 
 def test_hf_module_imports_only_stdlib_and_the_planner():
-    with open(os.path.join(ROOT, "planner", "hf.py"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "planner", "engine", "hf.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            imported.add("." + node.module if node.level else (node.module or "").split(".")[0])
-    # .yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
-    # .limits: constants only (the engine schema's bounds); .errors: PlanError, for HFConfigError.as_plan_error
+            imported.add("." * node.level + (node.module or "") if node.level else (node.module or "").split(".")[0])
+    # ..yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
+    # ..limits: constants only (the engine schema's bounds); ..errors: PlanError, for HFConfigError.as_plan_error
     # .vllm_choices: the release defaults --from-hf writes (stdlib only, checked below), through
-    # .engine_facts: the typed engine record and a layer's quantization (stdlib only too)
+    # .facts: the typed engine record and a layer's quantization (stdlib only too)
     # kernel_model: its arith module's cdiv, the one ceiling division (stdlib only; the package
     # __init__ is a docstring)
-    assert imported <= {"__future__", "dataclasses", "math", "os", "re", ".yamlio", ".limits", ".errors",
+    assert imported <= {"__future__", "dataclasses", "math", "os", "re", "..yamlio", "..limits", "..errors",
                         ".vllm_choices", "kernel_model"}, imported
-    stdlib_only = {"vllm_choices": {"__future__", ".engine_facts"},
-                   "engine_facts": {"__future__", "typing"},
-                   "engine_queries": {"__future__", "typing", ".engine_facts"}}
+    stdlib_only = {"vllm_choices": {"__future__", ".facts"},
+                   "facts": {"__future__", "typing"},
+                   "queries": {"__future__", "typing", ".facts"}}
     for module, allowed in stdlib_only.items():
-        with open(os.path.join(ROOT, "planner", module + ".py"), encoding="utf-8") as f:
+        with open(os.path.join(ROOT, "planner", "engine", module + ".py"), encoding="utf-8") as f:
             tree = ast.parse(f.read())
-        imports = {("." if node.level else "") + (node.module or "") for node in ast.walk(tree)
+        imports = {"." * node.level + (node.module or "") for node in ast.walk(tree)
                    if isinstance(node, ast.ImportFrom)}
         assert imports <= allowed and not [node for node in ast.walk(tree) if isinstance(node, ast.Import)], module
 

@@ -10,7 +10,7 @@ import yaml
 
 from planner import limits
 from planner.cli import main
-from planner.hf import HFConfigError, engine_from_hf
+from planner.engine.hf import HFConfigError, engine_from_hf
 from planner.schema import load_schema
 
 HF = "tests/fixtures/hf"

@@ -4,10 +4,10 @@ import pytest
 from factories import make_engine, merge, write_plan
 from factories import plain_steps_of as steps_of
 
-from planner.stages.autotune import hybrid_buckets, power_of_2_buckets
-from planner.stages.cudagraph import default_sizes
-from planner.stages.deep_gemm import relax_m_values
-from planner.stages.triton_gemm import bucket_m_values, nearest_key_intervals
+from planner.plan.stages.autotune import hybrid_buckets, power_of_2_buckets
+from planner.plan.stages.cudagraph import default_sizes
+from planner.plan.stages.deep_gemm import relax_m_values
+from planner.plan.stages.triton_gemm import bucket_m_values, nearest_key_intervals
 
 FP8 = {"method": "fp8", "weight_block_size": [128, 128]}
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from planner.engine import load_engine
+from planner.engine.config import load_engine
 from planner.errors import PlanError
-from planner.expand import expand
-from planner.plan import load_plan
+from planner.plan.expand import expand
+from planner.plan.authored import load_plan
 from planner import api as stale
 from planner.review import diff
 

@@ -50,9 +50,9 @@ def test_the_check_sees_a_lazy_import_up(tmp_path):
 # --- the engine is read through its record (issue 26 item 4) ---------------------------------------
 
 # The modules that build the engine config from its sources or its data; everything else reads
-# planner.engine_facts.EngineFacts (or planner/engine_queries.py's questions of it), never a path
+# planner.engine.facts.EngineFacts (or planner/engine/queries.py's questions of it), never a path
 # into the engine dict.
-ENGINE_MODULES = {"planner/engine.py", "planner/engine_facts.py", "planner/hf.py", "vllm_bridge/engine.py"}
+ENGINE_MODULES = {"planner/engine/config.py", "planner/engine/facts.py", "planner/engine/hf.py", "vllm_bridge/engine.py"}
 SECTIONS = {"model", "kv_cache", "scheduler", "speculative", "parallel", "compilation", "device"}
 SECTION_ONLY = {"kv_cache", "scheduler", "speculative", "compilation"}  # names nothing else uses
 
@@ -77,7 +77,7 @@ def engine_paths(path: str) -> list[int]:
 def test_no_engine_dict_path_outside_the_engine_modules():
     found = [f"{rel}:{line}" for floor in FLOORS[1:] for path in modules_of(floor)
              if (rel := os.path.relpath(path, ROOT)) not in ENGINE_MODULES for line in engine_paths(path)]
-    assert found == [], "read these through planner.engine_facts: " + ", ".join(found)
+    assert found == [], "read these through planner.engine.facts: " + ", ".join(found)
 
 
 def test_the_engine_path_check_sees_each_form(tmp_path):
@@ -88,11 +88,11 @@ def test_the_engine_path_check_sees_each_form(tmp_path):
 
 # --- the record the planner built crosses every boundary (issue 36 item 2) ----------------------------
 
-BUILDS_THE_RECORD = {"planner/engine.py"}  # engine_from_document: the record of a loaded engine config
-# The engine modules proper: Engine holds the dict (planner/engine.py) and the record is built from
-# it (planner/engine_facts.py). The planner's stages, queries and lints take Engine.facts as the
+BUILDS_THE_RECORD = {"planner/engine/config.py"}  # engine_from_document: the record of a loaded engine config
+# The engine modules proper: Engine holds the dict (planner/engine/config.py) and the record is built from
+# it (planner/engine/facts.py). The planner's stages, queries and lints take Engine.facts as the
 # executor and the bridge do.
-HOLDS_THE_DICT = {"planner/engine.py", "planner/engine_facts.py"}
+HOLDS_THE_DICT = {"planner/engine/config.py", "planner/engine/facts.py"}
 
 
 def engine_handovers(path: str) -> list[str]:
@@ -120,7 +120,7 @@ def test_the_planner_the_executor_and_the_bridge_take_the_engine_record_and_noth
     builds = [f"{rel}:{what}" for floor in FLOORS[1:] for path in modules_of(floor)
               if (rel := os.path.relpath(path, ROOT)) not in BUILDS_THE_RECORD
               for what in engine_handovers(path) if what.endswith("builds the record")]
-    assert above + builds == [], "pass planner.engine.Engine.facts: " + ", ".join(above + builds)
+    assert above + builds == [], "pass planner.engine.config.Engine.facts: " + ", ".join(above + builds)
 
 
 def test_the_handover_check_sees_each_form(tmp_path):

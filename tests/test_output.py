@@ -11,11 +11,11 @@ import yaml
 from factories import make_engine, write_plan
 
 from planner.cli import main
-from planner.engine import load_engine
-from planner.expand import expand
-from planner.expanded import ExpandedPlan
+from planner.engine.config import load_engine
+from planner.plan.expand import expand
+from planner.plan.expanded import ExpandedPlan
 from planner.output import compress_runs, decompress, expand_runs, to_json, to_table, to_yaml
-from planner.plan import load_plan
+from planner.plan.authored import load_plan
 
 
 @pytest.mark.parametrize("values,compressed", [
@@ -126,7 +126,7 @@ def test_write_atomic_gives_the_mode_a_plain_open_would(tmp_path):
 
 def test_writing_yaml_does_not_import_pyyaml():
     """The writer is pure stdlib: executor workers import planner.output (write_atomic)."""
-    code = ("import sys\nfrom planner.output import to_yaml\nfrom planner.hf import engine_to_yaml\n"
+    code = ("import sys\nfrom planner.output import to_yaml\nfrom planner.engine.hf import engine_to_yaml\n"
             "to_yaml({'steps': [{'m_values': [1, 2, 3, 4]}]}); engine_to_yaml({'a': [{'b': 1}]})\n"
             "print('yaml' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -137,7 +137,7 @@ def test_plan_does_not_import_the_review_commands():
 
 # The start-up rule (planner/__init__.py): what `warmup plan` never imports, whatever the plan,
 NEVER = ("dataclasses", "inspect", "hashlib", "jsonschema", "executor", "vllm_bridge", "vllm", "torch", "triton",
-         "numpy", "planner.hf", "planner.review.commands", "planner.review.diff", "planner.review.lints")
+         "numpy", "planner.engine.hf", "planner.review.commands", "planner.review.diff", "planner.review.lints")
 # but a plan with kernel steps imports the model of their launches, which declares dataclasses.
 LAUNCH_MODELS = ("kernel_model.runner_kernels", "kernel_model.vllm_sampler", "kernel_model.vllm_fused_moe",
                  "dataclasses", "inspect")

@@ -9,7 +9,7 @@ import yaml
 from factories import make_engine, steps_of, write_plan
 
 from planner.cli import main
-from planner.plan import load_plan
+from planner.plan.authored import load_plan
 from planner.resources import builtin_engines, builtin_plans
 
 
@@ -127,7 +127,7 @@ def test_console_script_runs_from_anywhere(tmp_path):
 
 
 def test_import_planner_stays_pure():
-    code = "import sys, planner.cli, planner.expand, planner.engine, planner.plan; " \
+    code = "import sys, planner.cli, planner.plan.expand, planner.engine.config, planner.plan.authored; " \
            "print(sorted(m for m in ('torch', 'triton', 'numpy', 'executor') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,4 +1,4 @@
-"""A new vLLM release is one row of planner/releases.py plus its plan file (issue 36 item 1).
+"""A new vLLM release is one row of planner/engine/releases.py plus its plan file (issue 36 item 1).
 
 The made-up release 0.99.0 is registered into the table for one test (monkeypatch) with rules of
 its own, and its plan is a file in a temporary folder: no other file changes, and yet it is
@@ -18,11 +18,11 @@ import sys
 
 import pytest
 
-from planner import releases
-from planner.engine import load_engine
-from planner.expand import expand
-from planner.plan import load_plan
-from planner.releases import VLLM_RELEASES, VllmRelease
+from planner.engine import releases
+from planner.engine.config import load_engine
+from planner.plan.expand import expand
+from planner.plan.authored import load_plan
+from planner.engine.releases import VLLM_RELEASES, VllmRelease
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINE = "llama-3.1-8b-fp8-h100"  # a dense block-FP8 engine: Model Runner V2 under 0.33.0
@@ -115,7 +115,7 @@ def test_a_plan_of_a_release_with_no_row_is_one_line_exit_2(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (f"warmup: error: {plan}:2: vllm_release: expected one of '0.25.0', '0.33.0' "
-                           "(planner/releases.py), got '0.98.0'\n")
+                           "(planner/engine/releases.py), got '0.98.0'\n")
 
 
 def test_no_other_place_holds_a_release_list():
@@ -125,7 +125,7 @@ def test_no_other_place_holds_a_release_list():
     found = [f"{os.path.relpath(path, ROOT)}:{node.lineno}"
              for floor in ("kernel_model", "planner", "executor", "vllm_bridge")
              for path in glob.glob(os.path.join(ROOT, floor, "**", "*.py"), recursive=True)
-             if not path.endswith(os.path.join("planner", "releases.py"))
+             if not path.endswith(os.path.join("planner", "engine", "releases.py"))
              for node in ast.walk(ast.parse(open(path, encoding="utf-8").read()))
              if isinstance(node, ast.Constant) and node.value in names]
     assert found == []
@@ -133,11 +133,11 @@ def test_no_other_place_holds_a_release_list():
         assert set(json.load(f)["properties"]["vllm_release"]) == {"type", "maxLength", "description"}
     with open(os.path.join(ROOT, "tests", "vllm_parity", "setup_vllm.sh"), encoding="utf-8") as f:
         code = "\n".join(line for line in f.read().splitlines() if not line.lstrip().startswith("#"))
-    assert "-m planner.releases setup" in code and not any(v in code for v in VLLM_RELEASES)
+    assert "-m planner.engine.releases setup" in code and not any(v in code for v in VLLM_RELEASES)
 
 
 def test_setup_reads_the_table_from_the_command_line():
-    done = subprocess.run([sys.executable, "-m", "planner.releases", "setup"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "planner.engine.releases", "setup"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines() == releases.setup_lines() == [
@@ -146,8 +146,8 @@ def test_setup_reads_the_table_from_the_command_line():
 
 def test_the_engine_fills_in_every_rows_linear_kernel():
     """The engine config is release-independent, so the kernel it fills in for a block-FP8 linear
-    (planner/engine.py) must be every row's rule; a release that selects otherwise needs the engine
+    (planner/engine/config.py) must be every row's rule; a release that selects otherwise needs the engine
     to record the kernel per release first."""
-    from planner.vllm_choices import default_linear_kernel
+    from planner.engine.vllm_choices import default_linear_kernel
 
     assert {row.linear_kernel for row in VLLM_RELEASES.values()} == {default_linear_kernel}

@@ -1,4 +1,4 @@
-"""One table of supported vLLM releases (planner/releases.py) behind the plugin's table, `--from-vllm`,
+"""One table of supported vLLM releases (planner/engine/releases.py) behind the plugin's table, `--from-vllm`,
 pyproject's `vllm` extra and `warmup --version` (issue 27, item 3; one row per release: issue 36
 item 1, tests/test_release_row.py adds a made-up one)."""
 
@@ -13,8 +13,8 @@ import pytest
 
 import planner
 from planner import cli
-from planner.expanded import FORMAT
-from planner.releases import VLLM_RELEASES, newest, supported, version_key, version_text
+from planner.plan.expanded import FORMAT
+from planner.engine.releases import VLLM_RELEASES, newest, supported, version_key, version_text
 from planner.resources import builtin_plans
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

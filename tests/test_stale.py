@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from planner import cli
-from planner.engine import engine_from_document, load_engine
+from planner.engine.config import engine_from_document, load_engine
 from planner.errors import PlanError
-from planner.digest import digest
-from planner.expand import expand
-from planner.plan import load_plan
+from planner.plan.digest import digest
+from planner.plan.expand import expand
+from planner.plan.authored import load_plan
 from planner import api as stale
 from planner.yamlio import Document
 
@@ -93,7 +93,7 @@ def test_plan_change_is_named(tmp_path):
 
 
 def test_planner_version_change_is_named(saved, monkeypatch):
-    from planner import digest as digests
+    from planner.plan import digest as digests
 
     monkeypatch.setattr(digests, "__version__", "9.9.9")
     message = refusal(saved, load_engine(EAGLE), load_plan("vllm"))

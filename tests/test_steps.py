@@ -1,4 +1,4 @@
-"""The step model (planner.steps, its records planner.records): construction, immutability, equality,
+"""The step model (planner.plan.steps, its records planner.plan.records): construction, immutability, equality,
 (de)serialisation."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from planner import steps
-from planner.engine import load_engine
-from planner.records import FrozenStepError
+from planner.plan import steps
+from planner.engine.config import load_engine
+from planner.plan.records import FrozenStepError
 from planner.review.phrasing import PHRASING
-from planner.steps import (KINDS, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Prefill, RunnerStep, Sample,
+from planner.plan.steps import (KINDS, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Prefill, RunnerStep, Sample,
                            Variant, step_from_dict)
 from tests.factories import steps_of
 
@@ -118,7 +118,7 @@ def test_every_kind_round_trips_through_its_plain_form(every_step):
 
 
 def test_kind_branches_stay_in_the_step_model():
-    """Issue 15's target: at most 5 step-kind comparisons outside planner/steps.py."""
+    """Issue 15's target: at most 5 step-kind comparisons outside planner/plan/steps.py."""
     kinds = "|".join(KINDS)
     pattern = re.compile(rf"""kind\s*[!=]=\s*["']({kinds})["']""")
     found = [f"{path.relative_to(ROOT)}:{n}"

@@ -1,5 +1,5 @@
 """What a vLLM release decides at start-up (issue 24): the model runner and each block-FP8 linear's
-kernel (planner/vllm_choices.py), how the engine records them, what the release plans make of them,
+kernel (planner/engine/vllm_choices.py), how the engine records them, what the release plans make of them,
 what the plugin's plan adds, and the W204 lint that names what the mirrored vLLM compiles after ready.
 
 tests/vllm_parity checks the same rules against each release's own functions; these tests pin them
@@ -13,15 +13,15 @@ import yaml
 from kernel_model import deep_gemm as dg
 from planner.api import load_engine
 from planner.cli import main
-from planner.digest import digest
+from planner.plan.digest import digest
 from planner.errors import PlanError
-from planner.expand import expand
-from planner.plan import load_plan
-from planner.releases import model_runner
+from planner.plan.expand import expand
+from planner.plan.authored import load_plan
+from planner.engine.releases import model_runner
 from planner.review import lints
-from planner.stages.deep_gemm import from_m
-from planner.steps import Gemm
-from planner.vllm_choices import default_linear_kernel
+from planner.plan.stages.deep_gemm import from_m
+from planner.plan.steps import Gemm
+from planner.engine.vllm_choices import default_linear_kernel
 from tests.factories import make_engine, steps_of
 
 FP8 = {"method": "fp8", "weight_block_size": [128, 128]}
@@ -104,7 +104,7 @@ def from_hf(capsys, *flags):
 
 
 def load_engine_text(text: str):
-    from planner.engine import engine_from_document
+    from planner.engine.config import engine_from_document
     from planner.yamlio import load_text
     return engine_from_document(load_text(text, "<generated engine>"))
 

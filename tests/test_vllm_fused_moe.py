@@ -18,16 +18,16 @@ from factories import MADE_UP_MOE_TABLES, write_moe_tables
 from kernel_model import vllm_fused_moe as moe
 from kernel_model.vllm_fused_moe import FusedMoeLaunch, MoeShape, TableDirs, choose_config, compile_key
 from kernel_model.vllm_fused_moe import fused_moe_variants as variants_with
-from planner import moe_tables as where
+from planner.tables import vllm_moe as where
 from planner.api import check_fresh
 from planner.cli import main
-from planner.engine import load_engine
+from planner.engine.config import load_engine
 from planner.errors import PlanError
-from planner.expand import expand
-from planner.plan import load_plan
-from planner.engine_facts import engine_facts
-from planner.stages.vllm_fused_moe import shapes
-from planner.steps import Kernel, step_from_dict
+from planner.plan.expand import expand
+from planner.plan.authored import load_plan
+from planner.engine.facts import engine_facts
+from planner.plan.stages.vllm_fused_moe import shapes
+from planner.plan.steps import Kernel, step_from_dict
 
 QWEN = MoeShape(128, 2048, 768, 8, "fp8_block", "H100")
 MIXTRAL = MoeShape(8, 4096, 7168, 2, "none", "H100")
@@ -227,7 +227,7 @@ def test_the_plugin_plans_with_the_tables_of_the_vllm_it_runs_in(tmp_path, monke
 def test_a_table_vllm_does_not_ship_gives_the_defaults(moe_tables):
     engine = load_engine("qwen3-30b-a3b-fp8-h100").data
     engine = {**engine, "device": {**engine["device"], "name": "H200"}}
-    from planner.stages.vllm_fused_moe import variants
+    from planner.plan.stages.vllm_fused_moe import variants
     launches = variants(engine_facts(engine), 64, moe_tables_reader())
     assert shapes(engine_facts(engine)) == [MoeShape(128, 2048, 768, 8, "fp8_block", "H200")]
     assert launches == variants_with(MoeShape(128, 2048, 768, 8, "fp8_block", "H200"), 64, None)

@@ -66,7 +66,7 @@ import json  # noqa: E402
 import logging  # noqa: E402
 
 from executor.precompile import Precompiler, compile_jobs, default_jobs  # noqa: E402
-from planner.steps import GemmLike  # noqa: E402
+from planner.plan.steps import GemmLike  # noqa: E402
 from vllm_bridge import phases as ph  # noqa: E402
 from vllm_bridge import plugin  # noqa: E402
 from vllm_bridge.warmup import (DEEP_GEMM_BACKEND, compile_keys, local_ranks, options_for,  # noqa: E402

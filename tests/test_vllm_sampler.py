@@ -22,15 +22,15 @@ from kernel_model.specialization import int_spec
 from kernel_model.vllm_sampler import TopkToppLaunch, batch_classes, compile_key, topk_topp_variants
 from planner.api import load_expanded
 from planner.cli import main
-from planner.engine import load_engine
+from planner.engine.config import load_engine
 from planner.errors import PlanError
-from planner.expand import expand
-from planner.expanded import ExpandedPlan
-from planner.plan import load_plan
-from planner.releases import model_runner
+from planner.plan.expand import expand
+from planner.plan.expanded import ExpandedPlan
+from planner.plan.authored import load_plan
+from planner.engine.releases import model_runner
 from planner.resources import builtin_engines
-from planner.stages.vllm_sampler import max_rows
-from planner.steps import LAUNCH_MODELS, Kernel, step_from_dict
+from planner.plan.stages.vllm_sampler import max_rows
+from planner.plan.steps import LAUNCH_MODELS, Kernel, step_from_dict
 from tests.factories import make_engine, steps_of, write_plan
 
 FAMILY = "vLLM's Triton top-k/top-p sampler kernel"

@@ -6,7 +6,7 @@ worker's load_model, where the pool starts (on the H100, 57 s of a 209 s plugin 
 FlashInfer, bench/RESULTS.md part X). FlashInfer's JIT modules are the pool's long poles (110 s of
 nvcc each) and need no GPU. So the plugin wraps ``EngineArgs.create_engine_config`` in the process
 that registers it: when vLLM makes its config, the model is named, and a thread plans from the
-model's config.json (planner.hf, the GPU's name from NVML: no CUDA in a process vLLM later forks),
+model's config.json (planner.engine.hf, the GPU's name from NVML: no CUDA in a process vLLM later forks),
 expands WARMUP_PLAN for that engine, and starts the pool's build-ahead process for the plan's
 FlashInfer modules. The engine's own plan, from the live VllmConfig, stays the authority: the pool's
 jobs for those modules, and vLLM's own first calls, wait on FlashInfer's lock and find them built;
@@ -122,8 +122,8 @@ def modules_ahead(request: Request, settings) -> tuple[list, str]:
     """The FlashInfer modules WARMUP_PLAN builds for the model's config.json on this machine's GPU,
     and the GPU's architecture as FlashInfer reads it ('9.0'). ValueError: nothing to plan from."""
     from executor.precompile import gpu_capability, gpu_name
-    from planner import hf
-    from planner.engine import engine_from_document
+    from planner.engine import hf
+    from planner.engine.config import engine_from_document
     from planner.yamlio import Document
 
     from .engine import gpu_of_device_name

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-from planner import hf
+from planner.engine import hf
 from planner.errors import PlanError, one_line
 from planner.output import emit
 from vllm_bridge.releases import RELEASES
@@ -59,7 +59,7 @@ def serve_arguments(argv: list[str]) -> list[str]:
 
 
 def device_of(gpu: str) -> Device:
-    """The stand-in device facts of a planner GPU name (planner/hf.py GPUS), NVML-style named."""
+    """The stand-in device facts of a planner GPU name (planner/engine/hf.py GPUS), NVML-style named."""
     facts = hf.GPUS[gpu]
     major, minor = (int(x) for x in facts["capability"].split("."))
     return Device(f"NVIDIA {gpu}", (major, minor), facts["memory_gib"] << 30, facts["num_sms"])

@@ -11,7 +11,7 @@ an attention backend the user chose, the model runner (VllmConfig.use_v2_model_r
 top-k/top-p sampler (vLLM's flashinfer_sampler_supported() on a GPU) and each
 block-FP8 linear's kernel, through vLLM's own choose_scaled_mm_linear_kernel in this environment
 (FlashInfer installed or not, VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER, --linear-backend). The model's per-rank shapes come from the HF config vLLM
-loaded, through planner/hf.py (the same derivation as `--from-hf`, so the two cannot drift).
+loaded, through planner/engine/hf.py (the same derivation as `--from-hf`, so the two cannot drift).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import os
 import re
 import sys
 
-from planner import hf
-from planner.engine import Engine, engine_from_document
-from planner.engine_facts import EngineFacts
-from planner.engine_facts import quant_of
+from planner.engine import hf
+from planner.engine.config import Engine, engine_from_document
+from planner.engine.facts import EngineFacts
+from planner.engine.facts import quant_of
 from planner.schema import load_schema
 from planner.yamlio import Document
 
@@ -36,8 +36,8 @@ __all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernel_counts", "ke
 def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
     """The engine config of one rank of the server `vllm_config` describes.
 
-    `device` is a GPU name of planner.hf.GPUS (`--gpu`); None takes it from vLLM's current
-    platform (the GPU the worker runs on). Raises planner.hf.HFConfigError for a model config the
+    `device` is a GPU name of planner.engine.hf.GPUS (`--gpu`); None takes it from vLLM's current
+    platform (the GPU the worker runs on). Raises planner.engine.hf.HFConfigError for a model config the
     planner cannot shard, ValueError for a resolved setting the engine schema cannot express."""
     model_config, cache_config = vllm_config.model_config, vllm_config.cache_config
     source = os.path.join(str(model_config.model), "config.json")
@@ -78,7 +78,7 @@ def _check_quantization(model_config, config: dict) -> None:
 
 def _num_blocks(cache_config) -> int | None:
     """KV blocks: profiled (num_gpu_blocks, set in workers after profiling) or the user's override;
-    None lets planner/hf.py estimate them as `--from-hf` does."""
+    None lets planner/engine/hf.py estimate them as `--from-hf` does."""
     for attribute in ("num_gpu_blocks", "num_gpu_blocks_override"):
         value = getattr(cache_config, attribute, None)
         if value:
@@ -138,7 +138,7 @@ def _compilation(vllm_config) -> dict:
 
 def _apply_attention_backend(data: dict, attention_config) -> None:
     """A backend the user chose (`--attention-backend`, `--attention-config`); vLLM picks its own
-    automatic choice only when the model is built, so otherwise planner/hf.py's choice stays."""
+    automatic choice only when the model is built, so otherwise planner/engine/hf.py's choice stays."""
     backend = getattr(attention_config, "backend", None)
     if backend is None:
         return
@@ -288,7 +288,7 @@ def shapes_mismatch(engine: EngineFacts, live: dict) -> str | None:
     shapes = ", ".join(f"n{n} k{k} on {kernel} ({layers} layers)" for n, k, kernel, layers in missing)
     return (f"the loaded model has block-FP8 linears the engine config the plan was made for does not list: {shapes}; "
             "their GEMM kernels compile at first use (the checkpoint's quantization_config decides which "
-            "layers are FP8: see planner/hf.py)")
+            "layers are FP8: see planner/engine/hf.py)")
 
 
 def with_live_linears(engine: Engine, live: dict) -> Engine | None:
@@ -314,7 +314,7 @@ def _description(data: dict, model_config, cache_config) -> str:
             f"({data['model']['architecture']}); every size is per rank.")
     if _num_blocks(cache_config) is None:
         text += (f" num_blocks is an estimate ({hf.GPU_MEMORY_UTILIZATION:.0%} of the "
-                 f"{data['device']['name']}'s memory minus the weights; see planner/hf.py).")
+                 f"{data['device']['name']}'s memory minus the weights; see planner/engine/hf.py).")
     return text
 
 

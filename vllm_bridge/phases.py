@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 
-from planner.steps import Keyed
+from planner.plan.steps import Keyed
 
 KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
 QUIET_WHEN_ZERO = ("flashinfer",)  # said in vLLM's log only where it happened: most servers build none

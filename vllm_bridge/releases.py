@@ -1,7 +1,7 @@
 """What the plugin touches in each supported vLLM release: the names, keyed by the release row's
 version, no vLLM import.
 
-The releases themselves are the planner's one table (planner/releases.py, VLLM_RELEASES): a row
+The releases themselves are the planner's one table (planner/engine/releases.py, VLLM_RELEASES): a row
 there is a release the plugin accepts, with the plan of that row. Every name here was read in
 that release's source (vllm/v1/worker/gpu_worker.py, vllm/model_executor/warmup/kernel_warmup.py,
 vllm/utils/deep_gemm.py); a release with no row is refused, since a renamed method would
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from planner.releases import VLLM_RELEASES, supported
+from planner.engine.releases import VLLM_RELEASES, supported
 
 
 class Release(NamedTuple):

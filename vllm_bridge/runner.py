@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from planner.steps import Cleanup, Decode, Prefill, Sample
+from planner.plan.steps import Cleanup, Decode, Prefill, Sample
 
 log = logging.getLogger("vllm.warmup_planner")
 

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from planner.api import check_fresh, expand, load_engine, load_target, source_plan
 from planner.errors import PlanError, one_line
-from planner.steps import Autotune, GemmLike
+from planner.plan.steps import Autotune, GemmLike
 from planner.words import count
 
 from . import phases as ph

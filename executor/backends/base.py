@@ -1,6 +1,6 @@
 """The protocol every backend implements, and the exceptions handlers turn into step statuses.
 
-A backend implements some kernel families (``families``, of planner.steps.FAMILIES):
+A backend implements some kernel families (``families``, of planner.plan.steps.FAMILIES):
 ``gemm`` (one weight shape, called once per M), ``grouped_gemm`` (MoE, contiguous layout,
 once per M_sum), ``attention`` (one layer key, once per batch of sequences), ``kernel``
 (compile-only launches of a model runner's kernel) and ``autotune``. Every family method

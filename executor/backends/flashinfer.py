@@ -52,7 +52,7 @@ import os
 import tempfile
 import time
 
-from planner.engine_queries import fp8_shapes
+from planner.engine.queries import fp8_shapes
 
 from .base import BaseBackend, Unavailable, torch_cuda_available
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-from planner.steps import GemmLike
+from planner.plan.steps import GemmLike
 
 from .base import BaseBackend, Unavailable, torch_cuda_available
 

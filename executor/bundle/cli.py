@@ -32,7 +32,7 @@ from planner import api
 from planner.cli import run_guarded
 from planner.errors import PlanError
 from planner.output import check_writable
-from planner.steps import Keyed
+from planner.plan.steps import Keyed
 
 from .. import dg_install, precompile
 from ..report import EXIT_FAILED, EXIT_OK

@@ -1,5 +1,5 @@
 """Keyed kernel steps (gemm, grouped_gemm, attention, kernel): the backend's method of the
-step's family, called with the step and its call values (planner.steps ``call_values``):
+step's family, called with the step and its call values (planner.plan.steps ``call_values``):
 M-values, M_sums, attention batches, or runner-kernel launches."""
 
 

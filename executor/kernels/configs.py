@@ -3,7 +3,7 @@
 What a config is and how a table picks one by M is dispatch knowledge that the
 planner shares: it lives in ``kernel_model.gemm_tables`` (pure Python) and is
 re-exported here, so planned and launched configs come from one function; where the
-tables live is the planner's ``planner.tables.config_root`` (one default for
+tables live is the planner's ``planner.tables.kernel_configs.config_root`` (one default for
 planning and launching). This module adds what only the executor needs: the autotuning
 candidates, the atomic table writer and the tables a process's launches read.
 
@@ -26,7 +26,7 @@ from kernel_model.gemm_tables import (  # noqa: F401 - re-exported for the kerne
     CONFIG_KEYS, SCALE_BLOCK, Config, default_config, make_config, next_power_of_2, validate_config,
 )
 from planner.output import write_atomic
-from planner.tables import CONFIG_DIR_ENV, config_root, table_path  # noqa: F401 - re-exported
+from planner.tables.kernel_configs import CONFIG_DIR_ENV, config_root, table_path  # noqa: F401 - re-exported
 
 # Autotuning candidates: small-M (decode), mid and large-M (prefill) tiles.
 CANDIDATE_CONFIGS: tuple[Config, ...] = (

@@ -19,7 +19,7 @@ from executor.kernels.fp8_gemm import fp8_gemm
 from executor.kernels.grouped_gemm import grouped_fp8_gemm
 from executor.kernels.reference import quantize_fp8_block, quantize_fp8_per_token_group
 from kernel_model.arith import cdiv
-from planner.engine_facts import EngineFacts, LinearLayer, MoeLayer
+from planner.engine.facts import EngineFacts, LinearLayer, MoeLayer
 
 from . import kernels
 

@@ -1,7 +1,7 @@
 """The protocol between the executor and a model runner, shaped like vLLM's worker.
 
 The executor hands each batch step of an expanded plan to a runner exactly as the
-plan wrote it, as the typed steps of planner.steps:
+plan wrote it, as the typed steps of planner.plan.steps:
 
 - ``execute_model(step)`` for ``Prefill``, ``Decode`` and ``Cleanup`` steps, which all
   read as a scheduler step: ``requests`` (``NewRequest``: prompt tokens and block ids

@@ -9,7 +9,7 @@ next captured size) was captured; anything else is a prefill / mixed batch, run
 eagerly with varlen attention over the paged cache. ``sample_tokens(step)`` then
 computes the logits of the rows that produce a token and samples them (sampler.py).
 
-Steps are the plan's typed steps (planner.steps), or serving-trace steps of the same
+Steps are the plan's typed steps (planner.plan.steps), or serving-trace steps of the same
 shape (executor/runner/trace.py): a step's ``requests`` may mix new requests
 (``NewRequest``, with block ids) and cached ones (``CachedRequest``) and come with
 ``finished_req_ids``; a new request may carry its own ``prompt_token_ids`` and
@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from executor.kernels.configs import cdiv
-from planner.engine_facts import EngineFacts
-from planner.stages.runner_kernels import runner_facts
-from planner.steps import NewRequest
+from planner.engine.facts import EngineFacts
+from planner.plan.stages.runner_kernels import runner_facts
+from planner.plan.steps import NewRequest
 
 from . import kernels
 from .model import AttentionMetadata, Model, ModelConfig

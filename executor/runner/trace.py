@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernel_model.arith import cdiv
-from planner.engine_facts import EngineFacts
-from planner.steps import CachedRequest, GrammarBitmask, NewRequest, Sample
+from planner.engine.facts import EngineFacts
+from planner.plan.steps import CachedRequest, GrammarBitmask, NewRequest, Sample
 
 # Per-request sampling: (weight, params). Greedy, nucleus, top-k with a repetition
 # penalty, and one that uses every processor (for_sampler_warmup-like).

@@ -1,14 +1,15 @@
 """`warmup absorb LOG... --plan PLAN --engine ENGINE`: what compiled after ready, and the plan
-that covers it (issue 38; planner/absorb.py decides, planner/server_logs.py reads the logs)."""
+that covers it (issue 38; planner/review/absorb.py decides, planner/review/server_logs.py reads the logs)."""
 
 from __future__ import annotations
 
 import json
 from typing import NamedTuple
 
-from .. import absorb, api
+from ..review import absorb
+from .. import api
 from ..output import emit, write_output
-from ..server_logs import read_logs
+from ..review.server_logs import read_logs
 from ..words import count
 from ..yamlio import dump
 

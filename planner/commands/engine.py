@@ -7,8 +7,8 @@ import json
 import os
 import sys
 
-from .. import hf
-from ..engine import engine_from_document
+from ..engine import hf
+from ..engine.config import engine_from_document
 from ..errors import PlanError
 from ..limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_SPECULATIVE_TOKENS, MODEL_RUNNERS, SAMPLERS,
                       SPECULATIVE_METHODS)
@@ -105,7 +105,7 @@ def engine_source(name: str):
 
 
 def _from_hf(args) -> int:
-    """--from-hf: the engine config planner/hf.py derives from a config.json and the flags."""
+    """--from-hf: the engine config planner/engine/hf.py derives from a config.json and the flags."""
     text = read_text(args.from_hf)
     try:
         config = json.loads(text)

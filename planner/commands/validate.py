@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import PlanError
-from ..loading import load_any
+from ..plan.loading import load_any
 
 EXIT_OK, EXIT_INVALID = 0, 2
 

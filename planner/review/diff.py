@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..expanded import ExpandedPlan
-from ..steps import Attention, GemmLike, GroupedGemm
+from ..plan.expanded import ExpandedPlan
+from ..plan.steps import Attention, GemmLike, GroupedGemm
 from ..words import EXAMPLES, SHORT_LIST, FactChanges, IntSet, count, order
 from .phrasing import change_lines, describe, facts
 

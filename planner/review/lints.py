@@ -13,14 +13,14 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from ..engine import expression_names
-from ..engine_facts import EngineFacts
-from ..expr import round_up
-from ..releases import model_runner, upstream_fix
-from ..stages.batches import BlockCounter
-from ..vllm_choices import KERNEL_CLASSES, deep_gemm_min_m
+from ..engine.config import expression_names
+from ..engine.facts import EngineFacts
+from ..plan.expr import round_up
+from ..engine.releases import model_runner, upstream_fix
+from ..plan.stages.batches import BlockCounter
+from ..engine.vllm_choices import KERNEL_CLASSES, deep_gemm_min_m
 from ..words import count
-from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GemmLike, GroupedGemm, Prefill, Sample
+from ..plan.steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GemmLike, GroupedGemm, Prefill, Sample
 
 ERROR, WARNING = "error", "warning"
 EXAMPLES = 4
@@ -528,7 +528,7 @@ def duplicate_step(plan, engine):
       engine, because its own warmup does not reach it: a block-FP8 linear whose kernel runs DeepGEMM's
       fp8_gemm_nt (DeepGemmFp8BlockScaledMMKernel for every M; FlashInferFp8DeepGEMMDynamicBlockScaledKernel,
       which vLLM selects on SM 9.0 with FlashInfer installed, for M >= 32) and that no DeepGEMM step of the
-      plan warms; and the V1 model runner (planner/vllm_choices.py says when vLLM runs it), which never calls
+      plan warms; and the V1 model runner (planner/engine/vllm_choices.py says when vLLM runs it), which never calls
       warmup_kernels, so the Triton kernels of its serving batches compile at the first requests. The
       release plans mirror vLLM, so the finding is vLLM's gap, not the plan's.""",
       fix="""Start vLLM with the plugin (WARMUP_PLAN=vllm-0.25-plugin on vLLM 0.25), which warms them; or
@@ -571,7 +571,7 @@ def compiled_after_ready(plan, engine):
       fix="""Nothing in the plan: check the first requests with vLLM's JIT monitor. If the layer is
       row-parallel under tensor parallelism, vLLM refuses it: correct k (it is per rank).""")
 def layer_planned_around(plan, engine):
-    for layer in engine.model.linear:  # the linears of planner.engine_queries.planned_around
+    for layer in engine.model.linear:  # the linears of planner.engine.queries.planned_around
         if layer.quant.is_block_fp8(128) and layer.k % 128:
             yield "(plan)", (f"engine {plan.engine}: linear {layer.name} (n={layer.n}, k={layer.k}) is planned "
                              "around: k is not a whole number of FP8 blocks of 128, which no GEMM kernel the plan "

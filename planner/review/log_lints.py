@@ -7,8 +7,8 @@ the plan and the engine only): commands.py runs them when --logs is given and li
 
 from __future__ import annotations
 
-from .. import absorb
-from ..server_logs import read_logs
+from . import absorb
+from .server_logs import read_logs
 from .lints import ERROR, WARNING, Finding, Lint
 
 STEP = "(logs)"  # findings are about the logs, not one step
@@ -39,7 +39,7 @@ LOG_LINTS = (UNCOVERED, NOT_MODELLED)
 
 def findings(expanded, paths: list, engine=None) -> list:
     """A Finding per compile after ready in the logs that the plan leaves cold. With the engine
-    (planner.engine.Engine), a kernel that another plan of the release warms is an error even
+    (planner.engine.config.Engine), a kernel that another plan of the release warms is an error even
     where this plan lists its family as not modelled: the overlay of `warmup absorb` covers it."""
     compiles = [c for log in read_logs(paths, expanded.vllm_release) for c in log.compiles]
     catalog = absorb.release_catalog(expanded.plan, expanded.vllm_release, engine) if engine else None

@@ -1,8 +1,8 @@
 """The English of each step kind: what `warmup diff` compares and says, and the table's detail.
 
-The step model (planner.steps) holds fields, calls, keys and serialisation; how a reviewer
+The step model (planner.plan.steps) holds fields, calls, keys and serialisation; how a reviewer
 reads a step is written here, once per step class in ``PHRASING`` (looked up by the step's
-class, as planner.steps.KINDS is by kind). Each ``Phrasing`` answers four questions:
+class, as planner.plan.steps.KINDS is by kind). Each ``Phrasing`` answers four questions:
 
     facts(step)            the step's content as a reviewer names it: `warmup diff` compares these
     describe(step)         one line for an added or removed step
@@ -17,8 +17,8 @@ dataclass (the start-up rule: planner/__init__.py).
 
 from __future__ import annotations
 
-from ..records import thaw
-from ..steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Kernel, Prefill, Sample
+from ..plan.records import thaw
+from ..plan.steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Kernel, Prefill, Sample
 from ..words import FactChanges, IntSet, count, list_summary, show, spread
 
 
@@ -178,7 +178,7 @@ class CudaGraphPhrasing(Phrasing):
 # --- a backend's steps -----------------------------------------------------------------------------------
 
 class KeyedPhrasing(Phrasing):
-    """A keyed step (planner.steps.Keyed) reads as its values, then its compile keys; RANGE is
+    """A keyed step (planner.plan.steps.Keyed) reads as its values, then its compile keys; RANGE is
     how `warmup diff` names the end of the range it declares (its max_value)."""
 
     RANGE = "max_value"

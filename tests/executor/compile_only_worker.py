@@ -25,9 +25,9 @@ from executor.precompile.workers import worker  # noqa: E402
 from executor.precompile.workers.backend_classes import WORKER_CLASSES  # noqa: E402
 from executor.precompile.workers.setup import worker_setup  # noqa: E402
 from executor.kernels.jit import stand_in  # noqa: E402
-from planner.engine import load_engine  # noqa: E402
-from planner.expand import expand  # noqa: E402
-from planner.plan import load_plan  # noqa: E402
+from planner.engine.config import load_engine  # noqa: E402
+from planner.plan.expand import expand  # noqa: E402
+from planner.plan.authored import load_plan  # noqa: E402
 
 LAUNCHERS: list[str] = []
 

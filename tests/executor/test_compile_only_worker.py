@@ -21,9 +21,9 @@ if importlib.util.find_spec("triton.backends.nvidia") is None:
     pytest.skip("this triton has no NVIDIA backend", allow_module_level=True)
 
 from executor import precompile  # noqa: E402
-from planner.engine import load_engine  # noqa: E402
-from planner.expand import expand  # noqa: E402
-from planner.plan import load_plan  # noqa: E402
+from planner.engine.config import load_engine  # noqa: E402
+from planner.plan.expand import expand  # noqa: E402
+from planner.plan.authored import load_plan  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("compile_only_worker.py")
 ENGINES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"

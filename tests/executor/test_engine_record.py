@@ -1,6 +1,6 @@
 """The engine record crosses the executor's boundary as the planner built it (issue 36 item 2):
 `warmup execute` loads the engine once, and the model runner, the serving trace and the tables
-read that one planner.engine_facts.EngineFacts; nothing in the run builds it again."""
+read that one planner.engine.facts.EngineFacts; nothing in the run builds it again."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import types
 import pytest
 from execlib import TINY, load_report, run_cli
 
-from planner import engine_facts as facts_module
-from planner.engine_facts import EngineFacts
+from planner.engine import facts as facts_module
+from planner.engine.facts import EngineFacts
 from test_runner_integration import TWO_STAGES, FakeRunner
 
 

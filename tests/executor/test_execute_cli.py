@@ -15,7 +15,7 @@ from executor import autotune as at
 from executor.progress import Progress
 from executor.records import StepRecord
 from executor.verify import draw, verify_keys
-from planner.steps import Cleanup, step_from_dict
+from planner.plan.steps import Cleanup, step_from_dict
 
 
 def test_interpreter_run_tunes_then_loads_and_verifies(tmp_path):

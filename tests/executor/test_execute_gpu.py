@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from execlib import TINY, TUNED_PLAN, by_id, load_report, run_subprocess
 
-from planner.expanded import ExpandedPlan
-from planner.steps import Gemm
+from planner.plan.expanded import ExpandedPlan
+from planner.plan.steps import Gemm
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")

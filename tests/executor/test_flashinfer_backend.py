@@ -21,9 +21,9 @@ import types
 
 import pytest
 
-from planner.engine_facts import Quant
-from planner.expanded import ExpandedPlan
-from planner.steps import Autotune
+from planner.engine.facts import Quant
+from planner.plan.expanded import ExpandedPlan
+from planner.plan.steps import Autotune
 
 from executor.backends import flashinfer as fib
 from executor.backends.base import Unavailable
@@ -149,7 +149,7 @@ def fake(monkeypatch):
 
 @pytest.fixture(scope="module")
 def engine():
-    from planner.engine import load_engine
+    from planner.engine.config import load_engine
 
     return load_engine("llama-3.1-8b-fp8-h100").facts
 

@@ -21,7 +21,7 @@ def imported_after(statement: str) -> list[str]:
 
 @pytest.mark.parametrize("statement", [
     "import planner",
-    "import planner.cli, planner.expand, planner.loading, planner.plan, planner.engine",
+    "import planner.cli, planner.plan.expand, planner.plan.loading, planner.plan.authored, planner.engine.config",
     "import planner.cli; planner.cli.build_parser(with_plugins=False)",
 ])
 def test_planner_imports_no_executor_torch_or_triton(statement):

@@ -32,8 +32,8 @@ from executor.precompile.pool.deep_gemm_counts import attribute_deep_gemm
 from executor.progress import Progress
 from executor.records import StepRecord
 from executor.report import Report, render_precompile
-from planner import steps as st
-from planner.expanded import ExpandedPlan
+from planner.plan import steps as st
+from planner.plan.expanded import ExpandedPlan
 
 FAKE = ("test_precompile", "FakeBackend")
 

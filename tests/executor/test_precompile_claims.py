@@ -27,8 +27,8 @@ from executor.precompile.claims.key_future import KeyFuture
 from executor.precompile.claims.owner import take
 from executor.precompile.claims.waits import Waits
 from executor.precompile.jobs.job import Job, JobResult
-from planner import steps as st
-from planner.expanded import ExpandedPlan
+from planner.plan import steps as st
+from planner.plan.expanded import ExpandedPlan
 
 KEYS = [f"k{i}" for i in range(10)]
 

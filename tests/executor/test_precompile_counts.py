@@ -21,8 +21,8 @@ import pytest
 from executor import registry
 from executor.backends.base import BaseBackend
 from executor.report import render_precompile
-from planner import steps as st
-from planner.expanded import ExpandedPlan
+from planner.plan import steps as st
+from planner.plan.expanded import ExpandedPlan
 
 KEYS = [f"dg{i}" for i in range(8)]
 

@@ -155,7 +155,7 @@ def gen_gemm_module():
 
 def test_flashinfers_build_only_twin_builds_under_the_lock_and_loads_nothing(tmp_path, monkeypatch):
     from kernel_model.flashinfer_jit import JitModule
-    from planner import steps as st
+    from planner.plan import steps as st
 
     from executor.backends.flashinfer_jit import FlashInferJitBuildOnly
 

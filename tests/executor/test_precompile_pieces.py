@@ -17,7 +17,7 @@ from executor.precompile.pool.hook import PrecompileHook
 from executor.precompile.pool.summary import cached_keys, failure_line, pool_counts, step_share
 from executor.precompile.pool.timings import Timings
 from executor.records import StepRecord
-from planner import steps as st
+from planner.plan import steps as st
 
 
 def gemm(name, keys, backend="fake", stage="s"):
@@ -313,7 +313,7 @@ def test_the_engine_device_reaches_the_kernels_by_argument_not_the_environment(t
     from executor.kernels import configs
     from executor.run import with_engine_tables
 
-    from planner.engine import load_engine
+    from planner.engine.config import load_engine
 
     engine = load_engine("llama-3.1-8b-fp8-h100").facts
     options = with_engine_tables(Options(), engine)

@@ -11,7 +11,7 @@ import pytest
 from execlib import ROOT
 
 from executor import dg_install, registry
-from planner import steps
+from planner.plan import steps
 from executor.backends.base import BaseBackend, Unavailable
 from executor.run import Context, Options
 from executor.jit_monitor import Monitor

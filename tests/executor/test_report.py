@@ -11,7 +11,7 @@ from execlib import TINY, TUNED_PLAN, by_id, load_report, run_cli
 from executor import report as report_mod
 from executor.records import StepRecord
 from executor.report import Report
-from planner.expanded import ExpandedPlan
+from planner.plan.expanded import ExpandedPlan
 
 
 def record(i, stage="s", status="ok", calls=3, compiled=1, disk=2):

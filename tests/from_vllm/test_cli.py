@@ -91,7 +91,7 @@ def test_wheel_ships_vllm_bridge_and_names_the_vllm_extra():
     packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     top_level = sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "__init__.py")))
     assert sorted(packages) == top_level and "vllm_bridge" in packages
-    from planner.releases import newest  # the newest supported release (tests/test_releases.py)
+    from planner.engine.releases import newest  # the newest supported release (tests/test_releases.py)
     assert project["project"]["optional-dependencies"]["vllm"] == [f"vllm=={newest()}"]
 
 

@@ -11,8 +11,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from planner import hf
-from planner.engine import Engine
+from planner.engine import hf
+from planner.engine.config import Engine
 from planner.schema import load_schema
 from vllm_bridge.engine import engine_from_vllm_config, gpu_of_device_name
 
@@ -85,7 +85,7 @@ def test_model_runner_and_linear_kernels_are_vllms_answers(linear_kernel, answer
 
 
 def test_model_shapes_are_planner_hf_derivation(linear_kernel):
-    linear_kernel.answer = "cutlass"  # what planner/hf.py's rule gives float16 (vllm_choices)
+    linear_kernel.answer = "cutlass"  # what planner/engine/hf.py's rule gives float16 (vllm_choices)
     fixture = "qwen3-30b-a3b-fp8.json"
     with open(os.path.join(FIXTURES, fixture)) as f:
         expected = hf.engine_from_hf({**json.load(f), "torch_dtype": "float16"}, tp=2, max_model_len=4096,

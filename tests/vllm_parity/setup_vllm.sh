@@ -4,7 +4,7 @@
 #   tests/vllm_parity/setup_vllm.sh [CACHE_DIR]     # default ${XDG_CACHE_HOME:-~/.cache}/warmup-planner/vllm
 #
 # The releases, and the FlashInfer each wheel pins, are the rows of the one release table
-# (planner/releases.py, read through `python -m planner.releases setup`): this script holds no list.
+# (planner/engine/releases.py, read through `python -m planner.engine.releases setup`): this script holds no list.
 # Each release goes into its own target directory (pip --no-deps: the wheel pins a torch this
 # project does not need to run vLLM's configuration and warmup functions on CPU), beside one
 # directory of the pure packages its imports need. Wheels are downloaded once into the cache.
@@ -20,7 +20,7 @@ set -euo pipefail
 CACHE=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/warmup-planner/vllm}
 PY=${PYTHON:-python3}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-ROWS=$(cd "$ROOT" && "$PY" -m planner.releases setup)  # `VERSION FLASHINFER` a line, '-': none
+ROWS=$(cd "$ROOT" && "$PY" -m planner.engine.releases setup)  # `VERSION FLASHINFER` a line, '-': none
 # What `import vllm` and its config, warmup and MoE-oracle modules need beyond torch, numpy,
 # pyyaml and jsonschema (found by importing with each absent; versions inside both releases' pins).
 DEPS="transformers==5.20.2 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 hf_xet==1.8.0

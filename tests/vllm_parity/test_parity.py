@@ -5,7 +5,7 @@ What the release decides at start-up is taken from its own functions too (choice
 runner (VllmConfig.use_v2_model_runner), each block-FP8 linear's kernel (choose_scaled_mm_linear_kernel,
 with vLLM 0.25.0's FlashInfer 0.6.13 installed beside it, and with it turned off), which linears its
 DeepGEMM warmup then takes, V1's capture sizes, 0.25's FlashInfer autotune cache. Each is compared
-with the planner's rule (planner/vllm_choices.py), and the plan is expanded for the engine as
+with the planner's rule (planner/engine/vllm_choices.py), and the plan is expanded for the engine as
 `--from-vllm` would write it (vLLM's kernels, the planner's `auto` runner).
 
 Why these tests passed while the 0.25 plan was wrong on 3 of 4 shipped engines (issue 24): the
@@ -35,11 +35,11 @@ import sys
 
 import pytest
 
-from planner.engine import engine_from_document
-from planner.expand import expand
-from planner.plan import load_plan
-from planner.steps import CudaGraph, Decode, Gemm, GroupedGemm, Prefill, Sample, Autotune, Cleanup
-from planner.releases import VLLM_RELEASES, model_runner, sampler, supported
+from planner.engine.config import engine_from_document
+from planner.plan.expand import expand
+from planner.plan.authored import load_plan
+from planner.plan.steps import CudaGraph, Decode, Gemm, GroupedGemm, Prefill, Sample, Autotune, Cleanup
+from planner.engine.releases import VLLM_RELEASES, model_runner, sampler, supported
 from planner.yamlio import Document
 from tests.vllm_parity.family import family
 
@@ -61,7 +61,7 @@ def installed_envs(spec: str) -> dict:
 
 
 def releases(spec: str | None = None) -> dict:
-    """{name: sys.path entries} for each row of the release table (planner/releases.py) that
+    """{name: sys.path entries} for each row of the release table (planner/engine/releases.py) that
     WARMUP_VLLM_ENVS installs: the table is the list of releases checked, the env only says where."""
     envs = installed_envs(os.environ.get("WARMUP_VLLM_ENVS", "") if spec is None else spec)
     return {env_key(v): envs[env_key(v)] for v in supported() if env_key(v) in envs}
@@ -147,7 +147,7 @@ def batch_fact(step) -> dict:
 
 def step_temperature(step) -> float:
     """The temperature of a prefill's requests: the sample step after it carries the pass's params;
-    the greedy pass is named so (planner/stages/batches.py)."""
+    the greedy pass is named so (planner/plan/stages/batches.py)."""
     return 0.0 if "/greedy-" in step.id else 0.9
 
 
@@ -196,7 +196,7 @@ def warmup_diff(vllm, plan):
 
 
 def compare_choices(version: str, engine, vllm: dict) -> dict:
-    """The release's own start-up choices against its row's rules (planner/releases.py)."""
+    """The release's own start-up choices against its row's rules (planner/engine/releases.py)."""
     data, out, row = engine.data, {}, row_of(version)
     runner = model_runner(row.version, engine.facts)[0]
     out["model_runner"] = None if runner == vllm["model_runner"] else (vllm["model_runner"], runner)

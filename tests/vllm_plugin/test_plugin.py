@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from planner.api import expand, load_engine, load_plan
-from planner.steps import Autotune, Cleanup, CudaGraph, Decode, Prefill, Sample
+from planner.plan.steps import Autotune, Cleanup, CudaGraph, Decode, Prefill, Sample
 from tests.vllm_parity.test_parity import RELEASES
 
 HERE = os.path.dirname(os.path.abspath(__file__))

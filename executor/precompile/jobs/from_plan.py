@@ -1,6 +1,6 @@
 """The jobs of a plan: one per distinct compile key, at the first step and value that reach it.
 
-A keyed step (planner.steps) pairs each of its compile keys with the first value that
+A keyed step (planner.plan.steps) pairs each of its compile keys with the first value that
 reaches it (``variants``): each becomes one job, the step reduced to that value and key
 (``step.single``), whose backend still checks the pair. A step that pairs no key (a
 kernel no dispatch model covers) is one job for the whole step, keyed by its content.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from planner.steps import Autotune, Keyed
+from planner.plan.steps import Autotune, Keyed
 
 from .job import Job
 

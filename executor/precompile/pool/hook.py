@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from planner.steps import Autotune
+from planner.plan.steps import Autotune
 
 from .summary import step_share
 

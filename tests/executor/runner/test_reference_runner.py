@@ -15,12 +15,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from executor.runner import ModelRunner, ReferenceRunner  # noqa: E402
-from planner.engine import load_engine  # noqa: E402
-from planner.engine_facts import EngineFacts, engine_facts  # noqa: E402
-from planner.expand import expand  # noqa: E402
-from planner.plan import load_plan  # noqa: E402
+from planner.engine.config import load_engine  # noqa: E402
+from planner.engine.facts import EngineFacts, engine_facts  # noqa: E402
+from planner.plan.expand import expand  # noqa: E402
+from planner.plan.authored import load_plan  # noqa: E402
 from executor.runner.trace import TraceBatch  # noqa: E402
-from planner.steps import CachedRequest, Cleanup, Decode, NewRequest, Prefill, Sample  # noqa: E402
+from planner.plan.steps import CachedRequest, Cleanup, Decode, NewRequest, Prefill, Sample  # noqa: E402
 from runner_refs import forward, rel_err  # noqa: E402
 
 TINY = "tests/fixtures/engines/runner-tiny.yaml"

@@ -15,11 +15,11 @@ import pytest
 
 from executor import precompile
 from kernel_model import runner_kernels as rk
-from planner.engine import load_engine
-from planner.engine_facts import engine_facts
-from planner.stages.runner_kernels import runner_facts
-from planner.expand import expand
-from planner.plan import load_plan
+from planner.engine.config import load_engine
+from planner.engine.facts import engine_facts
+from planner.plan.stages.runner_kernels import runner_facts
+from planner.plan.expand import expand
+from planner.plan.authored import load_plan
 
 ENGINES = ("llama-3.1-8b-fp8-h100", "qwen3-30b-a3b-fp8-h100", "mixtral-8x7b-tp2-h100",
            "tests/fixtures/engines/runner-llama-3.1-8b-fp8-ngram1.yaml",

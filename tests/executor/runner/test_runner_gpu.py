@@ -9,10 +9,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from executor.runner import ReferenceRunner  # noqa: E402
-from planner.engine import load_engine  # noqa: E402
-from planner.engine_facts import engine_facts  # noqa: E402
-from planner.stages.runner_kernels import runner_facts  # noqa: E402
-from planner.steps import CudaGraph  # noqa: E402
+from planner.engine.config import load_engine  # noqa: E402
+from planner.engine.facts import engine_facts  # noqa: E402
+from planner.plan.stages.runner_kernels import runner_facts  # noqa: E402
+from planner.plan.steps import CudaGraph  # noqa: E402
 from runner_refs import forward, rel_err  # noqa: E402
 from test_reference_runner import SAMPLE, cached, new, step, tiny_engine, tol  # noqa: E402
 
@@ -86,8 +86,8 @@ def test_compile_only_warmup_of_the_planned_keys_leaves_the_runner_nothing_to_co
     from executor.runner import kernels
     from executor.runner.trace import TraceConfig, run_trace
     from kernel_model import runner_kernels as rk
-    from planner.expand import expand
-    from planner.plan import load_plan
+    from planner.plan.expand import expand
+    from planner.plan.authored import load_plan
 
     engine = tiny_engine(spec=spec, fp8=False)
     plan = expand(load_plan("reference"), load_engine("tests/fixtures/engines/runner-tiny.yaml"))
