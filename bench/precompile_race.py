@@ -4,7 +4,7 @@
     python3 bench/precompile_race.py RES_DIR [--json FILE]
 
 Per race (dg, triton): what each racer compiled, waited for and loaded (its report's precompile
-claims: executor/precompile/summary.py), the node's distinct keys, and three checks: compiled
+claims: executor/precompile/pool/summary.py), the node's distinct keys, and three checks: compiled
 summed over the two racers equals the distinct keys (each key once on the node); both racers end
 ok; the warm third run compiles nothing (every kernel from the cache the race left). And the
 Triton bundle's verify run (RES/bundle-verify.json): 0 compiles from another cache directory.

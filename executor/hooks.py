@@ -1,7 +1,7 @@
 """What the executor's loop tells the rest of a run: a stage starts or ends, a step runs.
 
 The loop (executor.run) walks the steps stage by stage and calls every hook of the run,
-in order: the precompile pool (executor.precompile.PrecompileHook: waits for a step's jobs,
+in order: the precompile pool (executor.precompile.Precompiler.hook(): waits for a step's jobs,
 attributes them to its record), the report (records each step and times each stage), and
 the progress display (which reads the report's stage totals, so it comes after it).
 """

@@ -71,6 +71,14 @@ def load_backend(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
+def backend_attr(name: str, attr: str, default):
+    """A class attribute of a registered backend (its default when the backend is unknown or broken)."""
+    try:
+        return getattr(load_backend(name), attr, default)
+    except Exception:  # noqa: BLE001 - unknown or broken: the jobs will say it
+        return default
+
+
 def writes_deep_gemm(name: str) -> bool:
     """Whether a backend's compiles land in DeepGEMM's JIT cache (its class's ``jit_cache``)."""
     try:

@@ -227,9 +227,7 @@ def render_precompile(p: dict | None) -> str:
         line += (f"; {p['busy_s']:.2f} s of jobs in {p['wall_s']:.2f} s wall (speed-up {p['speedup']:.1f}x)")
     if p.get("keys_in_manifest"):
         line += f"; {p['keys_in_manifest']} of {p['keys_planned']} keys already cached"
-    from .precompile.summary import shared_keys
-
-    line += shared_keys(p.get("claims") or {})
+    line += _shared_keys(p.get("claims") or {})
     if p["status"] == "cancelled":
         line += f"; cancelled: {p['reason']}"
     failed = [r for r in p.get("records") or [] if r.get("status") in ("failed", "unavailable")]
@@ -238,6 +236,16 @@ def render_precompile(p: dict | None) -> str:
     if len(failed) > 10:
         line += f"\n  ... and {len(failed) - 10} more (see the report)"
     return line
+
+
+def _shared_keys(c: dict) -> str:
+    """The report line's words on the keys other processes compiled into the same caches (claims),
+    said only when there were any: a lone run's line stays as it was."""
+    if not (c.get("waited") or c.get("loaded") or c.get("taken_over")):
+        return ""
+    line = (f"; keys: {c['compiled']} compiled here, {c['waited']} waited for and {c['loaded']} loaded from other "
+            f"processes, {c['node_keys']} on the node")
+    return line + (f", {len(c['taken_over'])} taken over" if c.get("taken_over") else "")
 
 
 def render_trace(t: dict) -> str:

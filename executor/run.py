@@ -36,7 +36,7 @@ from .backends.base import Skipped, Unavailable, is_oom
 from .context import Context, Options, backend_name
 from .hooks import ProgressHook, ReportHook
 from .jit_monitor import Monitor
-from .precompile import PrecompileHook, Precompiler, prime_triton
+from .precompile import Precompiler, prime_triton
 from .progress import Progress
 from .records import StepRecord
 from .report import Report, environment
@@ -81,7 +81,7 @@ def execute(expanded, engine: EngineFacts | None = None, options: Options | None
         report.startup = start_up(ctx, expanded.steps)  # while the workers start up too
         if options.expect_cached and owned:
             monitor.seal(loads_ok=True)  # every kernel must come from the disk caches
-        hooks = [PrecompileHook(pre), ReportHook(report), ProgressHook(progress, report)]
+        hooks = [pre.hook(), ReportHook(report), ProgressHook(progress, report)]
         kept = run_steps(expanded.steps, ctx, hooks)
         pre.close()  # the workers are gone (and their GPU memory) before the seal and the checks
         if owned:
@@ -126,7 +126,7 @@ def _interrupted(report: Report, steps) -> None:
 
 
 def _finish(report: Report, ctx: Context, pre: Precompiler, owned: bool = True) -> None:
-    _finish_precompile(pre, report)
+    report.precompile = pre.end_run(report.steps, interrupted=report.interrupted)
     monitor = ctx.monitor
     report.monitor = monitor.summary() if monitor.mode != "off" else {"mode": "off"}
     report.environment = environment(ctx.options.device)
@@ -311,29 +311,12 @@ def start_precompile(expanded, engine: EngineFacts | None, options: Options,
     engine's tuned tables (Options.table_device), as execute does. `monitor`: the JIT monitor
     the caller will pass to execute (the pool's DeepGEMM kernels are not its compiles); without
     it, execute gives the pool its own. `note`: where the line of a key taken over from another
-    process goes (executor.precompile.node: a logger)."""
+    process goes (without it: the logger warmup_planner.precompile)."""
     dg_install.use_vllm_cache_dir()
     return _start_precompile(expanded.steps, with_engine_tables(options, engine), None, monitor, note)
 
 
 def _start_precompile(steps, options: Options, progress: Progress | None,
                       monitor: Monitor | None, note=None) -> Precompiler:
-    pre = Precompiler(steps, options, lambda step: backend_name(options, step), progress, monitor, note)
-    try:
-        pre.start()
-    except Exception as e:  # noqa: BLE001 - precompiling is an optimisation: never the run's failure
-        try:
-            pre.cancel("failed to start")
-        except Exception:  # noqa: BLE001
-            pass
-        pre.status, pre.reason = "off", f"precompile failed to start ({type(e).__name__}: {e})"
-    return pre
-
-
-def _finish_precompile(pre: Precompiler, report: Report) -> None:
-    try:
-        pre.close(interrupted=report.interrupted)
-        pre.write_manifest(report.steps)
-    except Exception as e:  # noqa: BLE001
-        pre.reason = (pre.reason or "") + f" (closing failed: {type(e).__name__}: {e})"
-    report.precompile = pre.summary()
+    """The pool started (a start that fails leaves it off, with why: never the run's failure)."""
+    return Precompiler(steps, options, lambda step: backend_name(options, step), progress, monitor, note).start()

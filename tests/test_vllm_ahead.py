@@ -1,5 +1,5 @@
 """FlashInfer's modules started from vLLM's first process (vllm_bridge/ahead.py) and built in a
-process of their own (executor/precompile/build_ahead.py): what the plan ahead names from the
+process of their own (executor/precompile/workers/build_ahead.py): what the plan ahead names from the
 model's config.json, that it starts once and never blocks vLLM, and that the builder builds without
 loading, skips prebuilt modules and ends what it started when its time is up. No GPU, no vLLM, no
 FlashInfer: stand-ins."""
@@ -18,6 +18,7 @@ import types
 
 import pytest
 
+from executor import precompile
 from vllm_bridge import ahead
 from vllm_bridge.warmup import Settings
 
@@ -27,10 +28,8 @@ LLAMA = os.path.join(ROOT, "tests", "fixtures", "hf", "llama-3.1-8b-instruct-fp8
 
 @pytest.fixture
 def h100(monkeypatch, tmp_path):
-    from executor.precompile import worker_start
-
-    monkeypatch.setattr(worker_start, "gpu_capability", lambda: 90)
-    monkeypatch.setattr(worker_start, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(precompile, "gpu_capability", lambda: 90)  # what vllm_bridge.ahead asks NVML through
+    monkeypatch.setattr(precompile, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
     monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
     monkeypatch.setattr(ahead, "_started", threading.Event())
     model = tmp_path / "model"
@@ -167,10 +166,8 @@ def fake_flashinfer(tmp_path):
 
 
 def builder(env, *generators, timeout="30"):
-    return subprocess.Popen([sys.executable, "-m", "executor.precompile.build_ahead", "--arch", "9.0",
-                             "--parent", str(os.getpid()), "--timeout", timeout,
-                             *[f"flashinfer.jit.fake:{g}" for g in generators]],
-                            env=env, stderr=subprocess.PIPE, text=True)
+    command = precompile.build_ahead_command([f"flashinfer.jit.fake:{g}" for g in generators], "9.0", timeout)
+    return subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
 
 
 def test_the_builder_builds_without_loading_and_skips_prebuilt_modules(fake_flashinfer):
@@ -208,9 +205,9 @@ def _gone(pid: int) -> bool:
 
 def test_the_builder_ends_with_the_process_that_started_it(fake_flashinfer, tmp_path):
     env, log = fake_flashinfer
-    script = ("import subprocess, sys, time\n"
-              "p = subprocess.Popen([sys.executable, '-m', 'executor.precompile.build_ahead', '--arch', '9.0',"
-              " '--parent', str(__import__('os').getpid()), '--timeout', '60', 'flashinfer.jit.fake:gen_slow_module'])\n"
+    script = ("import subprocess, time\n"
+              "from executor.precompile import build_ahead_command\n"
+              "p = subprocess.Popen(build_ahead_command(['flashinfer.jit.fake:gen_slow_module'], '9.0', '60'))\n"
               "print(p.pid, flush=True)\n"
               "time.sleep(3)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
@@ -243,9 +240,8 @@ def test_the_builder_imports_flashinfers_modules_one_after_the_other(fake_flashi
     env, log = fake_flashinfer
     for name in ("one", "two"):
         (tmp_path / "pkgs" / "flashinfer" / "jit" / f"{name}.py").write_text(SLOW_IMPORT)
-    proc = subprocess.Popen([sys.executable, "-m", "executor.precompile.build_ahead", "--arch", "9.0",
-                             "--parent", str(os.getpid()), "--timeout", "30",
-                             "flashinfer.jit.one:gen", "flashinfer.jit.two:gen"], env=env, stderr=subprocess.PIPE, text=True)
+    command = precompile.build_ahead_command(["flashinfer.jit.one:gen", "flashinfer.jit.two:gen"], "9.0", "30")
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and err.count("built ahead") == 2, err
     spans = sorted(tuple(map(float, n.split("-")[2:])) for n in os.listdir(log) if n.startswith("import-"))

@@ -65,7 +65,7 @@ def test_an_engine_config_as_plan_is_refused():
 import json  # noqa: E402
 import logging  # noqa: E402
 
-from executor.precompile import compile_jobs, default_jobs  # noqa: E402
+from executor.precompile import Precompiler, compile_jobs, default_jobs  # noqa: E402
 from planner.plan.steps import GemmLike  # noqa: E402
 from vllm_bridge import phases as ph  # noqa: E402
 from vllm_bridge import plugin  # noqa: E402
@@ -127,13 +127,16 @@ def test_workers_default_to_the_cores_shared_by_the_nodes_ranks():
 
 
 class StuckPool:
-    """A precompile pool whose device lane reports a failure (the barrier's view of it)."""
+    """A precompile pool whose device lane reports a failure (the barrier's view of it): the
+    Precompiler's own device-lane barrier over a stand-in for the lane's wait and the bound."""
 
-    status = "ran"
+    running = True
+    finish_device_lane = Precompiler.finish_device_lane
+    device_lane_wait = Precompiler.device_lane_wait
 
-    def __init__(self, why):
+    def __init__(self, why, still_running=()):
         self.why, self.finished, self.bounded = why, False, None
-        self.lane_waits = {"device": {"waited_s": 2.0, "still_running": []}}
+        self.lane_waits = {"device": {"waited_s": 2.0, "still_running": list(still_running)}}
 
     def finish_lane(self, lane, timeout):
         assert lane == "device"
@@ -204,8 +207,7 @@ def test_the_device_lane_ends_after_vllms_profile_run_and_before_its_measurement
 
 def test_the_device_lane_line_says_what_went_on_past_it(caplog):
     state = bare_state(Settings("vllm-0.25", timeout_s=9))
-    state.precompiler = StuckPool(None)
-    state.precompiler.lane_waits["device"]["still_running"] = ["flashinfer_jit flashinfer.jit[sampling]"]
+    state.precompiler = StuckPool(None, still_running=["flashinfer_jit flashinfer.jit[sampling]"])
     with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
         state.finish_device_lane()
     assert state.precompiler.finished == 9 and state.precompiler.bounded == 9 and state.waited_s == 2.0
@@ -278,7 +280,7 @@ def test_the_pools_triton_files_are_in_place_before_the_plans_first_stage(tmp_pa
 def test_a_failed_load_model_ends_the_pool(monkeypatch):
     """The pool's processes must not outlive a worker that fails while loading its weights."""
     ended = []
-    pool = NS(status="ran", cancel=ended.append)
+    pool = NS(running=True, cancel=ended.append)
     state = NS(start=lambda: None, abandon=lambda why: WorkerWarmup.abandon(NS(precompiler=pool), why),
                phases=ph.Phases(NS(begin_step=lambda name: None, end_step=lambda: None)))
     monkeypatch.setattr(WorkerWarmup, "prepare", classmethod(lambda cls, worker, release, settings: state))

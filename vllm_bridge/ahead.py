@@ -7,7 +7,7 @@ FlashInfer, bench/RESULTS.md part X). FlashInfer's JIT modules are the pool's lo
 nvcc each) and need no GPU. So the plugin wraps ``EngineArgs.create_engine_config`` in the process
 that registers it: when vLLM makes its config, the model is named, and a thread plans from the
 model's config.json (planner.engine.hf, the GPU's name from NVML: no CUDA in a process vLLM later forks),
-expands WARMUP_PLAN for that engine, and starts executor.precompile.build_ahead for the plan's
+expands WARMUP_PLAN for that engine, and starts the pool's build-ahead process for the plan's
 FlashInfer modules. The engine's own plan, from the live VllmConfig, stays the authority: the pool's
 jobs for those modules, and vLLM's own first calls, wait on FlashInfer's lock and find them built;
 a module that plan does not need was built for nothing (CPU time, beside vLLM's own start). A model
@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import threading
 
 from planner.errors import PlanError, one_line
@@ -122,7 +121,7 @@ def bundled_modules(path: str | None) -> set:
 def modules_ahead(request: Request, settings) -> tuple[list, str]:
     """The FlashInfer modules WARMUP_PLAN builds for the model's config.json on this machine's GPU,
     and the GPU's architecture as FlashInfer reads it ('9.0'). ValueError: nothing to plan from."""
-    from executor.precompile.worker_start import gpu_capability, gpu_name
+    from executor.precompile import gpu_capability, gpu_name
     from planner.engine import hf
     from planner.engine.config import engine_from_document
     from planner.yamlio import Document
@@ -165,9 +164,10 @@ def config_path(model: str, revision=None) -> str | None:
 
 
 def build_ahead(generators: list[str], arch: str, timeout_s: float) -> int:
-    """Start executor.precompile.build_ahead (a fresh interpreter, not a fork of vLLM's process);
-    its lines go to this process's stderr, vLLM's log. Returns its pid."""
-    proc = subprocess.Popen([sys.executable, "-m", "executor.precompile.build_ahead", "--arch", arch,
-                             "--parent", str(os.getpid()), "--timeout", str(timeout_s), *generators],
-                            stdin=subprocess.DEVNULL, close_fds=True)
+    """Start the pool's build-ahead process (a fresh interpreter, not a fork of vLLM's process),
+    ending with this one; its lines go to this process's stderr, vLLM's log. Returns its pid."""
+    from executor.precompile import build_ahead_command
+
+    proc = subprocess.Popen(build_ahead_command(generators, arch, timeout_s), stdin=subprocess.DEVNULL,
+                            close_fds=True)
     return proc.pid

@@ -12,7 +12,7 @@ Per worker, in the order vLLM calls the three patched methods:
   the pool's device lane (DeepGEMM, vLLM's Triton sampler launched for real) is finished and its
   processes gone once vLLM's profile run returns, before the measurement (at most
   WARMUP_PRECOMPILE_TIMEOUT seconds of waiting). The profile run itself (torch.compile first)
-  runs beside the pool. The compile lane (executor/precompile/lanes.py: no CUDA context) goes on
+  runs beside the pool. The compile lane (executor/precompile/workers/lanes.py: no CUDA context) goes on
   through the KV allocation and the capture; a kernel of it is waited for only where it is first
   needed (a plan step's own jobs; vLLM's own FlashInfer call on FlashInfer's file lock), and what
   is left of it is ended WARMUP_PRECOMPILE_TIMEOUT seconds later (its kernels then compile where
@@ -174,7 +174,7 @@ def compile_keys(expanded) -> set[str]:
 def precompile_jobs(settings: Settings, local_ranks: int = 1) -> int:
     """Worker processes for this rank's pool: WARMUP_JOBS, else the machine's cores shared by the
     node's ranks (each rank, a daemon process in vLLM's tensor parallelism, starts its own pool:
-    executor/precompile/processes.py; the pool takes at most one per job)."""
+    executor/precompile/workers/processes.py; the pool takes at most one per job)."""
     from executor.precompile import default_jobs
 
     if settings.jobs is not None:
@@ -385,18 +385,11 @@ class WorkerWarmup:
         """Wait (bounded) for the jobs that hold a CUDA context and end their processes, so that
         vLLM's memory measurement counts none of theirs; the CUDA-free lane goes on, bounded too.
         On failure: fall back to vLLM's own warmup, or stop (strict)."""
-        from executor.precompile.lanes import DEVICE_LANE
-
         pre = self.precompiler
-        if pre is None or pre.status != "ran":
+        if pre is None or not pre.running:
             return
-        try:
-            why = pre.finish_lane(DEVICE_LANE, self.settings.timeout_s)
-            pre.bound(self.settings.timeout_s)
-        except Exception as e:  # noqa: BLE001 - ours: one line, never a hang
-            pre.cancel("failed")
-            why = f"failed ({type(e).__name__}: {one_line(e)})"
-        lane = pre.lane_waits.get(DEVICE_LANE) or {}
+        why = pre.finish_device_lane(self.settings.timeout_s)
+        lane = pre.device_lane_wait
         self.waited_s = lane.get("waited_s")
         if why is None:
             log.info("warmup-planner: %s", device_lane_line(lane, self.rank))
@@ -406,7 +399,7 @@ class WorkerWarmup:
     def abandon(self, why: str) -> None:
         """vLLM's worker failed before the barrier: end the pool now (its processes hold GPU memory
         and would keep the dying process waiting for their jobs at exit)."""
-        if self.precompiler is not None and self.precompiler.status == "ran":
+        if self.precompiler is not None and self.precompiler.running:
             self.precompiler.cancel(why)
 
     def _give_up(self, why: str) -> None:
@@ -570,7 +563,7 @@ def device_lane_line(lane: dict, rank: int = 0) -> str:
 
 def _pool_line(p: dict, rank: int = 0) -> str:
     """The pool of one rank: its jobs, and of the keys the node's ranks share through one cache (the
-    claims: executor/precompile/node.py) those this rank compiled, those it waited for or loaded
+    claims: executor/precompile/claims/) those this rank compiled, those it waited for or loaded
     (another process compiled them), and the node's total: each key once."""
     line = (f"precompile (rank {rank}): {p.get('ok', 0)} of {p['jobs']} jobs done on {p['workers']} workers in "
             f"{p.get('wall_s') or 0.0:.1f} s, {p.get('compiled') or 0} kernels compiled")

@@ -17,6 +17,10 @@ from kernel_model.flashinfer_jit import KERNEL
 
 from .base import BaseBackend, Unavailable, torch_cuda_available
 
+# FlashInfer reads the GPU's architecture from CUDA unless this names it (flashinfer/compilation_context.py):
+# the precompile pool's CUDA-free workers are told it, from NVML.
+FLASHINFER_ARCHS = "FLASHINFER_CUDA_ARCH_LIST"
+
 
 class FlashInferJitBackend(BaseBackend):
     name = "flashinfer_jit"
@@ -70,8 +74,8 @@ def generator(path: str):
 class FlashInferJitBuildOnly(FlashInferJitBackend):
     """The precompile worker's twin: builds a module (ninja, nvcc, under FlashInfer's file lock)
     and does not load it, so the worker holds no CUDA context and may run beside vLLM's memory
-    profile (executor/precompile/lanes.py). The GPU target comes from the pool (NVML), as
-    FLASHINFER_CUDA_ARCH_LIST (worker_start.py): FlashInfer then asks CUDA nothing. vLLM's process,
+    profile (executor/precompile/workers/lanes.py). The GPU target comes from the pool (NVML), as
+    FLASHINFER_CUDA_ARCH_LIST (workers/setup.py): FlashInfer then asks CUDA nothing. vLLM's process,
     calling the module first, waits on the same lock while a worker builds it and then finds the
     .so: ninja has nothing to do. A module FlashInfer's prebuilt JIT cache holds (flashinfer-jit-cache)
     is not built: FlashInfer loads that one (``is_aot``)."""
@@ -85,8 +89,6 @@ class FlashInferJitBuildOnly(FlashInferJitBackend):
 
     def available(self) -> tuple[bool, str]:
         import os
-
-        from executor.precompile.worker_start import FLASHINFER_ARCHS
 
         if not os.environ.get(FLASHINFER_ARCHS):
             return False, (f"the GPU's architecture is unknown without CUDA ({FLASHINFER_ARCHS} unset, no NVML): "

@@ -34,8 +34,7 @@ from planner.errors import PlanError
 from planner.output import check_writable
 from planner.plan.steps import Keyed
 
-from .. import dg_install
-from ..precompile import manifest as precompile_manifest
+from .. import dg_install, precompile
 from ..report import EXIT_FAILED, EXIT_OK
 from . import archive, environment, ops, startup, usage
 
@@ -114,7 +113,7 @@ def cmd_build(args) -> int:
 def default_dirs(args) -> ops.CacheDirs:
     dg_install.use_vllm_cache_dir()
     return ops.CacheDirs(args.deep_gemm_cache or dg_install.writable_root(),
-                         args.triton_cache or precompile_manifest.triton_cache_dir(),
+                         args.triton_cache or precompile.triton_cache_dir(),
                          args.flashinfer_cache or os.path.join(dg_install.writable_root(), "flashinfer-autotune.json"))
 
 
@@ -305,7 +304,7 @@ def family_sizes(manifest) -> dict:
     for f in manifest.files:
         family, entry = (f.path.split("/") + [""])[:2]
         sizes[family] = sizes.get(family, 0) + f.size
-        if f.path != f"triton/{precompile_manifest.MANIFEST_NAME}":
+        if f.path != f"triton/{precompile.MANIFEST_NAME}":
             entries.setdefault(family, set()).add(entry)
     return {family: (len(entries.get(family, ())), size) for family, size in sizes.items()}
 

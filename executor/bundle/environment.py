@@ -16,8 +16,7 @@ import os
 import subprocess
 import sys
 
-from .. import dg_rekey
-from ..precompile import manifest as precompile_manifest
+from .. import dg_rekey, precompile
 
 FIELDS = ("gpu", "num_sms", "capability", "driver_major", "cuda", "nvcc", "torch", "triton",
           "deep_gemm_version", "deep_gemm_headers", "flashinfer")
@@ -60,7 +59,7 @@ def _gpu() -> dict:
 
 def current() -> dict:
     """This machine's fingerprint (imports torch to ask the GPU)."""
-    deep_gemm = precompile_manifest.deep_gemm_fingerprint()  # the precompile manifest's own reading
+    deep_gemm = precompile.deep_gemm_fingerprint()  # the precompile manifest's own reading
     fp = dict.fromkeys(FIELDS + PATH_FIELDS)
     fp.update(_gpu(), driver_major=_driver_major(), nvcc=dg_rekey.nvcc_version(),
               triton=_module_version("triton"), flashinfer=_module_version("flashinfer-python"),

@@ -29,10 +29,8 @@ from planner import api
 from planner.errors import PlanError, WriteError
 from planner.output import check_writable
 
-from .. import dg_install, dg_rekey, triton_cache
+from .. import dg_install, dg_rekey, precompile, triton_cache
 from ..environ import scoped_environ
-from ..precompile import manifest as precompile_manifest
-from ..precompile.claims import CLAIMS_DIR
 from ..report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from . import archive, environment
 from .archive import FORMAT, FileRecord, KernelRecord, Manifest
@@ -186,7 +184,7 @@ def collect_tree(base: str, prefix: str) -> dict:
     a killed owner would hold up the installing machine's pool until they go stale."""
     out = {}
     for folder, dirs, files in os.walk(base):
-        dirs[:] = sorted(d for d in dirs if not (folder == base and d == CLAIMS_DIR))
+        dirs[:] = sorted(d for d in dirs if not (folder == base and d == precompile.CLAIMS_DIR))
         for name in sorted(files):
             path = os.path.join(folder, name)
             if os.path.isfile(path) and not os.path.islink(path) and not name.endswith(".lock"):
@@ -215,7 +213,7 @@ def collect_deep_gemm(root: str, fp: dict) -> tuple[list, dict]:
 def cached_keys(triton_dir: str) -> dict:
     """backend -> keys, as the precompile manifest in this Triton cache lists them ({}: none)."""
     try:
-        with open(os.path.join(triton_dir, precompile_manifest.MANIFEST_NAME), encoding="utf-8") as f:
+        with open(os.path.join(triton_dir, precompile.MANIFEST_NAME), encoding="utf-8") as f:
             return json.load(f).get("keys") or {}
     except (OSError, ValueError):
         return {}
@@ -332,7 +330,7 @@ def place_children(src_dir: str, dest_dir: str, prepare=None, move: bool = False
     if not os.path.isdir(src_dir):
         return placed
     for name in sorted(os.listdir(src_dir)):
-        if name == precompile_manifest.MANIFEST_NAME:
+        if name == precompile.MANIFEST_NAME:
             continue  # rewritten for this machine
         src = os.path.join(src_dir, name)
         dest = os.path.join(dest_dir, name)
@@ -352,7 +350,7 @@ def write_precompile_manifest(manifest: Manifest, dirs: CacheDirs) -> int:
     """The keys the bundle holds, for this machine's fingerprint, so that a warm start skips the pool."""
     with scoped_environ(dirs.env()):  # the manifest's path and fingerprint read these caches
         add = {backend: set(keys) for backend, keys in manifest.keys.items()}
-        return precompile_manifest.update_manifest(precompile_manifest.manifest_path(), add)
+        return precompile.update_manifest(precompile.manifest_path(), add)
 
 
 @contextmanager

@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import executor.worker_preload  # noqa: E402,F401 - what the pool's fork server imports first
 from executor import precompile, run  # noqa: E402
 from executor.context import Options  # noqa: E402
-from executor.precompile import worker  # noqa: E402
-from executor.precompile.worker_start import WORKER_CLASSES, worker_setup  # noqa: E402
+from executor.precompile.workers import worker  # noqa: E402
+from executor.precompile.workers.backend_classes import WORKER_CLASSES  # noqa: E402
+from executor.precompile.workers.setup import worker_setup  # noqa: E402
 from executor.kernels.jit import stand_in  # noqa: E402
 from planner.engine.config import load_engine  # noqa: E402
 from planner.plan.expand import expand  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 
 from executor import dg_install, dg_rekey
 from executor.bundle import archive, cli, environment, ops
-from executor.precompile import manifest as precompile_manifest
+from executor import precompile
 
 OLD_INC = "/build/site-packages/vllm/third_party/deep_gemm/include"
 NEW_INC = "/serve/other/deep_gemm/include"
@@ -63,7 +63,7 @@ def built(tmp_path, monkeypatch):
             f.write(b"cubin")
         with open(os.path.join(dirs.triton, "TRITONHASH1", "__grp__k.json"), "w") as f:  # absolute paths, as Triton
             json.dump({"child_paths": {"k.cubin": os.path.join(dirs.triton, "TRITONHASH1", "k.cubin")}}, f)
-        with open(os.path.join(dirs.triton, precompile_manifest.MANIFEST_NAME), "w") as f:
+        with open(os.path.join(dirs.triton, precompile.MANIFEST_NAME), "w") as f:
             json.dump({"keys": {"triton": ["fp8_gemm:BM=64"], "deep_gemm": [KEY]}}, f)
         with open(dirs.flashinfer, "w") as f:
             f.write("{}")
@@ -101,7 +101,7 @@ def test_install_at_the_same_path(built, tmp_path):
     assert (placed["deep_gemm"].new, placed["deep_gemm"].rekeyed, placed["triton"].new) == (2, 0, 1)
     assert sorted(e.dirname for e in dg_install.scan(dirs.deep_gemm)) == sorted(k.entry for k in manifest.deep_gemm)
     assert os.path.isfile(dirs.flashinfer)
-    doc = json.load(open(os.path.join(dirs.triton, precompile_manifest.MANIFEST_NAME)))
+    doc = json.load(open(os.path.join(dirs.triton, precompile.MANIFEST_NAME)))
     assert doc["keys"]["triton"] == ["fp8_gemm:BM=64"]
     assert not [n for n in os.listdir(dirs.deep_gemm + "/cache") if n.startswith(".warmup")]
 

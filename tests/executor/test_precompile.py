@@ -26,6 +26,9 @@ from execlib import HERE, ROOT, run_cli
 from executor import precompile as pc
 from executor import registry
 from executor.backends.base import BaseBackend
+from executor.precompile.jobs.from_plan import step_content_key
+from executor.precompile.jobs.job import JobResult
+from executor.precompile.pool.deep_gemm_counts import attribute_deep_gemm
 from executor.progress import Progress
 from executor.records import StepRecord
 from executor.report import Report, render_precompile
@@ -175,10 +178,10 @@ def test_steps_that_pair_no_key_are_whole_step_jobs():
     again = gemm("again", [1, 2, 3], stage="t")                 # the same content: nothing new
     jobs = pc.compile_jobs([legacy, again], backends=("fake",))
     assert [(j.step_id, j.whole_step, j.values) for j in jobs] == [("s/legacy", True, [1, 2, 3])]
-    assert jobs[0].key == pc.step_content_key(legacy) and jobs[0].key.startswith("step:gemm:")
+    assert jobs[0].key == step_content_key(legacy) and jobs[0].key.startswith("step:gemm:")
     # The content key ignores the id and stage (stable across plans), not the values.
-    assert pc.step_content_key(legacy.replace(id="x/y", stage="x")) == pc.step_content_key(legacy)
-    assert pc.step_content_key(legacy.replace(m_values=(1, 2))) != pc.step_content_key(legacy)
+    assert step_content_key(legacy.replace(id="x/y", stage="x")) == step_content_key(legacy)
+    assert step_content_key(legacy.replace(m_values=(1, 2))) != step_content_key(legacy)
 
 
 def test_full_and_relax_steps_get_one_job_per_key_at_its_first_m():
@@ -205,7 +208,7 @@ def test_attention_jobs_and_the_release_after_autotune():
 
 
 def test_default_jobs_is_the_cpu_cores_capped():
-    from executor.precompile.decide import MAX_DEFAULT_JOBS
+    from executor.precompile.jobs.decide import MAX_DEFAULT_JOBS
 
     assert 1 <= pc.default_jobs() <= MAX_DEFAULT_JOBS
 
@@ -591,7 +594,7 @@ def test_finish_waits_for_every_job_and_leaves_no_worker_process(fake_env):
     pre = started_pool(plan(gemm("a", [1, 2, 3], ["k1", "k2", "k3"])))
     assert pre.status == "ran"
     assert pre.finish(60) is None
-    assert pre.pool is None and pre.finish_s is not None
+    assert not pre.holds_workers and pre.finish_s is not None
     records = pre.summary()["records"]
     assert sorted(r["key"] for r in records) == ["k1", "k2", "k3"] and {r["status"] for r in records} == {"ok"}
     time.sleep(0.2)  # reaped by join: nothing of the pool is left to hold memory
@@ -604,7 +607,7 @@ def test_finish_of_a_stuck_pool_ends_in_one_line_within_its_timeout(fake_env):
     why = pre.finish(2)
     assert time.perf_counter() - began < 2 + 15  # the timeout, then the workers are killed and reaped
     assert why.startswith("timed out after 2 s with 0 of 2 jobs done") and "\n" not in why
-    assert pre.status == "cancelled" and pre.pool is None
+    assert pre.status == "cancelled" and not pre.holds_workers
     started = [int(n.split("-")[1]) for n in os.listdir(fake_env["log"]) if n.startswith("started-")]
     assert started and alive(started) == []
 
@@ -651,12 +654,12 @@ def test_a_deep_gemm_kernel_seen_by_several_jobs_is_counted_once():
     kernel is counted for one job, the earliest-ending that saw it (the H100 run of issue 23 had
     58 jobs report 133 kernels of 60 before)."""
     def result(key, end, entries):
-        r = pc.JobResult(key=key, keys=[key], step="s/a", backend="deep_gemm", kind="gemm", whole_step=False,
+        r = JobResult(key=key, keys=[key], step="s/a", backend="deep_gemm", kind="gemm", whole_step=False,
                          values=1, deep_gemm_jit=len(entries), deep_gemm_entries=list(entries))
         r.end = end
         return r
     a, b, c = result("k1", 10.0, ["e1"]), result("k2", 11.0, ["e1", "e2"]), result("k3", 12.5, ["e1", "e2", "e3"])
-    pc.attribute_deep_gemm([c, a, b])
+    attribute_deep_gemm([c, a, b])
     assert [(r.key, r.deep_gemm_entries, r.deep_gemm_jit) for r in (a, b, c)] == [
         ("k1", ["e1"], 1), ("k2", ["e2"], 1), ("k3", ["e3"], 1)]
 

@@ -1,4 +1,4 @@
-"""Claims (executor/precompile/claims.py, owner.py, waits.py, node.py): several processes that
+"""Claims (executor/precompile/claims/: on_disk.py, owner.py, waits.py, node.py): several processes that
 precompile the same keys into one cache compile each key once, nobody waits past the bounds, and
 every process ends warm (issue 28, items 1-3).
 
@@ -22,10 +22,11 @@ import pytest
 from execlib import HERE, ROOT
 
 from executor.backends.base import BaseBackend
-from executor.precompile import claims as cl
-from executor.precompile.jobs import Job, JobResult
-from executor.precompile.owner import take
-from executor.precompile.waits import KeyFuture, Waits
+from executor.precompile.claims import on_disk as cl
+from executor.precompile.claims.key_future import KeyFuture
+from executor.precompile.claims.owner import take
+from executor.precompile.claims.waits import Waits
+from executor.precompile.jobs.job import Job, JobResult
 from planner.plan import steps as st
 from planner.plan.expanded import ExpandedPlan
 
@@ -291,7 +292,7 @@ def test_a_deep_gemm_kernel_another_process_compiled_is_not_counted_here():
     """The ranks share DeepGEMM's cache: a job's monitor also sees the kernels another rank compiles
     meanwhile. Its done mark says what its job saw and when it ended, so each kernel is counted for
     the job, of any process, that ended first after seeing it (barrier.py)."""
-    from executor.precompile.barrier import attribute_deep_gemm, compiled_elsewhere
+    from executor.precompile.pool.deep_gemm_counts import attribute_deep_gemm, compiled_elsewhere
 
     def result(key, end, entries, claim=None):
         r = JobResult(key=key, keys=[key], step="s/d", backend="deep_gemm", kind="gemm", whole_step=False, values=1,
@@ -379,7 +380,7 @@ def test_two_processes_sharing_deep_gemms_cache_count_each_kernel_once_on_the_no
 
 def test_a_job_that_fails_in_a_worker_leaves_no_done_mark_and_one_that_succeeds_does(tmp_path, monkeypatch):
     # issue 37's audit: a worker marking a failed job's key done passed every test
-    from executor.precompile import worker
+    from executor.precompile.workers import worker
 
     class Flaky(BaseBackend):
         name = "flaky"
@@ -411,9 +412,10 @@ def test_two_triton_or_deep_gemm_builds_never_share_a_claim_or_a_done_mark(tmp_p
     skips it under the first."""
     import importlib
 
-    from executor.precompile import node, worker
+    from executor.precompile.claims import node
+    from executor.precompile.workers import worker
 
-    fp = importlib.import_module("executor.precompile.fingerprint")   # the package exports its function
+    fp = importlib.import_module("executor.precompile.jobs.fingerprint")   # the package exports its function
 
     compiled = []
 

@@ -91,3 +91,20 @@ def test_each_deep_gemm_kernel_of_the_pool_is_counted_once_everywhere(tmp_path, 
     stage = report.stage_summary("s")
     assert stage["compiled"] == stage["compiled_pool"] == len(KEYS) and stage["compiled_main"] == 0
     assert f"{len(KEYS)} compiled" in render_precompile(pre)
+
+
+def test_precompile_line_counts_deep_gemm_kernels_once():
+    from executor.precompile.pool.barrier import DeepGemmBarrier
+    from executor.precompile.pool.book import JobBook, Slot
+    from executor.precompile.jobs.job import JobResult
+    from executor.precompile.pool.summary import pool_counts
+
+    book = JobBook([], lambda step: step.backend)
+    results = [JobResult(key=f"k{i}", keys=[f"k{i}"], step="s", backend="deep_gemm", kind="gemm", whole_step=False,
+                         values=1, pid=1, compiled=0, disk_loads=0, deep_gemm_jit=2,
+                         deep_gemm_entries=[f"kernel.a.{i}", "kernel.transpose_fp32.0"]) for i in range(3)]
+    book.slots = [Slot(job=None, result=r) for r in results]
+    barrier = DeepGemmBarrier(book)
+    counts = pool_counts(book.results(), barrier.entries(), barrier.writes, None)
+    assert (counts["compiled"], counts["deep_gemm_jit"]) == (4, 4)  # 3 GEMMs + the shared transpose
+    assert "4 compiled" in render_precompile({"status": "ran", "jobs": 3, "workers": 3, **counts})

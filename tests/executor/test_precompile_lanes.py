@@ -1,4 +1,4 @@
-"""The pool's two lanes (executor/precompile/lanes.py) on CPU: the device lane's barrier ends its
+"""The pool's two lanes (executor/precompile/workers/lanes.py) on CPU: the device lane's barrier ends its
 workers while the CUDA-free lane goes on; a CUDA-free job that hangs is ended by the watchdog with
 what it started; FlashInfer's build-only twin builds without loading and skips prebuilt modules.
 
@@ -17,8 +17,9 @@ import pytest
 from test_precompile import FakeBackend, _in_worker, _instructions, alive, fake_env, gemm, options, plan  # noqa: F401 - fake_env: a fixture
 
 from executor import registry
-from executor.precompile import worker_start
-from executor.precompile.lanes import lane_of
+from executor.precompile.workers import backend_classes
+from executor.precompile.workers import setup as workers_setup
+from executor.precompile.workers.lanes import lane_of
 
 FREE = ("test_precompile_lanes", "FakeCompileOnly")
 
@@ -62,14 +63,14 @@ def running(pids) -> list[int]:
 def lanes_env(fake_env, monkeypatch):
     """test_precompile's fake backend and caches, with its CUDA-free twin registered."""
     monkeypatch.setitem(registry.BACKENDS, "fake_free", FREE)
-    monkeypatch.setitem(worker_start.WORKER_CLASSES, "fake_free", FREE)
+    monkeypatch.setitem(backend_classes.WORKER_CLASSES, "fake_free", FREE)
     return fake_env
 
 
-def started(expanded, **kw):
+def started(expanded, note=None, **kw):
     from executor.run import start_precompile
 
-    return start_precompile(expanded, None, options(precompile_backends=("fake", "fake_free"), **kw))
+    return start_precompile(expanded, None, options(precompile_backends=("fake", "fake_free"), **kw), note=note)
 
 
 def test_a_backend_with_a_cuda_free_twin_runs_in_the_compile_lane(lanes_env):
@@ -83,15 +84,15 @@ def test_the_device_lanes_barrier_ends_its_workers_while_the_compile_lane_goes_o
                        gemm("c", [3], ["c1"], backend="fake_free", wait_for_release=True)), jobs=4)
     assert pre.status == "ran" and pre.summary()["lanes"] == {"compile": 1, "device": 2}
     assert pre.finish_lane("device", 60) is None                 # c1 is held: the barrier did not wait for it
-    lane = pre.lane_waits["device"]
+    lane = pre.device_lane_wait
     assert lane["still_running"] == ["fake_free c1"] and lane["waited_s"] >= 0
     assert pre.pool is not None and not pre.pool.has("device") and pre.pool.has("compile")
-    device_pids = {r.pid for r in pre.book.results() if r.backend == "fake"}
+    device_pids = {r.pid for r in pre.results() if r.backend == "fake"}
     time.sleep(0.2)
     assert device_pids and alive(device_pids) == []              # the device lane's processes are gone
     (lanes_env["log"] / "release").touch()
     pre.close()
-    assert {(r.key, r.status) for r in pre.book.results()} == {("d1", "ok"), ("d2", "ok"), ("c1", "ok")}
+    assert {(r.key, r.status) for r in pre.results()} == {("d1", "ok"), ("d2", "ok"), ("c1", "ok")}
     nice = {(w["lane"], w["nice"] - os.nice(0)) for w in pre.timings.ready}
     assert nice == {("device", 5), ("compile", 0)}               # the short jobs yield to the long builds
     assert pre.summary()["lane_waits"]["device"]["still_running"] == ["fake_free c1"]
@@ -100,8 +101,8 @@ def test_the_device_lanes_barrier_ends_its_workers_while_the_compile_lane_goes_o
 def test_a_hung_compile_job_is_ended_with_what_it_started_and_said_in_one_line(lanes_env):
     notes = []
     pre = started(plan(gemm("d", [1], ["d1"]),
-                       gemm("c", [3], ["c1"], backend="fake_free", child_in_worker=True, sleep_in_worker=120)))
-    pre.note = notes.append
+                       gemm("c", [3], ["c1"], backend="fake_free", child_in_worker=True, sleep_in_worker=120)),
+                  note=notes.append)
     assert pre.finish_lane("device", 60) is None
     deadline = time.time() + 30
     while not any(n.startswith("child-") for n in os.listdir(lanes_env["log"])) and time.time() < deadline:
@@ -110,23 +111,23 @@ def test_a_hung_compile_job_is_ended_with_what_it_started_and_said_in_one_line(l
     pre.bound(0.5)
     while pre.status == "ran" and time.time() < deadline:
         time.sleep(0.1)
-    assert pre.status == "cancelled" and pre.pool is None
+    assert pre.status == "cancelled" and not pre.holds_workers
     assert len(notes) == 1 and notes[0].startswith("precompile: 1 jobs still running 0.5 s after") and "fake_free c1" in notes[0]
     time.sleep(0.3)
     assert child and running(child) == []                        # the job's own child is gone too
-    c1 = next(r for r in pre.book.results() if r.key == "c1")
+    c1 = next(r for r in pre.results() if r.key == "c1")
     assert c1.status != "ok"                                     # so its kernel compiles where needed
 
 
 def test_the_compile_lane_is_told_the_gpus_architecture_for_flashinfer(monkeypatch):
-    monkeypatch.setattr(worker_start, "gpu_capability", lambda: 90)
+    monkeypatch.setattr(workers_setup, "gpu_capability", lambda: 90)
     monkeypatch.delenv("FLASHINFER_CUDA_ARCH_LIST", raising=False)
-    free = worker_start.worker_setup("cuda:0", cuda_free=True)
+    free = workers_setup.worker_setup("cuda:0", cuda_free=True)
     assert free["env"]["FLASHINFER_CUDA_ARCH_LIST"] == "9.0" and free["cuda_free"] is True
-    device = worker_start.worker_setup("cuda:0")
+    device = workers_setup.worker_setup("cuda:0")
     assert "FLASHINFER_CUDA_ARCH_LIST" not in device["env"] and device["cuda_free"] is False
     monkeypatch.setenv("FLASHINFER_CUDA_ARCH_LIST", "9.0a 10.0a")  # the user's own stays theirs
-    assert "FLASHINFER_CUDA_ARCH_LIST" not in worker_start.worker_setup("cuda:0", cuda_free=True)["env"]
+    assert "FLASHINFER_CUDA_ARCH_LIST" not in workers_setup.worker_setup("cuda:0", cuda_free=True)["env"]
 
 
 FAKE_JIT = '''

@@ -10,12 +10,12 @@ from __future__ import annotations
 from concurrent.futures import Future
 from types import SimpleNamespace as NS
 
-from executor.precompile.barrier import DeepGemmBarrier
-from executor.precompile.book import JobBook
-from executor.precompile.decide import Decision, decide, usable_backends
-from executor.precompile.hook import PrecompileHook
-from executor.precompile.summary import cached_keys, failure_line, pool_counts, step_share
-from executor.precompile.timings import Timings
+from executor.precompile.pool.barrier import DeepGemmBarrier
+from executor.precompile.pool.book import JobBook
+from executor.precompile.jobs.decide import Decision, decide, usable_backends
+from executor.precompile.pool.hook import PrecompileHook
+from executor.precompile.pool.summary import cached_keys, failure_line, pool_counts, step_share
+from executor.precompile.pool.timings import Timings
 from executor.records import StepRecord
 from planner.plan import steps as st
 
@@ -74,7 +74,7 @@ def test_the_book_knows_each_steps_keys_and_the_job_that_warms_each():
 
 
 def test_jobs_after_an_autotune_step_wait_for_it_and_the_longest_go_first(tmp_path):
-    from executor.precompile.costs import JobCosts
+    from executor.precompile.jobs.costs import JobCosts
 
     steps = [gemm("a", ["k1"]), gemm("d", ["d1"], backend="deep_gemm"), tune(), gemm("b", ["k2"]),
              gemm("e", ["d2"], backend="deep_gemm")]
@@ -90,8 +90,8 @@ def test_jobs_after_an_autotune_step_wait_for_it_and_the_longest_go_first(tmp_pa
 
 
 def test_job_costs_are_kept_for_the_next_start_and_a_bad_file_only_loses_the_order(tmp_path):
-    from executor.precompile.costs import JobCosts
-    from executor.precompile.jobs import JobResult
+    from executor.precompile.jobs.costs import JobCosts
+    from executor.precompile.jobs.job import JobResult
 
     path = tmp_path / "costs.json"
     book = book_of([gemm("a", ["k1", "k2"])])
@@ -160,7 +160,7 @@ def test_gpu_backends_compile_nothing_off_a_cuda_device():
 # --- the DeepGEMM barrier ------------------------------------------------------------------------------------
 
 def dg_result(key, end, entries):
-    from executor.precompile.jobs import JobResult
+    from executor.precompile.jobs.job import JobResult
 
     r = JobResult(key=key, keys=[key], step="s/d", backend="deep_gemm", kind="gemm", whole_step=False, values=1,
                   pid=1, deep_gemm_jit=len(entries), deep_gemm_entries=list(entries))
@@ -205,7 +205,7 @@ def test_the_clock_adds_only_what_counts():
 
 
 def test_the_manifest_learns_ok_jobs_and_ok_steps_on_their_planned_backend():
-    from executor.precompile.jobs import JobResult
+    from executor.precompile.jobs.job import JobResult
 
     a, b = gemm("a", ["k1"]), gemm("b", ["k2"])
     book = book_of([a, b])
@@ -252,7 +252,7 @@ def test_a_pool_that_ends_idle_tells_the_monitor_its_deep_gemm_kernels():
     """Every job answered while the loop is between steps (an autotune step held DeepGEMM jobs back):
     the pool ends there, and the monitor must learn its kernels then, or the next step's count
     would take them for the main process's compiles."""
-    from executor.precompile.pool import Precompiler
+    from executor.precompile import Precompiler
 
     book = book_of([gemm("d", ["d1"], backend="deep_gemm")])
     told = []
@@ -272,7 +272,7 @@ def test_a_rank_pool_worker_launches_on_its_rank_gpu(monkeypatch):
     import sys
     import types
 
-    from executor.precompile import worker_device
+    from executor.precompile.workers import device as worker_device
 
     calls = []
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=calls.append))
@@ -290,7 +290,7 @@ def test_the_worker_initializer_sets_the_device_for_its_backends(monkeypatch):
     import sys
     import types
 
-    from executor.precompile import worker
+    from executor.precompile.workers import worker
 
     calls = []
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(set_device=calls.append))
@@ -337,8 +337,8 @@ def test_a_flashinfer_module_a_worker_builds_counts_as_compiled(monkeypatch):
     """The pool's counts hold FlashInfer's JIT module builds (on the H100 its 90 s nvcc build of
     fp8_blockscale_gemm_90 was a job that said 0 compiled): one per module built, none for a load."""
     from executor.jit_monitor import Monitor
-    from executor.precompile import worker
-    from executor.precompile.jobs import Job
+    from executor.precompile.workers import worker
+    from executor.precompile.jobs.job import Job
 
     monitor = Monitor("warn")
 

@@ -126,20 +126,3 @@ def test_deep_gemm_loads_not_counted_stay_none():
     report.add_step(_dg_record("deep_gemm/a", StepCounts(deep_gemm_jit=0).as_dict()))
     [stage] = report.stages()
     assert stage["deep_gemm_loaded"] is None and stage["deep_gemm_compiled"] == 0
-
-
-def test_precompile_line_counts_deep_gemm_kernels_once():
-    from executor.precompile.barrier import DeepGemmBarrier
-    from executor.precompile.book import JobBook, Slot
-    from executor.precompile.jobs import JobResult
-    from executor.precompile.summary import pool_counts
-
-    book = JobBook([], lambda step: step.backend)
-    results = [JobResult(key=f"k{i}", keys=[f"k{i}"], step="s", backend="deep_gemm", kind="gemm", whole_step=False,
-                         values=1, pid=1, compiled=0, disk_loads=0, deep_gemm_jit=2,
-                         deep_gemm_entries=[f"kernel.a.{i}", "kernel.transpose_fp32.0"]) for i in range(3)]
-    book.slots = [Slot(job=None, result=r) for r in results]
-    barrier = DeepGemmBarrier(book)
-    counts = pool_counts(book.results(), barrier.entries(), barrier.writes, None)
-    assert (counts["compiled"], counts["deep_gemm_jit"]) == (4, 4)  # 3 GEMMs + the shared transpose
-    assert "4 compiled" in report_mod.render_precompile({"status": "ran", "jobs": 3, "workers": 3, **counts})

@@ -4,7 +4,7 @@ The summary's keys are read by executor/report.py (render_precompile), by the be
 (bench/vllm_plugin_trace.py: ``created``, ``records`` with start_s/end_s/pid/backend/key) and
 by the README: they stay as they are. A DeepGEMM kernel counts with Triton's variants (compiled
 is every variant compiled, loaded every one read from a disk cache; DeepGEMM loads only where
-its layout records them: 2.8), and once, for the job it was attributed to (barrier.py).
+its layout records them: 2.8), and once, for the job it was attributed to (deep_gemm_counts.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def pool_summary(pre) -> dict:
         out.update(pre.timings.report(results),
                    **pool_counts(results, pre.barrier.entries(), pre.barrier.writes, pre.timings.created))
     if pre.lane_workers:
-        out["lanes"] = dict(pre.lane_workers)  # lane -> its workers (lanes.py)
+        out["lanes"] = dict(pre.lane_workers)  # lane -> its workers (workers/lanes.py)
     if pre.lane_waits:
         out["lane_waits"] = dict(pre.lane_waits)  # lane -> what its barrier waited, and what ran on
     if pre.claims.roots:
@@ -30,7 +30,7 @@ def pool_summary(pre) -> dict:
 
 
 def claim_counts(claims, book) -> dict:
-    """This process's share of the keys it did not find in the manifest (node.py): those it
+    """This process's share of the keys it did not find in the manifest (claims/node.py): those it
     compiled, those another process compiled (waited for, or found done: loaded), its takeovers'
     lines, and the node's count of those keys done (once each: the distinct keys) and by how many
     processes."""
@@ -94,16 +94,6 @@ def cached_keys(book, records: list) -> dict:
         for backend, key in info.keys:
             add.setdefault(backend, set()).add(key)
     return add
-
-
-def shared_keys(c: dict) -> str:
-    """The report line's words on the keys other processes compiled into the same caches (claims),
-    said only when there were any: a lone run's line stays as it was."""
-    if not (c.get("waited") or c.get("loaded") or c.get("taken_over")):
-        return ""
-    line = (f"; keys: {c['compiled']} compiled here, {c['waited']} waited for and {c['loaded']} loaded from other "
-            f"processes, {c['node_keys']} on the node")
-    return line + (f", {len(c['taken_over'])} taken over" if c.get("taken_over") else "")
 
 
 def _sum(values, empty=None):

@@ -4,11 +4,12 @@ The ranks of a tensor-parallel vLLM server (each with its own pool), two servers
 `warmup execute` may precompile the same keys into one cache at once. A worker claims a key
 before it compiles it; a process that finds the key claimed by a live owner waits for its done
 mark (waits.py), then loads the kernel; one that finds it done skips it. Where the claims live,
-and why there: node.py. In a key's directory, ``done`` says who compiled it (written whole by
-write_atomic), and ``<gen>`` is a claim of generation gen: its owner (host, worker pid, process)
-written whole under a temporary name, then hard-linked into place. The link fails when the name
-exists, so exactly one taker gets each generation; nobody removes another's claim (taking over
-creates the next generation), and an owner removes its own when its job ends, after ``done``.
+and why there: node.py; the one code that writes them: owner.py, in the workers. In a key's
+directory, ``done`` says who compiled it (written whole by write_atomic), and ``<gen>`` is a claim
+of generation gen: its owner (host, worker pid, process) written whole under a temporary name, then
+hard-linked into place. The link fails when the name exists, so exactly one taker gets each
+generation; nobody removes another's claim (taking over creates the next generation), and an owner
+removes its own when its job ends, after ``done``.
 
 Bounds: an owner touches its claim every BEAT_S seconds (its heartbeat). A claim whose owner's pid
 is gone on this host, or whose heartbeat is older than STALE_S (WARMUP_CLAIM_STALE_S: another
@@ -85,7 +86,7 @@ def who(owner: dict | None) -> str:
 
 def done_entries(done: dict) -> dict:
     """What a waiting process keeps of a done mark: the DeepGEMM entries its job saw, and its end
-    (barrier.py: they are not this process's compiles, and what the job saw of ours stays ours)."""
+    (pool/deep_gemm_counts.py: they are not this process's compiles, and what the job saw of ours stays ours)."""
     return {"entries": list(done.get("entries") or ()), "end": done.get("time")}
 
 

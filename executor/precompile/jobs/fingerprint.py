@@ -13,7 +13,7 @@ import hashlib
 import importlib.util
 import os
 
-from .. import dg_install
+from ... import dg_install
 
 # Sources that decide which variant a call compiles: the kernels, the backends' allocation
 # paths and the dispatch models. A change to any invalidates the manifest.
@@ -38,7 +38,7 @@ def _dist_version(name: str) -> str | None:
 
 
 def _repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def sources_digest(root: str | None = None) -> str:

@@ -1,41 +1,23 @@
 """The main process's side of the claims: a key another process compiles is waited for, bounded.
-Each job's future is its key's (KeyFuture), which the book, the loop's hook and finish() wait for.
-Where a worker finds the key held by another process's live owner (owner.py), one thread (Waits)
-looks at the claim every POLL_S s until the done mark appears (the main process then loads the
-kernel), or the owner is gone, the claim released, stale or held past the wait bound (claims.py):
-the key is then taken over, submitted again to this pool, with one line to `note`."""
+
+Where a worker finds the key held by another process's live owner (owner.py), its job's answer is
+"held", and the key's future (key_future.py) stays open: one thread (Waits) looks at the claim every
+POLL_S s until the done mark appears (the main process then loads the kernel), or the owner is gone,
+the claim released, stale or held past the wait bound (on_disk.py): the key is then taken over,
+submitted again to this pool, with one line to `note`."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
 import time
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 
-from .claims import done_entries, look, who
-from .jobs import JobResult
+from ..jobs.job import JobResult
+from .key_future import KeyFuture
+from .on_disk import done_entries, look, who
 
 POLL_S = 0.2  # how often a waiting process looks at the claims it waits on
-
-
-class KeyFuture(Future):
-    """A key's future across the jobs that warm it (see the module docstring)."""
-
-    inner = None  # the executor's future of the job now running for it
-
-    def cancel(self) -> bool:
-        """As the executor's future: False while a worker runs the job, else cancelled (a wait too)."""
-        inner = self.inner
-        if inner is not None and not inner.done() and not inner.cancel():
-            return False
-        return Future.cancel(self)
-
-    def settle(self, result=None, error=None) -> None:
-        """The key's answer, unless it was cancelled meanwhile (the first word stays)."""
-        try:
-            self.set_exception(error) if error is not None else self.set_result(result)
-        except InvalidStateError:
-            pass
 
 
 @dataclasses.dataclass

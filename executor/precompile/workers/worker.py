@@ -1,6 +1,6 @@
 """The worker side of the precompile pool: a worker's state, and running one job.
 
-A worker (started as worker_start.py says) loads the backends its jobs need once, with the
+A worker (started as processes.py and setup.py say) loads the backends its jobs need once, with the
 JIT monitor that counts what each job compiles. A job runs the backend's family method on
 the step reduced to its one value; every failure is the job's (a record, never an exception),
 and the main process then compiles that variant itself.
@@ -15,11 +15,12 @@ import time
 
 from planner.errors import one_line
 
-from ..backends.base import Unavailable, is_oom
-from .jobs import Job, JobResult
-from .owner import claim_key
-from .worker_device import device_setter, free_after
-from .worker_start import apply_setup, prime_triton
+from ...backends.base import Unavailable, is_oom
+from ..claims.owner import claim_key
+from ..jobs.job import Job, JobResult
+from .device import device_setter, free_after
+from .setup import apply_setup
+from .triton_costs import prime_triton
 
 
 _WORKER: dict | None = None  # this worker's backends, monitor and start-up errors (init_worker)
@@ -55,7 +56,7 @@ def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dic
     except Exception as e:  # noqa: BLE001 - Triton's own driver compiles instead (slower)
         state["errors"]["target"] = f"{type(e).__name__}: {e}"
     try:
-        from ..jit_monitor import Monitor
+        from ...jit_monitor import Monitor
 
         state["monitor"] = Monitor("warn" if monitor_mode != "off" else "off").install()
     except Exception as e:  # noqa: BLE001

@@ -14,7 +14,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .jobs import Job, JobResult, compile_jobs, eligible, step_keys
+from ..jobs.from_plan import compile_jobs, eligible, step_keys
+from ..jobs.job import Job, JobResult
 
 
 @dataclass
@@ -67,7 +68,7 @@ class JobBook:
 
     def due(self, index: int, order) -> list[Slot]:
         """The jobs released once the step at `index` has run (those whose last autotune step is at
-        or before it), not yet submitted, as `order` sorts them (costs.py: the longest first)."""
+        or before it), not yet submitted, as `order` sorts them (jobs/costs.py: the longest first)."""
         if index <= self._released:
             return []
         self._released = index

@@ -51,7 +51,7 @@ class PrecompileHook:
         """Block until the jobs of this step's keys are done (the first such step: and every
         DeepGEMM job, barrier.py); returns the seconds waited."""
         pre = self.pre
-        pool = pre.pool  # read once: a watchdog may end the pool meanwhile (pool.py, bound)
+        pool = pre.pool  # read once: a watchdog may end the pool meanwhile (precompiler.py, bound)
         if pool is None or step.id not in pre.book.info:
             return 0.0
         start = time.perf_counter()

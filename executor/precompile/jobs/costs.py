@@ -15,8 +15,8 @@ import os
 
 from planner.output import write_atomic
 
+from ...registry import backend_attr
 from .manifest import manifest_path, read_doc
-from .worker_start import backend_attr
 
 COSTS_NAME = "warmup-job-costs.json"
 COSTS_FORMAT = "warmup-job-costs/v1"

@@ -1,8 +1,8 @@
-"""A worker's side of a claim (claims.py): taking it before a job, holding it while the job runs
+"""A worker's side of a claim (on_disk.py): taking it before a job, holding it while the job runs
 (its heartbeat), and ending it: the done mark when the job succeeded, then the claim removed.
 
-Kept apart from claims.py, which the waiting main process reads too, because this is the only
-code that writes claims, and it runs in the pool's workers (worker.py ``run_job``).
+Kept apart from on_disk.py, which the waiting main process reads too, because this is the only
+code that writes claims, and it runs in the pool's workers (workers/worker.py ``run_job``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 from planner.output import write_atomic
 
-from .claims import DONE, HOST, KeyClaim, done_entries, look, read_doc, who
+from .on_disk import DONE, HOST, KeyClaim, done_entries, look, read_doc, who
 
 
 def take(claim: KeyClaim) -> tuple[str, object]:
@@ -67,7 +67,7 @@ class Held:
     def end(self, ok: bool, entries=(), end: float | None = None) -> None:
         """The job ended (at `end`): the done mark first when it succeeded, with the DeepGEMM entries
         it saw and its end, from which every process counts each kernel for the same job
-        (barrier.py), then this claim removed."""
+        (pool/deep_gemm_counts.py), then this claim removed."""
         self._stop.set()
         try:
             if ok:
@@ -79,7 +79,7 @@ class Held:
 
 
 def claim_key(job, out):
-    """Claim the job's key before compiling it (owner.py): the claim held (None when the key has no
+    """Claim the job's key before compiling it: the claim held (None when the key has no
     claims, or they cannot be written here: it compiles unclaimed, as before), and in `out.claim`
     how the key is had: "mine", "done" (another process compiled it) or "held" (one compiles it)."""
     if job.claim is None:

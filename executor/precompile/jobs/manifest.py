@@ -17,9 +17,9 @@ import time
 
 from planner.output import write_atomic
 
-from .. import registry
-from ..jit_monitor import deep_gemm_cache_dir
-from .fingerprint import deep_gemm_fingerprint, fingerprint  # noqa: F401 - executor.bundle reads both here
+from ... import registry
+from ...jit_monitor import deep_gemm_cache_dir
+from .fingerprint import fingerprint
 
 MANIFEST_NAME = "warmup-precompiled.json"
 MANIFEST_FORMAT = "warmup-precompiled/v1"

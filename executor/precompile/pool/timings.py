@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Timings:
-    """The pool's times; the pieces write their own (processes.py: the start, pool.py: the caller's)."""
+    """The pool's times; the pieces write their own (workers/: the start, precompiler.py: the caller's)."""
 
     created: float | None = None       # time.time() of the pool's start (records are relative)
     start_s: float | None = None       # the caller's time in start()

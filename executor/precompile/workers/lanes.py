@@ -2,29 +2,58 @@
 
 - ``device``: jobs that run on the GPU (DeepGEMM's JIT compiles inside a launch; vLLM's Triton
   sampler is launched for real). Each such worker holds a CUDA context, which vLLM's memory
-  profile would count as its own: this lane is ended before vLLM measures (vllm_bridge).
+  profile would count as its own: this lane is ended before vLLM measures (vllm_bridge). Its many
+  short jobs yield the CPU (DEVICE_LANE_NICE) to the compile lane's long builds and to vLLM's own
+  process (torch.compile): they fill the cores those leave idle.
 - ``compile``: jobs whose compile-only twin needs no CUDA (Triton for the GPU's target, FlashInfer's
-  nvcc builds; worker_start.WORKER_CLASSES). These go on beside the weights load, torch.compile,
+  nvcc builds; backend_classes.WORKER_CLASSES). These go on beside the weights load, torch.compile,
   the memory profile and the CUDA-graph capture; whoever needs one of their kernels first waits
-  for that one alone (the plan's step: hook.py; vLLM's own call: FlashInfer's file lock).
+  for that one alone (the plan's step: pool/hook.py; vLLM's own call: FlashInfer's file lock).
+  Its workers are told the GPU's architecture for FlashInfer (setup.py), and one builds Triton's
+  CUDA utils for the main process.
 
-Inside each lane the jobs run longest first (costs.py: the times measured at the last start), so
-that the long poles start at once rather than behind many short jobs. Both lanes fork from one
+Inside each lane the jobs run longest first (jobs/costs.py: the times measured at the last start),
+so that the long poles start at once rather than behind many short jobs. Both lanes fork from one
 fork server (one a process), whose imports are the union of theirs.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
-from .processes import COMPILE_LANE, DEVICE_LANE, WorkerPool, preload_of
-from .worker_start import cuda_free, worker_specs
+from ...registry import backend_attr
+from .backend_classes import cuda_free, preload_of, worker_specs
+from .processes import WorkerPool
+from .setup import worker_setup
 
+DEVICE_LANE, COMPILE_LANE = "device", "compile"  # with a CUDA context, without
 LANES = (COMPILE_LANE, DEVICE_LANE)  # the order their workers start: the long poles (nvcc builds) first
+DEVICE_LANE_NICE = 5  # the device lane's workers' niceness (what they start inherits it)
 
 
 def lane_of(backend: str) -> str:
     return COMPILE_LANE if cuda_free(backend) else DEVICE_LANE
+
+
+def lane_setup(lane: str, specs: dict, options) -> dict:
+    """What a lane's workers take from the main process (setup.py), and what the lane adds."""
+    setup = worker_setup(options.device, options.worker_env, cuda_free=lane == COMPILE_LANE)
+    # The offline driver compiles without CUDA, but a backend that launches Triton kernels
+    # for real in the workers (vllm_bridge's) needs Triton's own driver there.
+    setup["real_triton_driver"] = lane == DEVICE_LANE and any(
+        backend_attr(n, "needs_triton_driver", False) for n in specs)
+    setup["nice"] = DEVICE_LANE_NICE if lane == DEVICE_LANE else 0
+    return setup
+
+
+def lane_pool(lane: str, workers: int, backends: set, options, timings, preload: list) -> WorkerPool:
+    """The worker processes of one lane, for the jobs of `backends`."""
+    timings.created = timings.created or time.time()  # the pool's start, before the first lane's set-up
+    specs = worker_specs(backends)
+    setup = lane_setup(lane, specs, options)
+    cuda_utils = bool(setup.get("capability")) and "triton" in specs and lane == COMPILE_LANE
+    return WorkerPool(workers, specs, setup, options, timings, lane, preload, cuda_utils=cuda_utils)
 
 
 class Lanes:
@@ -39,7 +68,7 @@ class Lanes:
             backends.setdefault(lane, set()).add(slot.job.backend)
             jobs[lane] = jobs.get(lane, 0) + 1
         preload = preload_of(worker_specs(set().union(*backends.values()))) if backends else []
-        self.pools = {lane: WorkerPool(min(workers, jobs[lane]), backends[lane], options, timings, lane, preload)
+        self.pools = {lane: lane_pool(lane, min(workers, jobs[lane]), backends[lane], options, timings, preload)
                       for lane in LANES if lane in backends}
         self.lane = {b: lane for lane, names in backends.items() for b in names}
         self.timings = timings
@@ -72,7 +101,7 @@ class Lanes:
         return self.started.wait(timeout)
 
     def run(self, book, slots: list, follow) -> None:
-        """Submit the jobs of `slots`, each followed by its key's future (waits.py); a job that
+        """Submit the jobs of `slots`, each followed by its key's future (claims/waits.py); a job that
         cannot be submitted (a broken lane) fails, and the main process compiles its variant."""
         for slot in slots:
             try:

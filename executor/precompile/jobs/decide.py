@@ -13,9 +13,9 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
-from .. import dg_install
-from .jobs import PRECOMPILE_BACKENDS
-from .worker_start import backend_attr
+from ... import dg_install
+from ...registry import backend_attr
+from .from_plan import PRECOMPILE_BACKENDS
 
 MAX_DEFAULT_JOBS = 32
 
@@ -38,7 +38,7 @@ class Decision:
     device: str
     keys_planned: int = 0         # distinct (backend, key) pairs the plan reaches through them
     keys_in_manifest: int = 0
-    keys_done_elsewhere: int = 0  # of the others, those another process (or run) compiled (node.py)
+    keys_done_elsewhere: int = 0  # of the others, those another process (or run) compiled (claims/node.py)
     workers: int = 0              # worker processes: --jobs, at most one per job
     status: str = "ran"           # ran | off | skipped
     reason: str | None = None
@@ -54,7 +54,7 @@ class Decision:
 
 def decide(d: Decision, book, manifest, claims=None) -> Decision:
     """Fill `d`, and open a job in `book` for every planned key the run's manifest (a RunManifest)
-    does not list and, with `claims` (node.py), no other process has compiled: both are skipped."""
+    does not list and, with `claims` (claims/node.py), no other process has compiled: both are skipped."""
     d.backends, why_not = usable_backends(d.backends, d.device)
     planned = book.plan(d.backends)
     d.keys_planned = len(planned)

@@ -1,6 +1,6 @@
 """FlashInfer's JIT modules built in a process of their own, ahead of the engine.
 
-    python -m executor.precompile.build_ahead --arch 9.0 --parent PID --timeout S GENERATOR...
+    python -m executor.precompile.workers.build_ahead --arch 9.0 --parent PID --timeout S GENERATOR...
 
 The vLLM plugin starts it from vLLM's first process as soon as the model is known
 (vllm_bridge/ahead.py), tens of seconds before vLLM starts its engine process and the pool with
@@ -9,7 +9,7 @@ returns a module's JitSpec; every module is built (not loaded: no CUDA context) 
 file lock, all at once (each is ninja over its own sources). The pool's job for the same module,
 and vLLM's own first call of it, wait on that lock and then find the .so. One line a module on
 stderr. It ends with the process that started it, and after --timeout seconds in any case, with
-the ninja and nvcc it started.
+the ninja and nvcc it started. Its command line: build_ahead_command.py.
 """
 
 from __future__ import annotations
@@ -21,15 +21,17 @@ import sys
 import threading
 import time
 
-from .processes import DEVICE_LANE_NICE, descendants
-from .worker_start import FLASHINFER_ARCHS
+from ...backends.flashinfer_jit import FLASHINFER_ARCHS
+from .build_ahead_command import MODULE
+from .lanes import DEVICE_LANE_NICE
+from .process_tree import descendants, kill
 
 PARENT_POLL_S = 1.0
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    os.environ.setdefault(FLASHINFER_ARCHS, args.arch)  # FlashInfer asks CUDA nothing (worker_start.py)
+    os.environ.setdefault(FLASHINFER_ARCHS, args.arch)  # FlashInfer asks CUDA nothing (setup.py)
     _end_with(args.parent)
     timer = threading.Timer(args.timeout, _stop, args=(f"not done after {args.timeout:g} s",))
     timer.daemon = True
@@ -51,7 +53,7 @@ def main(argv=None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m executor.precompile.build_ahead")
+    p = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     p.add_argument("--arch", required=True, help="the GPUs' compute capability, as FlashInfer reads it (9.0)")
     p.add_argument("--parent", type=int, required=True, help="the pid whose end ends this process")
     p.add_argument("--timeout", type=float, required=True, help="seconds after which what is left is ended")
@@ -104,11 +106,7 @@ def _end_with(parent: int) -> None:
 
 
 def _stop(why: str) -> None:
-    for pid in descendants(os.getpid()):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    kill(descendants(os.getpid()))
     _say(f"stopped: {why}")
     os._exit(1)
 

@@ -1,4 +1,4 @@
-"""Where a run's claims live (claims.py), and what they say of the node.
+"""Where a run's claims live (on_disk.py), and what they say of the node.
 
 A key's claims live inside the cache its compile writes into: DeepGEMM's writable root (the first
 of DG_JIT_CACHE_DIR; in the vLLM plugin $VLLM_CACHE_ROOT/deep_gemm) for the backends whose kernels
@@ -20,9 +20,9 @@ import json
 import logging
 import os
 
-from .. import dg_install, registry
-from .claims import CLAIMS_DIR, DONE, STALE_S, WAIT_S, KeyClaim, bound, read_doc
-from .manifest import manifest_path, triton_cache_dir
+from ... import dg_install, registry
+from ..jobs.manifest import manifest_path, triton_cache_dir
+from .on_disk import CLAIMS_DIR, DONE, STALE_S, WAIT_S, KeyClaim, bound, read_doc
 from .waits import Waits
 
 log = logging.getLogger("warmup_planner.precompile")  # a takeover's line, unless the caller takes them
@@ -60,7 +60,7 @@ class NodeClaims:
         self.loaded: set = set()   # (backend, key) done by another process (or run) before this one
 
     def open(self, fingerprint: dict, backends) -> None:
-        """The directories of `backends` under this fingerprint (decide.py, once a pool may run)."""
+        """The directories of `backends` under this fingerprint (jobs/decide.py, once a pool may run)."""
         ns = namespace(fingerprint)
         for backend in backends:
             cache = cache_dir(backend, self.worker_env)

@@ -4,14 +4,14 @@ DeepGEMM is counted by the kernels that appear in its cache directory, which the
 the main process share. While workers may still add kernels there, the monitor must not count
 what appears (``busy``: it would charge the pool's kernels to whatever step runs), so the first
 step that waits for jobs waits for every DeepGEMM job too. Once they are all done, each kernel
-the pool compiled is counted for one job (``attribute_deep_gemm``) and the monitor is told which
+the pool compiled is counted for one job (deep_gemm_counts.py) and the monitor is told which
 they are (``absorb_deep_gemm``): they are not the main process's compiles.
 """
 
 from __future__ import annotations
 
-from .. import registry
-from .jobs import JobResult
+from ... import registry
+from .deep_gemm_counts import attribute_deep_gemm, compiled_elsewhere
 
 
 class DeepGemmBarrier:
@@ -67,33 +67,3 @@ class DeepGemmBarrier:
         attribute_deep_gemm(ours + theirs)
         if self.monitor is not None:
             self.monitor.absorb_deep_gemm(self.entries() | {e for r in theirs for e in r.deep_gemm_entries})
-
-
-def attribute_deep_gemm(results: list) -> None:
-    """One job per DeepGEMM kernel. The workers share one cache, so a job's monitor also sees the
-    kernels its neighbours compiled while it ran (16 workers made 58 jobs report 133 kernels of 60);
-    each kernel goes to the earliest-ending job that saw it: its compiler, whose job ends right
-    after the kernel lands (a neighbour would have to end within that moment to take it)."""
-    owner: dict = {}
-    for result in sorted(results, key=lambda r: (r.end or 0.0, r.key)):
-        for entry in result.deep_gemm_entries:
-            owner.setdefault(entry, result)
-    for result in results:
-        result.deep_gemm_entries = [e for e in result.deep_gemm_entries if owner[e] is result]
-        if result.deep_gemm_jit is not None:
-            result.deep_gemm_jit = len(result.deep_gemm_entries)
-
-
-def compiled_elsewhere(results: list) -> list:
-    """The jobs of other processes that compiled the keys these waited for or found done, from their
-    done marks (claims.py): the entries each saw and its end. A kernel is then counted for the job,
-    of any process, that ended first after seeing it: another process's kernels are not this one's
-    compiles (nor the main process's), and what its jobs saw of ours stays ours."""
-    out = []
-    for r in results:
-        claim = r.claim or {}
-        if claim.get("how") in ("waited", "done") and claim.get("entries"):
-            out.append(JobResult(key=r.key, keys=[], step=r.step, backend=r.backend, kind=r.kind, whole_step=False,
-                                 values=0, end=claim.get("end") or float("inf"),
-                                 deep_gemm_entries=list(claim["entries"])))
-    return out
