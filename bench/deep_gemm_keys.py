@@ -22,8 +22,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from planner.engine.config import load_engine  # noqa: E402
-from planner.plan.expand import expand  # noqa: E402
 from planner.plan.authored import load_plan  # noqa: E402
+from planner.plan.expand import expand  # noqa: E402
 
 ENGINES = ("deepseek-v3-fp8-tp8-h200", "qwen3-30b-a3b-fp8-h100")
 

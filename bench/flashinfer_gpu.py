@@ -52,8 +52,8 @@ def plan_step(plan: str, engine_name: str):
     """(expanded plan, the flashinfer autotune step, the engine record) from the planner."""
     sys.path.insert(0, REPO)
     from planner.engine.config import load_engine
-    from planner.plan.expand import expand
     from planner.plan.authored import load_plan
+    from planner.plan.expand import expand
 
     engine = load_engine(engine_name)
     expanded = expand(load_plan(plan), engine)

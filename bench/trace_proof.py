@@ -37,9 +37,9 @@ from executor import run  # noqa: E402 - imports neither torch nor triton
 from executor.precompile import default_jobs  # noqa: E402
 from executor.runner.trace import TraceConfig, percentile  # noqa: E402
 from planner.engine.config import load_engine  # noqa: E402
+from planner.plan.authored import load_plan  # noqa: E402
 from planner.plan.expand import expand  # noqa: E402
 from planner.plan.expanded import ExpandedPlan  # noqa: E402
-from planner.plan.authored import load_plan  # noqa: E402
 
 FAMILIES = ("attention", "gemm", "sampler", "bitmask", "kv_write", "inputs", "rejection_sampler", "other")
 

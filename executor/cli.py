@@ -26,13 +26,13 @@ from planner.cli import Parser
 from planner.engine.facts import EngineFacts
 from planner.errors import PlanError
 from planner.output import check_writable
-from planner.words import did_you_mean
-from planner.tables.kernel_configs import table_path
 from planner.plan.steps import FAMILIES
+from planner.tables.kernel_configs import table_path
+from planner.words import did_you_mean
 
 from . import dg_install
-from .precompile import default_jobs
 from .environ import scoped_environ
+from .precompile import default_jobs
 from .progress import Progress
 from .registry import backend_families, known_backends
 from .report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, Report  # one definition of the exit codes

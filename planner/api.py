@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .plan.digest import changed_inputs, digest
 from .engine.config import Engine, load_engine
 from .errors import PlanError
+from .plan.authored import Plan, load_plan
+from .plan.digest import changed_inputs, digest
 from .plan.expand import expand
 from .plan.expanded import ExpandedPlan
 from .plan.loading import detect, expanded_from_document
-from .plan.authored import Plan, load_plan
 from .resources import builtin_plans, engines_dir, resolve
 from .yamlio import load_file
 

@@ -6,8 +6,8 @@ import copy
 import textwrap
 
 from planner.engine.config import engine_from_document
-from planner.plan.expand import expand
 from planner.plan.authored import load_plan
+from planner.plan.expand import expand
 from planner.yamlio import Document
 
 BASE_ENGINE = {

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from planner.review import absorb
 from planner import api
 from planner.cli import main
 from planner.errors import PlanError
+from planner.review import absorb
 from planner.review.server_logs import read_log, read_logs
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "logs")

@@ -11,9 +11,9 @@ import yaml
 
 from planner import cli
 from planner.engine.config import engine_from_document
+from planner.plan.authored import load_plan
 from planner.plan.expand import expand
 from planner.plan.expanded import ExpandedPlan
-from planner.plan.authored import load_plan
 from planner.resources import builtin_engines, builtin_plans
 from planner.review import lints
 from planner.yamlio import Document

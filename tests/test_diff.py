@@ -12,9 +12,9 @@ import yaml
 from planner import cli
 from planner.engine import hf
 from planner.engine.config import load_engine
+from planner.plan.authored import load_plan
 from planner.plan.expand import expand
 from planner.plan.expanded import ExpandedPlan
-from planner.plan.authored import load_plan
 from planner.review import diff
 
 HERE = os.path.dirname(__file__)

@@ -14,12 +14,12 @@ import re
 
 import pytest
 
-from planner.engine.facts import engine_facts
 from planner.engine.config import load_engine
+from planner.engine.facts import engine_facts
 from planner.engine.facts import Quant, quant_of
 from planner.engine.queries import block_fp8_linears, block_fp8_moes
-from planner.plan.stages import autotune, deep_gemm, triton_gemm, vllm_fused_moe
 from planner.engine.vllm_choices import default_linear_kernel
+from planner.plan.stages import autotune, deep_gemm, triton_gemm, vllm_fused_moe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINES = sorted(glob.glob(os.path.join(ROOT, "plans", "engines", "*.yaml"))

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from planner import api as stale
 from planner.engine.config import load_engine
 from planner.errors import PlanError
-from planner.plan.expand import expand
 from planner.plan.authored import load_plan
-from planner import api as stale
+from planner.plan.expand import expand
 from planner.review import diff
 
 ENGINE = "llama-3.1-8b-fp8-h100"

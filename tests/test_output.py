@@ -12,11 +12,11 @@ from factories import make_engine, write_plan
 
 from planner.cli import main
 from planner.engine.config import load_engine
+from planner.plan.authored import load_plan
 from planner.plan.expand import expand
 from planner.plan.expanded import ExpandedPlan
 from planner.render import to_json, to_table, to_yaml
 from planner.yamlio import compress_runs, decompress, expand_runs
-from planner.plan.authored import load_plan
 
 
 @pytest.mark.parametrize("values,compressed", [

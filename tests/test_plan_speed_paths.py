@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from deep_gemm_oracle import select_all
-from planner.cli import main
 from kernel_model import deep_gemm as dg
+from planner.cli import main
 from planner.render import to_json
 from planner.yamlio import MIN_RUN, WRAP, _string, compress_runs, yaml_scalar
 from planner.yamlio import _flow_compressed as _flow  # the expanded-plan writer

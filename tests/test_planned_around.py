@@ -11,10 +11,10 @@ import yaml
 
 from planner.cli import main
 from planner.engine.config import load_engine
-from planner.plan.expand import expand
 from planner.plan.authored import load_plan
-from planner.review import lints
+from planner.plan.expand import expand
 from planner.plan.steps import GemmLike
+from planner.review import lints
 from tests.factories import make_engine
 
 K192 = "tests/fixtures/engines/k192-fp8-h100.yaml"

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import re
 
-from planner.tables.vllm_moe import CONFIGS_ENV, HOW
 from planner.engine.releases import VLLM_RELEASES
 from planner.plan.stages.vllm_fused_moe import no_tables_gap
+from planner.tables.vllm_moe import CONFIGS_ENV, HOW
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()

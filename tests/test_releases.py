@@ -13,9 +13,9 @@ import pytest
 
 import planner
 from planner import cli
-from planner.plan.expanded import FORMAT
 from planner.cli import version_text
 from planner.engine.releases import VLLM_RELEASES, newest, supported, version_key
+from planner.plan.expanded import FORMAT
 from planner.resources import builtin_plans
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 import yaml
 
-from planner.yamlio import decompress
 from planner.schema import SchemaViolation, _check, load_schema
+from planner.yamlio import decompress
 
 SCHEMAS = ["engine", "plan", "expanded-plan"]
 

@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from planner import cli
+from planner import api as stale
 from planner.engine.config import engine_from_document, load_engine
 from planner.errors import PlanError
+from planner.plan.authored import load_plan
 from planner.plan.digest import digest
 from planner.plan.expand import expand
-from planner.plan.authored import load_plan
-from planner import api as stale
 from planner.yamlio import Document
 
 HERE = os.path.dirname(__file__)

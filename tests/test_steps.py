@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.plan import steps
 from planner.engine.config import load_engine
+from planner.plan import steps
 from planner.plan.records import FrozenStepError
 from planner.review.phrasing import PHRASING
 from planner.plan.steps import (KINDS, Cleanup, CudaGraph, Decode, Gemm, GroupedGemm, Prefill, RunnerStep, Sample,

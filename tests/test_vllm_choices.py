@@ -13,15 +13,15 @@ import yaml
 from kernel_model import deep_gemm as dg
 from planner.api import load_engine
 from planner.cli import main
-from planner.plan.digest import digest
-from planner.errors import PlanError
-from planner.plan.expand import expand
-from planner.plan.authored import load_plan
 from planner.engine.releases import model_runner
-from planner.review import lints
+from planner.engine.vllm_choices import default_linear_kernel
+from planner.errors import PlanError
+from planner.plan.authored import load_plan
+from planner.plan.digest import digest
+from planner.plan.expand import expand
 from planner.plan.stages.deep_gemm import from_m
 from planner.plan.steps import Gemm
-from planner.engine.vllm_choices import default_linear_kernel
+from planner.review import lints
 from tests.factories import make_engine, steps_of
 
 FP8 = {"method": "fp8", "weight_block_size": [128, 128]}

@@ -18,16 +18,16 @@ from factories import MADE_UP_MOE_TABLES, write_moe_tables
 from kernel_model import vllm_fused_moe as moe
 from kernel_model.vllm_fused_moe import FusedMoeLaunch, MoeShape, TableDirs, choose_config, compile_key
 from kernel_model.vllm_fused_moe import fused_moe_variants as variants_with
-from planner.tables import vllm_moe as where
 from planner.api import check_fresh
 from planner.cli import main
 from planner.engine.config import load_engine
-from planner.errors import PlanError
-from planner.plan.expand import expand
-from planner.plan.authored import load_plan
 from planner.engine.facts import engine_facts
+from planner.errors import PlanError
+from planner.plan.authored import load_plan
+from planner.plan.expand import expand
 from planner.plan.stages.vllm_fused_moe import shapes
 from planner.plan.steps import Kernel, step_from_dict
+from planner.tables import vllm_moe as where
 
 QWEN = MoeShape(128, 2048, 768, 8, "fp8_block", "H100")
 MIXTRAL = MoeShape(8, 4096, 7168, 2, "none", "H100")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from planner.plan.authored import load_plan
 from planner.plan.expand import expand
 from planner.plan.expanded import ExpandedPlan
 from planner.render import to_table
-from planner.plan.authored import load_plan
 from planner.review.diff import diff_plans, render_markdown, render_text
 from tests.factories import make_engine, steps_of, write_plan
 

@@ -23,14 +23,14 @@ from kernel_model.vllm_sampler import TopkToppLaunch, batch_classes, compile_key
 from planner.api import load_expanded
 from planner.cli import main
 from planner.engine.config import load_engine
+from planner.engine.releases import model_runner
 from planner.errors import PlanError
+from planner.plan.authored import load_plan
 from planner.plan.expand import expand
 from planner.plan.expanded import ExpandedPlan
-from planner.plan.authored import load_plan
-from planner.engine.releases import model_runner
-from planner.resources import builtin_engines
 from planner.plan.stages.vllm_sampler import max_rows
 from planner.plan.steps import LAUNCH_MODELS, Kernel, step_from_dict
+from planner.resources import builtin_engines
 from tests.factories import make_engine, steps_of, write_plan
 
 FAMILY = "vLLM's Triton top-k/top-p sampler kernel"

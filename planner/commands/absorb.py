@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
-from ..review import absorb
 from .. import api
 from ..output import emit, write_output
+from ..review import absorb
 from ..review.server_logs import read_logs
 from ..words import count
 from ..yamlio import dump

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .. import schema
-from .facts import EngineFacts, engine_facts, quant_of
 from ..errors import PlanError, format_path
 from ..resources import resolve
-from .releases import model_runner, sampler
-from .vllm_choices import default_linear_kernel
 from ..words import count
 from ..yamlio import Document, load_file
+from .facts import EngineFacts, engine_facts, quant_of
+from .releases import model_runner, sampler
+from .vllm_choices import default_linear_kernel
 
 # Cosmetic fields: they name or describe the engine but shape no step.
 COSMETIC_KEYS = ("name", "description")

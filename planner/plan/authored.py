@@ -15,8 +15,8 @@ import os
 from typing import NamedTuple
 
 from .. import schema
-from ..errors import PlanError, format_path
 from ..engine.releases import VLLM_RELEASES, supported
+from ..errors import PlanError, format_path
 from ..resources import resolve
 from ..yamlio import Document, load_file
 

@@ -15,8 +15,8 @@ same functions make them (planner.plan.expand) and recompute them for a stale-pl
 from __future__ import annotations
 
 from .. import __version__
-from ..tables import kernel_configs as tables
 from ..hashing import digest
+from ..tables import kernel_configs as tables
 
 INPUTS = ("plan", "engine", "planner", "kernel_configs", "vllm_moe_configs", "deep_gemm")
 

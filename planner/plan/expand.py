@@ -9,16 +9,16 @@ bytes) and carries a digest of exactly the inputs that shaped it, per input
 from __future__ import annotations
 
 from .. import __version__
-from .digest import digest, input_digests
 from ..engine.config import Engine
+from ..limits import MAX_STEPS, MAX_TOTAL_VALUES
+from ..tables.kernel_configs import TableReader
+from .authored import Plan
+from .digest import digest, input_digests
 from .expanded import ExpandedPlan
 from .expr import ExprError, evaluate
-from ..limits import MAX_STEPS, MAX_TOTAL_VALUES
-from .authored import Plan
 from .stages import handler
 from .stages.scope import Notes, Scope
 from .steps import GemmLike
-from ..tables.kernel_configs import TableReader
 
 
 def expand(plan: Plan, engine: Engine, deep_gemm: str | None = None) -> ExpandedPlan:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from .. import schema
 from ..engine.config import engine_from_document
 from ..errors import PlanError
-from .expanded import FORMATS, SCHEMAS as EXPANDED_SCHEMAS, ExpandedPlan
-from .authored import load_plan
 from ..yamlio import Document, RunError, decompress, load_file
+from .authored import load_plan
+from .expanded import FORMATS, SCHEMAS as EXPANDED_SCHEMAS, ExpandedPlan
 
 
 SCHEMAS = {"plan": "plan", "engine": "engine", "expanded plan": "expanded-plan"}

@@ -29,9 +29,9 @@ from typing import NamedTuple
 
 from .. import api
 from ..plan.authored import Plan, Stage
+from ..plan.steps import Gemm, GroupedGemm, Kernel
 from ..resources import builtin_plans
 from .server_logs import Compile
-from ..plan.steps import Gemm, GroupedGemm, Kernel
 
 COVERED, VARIANT, ABSORB, NOT_MODELLED, UNKNOWN = "covered", "variant", "absorb", "not modelled", "unknown"
 STATUSES = (COVERED, VARIANT, ABSORB, NOT_MODELLED, UNKNOWN)

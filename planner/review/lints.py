@@ -15,12 +15,12 @@ from typing import Callable, Iterable, Iterator
 
 from ..engine.config import expression_names
 from ..engine.facts import EngineFacts
-from ..plan.expr import round_up
 from ..engine.releases import model_runner, upstream_fix
-from ..plan.stages.batches import BlockCounter
 from ..engine.vllm_choices import KERNEL_CLASSES, deep_gemm_min_m
-from ..words import count
+from ..plan.expr import round_up
+from ..plan.stages.batches import BlockCounter
 from ..plan.steps import Attention, Autotune, Cleanup, CudaGraph, Decode, Gemm, GemmLike, GroupedGemm, Prefill, Sample
+from ..words import count
 
 ERROR, WARNING = "error", "warning"
 EXAMPLES = 4

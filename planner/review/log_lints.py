@@ -8,8 +8,8 @@ the plan and the engine only): commands.py runs them when --logs is given and li
 from __future__ import annotations
 
 from . import absorb
-from .server_logs import read_logs
 from .lints import ERROR, WARNING, Finding, Lint
+from .server_logs import read_logs
 
 STEP = "(logs)"  # findings are about the logs, not one step
 

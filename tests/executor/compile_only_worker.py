@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import executor.worker_preload  # noqa: E402,F401 - what the pool's fork server imports first
 from executor import precompile, run  # noqa: E402
 from executor.context import Options  # noqa: E402
+from executor.kernels.jit import stand_in  # noqa: E402
 from executor.precompile.workers import worker  # noqa: E402
 from executor.precompile.workers.backend_classes import WORKER_CLASSES  # noqa: E402
 from executor.precompile.workers.setup import worker_setup  # noqa: E402
-from executor.kernels.jit import stand_in  # noqa: E402
 from planner.engine.config import load_engine  # noqa: E402
-from planner.plan.expand import expand  # noqa: E402
 from planner.plan.authored import load_plan  # noqa: E402
+from planner.plan.expand import expand  # noqa: E402
 
 LAUNCHERS: list[str] = []
 

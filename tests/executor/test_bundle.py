@@ -13,8 +13,8 @@ import tarfile
 import pytest
 
 from executor import dg_install, dg_rekey
-from executor.bundle import archive, cli, environment, ops
 from executor import precompile
+from executor.bundle import archive, cli, environment, ops
 
 OLD_INC = "/build/site-packages/vllm/third_party/deep_gemm/include"
 NEW_INC = "/serve/other/deep_gemm/include"

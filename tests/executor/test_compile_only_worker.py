@@ -22,8 +22,8 @@ if importlib.util.find_spec("triton.backends.nvidia") is None:
 
 from executor import precompile  # noqa: E402
 from planner.engine.config import load_engine  # noqa: E402
-from planner.plan.expand import expand  # noqa: E402
 from planner.plan.authored import load_plan  # noqa: E402
+from planner.plan.expand import expand  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("compile_only_worker.py")
 ENGINES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"

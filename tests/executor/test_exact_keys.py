@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("torch")
 
 from planner.engine.config import load_engine  # noqa: E402
-from planner.plan.expand import expand  # noqa: E402
 from planner.plan.authored import load_plan  # noqa: E402
+from planner.plan.expand import expand  # noqa: E402
 from planner.resources import builtin_engines  # noqa: E402
 
 from execlib import ROOT  # noqa: E402

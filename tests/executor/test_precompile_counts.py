@@ -94,9 +94,9 @@ def test_each_deep_gemm_kernel_of_the_pool_is_counted_once_everywhere(tmp_path, 
 
 
 def test_precompile_line_counts_deep_gemm_kernels_once():
+    from executor.precompile.jobs.job import JobResult
     from executor.precompile.pool.barrier import DeepGemmBarrier
     from executor.precompile.pool.book import JobBook, Slot
-    from executor.precompile.jobs.job import JobResult
     from executor.precompile.pool.summary import pool_counts
 
     book = JobBook([], lambda step: step.backend)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 from types import SimpleNamespace as NS
 
+from executor.precompile.jobs.decide import Decision, decide, usable_backends
 from executor.precompile.pool.barrier import DeepGemmBarrier
 from executor.precompile.pool.book import JobBook
-from executor.precompile.jobs.decide import Decision, decide, usable_backends
 from executor.precompile.pool.hook import PrecompileHook
 from executor.precompile.pool.summary import cached_keys, failure_line, pool_counts, step_share
 from executor.precompile.pool.timings import Timings
@@ -337,8 +337,8 @@ def test_a_flashinfer_module_a_worker_builds_counts_as_compiled(monkeypatch):
     """The pool's counts hold FlashInfer's JIT module builds (on the H100 its 90 s nvcc build of
     fp8_blockscale_gemm_90 was a job that said 0 compiled): one per module built, none for a load."""
     from executor.jit_monitor import Monitor
-    from executor.precompile.workers import worker
     from executor.precompile.jobs.job import Job
+    from executor.precompile.workers import worker
 
     monitor = Monitor("warn")
 

@@ -11,11 +11,11 @@ import pytest
 from execlib import ROOT
 
 from executor import dg_install, registry
-from planner.plan import steps
 from executor.backends.base import BaseBackend, Unavailable
-from executor.run import Context, Options
 from executor.jit_monitor import Monitor
 from executor.progress import Progress
+from executor.run import Context, Options
+from planner.plan import steps
 
 
 def schema_kinds() -> list[str]:

@@ -18,8 +18,8 @@ import pytest
 
 from planner.engine import hf
 from planner.engine.config import engine_from_document
-from planner.plan.expand import expand
 from planner.plan.authored import load_plan
+from planner.plan.expand import expand
 from planner.plan.steps import CudaGraph
 from planner.yamlio import Document, load_file
 from tests.vllm_parity.test_parity import RELEASES

@@ -36,10 +36,10 @@ import sys
 import pytest
 
 from planner.engine.config import engine_from_document
-from planner.plan.expand import expand
-from planner.plan.authored import load_plan
-from planner.plan.steps import CudaGraph, Decode, Gemm, GroupedGemm, Prefill, Sample, Autotune, Cleanup
 from planner.engine.releases import VLLM_RELEASES, model_runner, sampler, supported
+from planner.plan.authored import load_plan
+from planner.plan.expand import expand
+from planner.plan.steps import CudaGraph, Decode, Gemm, GroupedGemm, Prefill, Sample, Autotune, Cleanup
 from planner.yamlio import Document
 from tests.vllm_parity.family import family
 

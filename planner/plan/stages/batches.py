@@ -17,8 +17,8 @@ as a uniform decode batch and never warms the prefill path (#40746).
 from __future__ import annotations
 
 from ...engine.facts import EngineFacts, KvCacheGroup
-from ..expr import cdiv
 from ...limits import MAX_REQUESTS_PER_STEP
+from ..expr import cdiv
 from ..steps import CachedRequest, Cleanup, Decode, GrammarBitmask, NewRequest, Prefill, Sample
 from .scope import Scope
 

@@ -30,13 +30,13 @@ odd SM count, a block_m that is no multiple of 16), and `exact` is refused there
 
 from __future__ import annotations
 
-from kernel_model import deep_gemm as model
 from ...engine.facts import EngineFacts
 from ...engine.queries import block_fp8_linears, block_fp8_moes, by_shape
 from ...errors import location
 from ..expr import cdiv, round_up
 from ..steps import Gemm, GroupedGemm, Variant
 from .scope import Scope
+from kernel_model import deep_gemm as model
 
 SMALL_M = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)  # "always include small cases"
 BLOCK_MS = (64, 128, 256)                              # DeepGEMM's block_m candidates (SM90)

@@ -6,9 +6,9 @@ from ...engine.config import Engine
 from ...engine.facts import EngineFacts
 from ...engine.queries import planned_around
 from ...errors import PlanError, location
-from ..expr import ExprError, trace
 from ...limits import MAX_VALUES_PER_LIST
 from ..authored import Stage
+from ..expr import ExprError, trace
 
 
 class Scope:

@@ -15,11 +15,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from executor.runner import ModelRunner, ReferenceRunner  # noqa: E402
+from executor.runner.trace import TraceBatch  # noqa: E402
 from planner.engine.config import load_engine  # noqa: E402
 from planner.engine.facts import EngineFacts, engine_facts  # noqa: E402
-from planner.plan.expand import expand  # noqa: E402
 from planner.plan.authored import load_plan  # noqa: E402
-from executor.runner.trace import TraceBatch  # noqa: E402
+from planner.plan.expand import expand  # noqa: E402
 from planner.plan.steps import CachedRequest, Cleanup, Decode, NewRequest, Prefill, Sample  # noqa: E402
 from runner_refs import forward, rel_err  # noqa: E402
 

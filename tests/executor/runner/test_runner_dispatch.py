@@ -17,9 +17,9 @@ from executor import precompile
 from kernel_model import runner_kernels as rk
 from planner.engine.config import load_engine
 from planner.engine.facts import engine_facts
-from planner.plan.stages.runner_kernels import runner_facts
-from planner.plan.expand import expand
 from planner.plan.authored import load_plan
+from planner.plan.expand import expand
+from planner.plan.stages.runner_kernels import runner_facts
 
 ENGINES = ("llama-3.1-8b-fp8-h100", "qwen3-30b-a3b-fp8-h100", "mixtral-8x7b-tp2-h100",
            "tests/fixtures/engines/runner-llama-3.1-8b-fp8-ngram1.yaml",

@@ -86,8 +86,8 @@ def test_compile_only_warmup_of_the_planned_keys_leaves_the_runner_nothing_to_co
     from executor.runner import kernels
     from executor.runner.trace import TraceConfig, run_trace
     from kernel_model import runner_kernels as rk
-    from planner.plan.expand import expand
     from planner.plan.authored import load_plan
+    from planner.plan.expand import expand
 
     engine = tiny_engine(spec=spec, fp8=False)
     plan = expand(load_plan("reference"), load_engine("tests/fixtures/engines/runner-tiny.yaml"))

@@ -10,14 +10,14 @@ import pytest
 
 from executor.runner.reference import padded_size
 from executor.runner.trace import TraceConfig, TraceScheduler, run_trace
+from kernel_model import runner_kernels
 from planner.engine.config import load_engine
 from planner.engine.facts import engine_facts
-from planner.plan.stages.runner_kernels import runner_facts
-from planner.plan.expand import expand
-from kernel_model import runner_kernels
 from planner.plan.authored import load_plan
-from planner.schema import load_schema
+from planner.plan.expand import expand
+from planner.plan.stages.runner_kernels import runner_facts
 from planner.plan.steps import CachedRequest, NewRequest, thaw
+from planner.schema import load_schema
 
 TINY = "tests/fixtures/engines/runner-tiny.yaml"
 BENCH_ENGINES = ("llama-3.1-8b-fp8-h100", "qwen3-30b-a3b-fp8-h100",
