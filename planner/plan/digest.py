@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .. import __version__
 from ..hashing import digest
-from ..tables import kernel_configs as tables
+from ..tables import kernel_configs
 
 INPUTS = ("plan", "engine", "planner", "kernel_configs", "vllm_moe_configs", "deep_gemm")
 
@@ -50,11 +50,11 @@ def current_inputs(recorded: dict, engine, plan=None, deep_gemm: str | None = No
     if plan is not None:
         now["plan"] = digest(plan.shaping_fields())
     if "kernel_configs" in recorded:
-        now["kernel_configs"] = digest(tables.reread(recorded.get("kernel_config_tables", [])))
+        now["kernel_configs"] = digest(kernel_configs.reread(recorded.get("kernel_config_tables", [])))
     if "vllm_moe_configs" in recorded:
-        from ..tables import vllm_moe as moe_tables
+        from ..tables import vllm_moe
 
-        now["vllm_moe_configs"] = digest(moe_tables.reread(recorded.get("vllm_moe_config_tables", {})))
+        now["vllm_moe_configs"] = digest(vllm_moe.reread(recorded.get("vllm_moe_config_tables", {})))
     if "deep_gemm" in recorded and deep_gemm is not None:
         now["deep_gemm"] = deep_gemm
     return now
