@@ -408,8 +408,8 @@ def new_cache_entries(before: set, after: set) -> dict:
 
 
 def rank_path(path: str | None, rank: int) -> str | None:
-    """The plugin's per-rank file (vllm_bridge.warmup.with_rank: rank 0 keeps the name)."""
-    from vllm_bridge.warmup import with_rank
+    """The plugin's per-rank file (vllm_bridge.settings.with_rank: rank 0 keeps the name)."""
+    from vllm_bridge.settings import with_rank
 
     return with_rank(path, rank)
 

@@ -20,7 +20,7 @@ import pytest
 
 from executor import precompile
 from vllm_bridge import ahead
-from vllm_bridge.warmup import Settings
+from vllm_bridge.settings import Settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LLAMA = os.path.join(ROOT, "tests", "fixtures", "hf", "llama-3.1-8b-instruct-fp8-block.json")

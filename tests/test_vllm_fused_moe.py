@@ -213,7 +213,8 @@ def test_the_installed_vllms_tables_are_found_without_importing_it(tmp_path, mon
 
 def test_the_plugin_plans_with_the_tables_of_the_vllm_it_runs_in(tmp_path, monkeypatch):
     """Inside vLLM (the plugin's make_plan), with nothing set, the running vLLM's tables are read."""
-    from vllm_bridge.warmup import Settings, make_plan
+    from vllm_bridge.settings import Settings
+    from vllm_bridge.worker_plan import make_plan
 
     fake_vllm(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -11,7 +11,8 @@ from planner.api import expand, load_engine, load_plan
 from planner.render import to_yaml
 from planner.resources import engines_dir
 from vllm_bridge.releases import RELEASES, UnsupportedVllm, release_for
-from vllm_bridge.warmup import PluginError, Settings, WorkerWarmup, with_rank
+from vllm_bridge.settings import PluginError, Settings, with_rank
+from vllm_bridge.warmup import WorkerWarmup
 
 
 def test_settings_from_env_inert_without_a_plan():
@@ -69,8 +70,9 @@ from executor.precompile import Precompiler, compile_jobs, default_jobs  # noqa:
 from planner.plan.steps import GemmLike  # noqa: E402
 from vllm_bridge import phases as ph  # noqa: E402
 from vllm_bridge import plugin  # noqa: E402
-from vllm_bridge.warmup import (DEEP_GEMM_BACKEND, compile_keys, local_ranks, options_for,  # noqa: E402
-                                plugin_plan, precompile_jobs, summary_line)
+from vllm_bridge.executor_options import DEEP_GEMM_BACKEND, local_ranks, options_for, precompile_jobs  # noqa: E402
+from vllm_bridge.log_lines import summary_line  # noqa: E402
+from vllm_bridge.worker_plan import compile_keys, plugin_plan  # noqa: E402
 
 SHIPPED = sorted(f[:-5] for f in os.listdir(engines_dir()) if f.endswith(".yaml"))
 

@@ -127,7 +127,7 @@ def modules_ahead(request: Request, settings) -> tuple[list, str]:
     from planner.yamlio import Document
 
     from .engine import gpu_of_device_name
-    from .warmup import make_plan
+    from .worker_plan import make_plan
 
     path = config_path(request.model, request.revision)
     capability, name = gpu_capability(), gpu_name()

@@ -37,7 +37,8 @@ import sys
 
 from . import ahead, bundle
 from .releases import Release, release_for
-from .warmup import Settings, WorkerWarmup, swapped
+from .settings import Settings
+from .warmup import WorkerWarmup, swapped
 
 PATCHED = "_warmup_planner_originals"  # on the Worker class: {method name: vLLM's function}
 STATE = "_warmup_planner"               # on a worker: its WorkerWarmup

@@ -3,10 +3,12 @@
 Per worker, in the order vLLM calls the three patched methods:
 
 - ``load_model`` (``start``): the engine config from the live VllmConfig, the plan (a stale
-  saved plan refused), the JIT monitor installed, and the precompile pool started before the
-  weights load: one job per distinct compile key of the plan (DeepGEMM on vLLM's own DeepGEMM,
-  into vLLM's cache; vLLM's own Triton kernels the plan warms), in as many worker processes as
-  the machine and the key count allow (WARMUP_JOBS overrides);
+  saved plan refused; vllm_bridge.worker_plan), the JIT monitor installed, and the precompile
+  pool started before the weights load: one job per distinct compile key of the plan (DeepGEMM on
+  vLLM's own DeepGEMM, into vLLM's cache; vLLM's own Triton kernels the plan warms), in as many
+  worker processes as the machine and the key count allow (WARMUP_JOBS overrides;
+  vllm_bridge.executor_options); once the weights are loaded, the live layers checked against the
+  engine config (``check_live_kernels``);
 - ``determine_available_memory`` (``finish_device_lane``): no global barrier. vLLM's memory
   profile counts every GPU byte in use when it measures, the workers' CUDA contexts included: so
   the pool's device lane (DeepGEMM, vLLM's Triton sampler launched for real) is finished and its
@@ -27,9 +29,15 @@ Per worker, in the order vLLM calls the three patched methods:
   is sealed at the end: a compile it logs from then on happened after ready.
 
 What the plugin runs differs from the plan in how, never in what: its compile keys are the
-plan's (``plugin_plan``; tests/test_vllm_plugin_cpu.py checks it on every shipped engine). It sets
-no VLLM_* variable (they feed vLLM's torch.compile cache key); vLLM's DeepGEMM sweep is skipped by
-swapping the function in kernel_warmup's module for the duration of the call.
+plan's (vllm_bridge.worker_plan.plugin_plan; tests/test_vllm_plugin_cpu.py checks it on every
+shipped engine). It sets no VLLM_* variable (they feed vLLM's torch.compile cache key); vLLM's
+DeepGEMM sweep is skipped by swapping the function in kernel_warmup's module for the duration of
+the call.
+
+This module is the worker's side of it, WorkerWarmup; what it uses is in modules of its own: the
+user's settings (vllm_bridge.settings), the worker's plan (vllm_bridge.worker_plan), the
+executor's options in vLLM's worker (vllm_bridge.executor_options) and the lines in vLLM's log
+(vllm_bridge.log_lines).
 """
 
 from __future__ import annotations
@@ -37,204 +45,19 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import os
 import time
-from typing import NamedTuple
 
-from planner.api import check_fresh, expand, load_engine, load_target, source_plan
 from planner.errors import PlanError, one_line
-from planner.plan.steps import Autotune, GemmLike
-from planner.words import count
 
 from . import phases as ph
+from .executor_options import FLASHINFER_JIT, local_ranks, options_for, precompile_jobs, use_vllm_deep_gemm_cache
 from .flashinfer_waits import FlashInferWaits, prebuilt_line
+from .log_lines import LogProgress, device_lane_line, summary_line
 from .releases import Release
+from .settings import PluginError, Settings, with_rank
+from .worker_plan import check_live_layers, derive_engine, make_plan, plugin_plan
 
 log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format
-
-DEEP_GEMM_BACKEND = "deep_gemm_vllm"   # vllm_bridge.deep_gemm: DeepGEMM as vLLM imports it
-FLASHINFER_JIT = "flashinfer_jit"      # FlashInfer's JIT modules, built by the pool's compile lane
-VLLM_RUNS = (Autotune,)  # steps vLLM's own kernel_warmup runs (FlashInfer tunes through the model)
-DEFAULT_TIMEOUT_S = 300.0
-TRUE, FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
-
-
-class PluginError(RuntimeError):
-    """A one-line reason the worker does not start with the warmup the user asked for."""
-
-
-class Settings(NamedTuple):
-    """What the user set (README, "vLLM plugin")."""
-
-    plan: str | None               # WARMUP_PLAN: built-in plan name or path (unset: the plugin is inert)
-    report: str | None = None      # WARMUP_PLAN_REPORT: the executor's JSON report (rank suffix added)
-    jit_log: str | None = None     # WARMUP_JIT_LOG: JSONL of compiles after ready (rank suffix added)
-    engine: str | None = None      # WARMUP_ENGINE: an engine config to use instead of deriving one
-    jobs: int | None = None        # WARMUP_JOBS: precompile worker processes (unset: the machine's
-    #                                cores, at most one per key; 0 or 1: none, the plan compiles serially)
-    strict: bool = False           # WARMUP_STRICT: a failed precompile stops the worker (else vLLM's warmup)
-    timeout_s: float = DEFAULT_TIMEOUT_S  # WARMUP_PRECOMPILE_TIMEOUT: longest wait for the pool
-    bundle: str | None = None      # WARMUP_BUNDLE: a start-up bundle installed before vLLM compiles
-    bundle_out: str | None = None  # WARMUP_BUNDLE_OUT: the start-up's caches packed there once ready
-
-    @classmethod
-    def from_env(cls, environ=os.environ) -> "Settings":
-        return cls(environ.get("WARMUP_PLAN") or None, environ.get("WARMUP_PLAN_REPORT") or None,
-                   environ.get("WARMUP_JIT_LOG") or None, environ.get("WARMUP_ENGINE") or None,
-                   _jobs(environ.get("WARMUP_JOBS", "")), _flag(environ, "WARMUP_STRICT"),
-                   _seconds(environ.get("WARMUP_PRECOMPILE_TIMEOUT", "")),
-                   environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None)
-
-    @property
-    def active(self) -> bool:
-        """Whether the plugin patches vLLM: a plan, a bundle to install or one to build."""
-        return bool(self.plan or self.bundle or self.bundle_out)
-
-
-def _jobs(text: str) -> int | None:
-    if not text.strip():
-        return None
-    if not text.strip().isdigit():
-        raise PluginError(f"warmup-planner: WARMUP_JOBS must be a whole number, got {text!r}")
-    return int(text)
-
-
-def _flag(environ, name: str) -> bool:
-    value = environ.get(name, "").strip().lower()
-    if value not in TRUE + FALSE:
-        raise PluginError(f"warmup-planner: {name} must be 1 or 0, got {environ[name]!r}")
-    return value in TRUE
-
-
-def _seconds(text: str) -> float:
-    if not text.strip():
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise PluginError(f"warmup-planner: WARMUP_PRECOMPILE_TIMEOUT must be a positive number of seconds, "
-                          f"got {text!r}")
-    return value
-
-
-def derive_engine(vllm_config, settings: Settings):
-    """The engine config of this worker: `warmup engine --from-vllm`'s own function on the live
-    VllmConfig, or the engine config WARMUP_ENGINE names."""
-    if settings.engine:
-        return load_engine(settings.engine)
-    from .engine import engine_from_vllm_config  # imports nothing of vLLM's: reads the live config
-
-    return engine_from_vllm_config(vllm_config)
-
-
-def make_plan(settings: Settings, engine):
-    """The expanded plan to run: WARMUP_PLAN expanded for `engine`, or a saved plan checked fresh."""
-    target = load_target(settings.plan, engine_hint="WARMUP_PLAN names a plan, not an engine config")
-    if target.expanded is None:
-        return expand(target.plan, engine)
-    plan = source_plan(target.expanded, None, file=target.path)
-    check_fresh(target.expanded, engine, plan, file=target.path)
-    return target.expanded
-
-
-def with_rank(path: str | None, rank: int) -> str | None:
-    """One file per worker: rank 0 keeps the name, rank r writes NAME.rankR.EXT."""
-    if path is None or rank == 0:
-        return path
-    stem, ext = os.path.splitext(path)
-    return f"{stem}.rank{rank}{ext}"
-
-
-# --- what the plugin runs: the plan's keys, its own way -------------------------------------------------
-
-def plugin_plan(expanded):
-    """The plan as this worker runs it: the steps vLLM's kernel_warmup does not run itself, each
-    DeepGEMM step on vLLM's DeepGEMM. The calls are the plan's own: the pool compiles each
-    compile key once (at its first M), and the main process then makes every planned call, which
-    loads (bench/RESULTS.md part S: the full sweep of cached kernels takes about a second). A
-    kernel the dispatch model did not predict is then compiled during the warmup, counted in the
-    stage, never first met after ready (Qwen3-30B-A3B on the V1 runner met two that way)."""
-    return expanded._replace(steps=tuple(_on_vllms_deep_gemm(s) for s in expanded.steps
-                                         if not isinstance(s, VLLM_RUNS)))
-
-
-def _on_vllms_deep_gemm(step):
-    if isinstance(step, GemmLike) and step.backend == "deep_gemm":
-        return step.replace(backend=DEEP_GEMM_BACKEND)
-    return step
-
-
-def compile_keys(expanded) -> set[str]:
-    """Every compile key the plan's steps name."""
-    return {key for step in expanded.steps for key in getattr(step, "compile_keys", ())}
-
-
-def precompile_jobs(settings: Settings, local_ranks: int = 1) -> int:
-    """Worker processes for this rank's pool: WARMUP_JOBS, else the machine's cores shared by the
-    node's ranks (each rank, a daemon process in vLLM's tensor parallelism, starts its own pool:
-    executor/precompile/workers/processes.py; the pool takes at most one per job)."""
-    from executor.precompile import default_jobs
-
-    if settings.jobs is not None:
-        return settings.jobs
-    return max(1, default_jobs() // max(1, local_ranks))
-
-
-def local_ranks(vllm_config) -> int:
-    """vLLM's ranks on this node (ParallelConfig.local_world_size; 1 where it cannot tell)."""
-    try:
-        return max(1, int(vllm_config.parallel_config.local_world_size))
-    except Exception:  # noqa: BLE001 - a stand-in config, or a release without it
-        return 1
-
-
-def options_for(worker, release: Release, jobs: int):
-    """The executor's options inside a vLLM worker: vLLM's DeepGEMM and vLLM's own Triton kernels
-    (their settings reach the precompile workers through the constructor), the monitor the plugin
-    installed, steps failing on their own (the server starts)."""
-    from executor.context import Options
-
-    from .deep_gemm import release_settings
-
-    device = str(getattr(worker, "device", "cuda"))
-    staging = _triton_staging()
-    return Options(on_error="continue", jit_monitor="warn", runner="reference", device=device, jobs=jobs,
-                   precompile_backends=(DEEP_GEMM_BACKEND, "vllm_triton", "triton", FLASHINFER_JIT),
-                   backend_settings={DEEP_GEMM_BACKEND: release_settings(release),
-                                     "vllm_triton": {"module": release.sampler_module, "staging": staging}},
-                   worker_env=_worker_env(staging))
-
-
-def _worker_env(staging: str | None) -> dict:
-    """The precompile workers' own environment: their Triton cache, and vLLM's logging quiet (each
-    worker imports vLLM's DeepGEMM helpers, which log at INFO into the server's log)."""
-    env = {"VLLM_LOGGING_LEVEL": "WARNING"}
-    if staging:
-        env["TRITON_CACHE_DIR"] = staging
-    return env
-
-
-def _triton_staging() -> str | None:
-    """Where the pool's workers write vLLM's Triton kernels: the directory the user chose for
-    Triton, else one under vLLM's cache root (vllm_bridge.triton copies them into the directory
-    vLLM's process reads once Inductor has chosen it). None outside vLLM (tests)."""
-    if os.environ.get("TRITON_CACHE_DIR"):
-        return os.environ["TRITON_CACHE_DIR"]
-    try:
-        import vllm.envs as envs
-    except ImportError:
-        return None
-    return os.path.join(envs.VLLM_CACHE_ROOT, "warmup_planner", "triton")
-
-
-def use_vllm_deep_gemm_cache() -> str:
-    """DG_JIT_CACHE_DIR as vLLM sets it (vllm/utils/deep_gemm.py: $VLLM_CACHE_ROOT/deep_gemm unless
-    set), early: the precompile workers and the JIT monitor read it before vLLM imports DeepGEMM."""
-    import vllm.envs as envs
-
-    return os.environ.setdefault("DG_JIT_CACHE_DIR", os.path.join(envs.VLLM_CACHE_ROOT, "deep_gemm"))
 
 
 @contextlib.contextmanager
@@ -322,47 +145,16 @@ class WorkerWarmup:
             self._give_up(f"the precompile pool did not start ({type(e).__name__}: {one_line(e)})")
 
     def check_live_kernels(self) -> str | None:
-        """After the weights load: the live layers' block-FP8 kernels and shapes against the engine
-        config's (the plan's DeepGEMM steps follow them); a difference is one warning line, returned.
-        A shape the engine lacks (a router gate the checkpoint left in FP8, say) joins the engine and
-        the plan is made again (_replan_with), so its kernels compile before ready."""
-        from .engine import kernel_counts, kernels_mismatch, live_block_fp8_linears, shapes_mismatch
-
+        """After the weights load: the live layers against the engine config the plan was made for,
+        the plan made again for a shape it lacked (worker_plan.check_live_layers); a difference is
+        one warning line, returned."""
         model = getattr(getattr(self.worker, "model_runner", None), "model", None)
         if model is None or not hasattr(model, "modules"):
             return None
-        try:
-            live = live_block_fp8_linears(model)
-            why = kernels_mismatch(self.engine.facts, kernel_counts(live))
-            if not why:
-                why = shapes_mismatch(self.engine.facts, live)
-                why = why and self._replan_with(live, why)
-        except Exception as e:  # noqa: BLE001 - a check: the server starts either way
-            why = f"the live layers' kernels could not be read ({type(e).__name__}: {one_line(e)})"
+        why, self.engine, self.expanded = check_live_layers(model, self.settings, self.engine, self.expanded)
         if why:
             log.warning("warmup-planner: %s", why)
         return why
-
-    def _replan_with(self, live: dict, why: str) -> str:
-        """The plan made again for the engine plus the live shapes it lacked, so that their kernels
-        compile before ready (in vLLM's process, at the plan's run: the pool has its jobs already);
-        a saved expanded plan is kept as it is (made for the engine it names). Returns the line."""
-        from .engine import with_live_linears
-
-        try:
-            engine = with_live_linears(self.engine, live)
-            expanded = make_plan(self.settings, engine) if engine is not None else None
-        except PlanError as e:
-            return f"{why}; the plan stays as it was ({one_line(e)})"
-        if expanded is None:
-            return why
-        before = {step.id for step in self.expanded.steps}
-        added = [step.id for step in expanded.steps if step.id not in before]
-        self.engine, self.expanded = engine, expanded
-        if not added:
-            return f"{why}; the plan, made again with them, warms none of them (nor does the vLLM it mirrors)"
-        return (f"{why}; the plan is made again with them: {count(len(added), 'step')} more ({', '.join(added)}), "
-                "run before ready in vLLM's process")
 
     def _note(self, line: str) -> None:
         log.warning("warmup-planner: rank %d: %s", self.rank, line)
@@ -549,82 +341,3 @@ class WorkerWarmup:
             except OSError as e:
                 log.warning("warmup-planner: cannot write the report: %s", one_line(e))
 
-
-def device_lane_line(lane: dict, rank: int = 0) -> str:
-    """What the device lane's barrier cost vLLM, and what went on past it (the CUDA-free lane)."""
-    running = lane.get("still_running") or []
-    line = (f"precompile (rank {rank}): vLLM waited {lane.get('waited_s') or 0.0:.1f} s after its profile run "
-            "for the jobs that hold a CUDA context, now ended")
-    if running:
-        line += (f"; still running in CUDA-free workers ({len(running)}): {', '.join(running[:4])}"
-                 f"{' ...' if len(running) > 4 else ''}")
-    return line
-
-
-def _pool_line(p: dict, rank: int = 0) -> str:
-    """The pool of one rank: its jobs, and of the keys the node's ranks share through one cache (the
-    claims: executor/precompile/claims/) those this rank compiled, those it waited for or loaded
-    (another process compiled them), and the node's total: each key once."""
-    line = (f"precompile (rank {rank}): {p.get('ok', 0)} of {p['jobs']} jobs done on {p['workers']} workers in "
-            f"{p.get('wall_s') or 0.0:.1f} s, {p.get('compiled') or 0} kernels compiled")
-    c = p.get("claims")
-    if c:
-        line += (f"; keys: {c['compiled']} compiled by this rank, {c['waited']} waited for, {c['loaded']} loaded, "
-                 f"{c['node_keys']} on the node by {c['node_processes']} processes")
-        line += f", {len(c['taken_over'])} taken over" if c.get("taken_over") else ""
-    return line
-
-
-def summary_line(plan: str, stages: list, phases: list, precompile: dict | None, fallback: str | None,
-                 rank: int = 0) -> str:
-    """The one line vLLM's log gets at the end: what the plan ran, what the pool did, what each of
-    vLLM's phases compiled (counts add up: each compile is counted in one row)."""
-    if fallback:
-        return f"warmup-planner: {fallback}; vLLM's own warmup ran"
-    total = {}
-    for row in stages:
-        ph.add_counts(total, row)
-    text = (f"warmup-planner: plan {plan} ran: {sum(r['steps'] for r in stages)} steps, "
-            f"{sum(r['calls'] for r in stages)} calls in {sum(r['wall_s'] for r in stages):.1f} s "
-            f"({ph.describe_counts(total)})")
-    if precompile and precompile.get("jobs"):
-        text += "; " + _pool_line(precompile, rank)
-    for row in phases:
-        compiled = row["compiled"]
-        if any(compiled.values()):
-            text += f"; vLLM {row['phase']} compiled " + ", ".join(f"{k} {v}" for k, v in compiled.items() if v)
-    return text
-
-
-class LogProgress:
-    """The executor's progress events as lines of vLLM's log: one per stage (calls, compiles and
-    loads by kind, the pool's jobs for it, wall time), one per failed step, one for the pool."""
-
-    def __init__(self, report, kernels: dict | None = None):
-        self.report, self.kernels = report, kernels
-
-    def stage_start(self, name: str, steps: int, calls: int) -> None:
-        pass
-
-    def step_start(self, step) -> None:
-        pass
-
-    def tick(self, n: int) -> None:
-        pass
-
-    def step_end(self, record) -> None:
-        if record.status in ("failed", "unavailable"):
-            log.warning("warmup-planner: %s %s: %s", record.status, record.id, record.error or "")
-
-    def stage_end(self, summary: dict) -> None:
-        from executor.registry import writes_deep_gemm
-
-        records = [r for r in self.report.steps if r.stage == summary["stage"]]
-        for row in ph.stage_rows(records, writes_deep_gemm, self.kernels):
-            log.info(ph.stage_line(row))
-
-    def precompile(self, summary: dict) -> None:
-        pass  # the barrier logged it
-
-    def message(self, text: str) -> None:
-        log.info("warmup-planner: %s", text)

@@ -352,7 +352,7 @@ def vllm_compiles(base, monkeypatch, out, worker=None):
 
 
 def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin, tmp_path, monkeypatch, caplog):
-    from vllm_bridge.warmup import Settings
+    from vllm_bridge.settings import Settings
 
     out = tmp_path / "s.warmup"
     worker = plugin_worker()
@@ -392,7 +392,7 @@ def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin,
 def test_inert_entries_are_fatal_under_the_setting_and_only_then(plugin, bundle, tmp_path, monkeypatch, caplog):
     from executor.bundle import usage
     from vllm_bridge import bundle as bridge
-    from vllm_bridge.warmup import Settings
+    from vllm_bridge.settings import Settings
 
     out, _, _ = bundle
     monkeypatch.setenv(bridge.INERT_SETTING, "error")
@@ -405,7 +405,7 @@ def test_inert_entries_are_fatal_under_the_setting_and_only_then(plugin, bundle,
 
 
 def test_the_plugin_refuses_another_config_in_one_line_and_vllm_starts_cold(plugin, bundle, tmp_path, caplog):
-    from vllm_bridge.warmup import Settings
+    from vllm_bridge.settings import Settings
 
     out, _, _ = bundle
     serve = tmp_path / "serve"
@@ -418,7 +418,7 @@ def test_the_plugin_refuses_another_config_in_one_line_and_vllm_starts_cold(plug
 
 
 def test_only_rank_0_packs_and_an_unwritable_output_is_said_before_the_weights(plugin, tmp_path, monkeypatch, caplog):
-    from vllm_bridge.warmup import Settings
+    from vllm_bridge.settings import Settings
 
     out = tmp_path / "s.warmup"
     plugin(tmp_path / "b1", Settings(None, bundle_out=str(out)), plugin_worker(rank=1),
@@ -435,7 +435,7 @@ def test_only_rank_0_packs_and_an_unwritable_output_is_said_before_the_weights(p
 
 
 def test_bundle_out_makes_its_directory(plugin, tmp_path, monkeypatch):
-    from vllm_bridge.warmup import Settings
+    from vllm_bridge.settings import Settings
 
     out = tmp_path / "new" / "dirs" / "s.warmup"                # issue 35: a warning and no bundle before
     plugin(tmp_path / "b", Settings(None, bundle_out=str(out)), plugin_worker(),
@@ -447,7 +447,8 @@ def test_with_a_plan_the_bundle_names_it_and_is_packed_after_the_plans_warmup(pl
     from types import SimpleNamespace as NS
 
     from vllm_bridge import plugin as plugin_module
-    from vllm_bridge.warmup import Settings, WorkerWarmup
+    from vllm_bridge.settings import Settings
+    from vllm_bridge.warmup import WorkerWarmup
 
     out = tmp_path / "s.warmup"
     state = NS(start=lambda: None, check_live_kernels=lambda: None,
@@ -464,7 +465,7 @@ def test_with_a_plan_the_bundle_names_it_and_is_packed_after_the_plans_warmup(pl
 
 
 def test_the_plugin_is_active_for_a_bundle_alone():
-    from vllm_bridge.warmup import Settings
+    from vllm_bridge.settings import Settings
 
     assert not Settings.from_env({}).active
     assert Settings.from_env({"WARMUP_BUNDLE": "b.warmup"}).active

@@ -23,7 +23,8 @@ def derived_engine(request) -> dict:
     """The engine the plugin derives in a worker from a VllmConfig built from `vllm serve` arguments
     (the live config's stand-in: vLLM's own EngineArgs -> VllmConfig on the H100 stand-in)."""
     from vllm_bridge.cli import create_engine_config, parse_engine_args
-    from vllm_bridge.warmup import Settings, derive_engine
+    from vllm_bridge.settings import Settings
+    from vllm_bridge.worker_plan import derive_engine
 
     vllm_config = create_engine_config(parse_engine_args(request["serve_args"]))
     engine = derive_engine(vllm_config, Settings.from_env({"WARMUP_PLAN": request["plan"]}))
@@ -154,7 +155,8 @@ def vllm_config_standin(request):
 def runner(request) -> dict:
     """The plan's batch and capture steps, run by the executor through VllmWorkerRunner."""
     from vllm_bridge import releases
-    from vllm_bridge.warmup import Settings, WorkerWarmup
+    from vllm_bridge.settings import Settings
+    from vllm_bridge.warmup import WorkerWarmup
 
     release = releases.release_for(version(request))
     worker = RecordingWorker(vllm_config_standin(request))
@@ -173,7 +175,8 @@ def redirect(request) -> dict:
     import vllm.v1.worker.gpu_worker as worker_module
 
     from vllm_bridge import releases
-    from vllm_bridge.warmup import Settings, WorkerWarmup
+    from vllm_bridge.settings import Settings
+    from vllm_bridge.warmup import WorkerWarmup
 
     release = releases.release_for(version(request))
     seen, real_dg, real_batches = [], kernel_module.deep_gemm_warmup, worker_module.warmup_kernels

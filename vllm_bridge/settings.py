@@ -1,0 +1,82 @@
+"""The plugin's settings: what the user set in the environment (README, "vLLM plugin").
+
+vLLM calls the plugin's ``register`` in every process; it reads them there, once, and a value it
+cannot use stops the process in one line (PluginError) rather than a server starting without the
+warmup the user asked for. Each worker (a rank) writes its own report and JIT log: ``with_rank``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+DEFAULT_TIMEOUT_S = 300.0
+TRUE, FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+class PluginError(RuntimeError):
+    """A one-line reason the worker does not start with the warmup the user asked for."""
+
+
+class Settings(NamedTuple):
+    """What the user set (README, "vLLM plugin")."""
+
+    plan: str | None               # WARMUP_PLAN: built-in plan name or path (unset: the plugin is inert)
+    report: str | None = None      # WARMUP_PLAN_REPORT: the executor's JSON report (rank suffix added)
+    jit_log: str | None = None     # WARMUP_JIT_LOG: JSONL of compiles after ready (rank suffix added)
+    engine: str | None = None      # WARMUP_ENGINE: an engine config to use instead of deriving one
+    jobs: int | None = None        # WARMUP_JOBS: precompile worker processes (unset: the machine's
+    #                                cores, at most one per key; 0 or 1: none, the plan compiles serially)
+    strict: bool = False           # WARMUP_STRICT: a failed precompile stops the worker (else vLLM's warmup)
+    timeout_s: float = DEFAULT_TIMEOUT_S  # WARMUP_PRECOMPILE_TIMEOUT: longest wait for the pool
+    bundle: str | None = None      # WARMUP_BUNDLE: a start-up bundle installed before vLLM compiles
+    bundle_out: str | None = None  # WARMUP_BUNDLE_OUT: the start-up's caches packed there once ready
+
+    @classmethod
+    def from_env(cls, environ=os.environ) -> "Settings":
+        return cls(environ.get("WARMUP_PLAN") or None, environ.get("WARMUP_PLAN_REPORT") or None,
+                   environ.get("WARMUP_JIT_LOG") or None, environ.get("WARMUP_ENGINE") or None,
+                   _jobs(environ.get("WARMUP_JOBS", "")), _flag(environ, "WARMUP_STRICT"),
+                   _seconds(environ.get("WARMUP_PRECOMPILE_TIMEOUT", "")),
+                   environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None)
+
+    @property
+    def active(self) -> bool:
+        """Whether the plugin patches vLLM: a plan, a bundle to install or one to build."""
+        return bool(self.plan or self.bundle or self.bundle_out)
+
+
+def _jobs(text: str) -> int | None:
+    if not text.strip():
+        return None
+    if not text.strip().isdigit():
+        raise PluginError(f"warmup-planner: WARMUP_JOBS must be a whole number, got {text!r}")
+    return int(text)
+
+
+def _flag(environ, name: str) -> bool:
+    value = environ.get(name, "").strip().lower()
+    if value not in TRUE + FALSE:
+        raise PluginError(f"warmup-planner: {name} must be 1 or 0, got {environ[name]!r}")
+    return value in TRUE
+
+
+def _seconds(text: str) -> float:
+    if not text.strip():
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise PluginError(f"warmup-planner: WARMUP_PRECOMPILE_TIMEOUT must be a positive number of seconds, "
+                          f"got {text!r}")
+    return value
+
+
+def with_rank(path: str | None, rank: int) -> str | None:
+    """One file per worker: rank 0 keeps the name, rank r writes NAME.rankR.EXT."""
+    if path is None or rank == 0:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.rank{rank}{ext}"

@@ -1,0 +1,120 @@
+"""The plan one vLLM worker runs: its engine config, the plan made for it, and the plan as the plugin runs it.
+
+The engine config comes from the live VllmConfig (or WARMUP_ENGINE), before the weights load; the
+plan is WARMUP_PLAN expanded for it, or a saved expanded plan checked fresh for it (a stale one is
+refused). Once the weights are loaded, the live layers are checked against the engine config and
+the plan made again for the shapes it lacked (``check_live_layers``).
+
+What the plugin runs differs from the plan in how, never in what: its compile keys are the
+plan's (``plugin_plan``; tests/test_vllm_plugin_cpu.py checks it on every shipped engine).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from planner.api import check_fresh, expand, load_engine, load_target, source_plan
+from planner.errors import PlanError, one_line
+from planner.plan.steps import Autotune, GemmLike
+from planner.words import count
+
+from .executor_options import DEEP_GEMM_BACKEND
+from .settings import Settings
+
+VLLM_RUNS = (Autotune,)  # steps vLLM's own kernel_warmup runs (FlashInfer tunes through the model)
+
+
+def derive_engine(vllm_config, settings: Settings):
+    """The engine config of this worker: `warmup engine --from-vllm`'s own function on the live
+    VllmConfig, or the engine config WARMUP_ENGINE names."""
+    if settings.engine:
+        return load_engine(settings.engine)
+    from .engine import engine_from_vllm_config  # imports nothing of vLLM's: reads the live config
+
+    return engine_from_vllm_config(vllm_config)
+
+
+def make_plan(settings: Settings, engine):
+    """The expanded plan to run: WARMUP_PLAN expanded for `engine`, or a saved plan checked fresh."""
+    target = load_target(settings.plan, engine_hint="WARMUP_PLAN names a plan, not an engine config")
+    if target.expanded is None:
+        return expand(target.plan, engine)
+    plan = source_plan(target.expanded, None, file=target.path)
+    check_fresh(target.expanded, engine, plan, file=target.path)
+    return target.expanded
+
+
+# --- what the plugin runs: the plan's keys, its own way -------------------------------------------------
+
+def plugin_plan(expanded):
+    """The plan as this worker runs it: the steps vLLM's kernel_warmup does not run itself, each
+    DeepGEMM step on vLLM's DeepGEMM. The calls are the plan's own: the pool compiles each
+    compile key once (at its first M), and the main process then makes every planned call, which
+    loads (bench/RESULTS.md part S: the full sweep of cached kernels takes about a second). A
+    kernel the dispatch model did not predict is then compiled during the warmup, counted in the
+    stage, never first met after ready (Qwen3-30B-A3B on the V1 runner met two that way)."""
+    return expanded._replace(steps=tuple(_on_vllms_deep_gemm(s) for s in expanded.steps
+                                         if not isinstance(s, VLLM_RUNS)))
+
+
+def _on_vllms_deep_gemm(step):
+    if isinstance(step, GemmLike) and step.backend == "deep_gemm":
+        return step.replace(backend=DEEP_GEMM_BACKEND)
+    return step
+
+
+def compile_keys(expanded) -> set[str]:
+    """Every compile key the plan's steps name."""
+    return {key for step in expanded.steps for key in getattr(step, "compile_keys", ())}
+
+
+# --- after the weights load: the live layers against the engine config ------------------------------------
+
+class LiveCheck(NamedTuple):
+    """What the live layers said of the plan: the difference, one line (falsy: none), and the engine
+    config and plan to run from here on (made again where they had shapes the engine lacked)."""
+
+    why: str | None
+    engine: Any
+    expanded: Any
+
+
+def check_live_layers(model, settings: Settings, engine, expanded) -> LiveCheck:
+    """The loaded model's block-FP8 kernels and shapes against the engine config's (the plan's
+    DeepGEMM steps follow them). A shape the engine lacks (a router gate the checkpoint left in
+    FP8, say) joins the engine and the plan is made again (_replan_with), so its kernels compile
+    before ready."""
+    from .engine import kernel_counts, kernels_mismatch, live_block_fp8_linears, shapes_mismatch
+
+    try:
+        live = live_block_fp8_linears(model)
+        why = kernels_mismatch(engine.facts, kernel_counts(live))
+        if not why:
+            why = shapes_mismatch(engine.facts, live)
+            if why:
+                return _replan_with(live, why, settings, engine, expanded)
+    except Exception as e:  # noqa: BLE001 - a check: the server starts either way
+        why = f"the live layers' kernels could not be read ({type(e).__name__}: {one_line(e)})"
+    return LiveCheck(why, engine, expanded)
+
+
+def _replan_with(live: dict, why: str, settings: Settings, engine, expanded) -> LiveCheck:
+    """The plan made again for the engine plus the live shapes it lacked, so that their kernels
+    compile before ready (in vLLM's process, at the plan's run: the pool has its jobs already);
+    a saved expanded plan is kept as it is (made for the engine it names)."""
+    from .engine import with_live_linears
+
+    try:
+        grown = with_live_linears(engine, live)
+        remade = make_plan(settings, grown) if grown is not None else None
+    except PlanError as e:
+        return LiveCheck(f"{why}; the plan stays as it was ({one_line(e)})", engine, expanded)
+    if remade is None:
+        return LiveCheck(why, engine, expanded)
+    before = {step.id for step in expanded.steps}
+    added = [step.id for step in remade.steps if step.id not in before]
+    if not added:
+        return LiveCheck(f"{why}; the plan, made again with them, warms none of them (nor does the vLLM it mirrors)",
+                         grown, remade)
+    return LiveCheck(f"{why}; the plan is made again with them: {count(len(added), 'step')} more "
+                     f"({', '.join(added)}), run before ready in vLLM's process", grown, remade)
