@@ -6,7 +6,6 @@ FlashInfer: stand-ins."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil

@@ -4,16 +4,14 @@ read that one planner.engine.facts.EngineFacts; nothing in the run builds it aga
 
 from __future__ import annotations
 
-import importlib
 import sys
-import types
 
 import pytest
 from execlib import TINY, load_report, run_cli
 
 from planner.engine import facts as facts_module
 from planner.engine.facts import EngineFacts
-from test_runner_integration import TWO_STAGES, FakeRunner
+from test_runner_integration import TWO_STAGES, FakeRunner, start_as_model_runner
 
 
 @pytest.fixture
@@ -46,14 +44,7 @@ def runner_engines(monkeypatch) -> list:
             given.append(engine)
             super().__init__(engine, device)
 
-    real = importlib.import_module
-
-    def fake_import(name, *a, **kw):
-        if name == "executor.runner.reference":
-            return types.SimpleNamespace(ReferenceRunner=Runner)
-        return real(name, *a, **kw)
-
-    monkeypatch.setattr(importlib, "import_module", fake_import)
+    start_as_model_runner(monkeypatch, Runner)
     return given
 
 

@@ -65,10 +65,8 @@ class FakeRunner:
             self.log.append(("exit",))
 
 
-@pytest.fixture
-def fake_runner(monkeypatch):
-    """executor.run starts this class as the model runner (a fresh log per test)."""
-    runner = type("Runner", (FakeRunner,), {"log": [], "fail_on": set(), "compile_on": {}})
+def start_as_model_runner(monkeypatch, runner: type) -> None:
+    """executor.run imports its model runner by name: hand it `runner` instead (no torch needed)."""
     real = importlib.import_module
 
     def fake_import(name, *a, **kw):
@@ -77,6 +75,13 @@ def fake_runner(monkeypatch):
         return real(name, *a, **kw)
 
     monkeypatch.setattr(importlib, "import_module", fake_import)
+
+
+@pytest.fixture
+def fake_runner(monkeypatch):
+    """executor.run starts this class as the model runner (a fresh log per test)."""
+    runner = type("Runner", (FakeRunner,), {"log": [], "fail_on": set(), "compile_on": {}})
+    start_as_model_runner(monkeypatch, runner)
     return runner
 
 
