@@ -9,8 +9,9 @@ package's ``__init__.py``. The JIT compiles against ``<package>/include``.
 
 Where its kernels go. ``DG_JIT_CACHE_DIR``; when unset, vLLM sets it to
 ``$VLLM_CACHE_ROOT/deep_gemm`` (``~/.cache/vllm/deep_gemm`` by default) before importing
-DeepGEMM, and so does ``use_vllm_cache_dir`` for the executor, whose target is vLLM. DeepGEMM's
-own defaults, were it imported alone: ``~/.deep_gemm`` (2.5, 2.6), ``~/.dj`` (2.8).
+DeepGEMM, and the executor, whose target is vLLM, sets the same for its run and its workers
+(``environment``; the root is executor/caches/roots.py's). DeepGEMM's own defaults, were it
+imported alone: ``~/.deep_gemm`` (2.5, 2.6), ``~/.dj`` (2.8).
 
 Two layouts of ``<root>/cache/``, one directory per kernel, built in ``<root>/tmp/`` and renamed
 into place whole (so a directory is complete or absent, never half-written):
@@ -35,6 +36,8 @@ import os
 import re
 import sys
 from typing import NamedTuple
+
+from .caches import roots
 
 MODULES = ("deep_gemm", "vllm.third_party.deep_gemm")  # vLLM's order
 LEGACY, DEEPJIT = "legacy", "deepjit"
@@ -133,30 +136,23 @@ def headers_digest(include_dir: str) -> str | None:
 
 def vllm_cache_dir(env=os.environ) -> str:
     """$VLLM_CACHE_ROOT/deep_gemm, VLLM_CACHE_ROOT defaulting to $XDG_CACHE_HOME/vllm or ~/.cache/vllm."""
-    root = env.get("VLLM_CACHE_ROOT") or os.path.join(
-        env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vllm")
-    return os.path.join(os.path.expanduser(root), "deep_gemm")
-
-
-def use_vllm_cache_dir(env=os.environ) -> str:
-    """Set DG_JIT_CACHE_DIR as vLLM does when it is unset (before DeepGEMM or a worker reads it)."""
-    if not env.get("DG_JIT_CACHE_DIR"):
-        env["DG_JIT_CACHE_DIR"] = vllm_cache_dir(env)
-    return env["DG_JIT_CACHE_DIR"]
+    return os.path.join(roots.default_vllm_cache_root(env), "deep_gemm")
 
 
 def cache_roots(env=os.environ) -> list[str]:
-    """Every root DeepGEMM may read: DG_JIT_CACHE_DIR's list, else both versions' defaults."""
-    value = env.get("DG_JIT_CACHE_DIR")
-    if value:
-        return [item for item in value.split(":") if item]
-    home = os.path.expanduser("~")
-    return [os.path.join(home, ".deep_gemm"), os.path.join(home, ".dj")]
+    """Every root DeepGEMM reads under vLLM: DG_JIT_CACHE_DIR's list, else vLLM's (executor/caches/roots.py)."""
+    return roots.deep_gemm_roots(roots.Env.of(env))
 
 
 def writable_root(env=os.environ) -> str:
     """Where DeepGEMM writes new kernels (the first root)."""
     return cache_roots(env)[0]
+
+
+def environment(env=os.environ) -> dict:
+    """DG_JIT_CACHE_DIR as vLLM sets it when it is unset, for a process about to run DeepGEMM (the
+    caller scopes it: executor.run, the precompile workers' environment); {} when it is set."""
+    return {} if env.get("DG_JIT_CACHE_DIR") else {"DG_JIT_CACHE_DIR": writable_root(env)}
 
 
 # --- entries ---------------------------------------------------------------------------------

@@ -261,7 +261,7 @@ class DynamoWatcher(Watcher):
 
 
 def deep_gemm_cache_dir() -> str:
-    """Where DeepGEMM writes its kernels: the first root of $DG_JIT_CACHE_DIR (executor.dg_install)."""
+    """Where DeepGEMM writes its kernels under vLLM (executor/caches/roots.py)."""
     return dg_install.writable_root()
 
 

@@ -34,6 +34,7 @@ from planner.errors import PlanError, one_line
 from . import dg_install, registry
 from .backends.base import Skipped, Unavailable, is_oom
 from .context import Context, Options, backend_name
+from .environ import scoped_environ
 from .hooks import ProgressHook, ReportHook
 from .jit_monitor import Monitor
 from .precompile import Precompiler, prime_triton
@@ -64,8 +65,12 @@ def execute(expanded, engine: EngineFacts | None = None, options: Options | None
     before loading its weights and builds its runner meanwhile); execute finishes it.
     `monitor`: a JIT monitor the caller installed and keeps (a serving engine's, which spans
     more than the plan): the steps are counted on it, and execute neither seals nor removes it."""
+    with scoped_environ(dg_install.environment()):  # vLLM's DeepGEMM cache when unset, for this run only
+        return _execute(expanded, engine, options, progress, report, runner, precompiler, monitor)
+
+
+def _execute(expanded, engine, options, progress, report, runner, precompiler, monitor) -> Report:
     options = with_engine_tables(options or Options(), engine)
-    dg_install.use_vllm_cache_dir()  # vLLM's DeepGEMM cache when unset, before DeepGEMM or a worker reads it
     if options.verify_trace and options.runner == "none":
         raise PlanError("--verify-trace runs a serving trace on the model runner: it cannot be used with "
                         "--runner none (or --dry-run)")
@@ -311,8 +316,8 @@ def start_precompile(expanded, engine: EngineFacts | None, options: Options,
     engine's tuned tables (Options.table_device), as execute does. `monitor`: the JIT monitor
     the caller will pass to execute (the pool's DeepGEMM kernels are not its compiles); without
     it, execute gives the pool its own. `note`: where the line of a key taken over from another
-    process goes (without it: the logger warmup_planner.precompile)."""
-    dg_install.use_vllm_cache_dir()
+    process goes (without it: the logger warmup_planner.precompile). DeepGEMM's root reaches the
+    workers through their environment (precompile/workers/setup.py), not this process's."""
     return _start_precompile(expanded.steps, with_engine_tables(options, engine), None, monitor, note)
 
 

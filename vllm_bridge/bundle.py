@@ -8,10 +8,15 @@
   The bundle's members are checked once per machine, in a background thread started at
   ``register`` in the first of the server's processes (executor/bundle/staging.py), so that the
   install at ``load_model`` only renames checked files into place.
+  The install makes every path a loader follows this machine's, and removes what a loader would
+  fail on, one log line each (executor/bundle/placement.py): vLLM then compiles those pieces.
+- Before that, installs made against a bundle's own fingerprint (an image built without this GPU,
+  ``warmup bundle install --target bundle``) are checked against this machine (``check_machine``).
 - After ready (``compile_or_warm_up_model`` returned), what the install placed is checked for use
-  (executor/bundle/usage.py): one line per family in vLLM's log, the entries never loaded and those
-  compiled again named, and the lot in the plugin's report; ``WARMUP_BUNDLE_INERT=error`` makes an
-  inert entry fatal (for CI: vLLM's start fails with that line), ``warn`` (the default) logs it.
+  (executor/bundle/usage.py): one line per family in vLLM's log, the entries never loaded, those
+  compiled again and the building machine's copies read in their place named, and the lot in the
+  plugin's report; ``WARMUP_BUNDLE_INERT=error`` makes any of them fatal (for CI: vLLM's start fails
+  with that line), ``warn`` (the default) logs it.
 - ``WARMUP_BUNDLE_OUT=FILE``: the cache directories are recorded at ``load_model`` (before
   vLLM's compile points TORCHINDUCTOR_CACHE_DIR at its own), and once ``compile_or_warm_up_model``
   has returned (vLLM is ready: everything it compiles or tunes at start is on disk) rank 0 packs
@@ -63,9 +68,17 @@ def vllm_cache_root() -> str | None:
 
 
 def roots_now():
-    from executor.bundle.startup import StartupRoots
+    """This process's cache roots, with vLLM's own VLLM_CACHE_ROOT (executor/caches/roots.py)."""
+    from executor.caches.registry import CacheRoots
 
-    return StartupRoots.from_env(os.environ, vllm_cache_root())
+    return CacheRoots.resolve(os.environ, vllm_cache_root())
+
+
+def record_dir() -> str:
+    """Where the records of this machine's installs are kept: vLLM's cache root."""
+    from executor.caches.roots import default_vllm_cache_root
+
+    return vllm_cache_root() or default_vllm_cache_root()
 
 
 def config_hash(vllm_config) -> str | None:
@@ -100,24 +113,33 @@ def install_early(path: str | None) -> dict | None:
     from executor.bundle import startup
 
     try:
-        placed = startup.install_early(path, roots_now(), version("vllm"), vllm_cache_root())
+        placed = startup.install_early(path, roots_now(), version("vllm"), record_dir())
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM resolves the model itself
         log.warning("warmup-planner: bundle's model info not installed: %s", _why(e))
         return None
     finally:
         _prepare_unless_in_place(path)
-    if placed["families"] and any(p.new for p in placed["families"].values()):
-        log.info("warmup-planner: bundle %s, before vLLM resolves the model: %s", path, startup.describe(placed))
+    if placed.families and any(p.new for p in placed.families.values()):
+        log.info("warmup-planner: bundle %s, before vLLM resolves the model: %s", path, placed.describe())
+    _log_problems(placed)
     return placed
+
+
+def _log_problems(placed) -> None:
+    """One line per member the install left out and per placed file it removed (vLLM compiles those)."""
+    for line in placed.problem_lines():
+        log.warning("warmup-planner: bundle: %s", line)
 
 
 def _prepare_unless_in_place(path: str) -> None:
     """The members checked in a background thread while vLLM starts (the install waits for it),
     unless this node's caches hold the bundle already (a rank started after another placed it)."""
-    from executor.bundle import archive, staging, startup
+    from executor.bundle import archive, staging, startup, usage
 
     try:
-        if startup.all_in_place(archive.read_manifest(path), roots_now()):
+        manifest = archive.read_manifest(path)
+        earlier = usage.load(usage.record_path(record_dir(), manifest.digest()))
+        if startup.all_in_place(manifest, roots_now(), left_out=earlier.left_out if earlier else None):
             return
     except Exception:  # noqa: BLE001 - the install says why in one line
         return
@@ -132,14 +154,34 @@ def install_before_compile(worker, path: str | None) -> dict | None:
 
     started = time.monotonic()
     try:
-        placed = startup.install(path, roots_now(), machine(worker.vllm_config), vllm_cache_root())
+        placed = startup.install(path, roots_now(), machine(worker.vllm_config), record_dir())
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts cold
         log.warning("warmup-planner: bundle not installed, vLLM starts cold: %s", _why(e))
         return None
-    if placed["installed"] is not None:  # None: another rank placed it all
-        setattr(worker, INSTALLED, placed["installed"])
-    log.info("warmup-planner: bundle %s %s (%.2f s)", path, startup.describe(placed), time.monotonic() - started)
+    if placed.installed is not None:  # None: another rank placed it all
+        setattr(worker, INSTALLED, placed.installed)
+    log.info("warmup-planner: bundle %s %s (%.2f s)", path, placed.describe(), time.monotonic() - started)
+    _log_problems(placed)
     return placed
+
+
+def check_machine(worker) -> list[str]:
+    """Installs made against a bundle's own fingerprint (`warmup bundle install --target bundle`, an
+    image built without this GPU), checked against this machine before vLLM reads its caches: one
+    line each; a mismatch removes what that install placed (executor/bundle/machine_check.py)."""
+    from executor.bundle import machine_check, records
+
+    try:
+        if not records.pending(record_dir()):
+            return []
+        lines = machine_check.check(record_dir(), machine(worker.vllm_config))
+    except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts (compiling what does not load)
+        log.warning("warmup-planner: the installs made against a bundle's fingerprint could not be checked: %s",
+                    _why(e))
+        return []
+    for line in lines:
+        log.warning("warmup-planner: %s", line)
+    return lines
 
 
 def check_use(worker, environ=os.environ) -> list | None:
@@ -161,7 +203,7 @@ def check_use(worker, environ=os.environ) -> list | None:
         log.log(logging.WARNING if line.startswith("  ") else logging.INFO, "warmup-planner: bundle use: %s", line)
     if inert and (environ.get(INERT_SETTING) or "warn") == "error":
         message = (f"warmup-planner: {INERT_SETTING}=error: {inert} entries of the bundle {installed.bundle} are "
-                   "inert (never loaded or compiled again; listed above)")
+                   "inert or were read from the building machine's copy (listed above)")
         log.error(message)
         raise InertBundle(message)
     return uses

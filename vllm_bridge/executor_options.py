@@ -62,7 +62,9 @@ def use_vllm_deep_gemm_cache() -> str:
     set), early: the precompile workers and the JIT monitor read it before vLLM imports DeepGEMM."""
     import vllm.envs as envs
 
-    return os.environ.setdefault("DG_JIT_CACHE_DIR", os.path.join(envs.VLLM_CACHE_ROOT, "deep_gemm"))
+    from executor.caches import roots
+
+    return os.environ.setdefault("DG_JIT_CACHE_DIR", roots.deep_gemm_root(roots.Env.of(vllm_cache_root=envs.VLLM_CACHE_ROOT)))
 
 
 def precompile_jobs(settings: Settings, local_ranks: int = 1) -> int:

@@ -23,9 +23,12 @@ import contextlib
 import logging
 import time
 
+from executor.caches.registry import monitored
+from executor.jit_monitor import StepCounts
 from planner.plan.steps import Keyed
 
-KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
+COUNTED = tuple(f.monitor for f in monitored())  # how the monitor counts each family's compiles (its module)
+KINDS = tuple(m.kind for m in COUNTED)
 QUIET_WHEN_ZERO = ("flashinfer",)  # said in vLLM's log only where it happened: most servers build none
 
 log = logging.getLogger("vllm.warmup_planner")
@@ -35,12 +38,10 @@ def counts_by_kind(jit: dict | None) -> dict:
     """{"compiled": {kind: n}, "loaded": {kind: n}} from the monitor's counts of one step or phase;
     a DeepGEMM load the cache layout cannot show is left out of "loaded" (see the module doc)."""
     jit = jit or {}
-    compiled = {"triton": jit.get("compiled", 0), "deep_gemm": jit.get("deep_gemm_jit", 0),
-                "torch_compile": jit.get("dynamo_compiles", 0), "flashinfer": jit.get("flashinfer_jit", 0)}
-    loaded = {"triton": jit.get("disk_loads", 0)}
-    if jit.get("deep_gemm_loads") is not None:
-        loaded["deep_gemm"] = jit["deep_gemm_loads"]
-    return {"compiled": compiled, "loaded": loaded}
+    compiled = {m.kind: jit.get(m.compiled, 0) for m in COUNTED}
+    unset = StepCounts()  # a counter's value where the monitor says nothing (None: it cannot tell)
+    loaded = {m.kind: jit.get(m.loaded, getattr(unset, m.loaded)) for m in COUNTED if m.loaded}
+    return {"compiled": compiled, "loaded": {k: v for k, v in loaded.items() if v is not None}}
 
 
 def add_counts(total: dict, more: dict) -> dict:
@@ -51,9 +52,8 @@ def add_counts(total: dict, more: dict) -> dict:
 
 
 def describe_counts(counts: dict) -> str:
-    """'compiled Triton 0, DeepGEMM 58, torch.compile 0; loaded Triton 6, DeepGEMM 0'."""
-    names = {"triton": "Triton", "deep_gemm": "DeepGEMM", "torch_compile": "torch.compile",
-             "flashinfer": "FlashInfer modules"}
+    """'compiled DeepGEMM 58, Triton 0, torch.compile 0; loaded DeepGEMM 0, Triton 6'."""
+    names = {m.kind: m.label for m in COUNTED}
     parts = []
     for side in ("compiled", "loaded"):
         values = {k: v for k, v in (counts.get(side) or {}).items() if v or k not in QUIET_WHEN_ZERO}

@@ -2,7 +2,8 @@
 
 vLLM calls ``register`` in every process, before a worker class is resolved
 (vllm/plugins/__init__.py, load_general_plugins). Without WARMUP_PLAN, WARMUP_BUNDLE and
-WARMUP_BUNDLE_OUT it does nothing. With one of them, the installed vLLM must be a release in
+WARMUP_BUNDLE_OUT, and with no install under vLLM's cache root awaiting this machine's check
+(`warmup bundle install --target bundle`), it does nothing. With one of them, the installed vLLM must be a release in
 vllm_bridge.releases (else it raises, one line: the server must not start without the warmup the
 user asked for), a start-up bundle's model info is placed (WARMUP_BUNDLE: vLLM reads it next, while
 it resolves the model), and that release's GPU Worker is patched:
@@ -158,6 +159,8 @@ def _load_model(original, release: Release, settings: Settings):
 
 
 def _bundle_before_compile(worker, settings: Settings) -> None:
+    if settings.machine_check:
+        bundle.check_machine(worker)  # before vLLM, or a bundle, reads the caches
     bundle.install_before_compile(worker, settings.bundle)
     bundle.record_roots(worker, settings.bundle_out)
 

@@ -31,6 +31,7 @@ class Settings(NamedTuple):
     timeout_s: float = DEFAULT_TIMEOUT_S  # WARMUP_PRECOMPILE_TIMEOUT: longest wait for the pool
     bundle: str | None = None      # WARMUP_BUNDLE: a start-up bundle installed before vLLM compiles
     bundle_out: str | None = None  # WARMUP_BUNDLE_OUT: the start-up's caches packed there once ready
+    machine_check: bool = False    # an install made against a bundle's own fingerprint awaits this machine's check
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -38,12 +39,22 @@ class Settings(NamedTuple):
                    environ.get("WARMUP_JIT_LOG") or None, environ.get("WARMUP_ENGINE") or None,
                    _jobs(environ.get("WARMUP_JOBS", "")), _flag(environ, "WARMUP_STRICT"),
                    _seconds(environ.get("WARMUP_PRECOMPILE_TIMEOUT", "")),
-                   environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None)
+                   environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None,
+                   _machine_check_pending(environ))
 
     @property
     def active(self) -> bool:
-        """Whether the plugin patches vLLM: a plan, a bundle to install or one to build."""
-        return bool(self.plan or self.bundle or self.bundle_out)
+        """Whether the plugin patches vLLM: a plan, a bundle to install or one to build, or an
+        install that awaits this machine's check (`warmup bundle install --target bundle`)."""
+        return bool(self.plan or self.bundle or self.bundle_out or self.machine_check)
+
+
+def _machine_check_pending(environ) -> bool:
+    """Whether an install under vLLM's cache root awaits this machine's check (one directory listing)."""
+    from executor.bundle.records import pending
+    from executor.caches.roots import default_vllm_cache_root
+
+    return bool(pending(default_vllm_cache_root(environ)))
 
 
 def _jobs(text: str) -> int | None:

@@ -1,14 +1,11 @@
 """The bundle file: a tar holding ``warmup-bundle.json`` (the manifest) and the cache files.
 
-Members: ``deep_gemm/<entry>/...`` (DeepGEMM kernels, either layout), ``triton/<...>`` (the
-Triton cache the warmup filled, its precompile manifest included), ``flashinfer/<file>``
-(FlashInfer's autotune cache). A bundle built from a vLLM start-up (``origin`` "vllm",
-executor/bundle/startup.py) adds ``torch_compile/<...>`` (vLLM's torch.compile cache, its AOT
-artifacts included), ``inductor/<...>`` (Inductor's cache, where it is outside vLLM's),
-``flashinfer_autotune/<...>`` (vLLM's FlashInfer autotune cache), ``flashinfer_jit/<name>/<name>.so``
-(FlashInfer's JIT modules, executor/bundle/flashinfer_modules.py), ``flashinfer_trtllm_dg/cache/<...>`` (the
-TensorRT-LLM DeepGEMM kernels FlashInfer compiles) and ``vllm_modelinfo/<...>``
-(what vLLM learnt of the model class). The manifest lists every member with its sha256 and size.
+Members are ``<family>/<path under its root>``, one family per cache (executor/caches/registry.py:
+DeepGEMM's kernels, Triton's cache, a plan's FlashInfer autotune file; a vLLM start-up's bundle,
+``origin`` "vllm", adds vLLM's torch.compile cache, Inductor's, vLLM's FlashInfer autotune cache,
+FlashInfer's JIT modules, its TensorRT-LLM DeepGEMM kernels and vLLM's model info). The manifest
+lists every member with its sha256 and size, and the directory each family was packed from
+(``roots``: what a relocation moves from, executor/caches/relocate.py).
 ``verify_members`` is the one check of the members, for install (which extracts them) and
 inspect (which only reads): a member that is not a listed regular file (a link, a device, a
 directory), has an absolute path or '..', or does not match its size and sha256 is refused in
@@ -31,28 +28,19 @@ from typing import NamedTuple
 
 from planner.errors import PlanError, WriteError
 
+from ..caches.deep_gemm import KernelRecord
+from ..caches.family import PLAN, VLLM
+from ..caches.registry import NAMES as KINDS
+
 FORMAT = "warmup-bundle/v1"
 MANIFEST = "warmup-bundle.json"
-KINDS = ("deep_gemm", "triton", "flashinfer", "torch_compile", "inductor", "flashinfer_autotune", "flashinfer_jit",
-         "flashinfer_trtllm_dg", "vllm_modelinfo")
-PLAN, VLLM = "plan", "vllm"  # what a bundle was built from: a plan's warmup, or a vLLM start-up
+__all__ = ["FORMAT", "MANIFEST", "KINDS", "PLAN", "VLLM", "FileRecord", "KernelRecord", "Manifest"]
 
 
 class FileRecord(NamedTuple):
     path: str        # member name: <kind>/<relative path>
     sha256: str
     size: int
-
-
-class KernelRecord(NamedTuple):
-    """One DeepGEMM cache entry: its directory, kernel, the plan key it is (None: a helper kernel
-    such as transpose_fp32), and for 2.5/2.6 the context that re-keys it (dg_rekey)."""
-
-    entry: str
-    name: str
-    layout: str
-    key: str | None
-    context: list | None = None
 
 
 class Manifest(NamedTuple):
@@ -65,7 +53,7 @@ class Manifest(NamedTuple):
     deep_gemm: list      # [KernelRecord]
     keys: dict           # backend -> the plan's compile keys the warmup cached (precompile manifest)
     origin: str = PLAN   # PLAN: `warmup bundle build`; VLLM: a vLLM start-up through the plugin
-    roots: dict | None = None  # VLLM: family -> the cache directory it was packed from (shown by inspect)
+    roots: dict | None = None  # family -> the cache directory it was packed from (relocation moves from it)
 
     def to_json(self) -> str:
         doc = self._asdict()

@@ -2,11 +2,14 @@
 
     warmup bundle build PLAN --engine E -o FILE [--jobs N] [--runner none] [--report FILE]
     warmup bundle verify FILE          install into a fresh directory, run the plan: 0 compiles or exit 1;
-                                       per family what was never loaded or compiled again (--inert error:
-                                       any such entry is exit 1). A vLLM start-up's bundle: what of its
-                                       install into these caches the server used (run it after the load)
+                                       per family what was never loaded, compiled again or read from the
+                                       building machine's copy (--inert error: any such entry is exit 1).
+                                       A vLLM start-up's bundle: what of its install into these caches the
+                                       server used (run it after the load)
     warmup bundle install FILE         into DG_JIT_CACHE_DIR (vLLM's when unset), TRITON_CACHE_DIR and
-                                       --flashinfer-cache; refused (exit 2, one line) on a mismatch
+                                       --flashinfer-cache, every path a loader follows made this machine's;
+                                       refused (exit 2, one line) on a mismatch; --target bundle: checked
+                                       against the bundle's own fingerprint (an image built without a GPU)
     warmup bundle inspect FILE         every member checked as install checks it; the fingerprint
                                        table; per family the entries, bytes (and the plan's keys)
 
@@ -35,6 +38,9 @@ from planner.output import check_writable
 from planner.plan.steps import Keyed
 
 from .. import dg_install, precompile
+from ..caches.registry import FAMILIES, CacheRoots
+from ..caches.relocate import Relocation, relocate_family, summary_lines
+from ..caches.roots import default_vllm_cache_root
 from ..report import EXIT_FAILED, EXIT_OK
 from . import archive, environment, ops, startup, usage
 
@@ -66,7 +72,8 @@ def add_commands(sub) -> None:
                    help="the model the verifying run's batches run through, as `warmup execute` takes it")
     v.add_argument("--report", help="the verifying run's JSON report")
     v.add_argument("--inert", choices=("warn", "error"), default="warn",
-                   help="an installed entry never loaded or compiled again: listed (warn) or also exit 1 (error)")
+                   help="an installed entry never loaded or compiled again, or a building copy read in its place: "
+                        "listed (warn) or also exit 1 (error)")
     v.add_argument("--vllm-cache-root", help="a vLLM start-up's bundle: the vLLM cache root it was installed "
                                              "under (default: VLLM_CACHE_ROOT, else ~/.cache/vllm)")
     i = cmds.add_parser("install", help="install into this machine's caches")
@@ -79,6 +86,10 @@ def add_commands(sub) -> None:
                                              "else ~/.cache/vllm)")
     i.add_argument("--vllm-config-hash", help="a vLLM start-up bundle: refuse it unless it was built with this "
                                               "VllmConfig.compute_hash() (the plugin checks the live one itself)")
+    i.add_argument("--target", choices=("machine", "bundle"), default="machine",
+                   help="what the bundle's fingerprint is checked against: this machine (default), or the "
+                        "bundle's own (a vLLM start-up's bundle baked into an image on a machine without its "
+                        "GPU; the vLLM plugin checks the real machine when vLLM starts)")
     n = cmds.add_parser("inspect", help="check every member as install does; per family the entries, bytes, "
                                          "the plan's keys present and missing")
     n.add_argument("bundle", help="the bundle file")
@@ -110,45 +121,51 @@ def cmd_build(args) -> int:
     return EXIT_OK
 
 
-def default_dirs(args) -> ops.CacheDirs:
-    dg_install.use_vllm_cache_dir()
-    return ops.CacheDirs(args.deep_gemm_cache or dg_install.writable_root(),
-                         args.triton_cache or precompile.triton_cache_dir(),
-                         args.flashinfer_cache or os.path.join(dg_install.writable_root(), "flashinfer-autotune.json"))
+def plan_roots(args) -> CacheRoots:
+    """A plan's caches here (executor/caches/roots.py), less what the options override."""
+    roots = CacheRoots.resolve(os.environ, families=ops.PLAN_FAMILIES)
+    return roots.replace(deep_gemm=args.deep_gemm_cache or roots["deep_gemm"],
+                         triton=args.triton_cache or roots["triton"],
+                         flashinfer=args.flashinfer_cache or roots["flashinfer"])
 
 
 def cmd_install(args) -> int:
     if archive.read_manifest(args.bundle).origin == archive.VLLM:
         return install_startup(args)
-    placed = ops.install(args.bundle, default_dirs(args), environment.measure())
-    print(describe(placed))
+    if args.target == "bundle":
+        raise PlanError("--target bundle is for a vLLM start-up's bundle (the plugin checks the machine at "
+                        "start); a plan's bundle is installed against this machine", file=args.bundle)
+    installation = ops.install(args.bundle, plan_roots(args), environment.measure())
+    print_installation(installation)
     return EXIT_OK
 
 
-def startup_roots(args) -> startup.StartupRoots:
+def startup_roots(args) -> CacheRoots:
     """vLLM's caches here as a vLLM started now would find them, less what the options override."""
-    roots = startup.StartupRoots.from_env(os.environ, args.vllm_cache_root)
-    if args.vllm_cache_root and not os.environ.get("DG_JIT_CACHE_DIR"):
-        roots = roots._replace(deep_gemm=os.path.join(args.vllm_cache_root, "deep_gemm"))
-    return roots._replace(deep_gemm=args.deep_gemm_cache or roots.deep_gemm,
-                          triton=args.triton_cache or roots.triton)
+    roots = CacheRoots.resolve(os.environ, args.vllm_cache_root)
+    return roots.replace(deep_gemm=args.deep_gemm_cache or roots["deep_gemm"],
+                         triton=args.triton_cache or roots["triton"])
 
 
 def install_startup(args) -> int:
-    here = {**environment.measure(), "vllm_config_hash": args.vllm_config_hash}
-    placed = startup.install(args.bundle, startup_roots(args), here)
-    print(startup.describe(placed))
+    as_built = args.target == "bundle"
+    here = {**({} if as_built else environment.measure()), "vllm_config_hash": args.vllm_config_hash}
+    installation = startup.install(args.bundle, startup_roots(args), here, args.vllm_cache_root, as_built=as_built)
+    print_installation(installation)
+    if as_built:
+        print("note: installed against the bundle's own fingerprint (--target bundle), not this machine's; "
+              "the vLLM plugin checks the machine when vLLM starts and removes this install if it differs")
     if args.vllm_config_hash is None:
         print("note: vllm_config_hash not checked (give --vllm-config-hash, or install with the plugin: "
               "WARMUP_BUNDLE); vLLM finds the torch.compile files only under the same configuration")
     return EXIT_OK
 
 
-def describe(placed: dict) -> str:
-    dg, tr, fi = placed["deep_gemm"], placed["triton"], placed["flashinfer"]
-    return (f"installed: DeepGEMM {dg.new} kernels ({dg.kept} already there, {dg.rekeyed} re-keyed for this "
-            f"install path), Triton {tr.new} entries ({tr.kept} already there), FlashInfer {fi.new} file; "
-            f"{placed['manifest_keys']} keys in the precompile manifest")
+def print_installation(installation) -> None:
+    """The install's line, then one per member not installed and per file removed."""
+    print(installation.describe())
+    for line in installation.problem_lines():
+        print(f"  {line}")
 
 
 def cmd_verify(args) -> int:
@@ -159,13 +176,14 @@ def cmd_verify(args) -> int:
         check_writable(args.report)  # refused before the install and the run, not after them
     work = tempfile.mkdtemp(prefix="warmup-bundle-verify-")
     try:
-        dirs = ops.CacheDirs.fresh(work)
-        placed = ops.install(args.bundle, dirs, environment.measure())
-        print(describe(placed) + " (into a fresh temporary directory)")
-        installed = usage.mark(args.bundle, dirs.roots(), {f: placed[f].paths for f in dirs.roots()})
+        roots = ops.fresh_roots(work)
+        installation = ops.install(args.bundle, roots, environment.measure())
+        print(installation.describe() + " (into a fresh temporary directory)")
+        installed = usage.mark(args.bundle, {f: roots.directory(f) for f in roots},
+                               {f: p.paths for f, p in installation.families.items()}, manifest)
         extra = ["--runner", args.runner, "--jobs", "0", "--expect-cached", "--jit-monitor", "error",
                  "--on-error", "continue"]
-        code, report = ops.run_execute(manifest.plan, manifest.engine, dirs, extra,
+        code, report = ops.run_execute(manifest.plan, manifest.engine, roots, extra,
                                        args.report or os.path.join(work, "report.json"),
                                        keep_report=args.report is not None)
         uses = usage.check(installed)
@@ -177,7 +195,7 @@ def cmd_verify(args) -> int:
 def verify_startup(args, manifest) -> int:
     """What of a vLLM start-up's bundle the server used, from the record its install left under
     this vLLM cache root (the plugin's WARMUP_BUNDLE, or `bundle install`)."""
-    root = args.vllm_cache_root or startup.default_vllm_cache_root()
+    root = args.vllm_cache_root or default_vllm_cache_root()
     installed = usage.load(usage.record_path(root, manifest.digest()))
     if installed is None:
         raise ops.Failed(f"{args.bundle} was not installed under the vLLM cache root {root} (no record of it): "
@@ -191,7 +209,8 @@ def use_verdict(uses: list, inert: str) -> int:
         print(f"bundle use: {line}")
     count = usage.inert_count(uses)
     if count and inert == "error":
-        print(f"bundle verify: FAILED: {count} installed entries inert (never loaded or compiled again)")
+        print(f"bundle verify: FAILED: {count} installed entries inert (never loaded, compiled again, or read "
+              "from the building machine's copy)")
         return EXIT_FAILED
     return EXIT_OK
 
@@ -213,7 +232,12 @@ LIST_LIMIT = 20  # keys listed per backend and kind (missing, extra); the rest c
 
 def cmd_inspect(args) -> int:
     manifest = archive.read_manifest(args.bundle)
-    archive.verify_members(args.bundle, manifest)  # what install would refuse: one line, exit 2
+    work = tempfile.mkdtemp(prefix="warmup-bundle-inspect-")
+    try:
+        archive.verify_members(args.bundle, manifest, work)  # what install would refuse: one line, exit 2
+        paths = building_paths(manifest, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     vllm = manifest.origin == archive.VLLM
     what = f"a vLLM start-up (plan {manifest.plan or 'none'})" if vllm else f"plan {manifest.plan}"
     print(f"bundle {args.bundle}: {what}, engine {manifest.engine or '-'}, digest {manifest.plan_digest or '-'}")
@@ -221,9 +245,20 @@ def cmd_inspect(args) -> int:
         print(line)
     print(f"members: {len(manifest.files)} files, each a listed regular file matching its size and sha256 "
           "(checked as install checks them)")
-    for line in (startup_report(manifest) if vllm else key_report(manifest)):
+    for line in (startup_report(manifest) if vllm else key_report(manifest)) + paths:
         print(line)
     return EXIT_OK
+
+
+def building_paths(manifest, extracted: str) -> list[str]:
+    """What an install does with the members that name the building machine's cache paths
+    (executor/caches/relocate.py), family by family; [] when none does."""
+    relocation = Relocation.of(manifest.roots, {})
+    outcomes = {family.name: relocate_family(family, os.path.join(extracted, family.name), "", relocation, apply=False)
+                for family in FAMILIES}
+    lines = summary_lines(outcomes)
+    return ["members naming the building machine's cache paths (an install makes them this machine's):", *lines] \
+        if lines else []
 
 
 def startup_report(manifest) -> list[str]:

@@ -17,8 +17,17 @@ check after ready reads the marks:
   the JIT workspace, a torch.compile directory under another hash): the placed one was not found.
 - **new**: written after the install with no installed twin: the bundle did not have it.
 
+- **read from elsewhere** (issue 43 item 4): a file of the building machine's own copy of the bundle,
+  read since the install. Where the building machine's cache roots exist here (the bundle is
+  installed on the machine that built it, or on one with the same paths), the install marks the
+  building copies of the members it placed as it marks its own; a read of one means a loader took
+  that family's files from outside what was installed (a path the relocation did not move), which
+  a machine that never built the bundle would not have.
+
 An entry is the directory holding a file (a Triton or DeepGEMM cache entry, a FlashInfer module, a
-leaf of torch.compile's tree), or the file itself at the family's root (vLLM's model info).
+leaf of torch.compile's tree), or the file itself at the family's root (vLLM's model info). What an
+entry is a compile of, and where a family compiles one again outside its root, are the family's
+(executor/caches/<family>.py: ``identity``, ``rebuilt``).
 """
 
 from __future__ import annotations
@@ -30,9 +39,13 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..caches.family import file_entry as entry_of
+from ..caches.registry import of
+from ..caches.tree import files_under
+from .records import record_path  # noqa: F401 - where callers find a record
+
 UNREAD = 1.0  # the access time the install leaves: no read leaves it
 OURS = re.compile(r"^(\.?warmup-|\.warmup)|\.lock$")  # the warmup's own files in a cache: the pool's manifest, costs, locks
-HASHY = re.compile(r"^[0-9a-fA-F_-]{8,}$|^[0-9a-f]{8,}")  # a component that is a key, not a name
 
 
 @dataclass(frozen=True)
@@ -45,7 +58,10 @@ class Installed:
     roots: dict                     # family -> its root
     entries: dict                   # family -> [entry paths relative to the root]
     tracked: dict                   # family -> whether its filesystem records reads
-    flashinfer_jit_dir: str | None = None  # where FlashInfer would have built a module again
+    rebuild_dirs: dict = field(default_factory=dict)  # family -> where its library would build an entry again
+    left_out: dict = field(default_factory=dict)      # family -> [members not at their place: not installable, removed]
+    elsewhere: dict = field(default_factory=dict)     # family -> [the building copies marked, absolute paths]
+    fingerprint: dict | None = None  # an as-built install's: the bundle's, the machine still to be checked
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
@@ -59,7 +75,9 @@ class Installed:
         info at register and the rest at load_model)."""
         return Installed(self.bundle, {**self.at, **later.at}, {**self.roots, **later.roots},
                          {**self.entries, **later.entries}, {**self.tracked, **later.tracked},
-                         later.flashinfer_jit_dir or self.flashinfer_jit_dir)
+                         {**self.rebuild_dirs, **later.rebuild_dirs}, {**self.left_out, **later.left_out},
+                         {**self.elsewhere, **later.elsewhere},
+                         later.fingerprint if later.fingerprint is not None else self.fingerprint)
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,7 @@ class FamilyUse:
     never_loaded: tuple = field(default_factory=tuple)
     compiled_again: tuple = field(default_factory=tuple)
     new: tuple = field(default_factory=tuple)
+    elsewhere: tuple = field(default_factory=tuple)  # the building copies read since the install
 
     @property
     def inert(self) -> tuple:
@@ -82,33 +101,51 @@ class FamilyUse:
 
 # --- at install ------------------------------------------------------------------------------------
 
-def mark(bundle: str, roots: dict, placed_paths: dict, flashinfer_jit_dir: str | None = None) -> Installed:
+def mark(bundle: str, roots: dict, placed_paths: dict, manifest=None, left_out: dict | None = None,
+         fingerprint: dict | None = None) -> Installed:
     """Leave UNREAD on every file placed (`placed_paths`: family -> the files or directories
-    placed) and return the record. Nothing here reads a placed file."""
-    entries, tracked = {}, {}
+    placed) and on the building machine's copies of the bundle's members where they are on this
+    machine (`manifest`: their roots), and return the record. Nothing here reads a placed file."""
+    entries, tracked, rebuild = {}, {}, {}
     for family, paths in placed_paths.items():
         root = roots[family]
-        files = [f for p in paths for f in _files(p)]
+        files = [f for p in paths for f in files_under(p)]
         for path in files:
             os.utime(path, (UNREAD, os.stat(path).st_mtime))
         entries[family] = sorted({entry_of(root, f) for f in files})
         tracked[family] = records_reads(root)
+        where = of(family).rebuilt_in(manifest.fingerprint) if manifest is not None and of(family).rebuilt_in else None
+        if where:
+            rebuild[family] = where
+    elsewhere = mark_building_copies(manifest, roots, set(placed_paths)) if manifest is not None else {}
     now = time.time()
     return Installed(bundle, {f: now for f in placed_paths}, {f: roots[f] for f in placed_paths}, entries, tracked,
-                     flashinfer_jit_dir)
+                     rebuild, dict(left_out or {}), elsewhere, fingerprint)
 
 
-def _files(path: str) -> list[str]:
-    if os.path.isfile(path):
-        return [path]
-    return [os.path.join(folder, n) for folder, _, names in os.walk(path) for n in names]
+def mark_building_copies(manifest, roots: dict, placed: set) -> dict:
+    """family -> the building machine's copies of its members that exist here, each marked UNREAD
+    (a root that is this machine's own root of the family is not elsewhere)."""
+    out = {}
+    for family, built in sorted((manifest.roots or {}).items()):
+        here = roots.get(family)
+        if family not in placed or not built or not here or os.path.normpath(built) == os.path.normpath(here) \
+                or not os.path.isdir(built):
+            continue
+        where = of(family).member_path
+        copies = [where(built, f.path.split("/", 1)[1], {}) for f in manifest.files if f.path.split("/")[0] == family]
+        marked = [p for p in copies if p and _marked(p)]
+        if marked:
+            out[family] = sorted(marked)
+    return out
 
 
-def entry_of(root: str, path: str) -> str:
-    """The entry a file belongs to: its directory relative to the root, or the file at the root."""
-    relative = os.path.relpath(path, root)
-    folder = os.path.dirname(relative)
-    return folder or relative
+def _marked(path: str) -> bool:
+    try:
+        os.utime(path, (UNREAD, os.stat(path).st_mtime))
+        return True
+    except OSError:  # not there, or not ours to mark: not watched
+        return False
 
 
 def records_reads(root: str) -> bool:
@@ -131,7 +168,8 @@ def records_reads(root: str) -> bool:
 # --- after ready -----------------------------------------------------------------------------------
 
 def check(installed: Installed) -> list[FamilyUse]:
-    """Per family, what of the install was loaded, what was compiled again and what is new."""
+    """Per family, what of the install was loaded, what was compiled again, what is new, and
+    which of the building copies were read instead."""
     out = []
     for family in sorted(installed.entries):
         root, entries = installed.roots[family], installed.entries[family]
@@ -140,8 +178,9 @@ def check(installed: Installed) -> list[FamilyUse]:
         never = tuple(e for e in entries if e not in loaded) if tracked else ()
         new = _written_since(root, installed.at[family], set(entries))
         again, again_new = _compiled_again(family, root, never if tracked else tuple(entries), new, installed)
+        elsewhere = tuple(p for p in installed.elsewhere.get(family, ()) if _atime(p) not in (UNREAD, 0.0))
         out.append(FamilyUse(family, len(entries), len(loaded), tracked, never, again,
-                             tuple(e for e in new if e not in again_new)))
+                             tuple(e for e in new if e not in again_new), elsewhere))
     return out
 
 
@@ -183,22 +222,16 @@ def _written_since(root: str, since: float, installed: set) -> tuple:
 
 def _compiled_again(family: str, root: str, candidates: tuple, new: tuple, installed: Installed) -> tuple:
     """(the installed entries among `candidates` whose kernel was written again since, the new
-    entries that are those compiles)."""
-    if family == "flashinfer_jit":  # built again in the JIT workspace, not under this root
-        return tuple(rebuilt(installed.flashinfer_jit_dir, candidates, installed.at[family])), ()
-    written = {identity(family, root, e): e for e in new}
-    placed = {identity(family, root, e): e for e in candidates}
+    entries that are those compiles). A family whose library builds again outside its root says
+    where (its ``rebuilt``)."""
+    rebuilt = of(family).rebuilt
+    if rebuilt is not None:
+        return tuple(rebuilt(installed.rebuild_dirs.get(family), candidates, installed.at[family])), ()
+    identity = of(family).identity
+    written = {identity(root, e): e for e in new}
+    placed = {identity(root, e): e for e in candidates}
     both = set(written) & set(placed)
     return tuple(sorted(placed[i] for i in both)), tuple(sorted(written[i] for i in both))
-
-
-def rebuilt(jit: str | None, names, since: float) -> list[str]:
-    """Of the FlashInfer modules a bundle placed, those FlashInfer built again in its JIT workspace
-    (`jit`, executor/bundle/flashinfer_modules.py) after `since`: the placed library was not where
-    FlashInfer looked."""
-    if not jit:
-        return []
-    return sorted(n for n in names if _mtime(os.path.join(jit, n, f"{n}.so")) >= since)
 
 
 def _mtime(path: str) -> float:
@@ -208,25 +241,7 @@ def _mtime(path: str) -> float:
         return float("-inf")
 
 
-def identity(family: str, root: str, entry: str) -> str:
-    """What an entry is a compile of, whatever its key: a Triton entry's kernel names, a DeepGEMM
-    kernel's name, else the entry's path with its key components blanked."""
-    if family == "triton":
-        names = sorted(n[:-5] for n in os.listdir(os.path.join(root, entry))
-                       if n.endswith(".json") and not n.startswith("__grp__")) if os.path.isdir(os.path.join(root, entry)) else []
-        return "triton:" + ",".join(names)
-    parts = entry.split("/")
-    if family == "deep_gemm":  # cache/kernel.<name>.<key> (2.5/2.6) or cache/<name>.<key> (2.8)
-        return "deep_gemm:" + parts[-1].rsplit(".", 1)[0]
-    return "/".join("*" if HASHY.search(p) else p for p in parts)
-
-
 # --- the record on disk (for `warmup bundle verify`) -----------------------------------------------
-
-def record_path(vllm_cache_root: str, bundle_digest: str) -> str:
-    """Where the record of a bundle's install under this vLLM cache root is kept (one per bundle)."""
-    return os.path.join(vllm_cache_root, "warmup-bundle-installs", f"{bundle_digest}.json")
-
 
 def save(installed: Installed, path: str) -> None:
     """Write the record, merged into the one an earlier placement of the same bundle left."""
@@ -251,16 +266,22 @@ def load(path: str) -> Installed | None:
 # --- the report ------------------------------------------------------------------------------------
 
 def lines(uses: list[FamilyUse]) -> list[str]:
-    """One line per family, then one per inert entry ('never loaded' or 'compiled again')."""
+    """One line per family, then one per inert entry ('never loaded' or 'compiled again') and one
+    per family whose files were read from elsewhere."""
     out = []
     for use in uses:
         reads = f"{use.loaded} loaded" if use.tracked else "reads not recorded on this filesystem"
         out.append(f"{use.family}: {use.installed} installed, {reads}, {len(use.never_loaded)} never loaded, "
-                   f"{len(use.compiled_again)} compiled again, {len(use.new)} new")
+                   f"{len(use.compiled_again)} compiled again, {len(use.new)} new, "
+                   f"{len(use.elsewhere)} read from elsewhere")
         out += [f"  never loaded: {use.family}/{e}" for e in use.never_loaded if e not in use.compiled_again]
         out += [f"  compiled again: {use.family}/{e}" for e in use.compiled_again]
+        if use.elsewhere:
+            out.append(f"  read from elsewhere: {use.family}: {len(use.elsewhere)} files of the building machine's "
+                       f"copy, not the installed one, e.g. {use.elsewhere[0]}")
     return out
 
 
 def inert_count(uses: list[FamilyUse]) -> int:
-    return sum(len(u.inert) for u in uses)
+    """Installed entries that did no work, and building copies read in their place."""
+    return sum(len(u.inert) + len(u.elsewhere) for u in uses)

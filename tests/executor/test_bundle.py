@@ -15,6 +15,8 @@ import pytest
 from executor import dg_install, dg_rekey
 from executor import precompile
 from executor.bundle import archive, cli, environment, ops
+from executor.caches.registry import CacheRoots
+from executor.caches import triton as triton_family
 
 OLD_INC = "/build/site-packages/vllm/third_party/deep_gemm/include"
 NEW_INC = "/serve/other/deep_gemm/include"
@@ -24,6 +26,12 @@ CODE = (b"// Includes' hash value: 0123\n#include <deep_gemm/impls/sm90_fp8_gemm
         b" cutlass::bfloat16_t, EpilogueIdentity\n>);\n")
 KEY = "sm90_fp8_gemm_1d2d:n=7168,k=2048,block_m=64,block_n=112,block_k=128,stages=9,multicast=1,sms=132"
 CONTEXT = dg_rekey.candidates("13.0", "90a")[0]
+
+
+def elf(payload: bytes = b"") -> bytes:
+    """A whole 64-bit ELF file with no sections, then `payload`: what the install's check of a cubin
+    or a shared library takes (executor/caches/checks.py elf_problem)."""
+    return b"\x7fELF" + bytes([2, 1, 1]) + bytes(57) + payload  # a 64-byte header
 
 
 def fingerprint(version="2.5.0", include=OLD_INC, **changes):
@@ -38,14 +46,14 @@ def legacy_entry(root, name="sm90_fp8_gemm_1d2d", code=CODE, include=OLD_INC):
     path = root / "cache" / f"kernel.{name}.{CONTEXT.key(name, code, include)}"
     path.mkdir(parents=True)
     (path / "kernel.cu").write_bytes(code)
-    (path / "kernel.cubin").write_bytes(b"\x7fELF" + name.encode())
+    (path / "kernel.cubin").write_bytes(elf(name.encode()))
     return path
 
 
 def deepjit_entry(root, name="sm90_fp8_gemm_1d2d", digest="ab" * 16):
     path = root / "cache" / f"{name}.{digest}"
     path.mkdir(parents=True)
-    for f, data in (("kernel.cu", CODE), ("kernel.cubin", b"\x7fELF"), ("meta.json", b"{}"), (".committed", b"")):
+    for f, data in (("kernel.cu", CODE), ("kernel.cubin", elf()), ("meta.json", b"{}"), (".committed", b"")):
         (path / f).write_bytes(data)
     return path
 
@@ -60,7 +68,7 @@ def built(tmp_path, monkeypatch):
         (root / "tmp").mkdir()
         os.makedirs(os.path.join(dirs.triton, "TRITONHASH1"))
         with open(os.path.join(dirs.triton, "TRITONHASH1", "k.cubin"), "wb") as f:
-            f.write(b"cubin")
+            f.write(elf(b"cubin"))
         with open(os.path.join(dirs.triton, "TRITONHASH1", "__grp__k.json"), "w") as f:  # absolute paths, as Triton
             json.dump({"child_paths": {"k.cubin": os.path.join(dirs.triton, "TRITONHASH1", "k.cubin")}}, f)
         with open(os.path.join(dirs.triton, precompile.MANIFEST_NAME), "w") as f:
@@ -90,15 +98,15 @@ def test_build_packs_the_plans_caches_with_a_typed_manifest(built):
 
 
 def dirs_in(tmp_path, name="dest"):
-    return ops.CacheDirs(str(tmp_path / name / "dg"), str(tmp_path / name / "triton"),
-                         str(tmp_path / name / "fi" / "autotune.json"))
+    return CacheRoots({"deep_gemm": str(tmp_path / name / "dg"), "triton": str(tmp_path / name / "triton"),
+                       "flashinfer": str(tmp_path / name / "fi" / "autotune.json")})
 
 
 def test_install_at_the_same_path(built, tmp_path):
     out, manifest = built
     dirs = dirs_in(tmp_path)
     placed = ops.install(str(out), dirs, fingerprint())
-    assert (placed["deep_gemm"].new, placed["deep_gemm"].rekeyed, placed["triton"].new) == (2, 0, 1)
+    assert (placed.families["deep_gemm"].new, placed.families["deep_gemm"].rekeyed, placed.families["triton"].new) == (2, 0, 1)
     assert sorted(e.dirname for e in dg_install.scan(dirs.deep_gemm)) == sorted(k.entry for k in manifest.deep_gemm)
     assert os.path.isfile(dirs.flashinfer)
     doc = json.load(open(os.path.join(dirs.triton, precompile.MANIFEST_NAME)))
@@ -120,7 +128,7 @@ def test_install_at_another_path_rekeys_legacy_entries(built, tmp_path):
     out, manifest = built
     dirs = dirs_in(tmp_path)
     placed = ops.install(str(out), dirs, fingerprint(include=NEW_INC))
-    assert placed["deep_gemm"].rekeyed == 2
+    assert placed.families["deep_gemm"].rekeyed == 2
     names = {e.name: e.dirname for e in dg_install.scan(dirs.deep_gemm)}
     assert names["sm90_fp8_gemm_1d2d"] == f"kernel.sm90_fp8_gemm_1d2d.{CONTEXT.key('sm90_fp8_gemm_1d2d', CODE, NEW_INC)}"
     assert names["sm90_fp8_gemm_1d2d"] not in {k.entry for k in manifest.deep_gemm}
@@ -147,7 +155,7 @@ def test_deepjit_entries_need_no_rekeying(tmp_path, monkeypatch):
     ops.build("vllm", "deepseek-v3-fp8-tp8-h200", str(out), [])
     dirs = dirs_in(tmp_path)
     placed = ops.install(str(out), dirs, fingerprint("2.8.1", include=NEW_INC))
-    assert (placed["deep_gemm"].new, placed["deep_gemm"].rekeyed) == (1, 0)
+    assert (placed.families["deep_gemm"].new, placed.families["deep_gemm"].rekeyed) == (1, 0)
     [entry] = dg_install.scan(dirs.deep_gemm)
     assert entry.layout == "deepjit" and entry.dirname == "sm90_fp8_gemm_1d2d." + "ab" * 16
 
@@ -216,19 +224,19 @@ def test_an_existing_complete_entry_wins(built, tmp_path):
     with open(os.path.join(mine, "kernel.cubin"), "wb") as f:
         f.write(b"theirs")
     placed = ops.install(str(out), dirs, fingerprint())
-    assert (placed["deep_gemm"].new, placed["deep_gemm"].kept) == (1, 1)
+    assert (placed.families["deep_gemm"].new, placed.families["deep_gemm"].kept) == (1, 1)
     assert open(os.path.join(mine, "kernel.cubin"), "rb").read() == b"theirs"
 
 
 def _install_in_child(path, dirs):
-    ops.install(path, ops.CacheDirs(*dirs), fingerprint())
+    ops.install(path, CacheRoots(dirs), fingerprint())
 
 
 def test_concurrent_installers_leave_complete_entries_once(built, tmp_path):
     out, manifest = built
     dirs = dirs_in(tmp_path)
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_install_in_child, args=(str(out), tuple(dirs))) for _ in range(4)]
+    procs = [ctx.Process(target=_install_in_child, args=(str(out), dict(dirs))) for _ in range(4)]
     for p in procs:
         p.start()
     for p in procs:
@@ -254,8 +262,8 @@ def test_inspect_checks_members_and_prints_a_table_per_family(built, capsys):
     sizes = {k: sum(f.size for f in manifest.files if f.path.startswith(k + "/")) for k in archive.KINDS}
     assert [row.split() for row in table] == [
         ["family", "entries", "bytes", "plan", "keys", "present", "missing", "extra"],
-        ["deep_gemm", "2", str(sizes["deep_gemm"]), "141", "1", "140", "0"],
         ["triton", "1", str(sizes["triton"]), "0", "0", "0", "1"],  # its precompile manifest is no entry
+        ["deep_gemm", "2", str(sizes["deep_gemm"]), "141", "1", "140", "0"],
         ["flashinfer", "1", str(sizes["flashinfer"]), "0", "0", "0", "0"],
         ["total", "4", str(sum(sizes.values())), "141", "1", "140", "1"]]
     missing = lines.index("deep_gemm: plan keys missing (140):")
@@ -340,7 +348,7 @@ def test_a_bundle_leaves_the_precompile_claims_behind(tmp_path):
     (base / "HASH1" / "k.cubin").write_bytes(b"cubin")
     (base / "warmup-claims" / "ns" / "key").mkdir(parents=True)
     (base / "warmup-claims" / "ns" / "key" / "done").write_text("{}")
-    assert sorted(ops.collect_tree(str(base), "triton")) == ["triton/HASH1/k.cubin"]
+    assert sorted(triton_family.collect(str(base), {})[0]) == ["triton/HASH1/k.cubin"]
 
 
 def test_a_bundle_that_does_not_fit_is_refused_in_one_line_before_anything_is_written(built, tmp_path, monkeypatch):
@@ -359,7 +367,7 @@ def test_a_bundle_that_does_not_fit_is_refused_in_one_line_before_anything_is_wr
     assert "\n" not in line and f"needs {total / 1048576:.1f} MiB on the filesystem of" in line
     assert "nothing was written" in line and not os.path.exists(tmp_path / "dest")
     monkeypatch.setattr(archive.shutil, "disk_usage", lambda path: usage(10 * total, 0, 10 * total))
-    assert ops.install(str(out), dirs, fingerprint())["deep_gemm"].new == 2      # room enough: installed
+    assert ops.install(str(out), dirs, fingerprint()).families["deep_gemm"].new == 2      # room enough: installed
 
 
 def test_the_free_space_is_counted_per_filesystem_for_staging_and_each_destination(tmp_path, monkeypatch):

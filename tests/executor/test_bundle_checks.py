@@ -14,6 +14,7 @@ import tarfile
 import pytest
 
 from executor.bundle import archive, cli, environment, ops
+from executor.caches.registry import CacheRoots
 from test_bundle import built, dirs_in, fingerprint, parse, rewrite  # noqa: F401 - `built` is a fixture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -186,7 +187,7 @@ def test_a_member_of_another_size_is_refused(built, tmp_path):
     (lambda m: m._replace(files=[*m.files, archive.FileRecord("/etc/evil", "0" * 64, 1)]),
      "lists the file '/etc/evil', which has an absolute path"),
     (lambda m: m._replace(files=[*m.files, archive.FileRecord("other/x", "0" * 64, 1)]),
-     "lists the file 'other/x', which is under no family deep_gemm/triton/flashinfer"),
+     "lists the file 'other/x', which is under no family triton/deep_gemm/flashinfer"),
     (lambda m: m._replace(deep_gemm=[m.deep_gemm[0]._replace(entry="../../cache")]),
      "lists the DeepGEMM entry '../../cache'"),
     (lambda m: m._replace(deep_gemm=[m.deep_gemm[0]._replace(name="a/b")]), "(kernel 'a/b'), not a plain directory")])

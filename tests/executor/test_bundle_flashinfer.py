@@ -9,11 +9,15 @@ import os
 
 import pytest
 
-from executor.bundle import flashinfer_modules as fim
 from executor.bundle import startup
+from executor.caches import flashinfer_jit as fim
+from executor.caches import flashinfer_trtllm_dg
+from executor.caches.registry import CacheRoots
+from executor.caches.roots import Env
+from test_bundle import elf
 from test_startup_bundle import environ, fill_startup, vllm_fp, write
 
-SO = b"\x7fELF sampling module"
+SO = elf(b" sampling module")
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +58,8 @@ def machine(tmp_path, monkeypatch):
     base = tmp_path / "build"
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(base / "ws"))
     built_module(base / "ws", "sampling")
-    built_module(base / "ws", "fp8_blockscale_gemm_90", b"\x7fELF gemm")
-    roots = fill_startup(base)._replace(flashinfer_jit=str(base / "site" / "flashinfer" / "data" / "aot"))
+    built_module(base / "ws", "fp8_blockscale_gemm_90", elf(b" gemm"))
+    roots = fill_startup(base).replace(flashinfer_jit=str(base / "site" / "flashinfer" / "data" / "aot"))
     return base, roots
 
 
@@ -75,10 +79,10 @@ def test_install_places_each_module_where_flashinfer_loads_prebuilt_ones(machine
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(here / "ws"))
     aot = here / "site" / "flashinfer" / "data" / "aot"
     os.makedirs(aot / "norm")  # flashinfer-jit-cache's own module: kept, never marked as the bundle's
-    (aot / "norm" / "norm.so").write_bytes(b"jit-cache norm")
-    target = startup.StartupRoots.from_env(environ(here))._replace(flashinfer_jit=str(aot))
+    (aot / "norm" / "norm.so").write_bytes(elf(b"jit-cache norm"))
+    target = CacheRoots.resolve(environ(here)).replace(flashinfer_jit=str(aot))
     placed = startup.install(str(out), target, vllm_fp())
-    assert placed["families"]["flashinfer_jit"].new == 2
+    assert placed.families["flashinfer_jit"].new == 2
     assert (aot / "sampling" / "sampling.so").read_bytes() == SO
     assert (aot / "sampling" / fim.MARKER).exists() and not (aot / "norm" / fim.MARKER).exists()
     assert not (here / "ws").exists()  # nothing in the JIT workspace: there is nothing for ninja to find
@@ -94,11 +98,11 @@ def test_a_module_the_aot_directory_has_is_kept(machine, tmp_path):
     startup.build(str(out), roots, vllm_fp(), startup.Origin())
     aot = tmp_path / "serve" / "aot"
     os.makedirs(aot / "sampling")
-    (aot / "sampling" / "sampling.so").write_bytes(b"prebuilt by flashinfer-jit-cache")
-    target = startup.StartupRoots.from_env(environ(tmp_path / "serve"))._replace(flashinfer_jit=str(aot))
-    placed = startup.install(str(out), target, vllm_fp())["families"]["flashinfer_jit"]
+    (aot / "sampling" / "sampling.so").write_bytes(elf(b"prebuilt by flashinfer-jit-cache"))
+    target = CacheRoots.resolve(environ(tmp_path / "serve")).replace(flashinfer_jit=str(aot))
+    placed = startup.install(str(out), target, vllm_fp()).families["flashinfer_jit"]
     assert (placed.new, placed.kept) == (1, 1)
-    assert (aot / "sampling" / "sampling.so").read_bytes() == b"prebuilt by flashinfer-jit-cache"
+    assert (aot / "sampling" / "sampling.so").read_bytes() == elf(b"prebuilt by flashinfer-jit-cache")
     assert not (aot / "sampling" / fim.MARKER).exists()
 
 
@@ -106,7 +110,7 @@ def test_a_machine_without_flashinfer_refuses_a_bundle_with_modules_in_one_line(
     _, roots = machine
     out = tmp_path / "b.warmup"
     startup.build(str(out), roots, vllm_fp(), startup.Origin())
-    target = startup.StartupRoots.from_env(environ(tmp_path / "serve"))._replace(flashinfer_jit=None)
+    target = CacheRoots.resolve(environ(tmp_path / "serve")).replace(flashinfer_jit=None)
     with pytest.raises(Exception, match="flashinfer_jit files and there is no flashinfer_jit cache"):
         startup.install(str(out), target, vllm_fp())
 
@@ -117,9 +121,9 @@ def test_rebuilt_names_a_placed_module_flashinfer_built_again_after_the_install(
     built_module(tmp_path / "ws", "sampling")
     jit = tmp_path / "ws" / ".cache" / "flashinfer" / "0.6.13" / "90a" / "cached_ops"
     since = os.stat(jit / "sampling" / "sampling.so").st_mtime
-    assert usage.rebuilt(str(jit), ["sampling", "fp8_blockscale_gemm_90"], since) == ["sampling"]
-    assert usage.rebuilt(str(jit), ["sampling"], since + 10) == []
-    assert usage.rebuilt(None, ["sampling"], 0) == []
+    assert fim.rebuilt(str(jit), ["sampling", "fp8_blockscale_gemm_90"], since) == ["sampling"]
+    assert fim.rebuilt(str(jit), ["sampling"], since + 10) == []
+    assert fim.rebuilt(None, ["sampling"], 0) == []
 
 
 def test_after_ready_a_loaded_module_counts_and_one_built_again_is_named(machine, tmp_path, monkeypatch):
@@ -132,11 +136,11 @@ def test_after_ready_a_loaded_module_counts_and_one_built_again_is_named(machine
     here = tmp_path / "serve"
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(here / "ws"))
     aot = here / "aot"
-    placed = startup.install(str(out), startup.StartupRoots.from_env(environ(here))._replace(flashinfer_jit=str(aot)),
+    placed = startup.install(str(out), CacheRoots.resolve(environ(here)).replace(flashinfer_jit=str(aot)),
                              vllm_fp(), str(here / "vllm"))
     (aot / "sampling" / "sampling.so").read_bytes()   # FlashInfer loads the placed sampling module
     built_module(here / "ws", "fp8_blockscale_gemm_90")  # and builds the other one again in its workspace
-    (use,) = [u for u in usage.check(placed["installed"]) if u.family == "flashinfer_jit"]
+    (use,) = [u for u in usage.check(placed.installed) if u.family == "flashinfer_jit"]
     assert (use.installed, use.loaded) == (2, 1)
     assert use.never_loaded == ("fp8_blockscale_gemm_90",) and use.compiled_again == ("fp8_blockscale_gemm_90",)
 
@@ -150,21 +154,25 @@ def test_flashinfers_trtllm_deep_gemm_kernels_travel_without_its_scratch(tmp_pat
     base = tmp_path / "build"
     roots = fill_startup(base)
     kernel = "gemm_swapAB_4096_4096_16_128_128_1_81_8_1_Normal"
-    write(str(base / "trtllm_dg" / "cache" / kernel / "nvcc_kernel.cubin"), "cubin")
+    os.makedirs(base / "trtllm_dg" / "cache" / kernel)
+    (base / "trtllm_dg" / "cache" / kernel / "nvcc_kernel.cubin").write_bytes(elf(b"cubin"))
     write(str(base / "trtllm_dg" / "tmp" / f"{kernel}_123_456" / "kernel.cu"), "scratch")
     out = tmp_path / "b.warmup"
     manifest = startup.build(str(out), roots, vllm_fp(), startup.Origin())
     assert [f.path for f in manifest.files if f.path.startswith("flashinfer_trtllm_dg/")] == [
         f"flashinfer_trtllm_dg/cache/{kernel}/nvcc_kernel.cubin"]
-    here = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    here = CacheRoots.resolve(environ(tmp_path / "serve"))
     placed = startup.install(str(out), here, vllm_fp(), str(tmp_path / "serve" / "vllm"))
     cubin = tmp_path / "serve" / "trtllm_dg" / "cache" / kernel / "nvcc_kernel.cubin"
-    assert cubin.read_text() == "cubin"  # FlashInfer finds it: Runtime::isPathValid, no nvcc
-    (use,) = [u for u in usage.check(placed["installed"]) if u.family == "flashinfer_trtllm_dg"]
+    assert cubin.read_bytes() == elf(b"cubin")  # FlashInfer finds it: Runtime::isPathValid, no nvcc
+    (use,) = [u for u in usage.check(placed.installed) if u.family == "flashinfer_trtllm_dg"]
     assert (use.installed, use.loaded, use.never_loaded) == (1, 1, ())
 
 
 def test_the_trtllm_directory_is_found_as_flashinfer_finds_it():
-    assert startup.trtllm_deep_gemm_dir({"TRTLLM_DG_CACHE_DIR": "/c", "HOME": "/h"}) == "/c"
-    assert startup.trtllm_deep_gemm_dir({"HOME": "/h"}) == "/h/.tensorrt_llm"
-    assert startup.trtllm_deep_gemm_dir({}).endswith("/tensorrt_llm")
+    def trtllm_root(environ):
+        return flashinfer_trtllm_dg.root(Env.of(environ))
+
+    assert trtllm_root({"TRTLLM_DG_CACHE_DIR": "/c", "HOME": "/h"}) == "/c"
+    assert trtllm_root({"HOME": "/h"}) == "/h/.tensorrt_llm"
+    assert trtllm_root({}).endswith("/tensorrt_llm")

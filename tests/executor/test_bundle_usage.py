@@ -10,6 +10,8 @@ import time
 import pytest
 
 from executor.bundle import archive, staging, startup, usage
+from executor.caches.tree import files_under
+from executor.caches.registry import CacheRoots
 from test_startup_bundle import environ, fill_startup, vllm_fp
 
 
@@ -45,7 +47,7 @@ def installed_tree(tmp_path):
 def test_a_read_entry_is_loaded_an_unread_one_is_named(tmp_path):
     roots, placed = installed_tree(tmp_path)
     record = usage.mark("b.warmup", roots, placed)
-    assert all(os.stat(f).st_atime == usage.UNREAD for p in placed["triton"] for f in usage._files(p))
+    assert all(os.stat(f).st_atime == usage.UNREAD for p in placed["triton"] for f in files_under(p))
     open(os.path.join(roots["triton"], "AAAA", "_topk_topp_kernel.cubin")).read()  # Triton loads one kernel
     uses = {u.family: u for u in usage.check(record)}
     assert (uses["triton"].installed, uses["triton"].loaded, uses["triton"].never_loaded) == (2, 1, ("BBBB",))
@@ -134,9 +136,9 @@ def test_the_members_are_checked_once_and_the_install_only_renames(startup_bundl
     for t in threads:
         t.join(30)
     assert calls == [None]
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     placed = startup.install(str(out), roots, vllm_fp(), str(tmp_path / "serve" / "vllm"))
-    assert calls == [None] and placed["families"]["torch_compile"].new > 0
+    assert calls == [None] and placed.families["torch_compile"].new > 0
     assert not os.path.exists(staging.staging_dir(manifest))  # consumed, then removed
     assert os.path.isfile(usage.record_path(str(tmp_path / "serve" / "vllm"), manifest.digest()))
 
@@ -147,7 +149,7 @@ def test_an_install_waits_for_a_check_in_progress_then_uses_it(startup_bundle, t
     folder = staging.staging_dir(manifest)
     release = threading.Event()
     with staging._lock(folder):
-        worker = threading.Thread(target=lambda: (startup.install(str(out), startup.StartupRoots.from_env(
+        worker = threading.Thread(target=lambda: (startup.install(str(out), CacheRoots.resolve(
             environ(tmp_path / "serve")), vllm_fp(), str(tmp_path / "r")), release.set()))
         worker.start()
         time.sleep(0.3)
@@ -170,7 +172,7 @@ def test_a_refused_bundle_leaves_no_staging_directory(startup_bundle, tmp_path):
     out, manifest = startup_bundle
     staging.prepare(str(out))
     with pytest.raises(archive.PlanError, match="another environment"):
-        startup.install(str(out), startup.StartupRoots.from_env(environ(tmp_path / "serve")),
+        startup.install(str(out), CacheRoots.resolve(environ(tmp_path / "serve")),
                         vllm_fp(gpu="NVIDIA H200"))
     assert not os.path.exists(staging.staging_dir(manifest))
 
@@ -180,21 +182,21 @@ def test_the_early_install_reads_only_the_model_info_at_the_head_of_the_tar(star
     calls = counting(monkeypatch)
     members = archive.tarfile.open(str(out)).getnames()
     assert members[1].startswith("vllm_modelinfo/")  # written first, after the manifest
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     placed = startup.install_early(str(out), roots, "0.25.0", str(tmp_path / "r"))
-    assert calls == [("vllm_modelinfo",)] and placed["families"]["vllm_modelinfo"].new == 1
+    assert calls == [("vllm_modelinfo",)] and placed.families["vllm_modelinfo"].new == 1
     assert not os.path.exists(roots.torch_compile)
 
 
 def test_a_second_rank_finds_the_bundle_placed_and_checks_nothing_again(startup_bundle, tmp_path, monkeypatch):
     out, manifest = startup_bundle
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     first = startup.install(str(out), roots, vllm_fp(), str(tmp_path / "r"))
-    assert first["installed"] is not None
+    assert first.installed is not None
     calls = counting(monkeypatch)
     again = startup.install(str(out), roots, vllm_fp(), str(tmp_path / "r"))  # rank 1, after rank 0
-    assert calls == [] and again["installed"] is None
-    assert all(p.new == 0 and p.kept > 0 for p in again["families"].values())
+    assert calls == [] and again.installed is None
+    assert all(p.new == 0 and p.kept > 0 for p in again.families.values())
     assert startup.all_in_place(manifest, roots) and not os.path.exists(staging.staging_dir(manifest))
     os.unlink(os.path.join(roots.torch_compile, "torch_aot_compile", os.listdir(
         os.path.join(roots.torch_compile, "torch_aot_compile"))[0], "rank_0_0", "model"))

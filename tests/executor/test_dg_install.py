@@ -74,16 +74,28 @@ def test_cache_dir_is_vllms_when_unset(tmp_path):
     assert dg_install.vllm_cache_dir({"XDG_CACHE_HOME": "/x"}) == "/x/vllm/deep_gemm"
     assert dg_install.vllm_cache_dir({"VLLM_CACHE_ROOT": "/v", "XDG_CACHE_HOME": "/x"}) == "/v/deep_gemm"
     env = {"VLLM_CACHE_ROOT": "/v"}
-    assert dg_install.use_vllm_cache_dir(env) == "/v/deep_gemm" == env["DG_JIT_CACHE_DIR"]
-    env = {"VLLM_CACHE_ROOT": "/v", "DG_JIT_CACHE_DIR": "/mine"}
-    assert dg_install.use_vllm_cache_dir(env) == "/mine"
+    assert dg_install.environment(env) == {"DG_JIT_CACHE_DIR": "/v/deep_gemm"} and env == {"VLLM_CACHE_ROOT": "/v"}
+    assert dg_install.environment({"VLLM_CACHE_ROOT": "/v", "DG_JIT_CACHE_DIR": "/mine"}) == {}
 
 
 def test_cache_roots_list_and_defaults():
+    """Under vLLM DeepGEMM reads DG_JIT_CACHE_DIR's list, else vLLM's own directory (which vLLM sets
+    before DeepGEMM starts): the executor's target is vLLM, so its runs and workers read the same."""
     assert dg_install.cache_roots({"DG_JIT_CACHE_DIR": "/w:/ro1::/ro2"}) == ["/w", "/ro1", "/ro2"]
     assert dg_install.writable_root({"DG_JIT_CACHE_DIR": "/w:/ro1"}) == "/w"
-    roots = dg_install.cache_roots({})
-    assert [os.path.basename(r) for r in roots] == [".deep_gemm", ".dj"]
+    assert dg_install.cache_roots({"VLLM_CACHE_ROOT": "/v"}) == ["/v/deep_gemm"]
+
+
+def test_execute_scopes_deep_gemms_directory_to_its_run(monkeypatch, tmp_path):
+    """Issue 43: `execute` leaves the process's environment as it found it (no process-wide write)."""
+    from executor import run
+
+    monkeypatch.delenv("DG_JIT_CACHE_DIR", raising=False)
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "v"))
+    seen = []
+    monkeypatch.setattr(run, "_execute", lambda *args: seen.append(os.environ.get("DG_JIT_CACHE_DIR")))
+    run.execute(None)
+    assert seen == [str(tmp_path / "v" / "deep_gemm")] and "DG_JIT_CACHE_DIR" not in os.environ
 
 
 def plant(root, dirname, cubin=True, committed=None, meta=False):

@@ -12,7 +12,8 @@ import re
 import pytest
 
 from executor.bundle import archive, cli, environment, startup
-from test_bundle import deepjit_entry, fingerprint, parse, rewrite
+from executor.caches.registry import CacheRoots
+from test_bundle import deepjit_entry, elf, fingerprint, parse, rewrite
 
 CFG = "cfg0123456789"
 AOT = "a0" * 32
@@ -26,9 +27,10 @@ def vllm_fp(**changes):
 def triton_entry(folder, name, files=("k.cubin", "k.json")):
     """A Triton cache entry: its files and a group file naming them by absolute path, as Triton writes."""
     os.makedirs(os.path.join(folder, name))
-    for f in files:
-        with open(os.path.join(folder, name, f), "w") as out:
-            out.write(f"{name}/{f}")
+    for f in files:  # a metadata file is JSON, a cubin an ELF file (the install checks both)
+        data = json.dumps({"name": name}).encode() if f.endswith(".json") else elf(f"{name}/{f}".encode())
+        with open(os.path.join(folder, name, f), "wb") as out:
+            out.write(data)
     with open(os.path.join(folder, name, "__grp__k.json"), "w") as out:
         json.dump({"child_paths": {f: os.path.join(folder, name, f) for f in files}}, out)
 
@@ -72,7 +74,7 @@ def fill_startup(base):
     # Inductor's Triton kernels, in the Inductor directory it started with (TRITON_CACHE_DIR is pinned
     # under it at import): where the H100 pair found them, 98 of them, outside the AOT cache
     triton_entry(str(base / "inductor" / "triton" / "0"), "STARTINDUCTORHASH")
-    return startup.StartupRoots.from_env(environ(base))._replace(inductor=str(aot / "inductor_cache"))
+    return CacheRoots.resolve(environ(base)).replace(inductor=str(aot / "inductor_cache"))
 
 
 @pytest.fixture
@@ -93,10 +95,10 @@ def files_under(folder):
 
 
 def test_a_root_inside_another_is_packed_once_with_it(tmp_path):
-    roots = startup.StartupRoots("/v/deep_gemm", "/v/tc/x/inductor/triton/0", "/v/tc", "/v/tc/x/inductor", "/v/fi")
-    assert startup.StartupRoots.distinct(roots) == {"deep_gemm": "/v/deep_gemm", "torch_compile": "/v/tc",
-                                                    "flashinfer_autotune": "/v/fi"}
-    env = startup.StartupRoots.from_env({"XDG_CACHE_HOME": "/x", "TRITON_CACHE_DIR": "/t"})
+    roots = CacheRoots({"deep_gemm": "/v/deep_gemm", "triton": "/v/tc/x/inductor/triton/0", "torch_compile": "/v/tc",
+                        "inductor": "/v/tc/x/inductor", "flashinfer_autotune": "/v/fi"})
+    assert roots.distinct() == {"deep_gemm": "/v/deep_gemm", "torch_compile": "/v/tc", "flashinfer_autotune": "/v/fi"}
+    env = CacheRoots.resolve({"XDG_CACHE_HOME": "/x", "TRITON_CACHE_DIR": "/t"})
     assert (env.torch_compile, env.deep_gemm, env.triton) == ("/x/vllm/torch_compile_cache", "/x/vllm/deep_gemm", "/t")
     assert env.flashinfer_autotune == "/x/vllm/flashinfer_autotune_cache"
 
@@ -120,7 +122,7 @@ def test_inspect_shows_the_fingerprint_table_and_sizes_per_family(bundle, capsys
     assert rows["vllm"][1] == "0.25.0"
     assert rows["vllm_config_hash"][1] == CFG and rows["gpu"][1:] == ["NVIDIA", "H100", "80GB", "HBM3"]
     table = {line.split()[0]: line.split() for line in text.splitlines() if line.split()
-             and line.split()[0] in startup.FAMILIES + ("total",)}
+             and line.split()[0] in archive.KINDS + ("total",)}
     for family in ("deep_gemm", "triton", "torch_compile", "flashinfer_autotune"):
         size = sum(f.size for f in manifest.files if f.path.startswith(family + "/"))
         assert table[family][3] == str(size), family
@@ -129,9 +131,9 @@ def test_inspect_shows_the_fingerprint_table_and_sizes_per_family(bundle, capsys
 
 def test_round_trip_into_other_cache_roots(bundle, tmp_path):
     out, manifest, built = bundle
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     placed = startup.install(str(out), roots, vllm_fp())
-    assert set(placed["families"]) == {"deep_gemm", "triton", "torch_compile", "flashinfer_autotune", "vllm_modelinfo"}
+    assert set(placed.families) == {"deep_gemm", "triton", "torch_compile", "flashinfer_autotune", "vllm_modelinfo"}
     for family in ("triton", "torch_compile", "flashinfer_autotune", "vllm_modelinfo"):
         before, after = files_under(getattr(built, family)), files_under(getattr(roots, family))
         assert set(before) == set(after), family
@@ -145,7 +147,7 @@ def test_installed_triton_entries_point_at_their_installed_files(bundle, tmp_pat
     """Triton's group files list absolute paths: both vLLM's Triton cache and Inductor's, inside the
     AOT artifacts, must name the installed copies, else every kernel compiles again."""
     out, _, _ = bundle
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     startup.install(str(out), roots, vllm_fp())
     for entry in (os.path.join(roots.triton, "SAMPLERHASH"),
                   os.path.join(roots.torch_compile, "torch_aot_compile", AOT, "inductor_cache", "triton", "0",
@@ -156,7 +158,7 @@ def test_installed_triton_entries_point_at_their_installed_files(bundle, tmp_pat
 
 def test_install_merges_into_a_cache_another_rank_started_and_keeps_its_files(bundle, tmp_path):
     out, _, _ = bundle
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     other = os.path.join(roots.torch_compile, "abcdef0123", "rank_1_0", "backbone", "vllm_compile_cache.py")
     mine = os.path.join(roots.torch_compile, "abcdef0123", "rank_0_0", "backbone", "cache_key_factors.json")
     write(other, "rank 1")
@@ -164,9 +166,9 @@ def test_install_merges_into_a_cache_another_rank_started_and_keeps_its_files(bu
     placed = startup.install(str(out), roots, vllm_fp())
     assert open(other).read() == "rank 1" and open(mine).read() == "already there"
     assert os.path.isfile(os.path.join(os.path.dirname(mine), "vllm_compile_cache.py"))
-    assert placed["families"]["torch_compile"].kept == 1
+    assert placed.families["torch_compile"].kept == 1
     again = startup.install(str(out), roots, vllm_fp())  # a second installer: everything already there
-    assert sum(p.new for p in again["families"].values()) == 0
+    assert sum(p.new for p in again.families.values()) == 0
 
 
 def nothing_written(roots):
@@ -177,9 +179,9 @@ def test_model_info_is_placed_early_alone_then_the_rest_at_load_model(bundle, tm
     """vLLM reads its model info while it resolves the model, before any worker: on the H100 the
     bundle run lost 18 s there (a subprocess importing the model) until it was placed at register."""
     out, _, built = bundle
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     placed = startup.install_early(str(out), roots, "0.25.0")
-    assert set(placed["families"]) == {"vllm_modelinfo"} and placed["families"]["vllm_modelinfo"].new == 1
+    assert set(placed.families) == {"vllm_modelinfo"} and placed.families["vllm_modelinfo"].new == 1
     assert files_under(roots.vllm_modelinfo) == files_under(built.vllm_modelinfo)
     assert not any(os.path.exists(getattr(roots, f)) for f in ("triton", "torch_compile", "flashinfer_autotune"))
     assert set(files_under(roots.deep_gemm)) == {".warmup-bundle.lock"}  # the one lock every installer takes
@@ -187,16 +189,16 @@ def test_model_info_is_placed_early_alone_then_the_rest_at_load_model(bundle, tm
     real = archive.verify_members
     monkeypatch.setattr(archive, "verify_members", lambda *a, **k: calls.append(a) or real(*a, **k))
     # the next process to load the plugin finds the files: the bundle is not read through again
-    assert startup.install_early(str(out), roots, "0.25.0")["families"]["vllm_modelinfo"].kept == 1
+    assert startup.install_early(str(out), roots, "0.25.0").families["vllm_modelinfo"].kept == 1
     assert calls == []
     again = startup.install(str(out), roots, vllm_fp())
-    assert (again["families"]["vllm_modelinfo"].new, again["families"]["vllm_modelinfo"].kept) == (0, 1)
-    assert again["families"]["torch_compile"].new > 0
+    assert (again.families["vllm_modelinfo"].new, again.families["vllm_modelinfo"].kept) == (0, 1)
+    assert again.families["torch_compile"].new > 0
 
 
 def test_model_info_of_another_vllm_is_refused_in_one_line_nothing_written(bundle, tmp_path):
     out, _, _ = bundle
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     with pytest.raises(archive.PlanError) as e:
         startup.install_early(str(out), roots, "0.33.0")
     assert str(e.value) == (f"{out}: refused: the bundle was built for another environment "
@@ -215,7 +217,7 @@ def test_the_plugin_places_model_info_at_register_and_says_so_in_one_line(bundle
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.25.0")
     with caplog.at_level("INFO", logger="vllm.warmup_planner"):
         placed = bridge.install_early(str(out))
-    assert (tmp_path / "serve" / "vllm" / "modelinfos" / MODELINFO).is_file() and set(placed["families"]) == {
+    assert (tmp_path / "serve" / "vllm" / "modelinfos" / MODELINFO).is_file() and set(placed.families) == {
         "vllm_modelinfo"}
     assert [r.getMessage() for r in caplog.records] == [
         f"warmup-planner: bundle {out}, before vLLM resolves the model: installed: vllm_modelinfo 1 new "
@@ -234,7 +236,7 @@ def test_the_plugin_places_model_info_at_register_and_says_so_in_one_line(bundle
 ])
 def test_a_mismatch_is_refused_in_one_line_naming_field_and_both_values_nothing_written(bundle, tmp_path, here, line):
     out, _, _ = bundle
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     with pytest.raises(archive.PlanError) as e:
         startup.install(str(out), roots, here)
     assert str(e.value) == f"{out}: refused: the bundle was built for another environment {line}"
@@ -251,7 +253,7 @@ def test_a_corrupted_member_leaves_every_cache_untouched(bundle, tmp_path):
     out, manifest, _ = bundle
     bad = tmp_path / "bad.warmup"
     rewrite(str(out), str(bad), manifest, corrupt=f"torch_compile/torch_aot_compile/{AOT}/rank_0_0/model")
-    roots = startup.StartupRoots.from_env(environ(tmp_path / "serve"))
+    roots = CacheRoots.resolve(environ(tmp_path / "serve"))
     with pytest.raises(archive.PlanError, match="does not match its sha256"):
         startup.install(str(bad), roots, vllm_fp())
     assert nothing_written(roots)
@@ -270,7 +272,7 @@ def test_cli_install_checks_the_config_hash_when_given(bundle, tmp_path, monkeyp
     assert not serve.exists()
     assert cli.cmd_bundle(parse(["install", str(out)])) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("installed: deep_gemm 1 new (0 already there), triton 1 new")
+    assert printed[0].startswith("installed: triton 1 new (0 already there), deep_gemm 1 new")
     assert printed[1].startswith("note: vllm_config_hash not checked")
     assert os.path.isfile(serve / "vllm" / "torch_compile_cache" / "torch_aot_compile" / AOT / "rank_0_0" / "model")
 
@@ -304,7 +306,7 @@ def test_verify_reports_the_use_of_a_start_up_bundle_installed_here(bundle, tmp_
 def test_empty_caches_write_no_bundle(tmp_path):
     out = tmp_path / "s.warmup"
     with pytest.raises(archive.PlanError, match="the start-up's caches are empty"):
-        startup.build(str(out), startup.StartupRoots.from_env(environ(tmp_path)), vllm_fp(), startup.Origin())
+        startup.build(str(out), CacheRoots.resolve(environ(tmp_path)), vllm_fp(), startup.Origin())
     assert not out.exists()
 
 
@@ -379,7 +381,8 @@ def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin,
     with caplog.at_level("INFO", logger="vllm.warmup_planner"):
         assert plugin(serve, Settings(None, bundle=str(out)), plugin_worker(), load=load) == ("loaded", "ready")
     messages = [r.getMessage() for r in caplog.records]
-    assert messages[0].startswith(f"warmup-planner: bundle {out} installed: deep_gemm 1 new")
+    assert messages[0].startswith(f"warmup-planner: bundle {out} installed: triton 1 new (0 already there), "
+                                  "deep_gemm 1 new")
     # after ready, one line per family: the AOT model vLLM read is loaded, what nothing read is named
     uses = {m.split(": ")[2]: m for m in messages[1:] if m.startswith("warmup-planner: bundle use: ") and "  " not in m}
     assert sorted(uses) == ["deep_gemm", "flashinfer_autotune", "inductor", "torch_compile", "triton", "vllm_modelinfo"]

@@ -7,7 +7,7 @@ import os
 import sys
 import types
 
-from executor.bundle import flashinfer_modules as fim
+from executor.caches import flashinfer_jit as fim
 
 
 def main() -> None:

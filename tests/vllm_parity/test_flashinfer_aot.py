@@ -35,15 +35,15 @@ pytestmark = pytest.mark.skipif(release_path() is None, reason="WARMUP_VLLM_ENVS
 def test_flashinfer_loads_an_installed_module_as_prebuilt_and_builds_nothing(tmp_path, monkeypatch):
     for key in ("TRITON_CACHE_DIR", "DG_JIT_CACHE_DIR", "FLASHINFER_CUDA_ARCH_LIST"):
         monkeypatch.delenv(key, raising=False)
-    from executor.bundle import flashinfer_modules as fim
+    from executor.caches import flashinfer_jit as fim
     monkeypatch.setattr(fim, "flashinfer_version", lambda: "0.6.13")
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "build" / "ws"))
     built_module(tmp_path / "build" / "ws", "sampling")
-    roots = fill_startup(tmp_path / "build")._replace(flashinfer_jit=str(tmp_path / "build" / "aot"))
+    roots = fill_startup(tmp_path / "build").replace(flashinfer_jit=str(tmp_path / "build" / "aot"))
     startup.build(str(tmp_path / "b.warmup"), roots, vllm_fp(), startup.Origin())
     aot = tmp_path / "serve" / "aot"
-    startup.install(str(tmp_path / "b.warmup"), startup.StartupRoots.from_env(environ(tmp_path / "serve"))
-                    ._replace(flashinfer_jit=str(aot)), vllm_fp())
+    startup.install(str(tmp_path / "b.warmup"), CacheRoots.resolve(environ(tmp_path / "serve"))
+                    .replace(flashinfer_jit=str(aot)), vllm_fp())
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, release_path()]), "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
            "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "serve" / "ws")}

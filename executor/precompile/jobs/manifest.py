@@ -18,6 +18,7 @@ import time
 from planner.output import write_atomic
 
 from ... import registry
+from ...caches import roots
 from ...jit_monitor import deep_gemm_cache_dir
 from .fingerprint import fingerprint
 
@@ -26,22 +27,20 @@ MANIFEST_FORMAT = "warmup-precompiled/v1"
 
 
 def triton_cache_dir() -> str:
-    """Triton's file cache: $TRITON_CACHE_DIR, else $TRITON_HOME/.triton/cache (as triton.knobs)."""
-    path = os.environ.get("TRITON_CACHE_DIR")
-    if path:
-        return path
-    return os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~/"), ".triton", "cache")
+    """Triton's file cache in this process's environment (executor/caches/roots.py)."""
+    return roots.triton_root(roots.Env.of())
 
 
-def manifest_path() -> str | None:
-    """Where the manifest lives; None when Triton uses another cache manager (no known directory)."""
+def manifest_path(triton_dir: str | None = None) -> str | None:
+    """Where the manifest lives (in `triton_dir`, default this process's Triton cache); None when
+    Triton uses another cache manager (no known directory)."""
     if os.environ.get("TRITON_CACHE_MANAGER") or os.environ.get("TRITON_REMOTE_CACHE_BACKEND"):
         return None
-    return os.path.join(triton_cache_dir(), MANIFEST_NAME)
+    return os.path.join(triton_dir or triton_cache_dir(), MANIFEST_NAME)
 
 
-def _deep_gemm_cache_id() -> list | None:
-    path = deep_gemm_cache_dir()
+def _deep_gemm_cache_id(root: str | None = None) -> list | None:
+    path = root or deep_gemm_cache_dir()
     try:
         st = os.stat(path)
     except OSError:
@@ -63,8 +62,9 @@ def read_doc(path: str | None, fmt: str) -> dict:
     return doc if isinstance(doc, dict) and doc.get("format") == fmt else {}
 
 
-def read_manifest(path: str | None, fp: dict | None = None) -> dict:
-    """{backend: set of keys} of a manifest that matches this fingerprint ({} otherwise)."""
+def read_manifest(path: str | None, fp: dict | None = None, deep_gemm_root: str | None = None) -> dict:
+    """{backend: set of keys} of a manifest that matches this fingerprint ({} otherwise);
+    `deep_gemm_root`: the DeepGEMM cache its keys are in (default: this process's)."""
     doc = read_doc(path, MANIFEST_FORMAT)
     if not doc:
         return {}
@@ -74,23 +74,24 @@ def read_manifest(path: str | None, fp: dict | None = None) -> dict:
     if not isinstance(keys, dict):
         return {}
     out = {b: set(map(str, v)) for b, v in keys.items() if isinstance(v, list)}
-    if doc.get("deep_gemm_cache") != _deep_gemm_cache_id():
+    if doc.get("deep_gemm_cache") != _deep_gemm_cache_id(deep_gemm_root):
         for backend in [b for b in out if registry.writes_deep_gemm(b)]:
             out.pop(backend)  # DeepGEMM's cache lives elsewhere: wiped or replaced since
     return out
 
 
-def update_manifest(path: str | None, add: dict, fp: dict | None = None) -> int:
-    """Add {backend: keys} to the manifest (merging a matching one), atomically. Returns the keys written."""
+def update_manifest(path: str | None, add: dict, fp: dict | None = None, deep_gemm_root: str | None = None) -> int:
+    """Add {backend: keys} to the manifest (merging a matching one), atomically. Returns the keys
+    written. `deep_gemm_root`: the DeepGEMM cache the keys are in (default: this process's)."""
     if not path or not any(add.values()):
         return 0
     fp = fp if fp is not None else fingerprint()
-    merged = read_manifest(path, fp)
+    merged = read_manifest(path, fp, deep_gemm_root)
     for backend, keys in add.items():
         if keys:
             merged.setdefault(backend, set()).update(keys)
     doc = {"format": MANIFEST_FORMAT, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "fingerprint": fp, "deep_gemm_cache": _deep_gemm_cache_id(),
+           "fingerprint": fp, "deep_gemm_cache": _deep_gemm_cache_id(deep_gemm_root),
            "keys": {b: sorted(k) for b, k in sorted(merged.items())}}
     write_atomic(path, json.dumps(doc, indent=1) + "\n")
     return sum(len(k) for k in merged.values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from ... import dg_install
 from ...backends.flashinfer_jit import FLASHINFER_ARCHS
 from .gpu import gpu_capability
 
@@ -19,12 +20,13 @@ WORKER_ENV_PREFIXES = ("TRITON_", "DG_", "WARMUP_")  # settings a worker takes f
 
 def worker_setup(device: str, extra_env: dict | None = None, cuda_free: bool = False) -> dict:
     """What a worker takes from the main process: its TRITON_/DG_/WARMUP_ settings (the
-    fork server may have started under others), with `extra_env` on top (what the caller wants
+    fork server may have started under others; DG_JIT_CACHE_DIR vLLM's when unset, as DeepGEMM
+    under vLLM has it), with `extra_env` on top (what the caller wants
     the workers alone to see, e.g. a Triton cache directory of their own), and the GPU target
     to compile for. A CUDA-free worker (`cuda_free`: the compile lane) is also told the target
     FlashInfer would otherwise ask CUDA for: the same architecture, so the same ninja file and
     build directory as vLLM's process (a user's own FLASHINFER_CUDA_ARCH_LIST stays)."""
-    env = {k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV_PREFIXES)}
+    env = {**dg_install.environment(), **{k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV_PREFIXES)}}
     env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
     capability = gpu_capability() if str(device).startswith("cuda") else None
     if cuda_free and capability and FLASHINFER_ARCHS not in os.environ:

@@ -1,5 +1,5 @@
-"""FlashInfer's JIT modules in a start-up bundle: packed from where this machine built them, placed
-where FlashInfer loads a prebuilt module, so the installing machine builds nothing.
+"""FlashInfer's JIT modules (family ``flashinfer_jit``): packed from where this machine built them,
+placed where FlashInfer loads a prebuilt module, so the installing machine builds nothing.
 
 FlashInfer 0.6 (flashinfer/jit/core.py, ``JitSpec.build_and_load``) loads a module from its
 ``aot_path``, ``FLASHINFER_AOT_DIR/<name>/<name>.so``, whenever that file exists, and then calls
@@ -18,8 +18,13 @@ FLASHINFER_CUDA_ARCH_LIST says it, and the plugin's first process must not touch
 bundle's fingerprint already pins the GPU, its capability, CUDA and FlashInfer's version, so a
 placed module is the one this machine would have built.
 
+- Relocates: nothing to move. The loader dlopens ``<aot>/<name>/<name>.so``, a path it computes; paths
+  inside a library are its build's.
+- Is used: dlopen reads the library; a module built again appears in the JIT workspace
+  (``rebuilt``). The JIT monitor counts FlashInfer's module builds.
+
 The kernels FlashInfer's TensorRT-LLM DeepGEMM (inside ``fp8_blockscale_gemm_90``) compiles with nvcc
-at first call are a family of their own, ``flashinfer_trtllm_dg`` (executor/bundle/startup.py).
+at first call are a family of their own (executor/caches/flashinfer_trtllm_dg.py).
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ import importlib
 import importlib.util
 import os
 from importlib.metadata import PackageNotFoundError, version
+
+from . import checks
+from .family import Family, Monitored, PathRule, Placing
+from .tree import Placed, place_tree
 
 MARKER = ".warmup-bundle"  # beside a module a bundle placed: packed again by a bundle built here
 
@@ -115,3 +124,56 @@ def mark_placed(aot: str, names) -> None:
         if os.path.isdir(folder):
             with open(os.path.join(folder, MARKER), "w", encoding="utf-8") as f:
                 f.write("placed by `warmup bundle install`; FlashInfer loads the .so beside it as prebuilt\n")
+
+
+def capabilities(fingerprint: dict) -> list[int]:
+    """The fingerprint's GPU capability as FlashInfer's workspace names it ('9.0' -> [90])."""
+    major, _, minor = str(fingerprint.get("capability") or "").partition(".")
+    return [int(major) * 10 + int(minor)] if major.isdigit() and minor.isdigit() else []
+
+
+def root(env) -> str | None:
+    return aot_dir()
+
+
+def collect_modules(aot: str, fingerprint: dict) -> tuple[dict, list]:
+    return collect(jit_dir(capabilities(fingerprint)), aot, "flashinfer_jit"), []
+
+
+def place_modules(p: Placing) -> Placed:
+    """A module the AOT directory has already (flashinfer-jit-cache's, say) is kept."""
+    new = [n for n in sorted(os.listdir(p.staged)) if not os.path.lexists(os.path.join(p.dest, n))]
+    placed = place_tree(p.staged, p.dest, p.move)
+    mark_placed(p.dest, new)
+    return placed
+
+
+def rebuilt_in(fingerprint: dict) -> str | None:
+    return jit_dir(capabilities(fingerprint))
+
+
+def rebuilt(jit: str | None, names, since: float) -> list[str]:
+    """Of the modules a bundle placed, those FlashInfer built again in its JIT workspace (`jit`)
+    after `since`: the placed library was not where FlashInfer looked."""
+    if not jit:
+        return []
+    return sorted(n for n in names if _mtime(os.path.join(jit, n, f"{n}.so")) >= since)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return float("-inf")
+
+
+def identity(aot: str, entry: str) -> str:
+    return "flashinfer_jit:" + entry
+
+
+FAMILY = Family(
+    name="flashinfer_jit", label="FlashInfer JIT", root=root, collect=collect_modules, place=place_modules,
+    paths=(PathRule(lambda rel, path: True, None, "FlashInfer dlopens the library at a path it computes; "
+                                                 "paths inside are its build's"),),
+    check=checks.file_check, identity=identity, rebuilt_in=rebuilt_in, rebuilt=rebuilt,
+    monitor=Monitored("flashinfer", "flashinfer", "FlashInfer modules", "flashinfer_jit"))

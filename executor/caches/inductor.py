@@ -1,0 +1,49 @@
+"""Inductor's cache, where it is outside vLLM's torch.compile cache: TORCHINDUCTOR_CACHE_DIR, else
+``<tmp>/torchinductor_<user>``.
+
+- Lives in: the directory Inductor started with. vLLM's AOT compile later points
+  TORCHINDUCTOR_CACHE_DIR inside its torch.compile cache (packed with that family), but Inductor's
+  Triton kernels stay where Inductor started (TRITON_CACHE_DIR is pinned under it at import).
+- Packs: every file but locks.
+- Relocates: its Triton entries' group files (executor/caches/triton.py). Inductor finds everything
+  else by the hash of its source or key (``<2 chars>/<hash>.<ext>``, ``fxgraph/``, ``aotautograd/``);
+  paths inside are in comments ("kernel path: ...") and repro strings, which nothing follows.
+- Is used: a kernel loaded reads its files; Inductor's by-products of a cold compile (its Python
+  modules, say) are never read by a start that loads the compiled graph whole.
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import checks, roots, triton
+from .family import VLLM, Family, PathRule, Placing, Unresolved
+from .tree import Placed, collect_tree, place_tree
+
+# Inductor's own layout: <2 chars>/<hash>.<ext> (PyCodeCache, CppCodeCache, their .best_config), its
+# FX graph and AOTAutograd entries, its Triton cache, its locks.
+LAYOUT = re.compile(r"^(fxgraph|aotautograd|triton|locks|[0-9a-z]{2})/")
+WHY = "Inductor finds it by its key or the hash of its source; paths inside are comments and repro strings"
+
+
+def in_layout(rel: str) -> bool:
+    return bool(LAYOUT.match(rel))
+
+
+PATHS = (*triton.ENTRY_RULES, PathRule(lambda rel, path: in_layout(rel), None, WHY))
+
+
+def check(root: str, path: str) -> list[Unresolved]:
+    return triton.entry_check(path) or checks.file_check(root, path)
+
+
+def collect(root: str, fingerprint: dict) -> tuple[dict, list]:
+    return collect_tree(root, "inductor"), []
+
+
+def place(p: Placing) -> Placed:
+    return place_tree(p.staged, p.dest, p.move)
+
+
+FAMILY = Family(name="inductor", label="Inductor", root=roots.inductor_root, collect=collect, place=place,
+                paths=PATHS, check=check)
