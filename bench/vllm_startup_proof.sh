@@ -181,8 +181,8 @@ run_part() {
         stock-warm) [ -n "${STOCK_WARM_FROM:-}" ] && cache=$ROOT/cache/$SERIES/$STOCK_WARM_FROM ;;
     esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
-        say "$part: skipped, no bundle at $BUNDLE_FILE (bundle-build first, on this machine)"
-        mkdir -p "$dir" && json_run "$dir" skipped="no bundle built on this machine"
+        say "$part: skipped, no bundle at $BUNDLE_FILE (bundle-build first, or BUNDLE_IN from another machine)"
+        mkdir -p "$dir" && json_run "$dir" skipped="no bundle built on this machine or brought here"
         return
     fi
     [ "$base" = bundle-build ] && do_or_show rm -f "$BUNDLE_FILE"
@@ -214,6 +214,14 @@ run_part() {
                    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1)
     [ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] && env_set+=(VLLM_USE_FLASHINFER_SAMPLER="$VLLM_USE_FLASHINFER_SAMPLER")
     env_set+=("${extra[@]}")
+    local hidden=() foreign=""
+    if [ "$base" = bundle-cold ]; then  # issue 43 item 5: the run cannot see the building caches
+        foreign=$(env -u TRITON_CACHE_DIR -u DG_JIT_CACHE_DIR "${env_set[@]}" python3 bench/bundle_proof.py \
+                  foreign-roots "$BUNDLE_FILE" 2>/dev/null | paste -sd: -)
+        env_set=("${env_set[@]/#PYTHONPATH=*/PYTHONPATH=$PWD/bench/tripwire:$PYPATH}"
+                 WARMUP_TRIPWIRE_ROOTS="$foreign" WARMUP_TRIPWIRE_LOG="$dir/builder_opens.log")
+        [ "$DRY_RUN" = 1 ] || mapfile -t hidden < <(hide_building_caches "$foreign")
+    fi
     if [ "$arm" = plugin ]; then
         env_set+=(WARMUP_PLAN="$PLUGIN_PLAN")
         [ -n "${PLUGIN_JOBS:-}" ] && env_set+=(WARMUP_JOBS="$PLUGIN_JOBS")
@@ -249,9 +257,15 @@ run_part() {
         kill -KILL -- "-$(cat "$dir/server.pgid")" 2>/dev/null && say "$part: killed what was left of the server's process group"
     fi
     [ "$temp" = cold ] && echo "$rc" > "$cache/.cold-done"
+    local proof=()
+    if [ "$base" = bundle-cold ]; then
+        restore_building_caches "${hidden[@]}"
+        proof=(builder_roots="$foreign" builder_opens="$(python3 bench/bundle_proof.py opens "$dir/builder_opens.log")"
+               bundle_sha256="$(sha256sum "$BUNDLE_FILE" | cut -c1-64)" bundle_from="${BUNDLE_FROM:-this machine}")
+    fi
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
-        command="$(printf '%q ' "${cmd[@]}")"
+        command="$(printf '%q ' "${cmd[@]}")" "${proof[@]}"
     if [ "$base" = bundle-build ]; then
         ls -la "$BUNDLE_FILE" > "$dir/bundle_inspect.txt" 2>&1
         PYTHONPATH="$PYPATH" python3 -m executor.cli bundle inspect "$BUNDLE_FILE" >> "$dir/bundle_inspect.txt" 2>&1
@@ -267,6 +281,25 @@ run_part() {
     else
         say "$part: done"
     fi
+}
+
+# The building machine's caches, out of the run's sight (issue 43 item 5): each foreign building root
+# that exists here is moved aside (its path then holds nothing), and the tripwire (bench/tripwire)
+# records any attempt on it; printed: what was moved, for restore_building_caches.
+hide_building_caches() {
+    local root
+    tr ':' '\n' <<< "$1" | while read -r root; do
+        [ -n "$root" ] && [ -e "$root" ] && mv "$root" "$root.hidden-by-proof" && echo "$root"
+    done
+    return 0
+}
+
+restore_building_caches() {
+    local root
+    for root in "$@"; do
+        [ -e "$root.hidden-by-proof" ] && mv "$root.hidden-by-proof" "$root"
+    done
+    return 0
 }
 
 clear_placed_flashinfer_modules() {  # the modules a bundle placed in FlashInfer's AOT directory (their marker)
@@ -332,6 +365,10 @@ main() {
     else
         machine_facts > "$RUNS/machine.txt" 2>&1
         cat "$RUNS/machine.txt"
+    fi
+    if [ -n "${BUNDLE_IN:-}" ]; then  # a bundle another machine built: its parts joined (issue 43 item 5)
+        do_or_show python3 bench/bundle_proof.py join "$BUNDLE_IN" "$BUNDLE_FILE" || { say "BUNDLE_IN: not joined: stopping"; return 1; }
+        export BUNDLE_FROM="another machine (BUNDLE_IN=$BUNDLE_IN)"
     fi
     local part
     for part in "${PART_LIST[@]}"; do

@@ -39,7 +39,7 @@ COLUMNS = ("run", "rc", "wall_s", "tp", "ready_s", "llm_init_s", "kv_blocks", "f
            "startup_dynamo_frames",
            "plugin_active", "model_runner", "mode", "http_ok", "http_failed", "http_p99_s", "jit_monitor_mode",
            "jit_lines_after_ready",
-           "cache_files_after_ready", "error")
+           "cache_files_after_ready", "builder_opens", "bundle_from", "error")
 
 
 def run_names(runs_dir: str) -> list[str]:
@@ -79,7 +79,15 @@ def row(runs_dir: str, name: str) -> dict | None:
             **{k: compiles.get(k) for k in KINDS}, "events": compiles.get("events"),
             "tp": result.get("tensor_parallel_size"), **after_ready_elsewhere(result), **node_keys(result),
             "plugin_active": result.get("plugin_active"), "model_runner": result.get("model_runner"),
-            **server_fields(result), "error": error}
+            **server_fields(result), **proof_fields(run), "error": error}
+
+
+def proof_fields(run: dict) -> dict:
+    """A bundle-cold run's proof (issue 43 item 5): the building roots its tripwire watched, the
+    attempts it recorded on them, and where the bundle came from."""
+    opens = run.get("builder_opens")
+    return {"builder_roots": run.get("builder_roots"), "builder_opens": None if opens in (None, "") else int(opens),
+            "bundle_from": run.get("bundle_from")}
 
 
 def server_fields(result: dict) -> dict:
@@ -234,9 +242,10 @@ def median(values: list[float]) -> float:
 def bundle_check(rows: dict) -> dict:
     """Issue 35's target: fresh caches plus the bundle ready within 1.0x stock-warm's (medians of
     the repeats) and no kernel compiled from process start to the end of the trace (every rank's
-    plugin count and the caches after ready). The torch.compile frames Dynamo traces are shown, not
+    plugin count and the caches after ready); issue 43's: the building machine's caches hidden from
+    every bundle-cold run and no attempt on them recorded (bench/tripwire). The torch.compile frames Dynamo traces are shown, not
     counted: stock warm traces them too, and their graphs load from the cache."""
-    name = "bundle-cold: median ready <= 1.0x stock-warm's, 0 compiles"
+    name = "bundle-cold: median ready <= 1.0x stock-warm's, 0 compiles, no building cache opened"
     bundles, refs = repeats(rows, "bundle-cold"), repeats(rows, "stock-warm")
     if not bundles or not refs:
         return {"check": name, "pass": None, "detail": "needs bundle-cold and stock-warm"}
@@ -244,13 +253,17 @@ def bundle_check(rows: dict) -> dict:
     ratio = b / ref
     after = sum(r.get(k) or 0 for r in bundles for k in (*KINDS, "cache_kernels", "rank_events"))
     start = sum(r.get("startup_compiles") or 0 for r in bundles)
-    ok = ratio <= 1.0 and start == 0 and after == 0
+    opens = [r.get("builder_opens") for r in bundles]
+    unseen = all(o == 0 for o in opens) and all(r.get("builder_roots") for r in bundles)
+    ok = ratio <= 1.0 and start == 0 and after == 0 and unseen
     each = ", ".join(f"{r['ready_s']:.1f}" for r in bundles)
     return {"check": name, "pass": ok,
             "detail": f"bundle-cold {b:.1f} s (median of {len(bundles)}: {each}) / "
                       f"stock-warm {ref:.1f} s (median of {len(refs)}) = {ratio:.2f}x; kernel compiles to ready {start} "
                       f"(torch.compile frames traced by Dynamo: {[r.get('startup_dynamo_frames') for r in bundles]}, "
-                      f"as in every vLLM start), after ready {after}"}
+                      f"as in every vLLM start), after ready {after}; building caches hidden and watched: "
+                      f"{'yes' if all(r.get('builder_roots') for r in bundles) else 'NO'}, attempts on them {opens}; "
+                      f"bundle from {sorted({str(r.get('bundle_from')) for r in bundles})}"}
 
 
 def line(r: dict) -> str:

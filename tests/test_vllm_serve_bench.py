@@ -458,3 +458,46 @@ def test_proof_script_dry_run_in_server_mode(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "vllm_plugin_trace.py" in done.stdout and "--requests 500" in done.stdout
     assert "tests/fixtures/hf/qwen3-8b.json" in done.stdout and "vllm_serve_trace.py" not in done.stdout
+
+
+def test_proof_script_hides_and_watches_the_building_caches_of_a_bundle_cold_run(tmp_path):
+    """Issue 43 item 5: a bundle-cold run's processes carry the tripwire (bench/tripwire) on the
+    bundle's building roots that are not the run's own, read from the bundle."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "executor"))
+    from test_relocation import fill  # noqa: E402 - its modules import each other by name
+    from test_startup_bundle import vllm_fp  # noqa: E402
+
+    from executor.bundle import startup
+
+    series = "llama-3.1-8b-instruct-fp8-block-fi-serve"
+    os.makedirs(tmp_path / "bundles")
+    startup.build(str(tmp_path / "bundles" / f"{series}.warmup"), fill(tmp_path / "cache" / series / "bundle-build"),
+                  vllm_fp(), startup.Origin())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WARMUP_", "VLLM_", "MODE", "PARTS", "REQUESTS"))}
+    env.update(MODE="server", PARTS="bundle-cold", WITH_FLASHINFER="1", PROOF_ROOT=str(tmp_path),
+               VLLM_USE_FLASHINFER_SAMPLER="1")
+    done = subprocess.run(["bash", os.path.join(BENCH, "vllm_startup_proof.sh"), "--dry-run"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [driver] = [x for x in done.stdout.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
+    assert f"PYTHONPATH={ROOT}/bench/tripwire:" in driver
+    roots = next(w for w in driver.split() if w.startswith("WARMUP_TRIPWIRE_ROOTS=")).split("=", 1)[1].split(":")
+    assert len(roots) == 6 and all(r.startswith(str(tmp_path / "cache" / series / "bundle-build")) for r in roots)
+    assert f"WARMUP_TRIPWIRE_LOG={tmp_path}/runs/{series}/bundle-cold/builder_opens.log" in driver
+
+
+def test_the_tripwire_records_every_attempt_on_the_watched_paths_in_every_process(tmp_path):
+    watched = tmp_path / "built"
+    watched.mkdir()
+    (watched / "f").write_text("x")
+    log = tmp_path / "opens.log"
+    env = {**os.environ, "PYTHONPATH": os.path.join(BENCH, "tripwire"), "WARMUP_TRIPWIRE_ROOTS": str(watched),
+           "WARMUP_TRIPWIRE_LOG": str(log)}
+    code = ("import os, subprocess, sys\n"
+            f"open({str(watched / 'f')!r}).read()\n"
+            f"try:\n    open({str(watched / 'gone')!r})\nexcept OSError:\n    pass\n"
+            f"open({str(tmp_path / 'other')!r}, 'w').write('y')\n"
+            f"subprocess.run([sys.executable, '-c', \"import os; os.listdir({str(watched)!r})\"], check=True)\n")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    events = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
+    assert events == [f"open {watched / 'f'}", f"open {watched / 'gone'}", f"os.listdir {watched}"]

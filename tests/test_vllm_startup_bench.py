@@ -104,9 +104,11 @@ def test_module_functions_are_wrapped_in_the_importing_namespace(trace):
     assert trace.WRAPPED == ["fake_gpu_worker.kernel_warmup"]
 
 
-def write_run(runs, name, rc=0, **result):
+def write_run(runs, name, rc=0, proof=None, **result):
+    """A run's directory; a bundle-cold run's tripwire (issue 43 item 5): watched, nothing opened, unless `proof`."""
     os.makedirs(runs / name)
-    (runs / name / "run.json").write_text(json.dumps({"rc": rc, "wall_s": 1.0}))
+    watched = {"builder_roots": "/build/vllm/torch_compile_cache", "builder_opens": "0"} if "bundle-cold" in name else {}
+    (runs / name / "run.json").write_text(json.dumps({"rc": rc, "wall_s": 1.0, **watched, **(proof or {})}))
     if result:
         (runs / name / "result.json").write_text(json.dumps(result))
 
@@ -291,7 +293,7 @@ def test_bundle_check_needs_speed_and_no_compiles(tmp_path):
               "precompile": {"compiled": 0}}
     assert trace_module.startup_compiles(report) == {"triton": 2, "torch_compile": 1, "deep_gemm": 0, "pool": 0}
     runs = tmp_path / "runs"
-    name = "bundle-cold: median ready <= 1.0x stock-warm's, 0 compiles"
+    name = "bundle-cold: median ready <= 1.0x stock-warm's, 0 compiles, no building cache opened"
     warm_ranks = [{"claims": {"compiled": 0, "node_keys": 0}, "startup_compiles": {"triton": 0, "pool": 0}}]
     # three alternations: the medians are compared (49 against 50), not one lucky run
     for n, (stock, bundle) in enumerate(((50.0, 49.0), (52.0, 48.0), (47.0, 60.0)), 1):
@@ -322,6 +324,31 @@ def test_bundle_check_needs_speed_and_no_compiles(tmp_path):
     rows = {n: r for n in summary.run_names(str(runs)) if (r := summary.row(str(runs), n))}
     check = {c["check"]: c for c in summary.checks(rows)}[name]
     assert check["pass"] is False and "kernel compiles to ready 1" in check["detail"]
+
+
+def test_bundle_check_fails_where_the_building_caches_were_opened_or_not_watched(tmp_path):
+    """Issue 43 item 5: a bundle-cold run that touched the building machine's caches, or ran without
+    the tripwire watching them, cannot pass, however fast."""
+    summary = load("vllm_startup_summary")
+    name = "bundle-cold: median ready <= 1.0x stock-warm's, 0 compiles, no building cache opened"
+    ranks = [{"claims": {"compiled": 0, "node_keys": 0}, "startup_compiles": {"triton": 0}}]
+    for case, proof, verdict in (("watched", None, True), ("opened", {"builder_opens": "2"}, False),
+                                 ("unwatched", {"builder_roots": ""}, False)):
+        runs = tmp_path / case
+        write_run(runs, "stock-warm", **result("stock", 50.0, 1000))
+        write_run(runs, "bundle-cold", proof=proof, **(result("plugin", 40.0, 1000) | {"ranks": ranks}))
+        rows = {n: r for n in summary.run_names(str(runs)) if (r := summary.row(str(runs), n))}
+        check = {c["check"]: c for c in summary.checks(rows)}[name]
+        assert check["pass"] is verdict, (case, check["detail"])
+    assert "attempts on them [2]" in check["detail"] or "watched: NO" in check["detail"]
+
+
+def test_the_summarys_compile_kinds_are_the_monitored_families():
+    """bench/vllm_startup_summary.py runs with Python alone, so it names the kinds itself: the same as
+    the families the JIT monitor counts (executor/caches/registry.py, vllm_bridge/phases.py)."""
+    from vllm_bridge.phases import KINDS
+
+    assert load("vllm_startup_summary").KINDS == KINDS
 
 
 def test_cache_listing_counts_flashinfer_modules_and_its_deep_gemm_fork(trace, tmp_path, monkeypatch):

@@ -102,7 +102,7 @@ def _why(e: BaseException) -> str:
 
 
 def install_early(path: str | None) -> dict | None:
-    """At the plugin's register, before vLLM resolves the model: the bundle's EARLY families
+    """At the plugin's register, before vLLM resolves the model: the bundle's early families
     (vLLM's model info, which a cold start otherwise learns in a subprocess that imports the model,
     15-30 s on the H100). What was placed, or None (not asked, or refused: one log line; the rest
     of the bundle is still tried at load_model)."""

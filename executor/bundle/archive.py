@@ -30,11 +30,11 @@ from planner.errors import PlanError, WriteError
 
 from ..caches.deep_gemm import KernelRecord
 from ..caches.family import PLAN, VLLM
-from ..caches.registry import NAMES as KINDS
+from ..caches import registry
 
 FORMAT = "warmup-bundle/v1"
 MANIFEST = "warmup-bundle.json"
-__all__ = ["FORMAT", "MANIFEST", "KINDS", "PLAN", "VLLM", "FileRecord", "KernelRecord", "Manifest"]
+__all__ = ["FORMAT", "MANIFEST", "PLAN", "VLLM", "FileRecord", "KernelRecord", "Manifest"]
 
 
 class FileRecord(NamedTuple):
@@ -156,8 +156,9 @@ def manifest_problem(manifest: Manifest) -> str | None:
     kernels that are one plain directory name each."""
     for record in manifest.files:
         problem = name_problem(record.path)
-        if problem or record.path.split("/")[0] not in KINDS:
-            return f"lists the file {record.path!r}, which {problem or 'is under no family ' + '/'.join(KINDS)}"
+        if problem or record.path.split("/")[0] not in registry.names():
+            return (f"lists the file {record.path!r}, which "
+                    f"{problem or 'is under no family ' + '/'.join(registry.names())}")
     for kernel in manifest.deep_gemm:
         for value in (kernel.entry, kernel.name):
             if not value or "/" in value or value in (".", ".."):

@@ -38,7 +38,8 @@ from planner.output import check_writable
 from planner.plan.steps import Keyed
 
 from .. import dg_install, precompile
-from ..caches.registry import FAMILIES, CacheRoots
+from ..caches import registry
+from ..caches.registry import CacheRoots
 from ..caches.relocate import Relocation, relocate_family, summary_lines
 from ..caches.roots import default_vllm_cache_root
 from ..report import EXIT_FAILED, EXIT_OK
@@ -255,7 +256,7 @@ def building_paths(manifest, extracted: str) -> list[str]:
     (executor/caches/relocate.py), family by family; [] when none does."""
     relocation = Relocation.of(manifest.roots, {})
     outcomes = {family.name: relocate_family(family, os.path.join(extracted, family.name), "", relocation, apply=False)
-                for family in FAMILIES}
+                for family in registry.FAMILIES}
     lines = summary_lines(outcomes)
     return ["members naming the building machine's cache paths (an install makes them this machine's):", *lines] \
         if lines else []
@@ -267,7 +268,7 @@ def startup_report(manifest) -> list[str]:
     files: dict = {}
     for f in manifest.files:
         files[f.path.split("/")[0]] = files.get(f.path.split("/")[0], 0) + 1
-    names = [k for k in archive.KINDS if k in sizes]
+    names = [k for k in registry.names() if k in sizes]
     rows = [(n, sizes[n][0], files[n], sizes[n][1]) for n in names]
     total = ("total", sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows))
     lines = table([("family", "entries", "files", "bytes"), *rows, total])
@@ -292,8 +293,8 @@ def key_report(manifest) -> list[str]:
     planned, note = planned_keys(manifest)
     held = held_keys(manifest)
     sizes = family_sizes(manifest)
-    names = [k for k in archive.KINDS if k in sizes or k in held or k in (planned or {})]
-    names += sorted((set(sizes) | set(held) | set(planned or {})) - set(archive.KINDS))
+    names = [k for k in registry.names() if k in sizes or k in held or k in (planned or {})]
+    names += sorted((set(sizes) | set(held) | set(planned or {})) - set(registry.names()))
     rows = [family_row(name, sizes.get(name, (0, 0)), planned, held.get(name, set())) for name in names]
     total = ["total"] + [sum(r[i] for r in rows) if all(isinstance(r[i], int) for r in rows) else "-"
                          for i in range(1, 7)]

@@ -21,8 +21,9 @@ import shutil
 from typing import NamedTuple
 
 from .. import precompile
+from ..caches import registry
 from ..caches.family import Placing
-from ..caches.registry import FAMILIES, CacheRoots
+from ..caches.registry import CacheRoots
 from ..caches.relocate import Relocation, relocate_family
 from ..caches.tree import Placed, files_under
 
@@ -63,7 +64,7 @@ def place_all(manifest, staged: str, roots: CacheRoots, names: dict, include_dir
     held = families(manifest) if wanted is None else families(manifest) & wanted
     relocation = Relocation.of(manifest.roots, {f: roots.get(f) for f in held})
     placed, relocated, unresolved = {}, {}, {}
-    for family in FAMILIES:
+    for family in registry.FAMILIES:
         if family.name not in held:
             continue
         src, dest = os.path.join(staged, family.name), roots[family.name]

@@ -26,14 +26,17 @@ from planner.errors import PlanError
 
 from .. import precompile
 from ..caches import deep_gemm
-from ..caches.registry import FAMILIES, NAMES, CacheRoots, of
+from ..caches import registry
+from ..caches.registry import CacheRoots, of
 from ..caches.roots import default_vllm_cache_root
 from ..caches.tree import Placed
 from . import archive, environment, ops, packing, records, staging, usage
 from .archive import FORMAT, VLLM, Manifest
 from .placement import Installation, families, place_all
 
-EARLY = tuple(f.name for f in FAMILIES if f.early)  # placed before vLLM resolves the model
+def early() -> tuple[str, ...]:
+    """The families placed before vLLM resolves the model."""
+    return tuple(f.name for f in registry.FAMILIES if f.early)
 
 
 # --- build -----------------------------------------------------------------------------------------
@@ -62,7 +65,7 @@ def build(out: str, roots: CacheRoots, fingerprint: dict, origin: Origin) -> Man
     if not manifest.files:
         raise PlanError("no bundle written: the start-up's caches are empty (" +
                         ", ".join(f"{f} {r}" for f, r in roots.distinct().items()) + ")", file=out)
-    archive.write_bundle(out, manifest, sources, first=EARLY)  # install_early reads no further than these
+    archive.write_bundle(out, manifest, sources, first=early())  # install_early reads no further than these
     return manifest
 
 
@@ -75,9 +78,10 @@ def check(manifest: Manifest, roots: CacheRoots, here: dict, path: str) -> None:
     if problem:
         raise PlanError(f"refused: the bundle was built for another environment ({problem})", file=path)
     held = families(manifest)
-    lacking = [f for f in sorted(held) if f in NAMES and not roots.get(f)]
-    if lacking or held - set(NAMES):
-        what = lacking[0] if lacking else sorted(held - set(NAMES))[0]
+    known = set(registry.names())
+    lacking = [f for f in sorted(held) if f in known and not roots.get(f)]
+    if lacking or held - known:
+        what = lacking[0] if lacking else sorted(held - known)[0]
         raise PlanError(f"refused: the bundle holds {what} files and there is no {what} cache to put them in",
                         file=path)
 
@@ -129,7 +133,7 @@ def as_built_target(manifest: Manifest, given: dict) -> dict:
 
 def install_early(path: str, roots: CacheRoots, vllm_version: str | None,
                   record_dir: str | None = None) -> Installation:
-    """The EARLY families of a start-up bundle, before vLLM resolves the model (the plugin's
+    """The early families of a start-up bundle, before vLLM resolves the model (the plugin's
     register: no worker, no GPU asked, no configuration hash yet). Checked against vLLM's version
     alone: a model-info entry describes vLLM's own model class and carries the hash of its source
     file, which vLLM checks again. Only their members are read (they come first in the tar); the
@@ -138,7 +142,7 @@ def install_early(path: str, roots: CacheRoots, vllm_version: str | None,
     if manifest.origin != VLLM or manifest.fingerprint.get("vllm") != vllm_version:
         raise PlanError("refused: the bundle was built for another environment "
                         f"(vllm: bundle {manifest.fingerprint.get('vllm')!r}, here {vllm_version!r})", file=path)
-    wanted = families(manifest) & set(EARLY)
+    wanted = families(manifest) & set(early())
     if not wanted:
         return Installation({})
     if all(not _absent(manifest, roots, family) for family in wanted):
@@ -168,7 +172,7 @@ def _lock_root(roots: CacheRoots, wanted: set) -> str:
     """One installer at a time: the lock lives in DeepGEMM's root, else the first family's."""
     if roots.get("deep_gemm"):
         return roots.directory("deep_gemm")
-    return next(roots.directory(f) for f in NAMES if roots.get(f) and f in wanted)
+    return next(roots.directory(f) for f in registry.names() if roots.get(f) and f in wanted)
 
 
 def _members(manifest: Manifest, family: str) -> list[str]:

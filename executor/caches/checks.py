@@ -54,9 +54,10 @@ def elf_problem(path: str) -> str | None:
 
 def torch_artifact_problem(path: str) -> str | None:
     """A torch standalone-compile artifact in its "binary" form (torch/_inductor/standalone_compile.py:
-    torch's key, the graph's key, the cache artifacts, framed by torch/utils/_appending_byte_serializer.py,
-    with a CRC32 of the rest in its first 4 bytes where torch writes one) that is whole; the
-    "unpacked" form is a directory holding one aotautograd entry."""
+    length-prefixed fields, framed by torch/utils/_appending_byte_serializer.py: a header where torch
+    writes one, torch's key, the graph's key, the cache artifacts; a CRC32 of the rest in the first 4
+    bytes where torch writes one) that is whole: its fields end exactly at the file's end (a cut file
+    ends inside its last one). The "unpacked" form is a directory holding one aotautograd entry."""
     if os.path.isdir(path):
         entries = os.listdir(os.path.join(path, "aotautograd")) if os.path.isdir(os.path.join(path, "aotautograd")) else []
         return None if len(entries) == 1 else "an unpacked artifact without its one aotautograd entry"
@@ -66,21 +67,21 @@ def torch_artifact_problem(path: str) -> str | None:
     except OSError as e:
         return f"unreadable ({e.strerror})"
     checksummed = len(data) >= 4 and zlib.crc32(data[4:]).to_bytes(4, "big") == data[:4]
-    if (checksummed and _framed(data, 4, 3)) or _framed(data, 0, 3):
+    if (checksummed and _framed(data, 4)) or _framed(data, 0):
         return None
     return "not a whole torch artifact (cut short or corrupted)"
 
 
-def _framed(data: bytes, at: int, fields: int) -> bool:
-    """Whether `data` from `at` is exactly `fields` length-prefixed fields (8-byte big-endian sizes)."""
-    for _ in range(fields):
+def _framed(data: bytes, at: int, fewest: int = 3, most: int = 8) -> bool:
+    """Whether `data` from `at` is `fewest` to `most` length-prefixed fields (8-byte big-endian sizes)
+    that end exactly at its end."""
+    fields = 0
+    while at < len(data) and fields < most:
         if at + 8 > len(data):
             return False
-        size = int.from_bytes(data[at:at + 8], "big")
-        at += 8 + size
-        if at > len(data):
-            return False
-    return at == len(data)
+        at += 8 + int.from_bytes(data[at:at + 8], "big")
+        fields += 1
+    return at == len(data) and fields >= fewest
 
 
 def group_problem(path: str) -> str | None:

@@ -19,12 +19,18 @@ FAMILIES: tuple[Family, ...] = (
     triton.FAMILY, deep_gemm.FAMILY, flashinfer_file.FAMILY, torch_compile.FAMILY, inductor.FAMILY,
     flashinfer_autotune.FAMILY, flashinfer_jit.FAMILY, flashinfer_trtllm_dg.FAMILY, vllm_modelinfo.FAMILY,
 )
-BY_NAME = {f.name: f for f in FAMILIES}
-NAMES = tuple(BY_NAME)
+
+
+def names() -> tuple[str, ...]:
+    """The families' names, in the table's order (every reader asks here, so the table is the one place)."""
+    return tuple(f.name for f in FAMILIES)
 
 
 def of(name: str) -> Family:
-    return BY_NAME[name]
+    for family in FAMILIES:
+        if family.name == name:
+            return family
+    raise KeyError(f"no cache family {name!r}")
 
 
 def for_origin(origin: str) -> tuple[Family, ...]:
@@ -42,10 +48,10 @@ class CacheRoots(Mapping):
     here), as the one resolver (executor/caches/roots.py and each family's ``root``) finds it."""
 
     def __init__(self, roots: Mapping):
-        unknown = set(roots) - set(NAMES)
+        unknown = set(roots) - set(names())
         if unknown:
             raise KeyError(f"no cache family {sorted(unknown)[0]!r}")
-        self._roots = {name: roots[name] for name in NAMES if name in roots}
+        self._roots = {name: roots[name] for name in names() if name in roots}
 
     @classmethod
     def resolve(cls, environ: Mapping | None = None, vllm_cache_root: str | None = None,
@@ -72,7 +78,7 @@ class CacheRoots(Mapping):
 
     def __getattr__(self, name: str):
         """roots.triton: a family's root (None where it is not set)."""
-        if name in BY_NAME:
+        if name in names():
             return self.__dict__.get("_roots", {}).get(name)
         raise AttributeError(name)
 
@@ -103,7 +109,7 @@ class CacheRoots(Mapping):
         """family -> root, each directory once: a root inside another family's is left out (its
         files are packed with the outer family, and installed inside it)."""
         given = {f: os.path.abspath(r) for f, r in self._roots.items() if r}
-        order = {name: i for i, name in enumerate(NAMES)}
+        order = {name: i for i, name in enumerate(names())}
         return {f: r for f, r in given.items()
                 if not any(g != f and inside(r, other) and (r != other or order[g] < order[f])
                            for g, other in given.items())}

@@ -81,7 +81,8 @@ def relocate_family(family, staged: str, dest: str, relocation: Relocation, appl
     if not relocation.foreign_roots() or not os.path.isdir(staged):
         return Outcome()
     rewritten, kept, dropped = [], [], []
-    for folder, _, names in os.walk(staged):
+    for folder, dirs, names in os.walk(staged):
+        dirs.sort()
         for name in sorted(names):
             path = os.path.join(folder, name)
             rel = os.path.relpath(path, staged)
@@ -90,12 +91,16 @@ def relocate_family(family, staged: str, dest: str, relocation: Relocation, appl
             named = relocation.mentioned(data)
             if not named:
                 continue
-            verdict = _apply(family, rel, path, data, relocation, os.path.join(dest, rel), apply)
+            try:
+                verdict = _apply(family, rel, path, data, relocation, os.path.join(dest, rel), apply)
+                why = (f"it names the building machine's {named[0]}, and no rule of {family.name} says "
+                       "whether its loader follows that path")
+            except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as e:
+                verdict, why = None, f"it names the building machine's {named[0]} and cannot be rewritten ({type(e).__name__})"
             if verdict is None:
                 if apply:
                     os.unlink(path)
-                dropped.append((rel, f"it names the building machine's {named[0]}, and no rule of "
-                                     f"{family.name} says whether its loader follows that path"))
+                dropped.append((rel, why))
             elif verdict is True:
                 rewritten.append(rel)
             else:

@@ -15,8 +15,9 @@ import pytest
 from executor import dg_install, dg_rekey
 from executor import precompile
 from executor.bundle import archive, cli, environment, ops
-from executor.caches.registry import CacheRoots
+from executor.caches import registry
 from executor.caches import triton as triton_family
+from executor.caches.registry import CacheRoots
 
 OLD_INC = "/build/site-packages/vllm/third_party/deep_gemm/include"
 NEW_INC = "/serve/other/deep_gemm/include"
@@ -29,9 +30,14 @@ CONTEXT = dg_rekey.candidates("13.0", "90a")[0]
 
 
 def elf(payload: bytes = b"") -> bytes:
-    """A whole 64-bit ELF file with no sections, then `payload`: what the install's check of a cubin
-    or a shared library takes (executor/caches/checks.py elf_problem)."""
-    return b"\x7fELF" + bytes([2, 1, 1]) + bytes(57) + payload  # a 64-byte header
+    """A whole little-endian 64-bit ELF file: its header, `payload`, then one section header at the
+    end, where compilers put them (so a file cut short loses it): what the install's check of a
+    cubin or a shared library takes (executor/caches/checks.py elf_problem)."""
+    shoff = 64 + len(payload)
+    header = bytearray(b"\x7fELF" + bytes([2, 1, 1]) + bytes(57))
+    header[0x28:0x30] = shoff.to_bytes(8, "little")
+    header[0x3A:0x3E] = (64).to_bytes(2, "little") + (1).to_bytes(2, "little")
+    return bytes(header) + payload + bytes(64)
 
 
 def fingerprint(version="2.5.0", include=OLD_INC, **changes):
@@ -259,7 +265,7 @@ def test_inspect_checks_members_and_prints_a_table_per_family(built, capsys):
     assert "(may differ: re-keyed)" in lines[start + 12]
     assert f"members: {len(manifest.files)} files, each a listed regular file matching its size and sha256" in text
     table = lines[lines.index(next(line for line in lines if line.startswith("family"))):][:5]
-    sizes = {k: sum(f.size for f in manifest.files if f.path.startswith(k + "/")) for k in archive.KINDS}
+    sizes = {k: sum(f.size for f in manifest.files if f.path.startswith(k + "/")) for k in registry.names()}
     assert [row.split() for row in table] == [
         ["family", "entries", "bytes", "plan", "keys", "present", "missing", "extra"],
         ["triton", "1", str(sizes["triton"]), "0", "0", "0", "1"],  # its precompile manifest is no entry

@@ -12,6 +12,7 @@ import re
 import pytest
 
 from executor.bundle import archive, cli, environment, startup
+from executor.caches import registry
 from executor.caches.registry import CacheRoots
 from test_bundle import deepjit_entry, elf, fingerprint, parse, rewrite
 
@@ -122,7 +123,7 @@ def test_inspect_shows_the_fingerprint_table_and_sizes_per_family(bundle, capsys
     assert rows["vllm"][1] == "0.25.0"
     assert rows["vllm_config_hash"][1] == CFG and rows["gpu"][1:] == ["NVIDIA", "H100", "80GB", "HBM3"]
     table = {line.split()[0]: line.split() for line in text.splitlines() if line.split()
-             and line.split()[0] in archive.KINDS + ("total",)}
+             and line.split()[0] in registry.names() + ("total",)}
     for family in ("deep_gemm", "triton", "torch_compile", "flashinfer_autotune"):
         size = sum(f.size for f in manifest.files if f.path.startswith(family + "/"))
         assert table[family][3] == str(size), family

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from executor.bundle import startup
+from executor.caches.registry import CacheRoots
 from tests.vllm_parity.test_parity import RELEASES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,0 +1,321 @@
+"""A start-up bundle on a machine that never built it (issue 43 items 2-6), on CPU.
+
+A building machine's caches are planted in directory A the way vLLM 0.25, Inductor, Triton and
+DeepGEMM write them, with the building paths where they write them: vLLM's compile cache names each
+artifact by absolute path, Triton's group files name their files, Inductor's code and torch's
+artifacts name A in comments and repro strings. The bundle is built, A is deleted, and it is
+installed into B. The test's own reading of the loaders' formats (not the install's) then finds
+every path a loader follows in the installed files: each must be in B and there. That vLLM's own
+loader takes such a cache is tests/vllm_parity/test_compile_cache_relocation.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pathlib
+import pprint
+import shutil
+import zlib
+
+import pytest
+
+from executor.bundle import archive, cli, machine_check, records, startup, usage
+from executor.caches import registry
+from executor.caches.family import Family, PathRule
+from executor.caches.registry import CacheRoots
+from executor.caches.tree import collect_tree, files_under, place_tree
+from test_bundle import deepjit_entry, elf, parse
+from test_startup_bundle import MODELINFO, environ, vllm_fp, write
+
+H = "0123456789"
+AOT = "a0" * 32
+ARTIFACTS = ("artifact_compile_range_1_8192_subgraph_0", "artifact_compile_range_1_8192_subgraph_1")
+
+
+def torch_artifact(*fields: bytes) -> bytes:
+    """torch's binary artifact framing: a CRC32 of the rest, then 8-byte big-endian length-prefixed fields."""
+    body = b"".join(len(f).to_bytes(8, "big") + f for f in fields)
+    return zlib.crc32(body).to_bytes(4, "big") + body
+
+
+def compile_cache(folder: str, keys=ARTIFACTS, where: str | None = None) -> None:
+    """vllm_compile_cache.py as vLLM 0.25 writes it: pprint of {(range, index, compiler): handle}."""
+    cache = {((1, 8192), i, "inductor_standalone"): {"cache_key": f"k{i}", "graph_handle": (key, os.path.join(where or folder, key))}
+             for i, key in enumerate(keys)}
+    write(os.path.join(folder, "vllm_compile_cache.py"), pprint.PrettyPrinter(indent=4).pformat(cache))
+
+
+def triton_entry(folder: str, name: str, source: str) -> None:
+    """A Triton entry: a cubin, metadata, IR naming the kernel's source file, and the group file."""
+    os.makedirs(folder)
+    files = {f"{name}.cubin": elf(source.encode()), f"{name}.json": json.dumps({"name": name}).encode(),
+             f"{name}.ttir": f'loc("{source}":12:0)\n'.encode()}
+    for f, data in files.items():
+        with open(os.path.join(folder, f), "wb") as out:
+            out.write(data)
+    write(os.path.join(folder, f"__grp__{name}.json"),
+          json.dumps({"child_paths": {f: os.path.join(folder, f) for f in files}}))
+
+
+def fill(base) -> CacheRoots:
+    """A's caches, every building path where the writers put one."""
+    roots = CacheRoots.resolve(environ(pathlib.Path(base)))
+    base = str(base)
+    tc = roots.torch_compile
+    backbone = os.path.join(tc, H, "rank_0_0", "backbone")
+    compile_cache(backbone)
+    for key in ARTIFACTS:
+        with open(os.path.join(backbone, key), "wb") as f:
+            f.write(torch_artifact(b"CacheCompiledArtifact", b"torchkey", b"key",
+                                   f"os.environ['TORCHINDUCTOR_CACHE_DIR'] = '{roots.inductor}'".encode()))
+    write(os.path.join(backbone, "computation_graph.py"), f"# {backbone}\n")
+    write(os.path.join(backbone, "cache_key_factors.json"), json.dumps({"env": {"VLLM_CACHE_ROOT": base}}))
+    aot = os.path.join(tc, "torch_aot_compile", AOT)
+    write(os.path.join(aot, "rank_0_0", "model"), f"pickled graph, traced from {aot}")
+    inductor_cache = os.path.join(aot, "inductor_cache")
+    triton_entry(os.path.join(inductor_cache, "triton", "0", "AOTKERNEL"), "triton_poi_0",
+                 os.path.join(inductor_cache, "ab", "cabc.py"))
+    write(os.path.join(inductor_cache, "ab", "cabc.py"), f"# kernel path: {inductor_cache}/ab/cabc.py\n")
+    triton_entry(os.path.join(roots.inductor, "triton", "0", "STARTKERNEL"), "triton_red_1",
+                 os.path.join(roots.inductor, "xy", "cxy.py"))
+    triton_entry(os.path.join(roots.triton, "SAMPLER"), "_topk_topp_kernel", "/site/vllm/sample.py")
+    deepjit_entry(pathlib.Path(roots.deep_gemm))
+    write(os.path.join(roots.vllm_modelinfo, MODELINFO), json.dumps({"hash": "h", "modelinfo": {}}))
+    write(os.path.join(roots.flashinfer_autotune, "configs.json"), "{}")
+    return roots
+
+
+def followed_paths(path: str) -> list[str]:
+    """The paths a loader follows in a cache file, read as the loaders read them (vLLM's compile
+    cache: the handle's path, which 0.25 opens, and <its directory>/<key>, which 0.33 opens;
+    Triton's group files: every file listed)."""
+    name = os.path.basename(path)
+    if name == "vllm_compile_cache.py":
+        cache = ast.literal_eval(open(path).read())
+        return [p for v in cache.values() for p in (v["graph_handle"][1],
+                                                   os.path.join(os.path.dirname(path), v["graph_handle"][0]))]
+    if name.startswith("__grp__"):
+        return list(json.load(open(path))["child_paths"].values())
+    return []
+
+
+def install_elsewhere(tmp_path, change=None, keep_building=False):
+    """Build in A (after `change(roots)`), delete A, install into B: (Installation, B's roots, A)."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    built = fill(a)
+    if change is not None:
+        change(built)
+    out = str(tmp_path / "s.warmup")
+    startup.build(out, built, vllm_fp(), startup.Origin())
+    if not keep_building:
+        shutil.rmtree(a)
+    here = CacheRoots.resolve(environ(b))
+    return startup.install(out, here, vllm_fp(), str(b / "vllm")), here, str(a)
+
+
+def test_every_path_a_loader_follows_is_this_machines_after_the_building_one_is_gone(tmp_path):
+    placed, here, a = install_elsewhere(tmp_path)
+    assert not os.path.exists(a) and placed.problem_lines() == []
+    installed = [f for root in here.values() if root and os.path.isdir(root) for f in files_under(root)]
+    followed = {(f, p) for f in installed for p in followed_paths(f)}
+    assert len({f for f, _ in followed}) == 4  # the compile cache and three Triton groups
+    for f, p in followed:
+        assert p.startswith(str(tmp_path / "B") + os.sep) and os.path.isfile(p), (f, p)
+    # A's cache roots are still named only where nothing follows them, each kept by its family's rule
+    built = archive.read_manifest(str(tmp_path / "s.warmup")).roots.values()
+    naming_a = sorted(os.path.relpath(f, tmp_path / "B") for f in installed
+                      if any(r.encode() in open(f, "rb").read() for r in built))
+    kept = {rel for outcome in placed.relocated.values() for rel, _ in outcome.kept}
+    assert naming_a and all(any(n.endswith(k) for k in kept) for n in naming_a), naming_a
+    assert not any(os.path.basename(n) in ("vllm_compile_cache.py",) or "__grp__" in n for n in naming_a)
+
+
+def test_vllms_compile_cache_is_rewritten_as_vllm_writes_it(tmp_path):
+    placed, here, _ = install_elsewhere(tmp_path)
+    path = os.path.join(here.torch_compile, H, "rank_0_0", "backbone", "vllm_compile_cache.py")
+    text = open(path).read()
+    cache = ast.literal_eval(text)
+    assert text == pprint.PrettyPrinter(indent=4).pformat(cache)
+    assert [v["graph_handle"] for v in cache.values()] == [(k, os.path.join(os.path.dirname(path), k)) for k in ARTIFACTS]
+    assert placed.relocated["torch_compile"].rewritten == (f"{H}/rank_0_0/backbone/vllm_compile_cache.py",
+                                                           f"torch_aot_compile/{AOT}/inductor_cache/triton/0/AOTKERNEL/"
+                                                           "__grp__triton_poi_0.json")
+
+
+def _backbone(roots) -> str:
+    return os.path.join(roots.torch_compile, H, "rank_0_0", "backbone")
+
+
+def _cut(path: str) -> None:
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda r: os.unlink(os.path.join(_backbone(r), ARTIFACTS[1])), f"its artifact {ARTIFACTS[1]} is not here"),
+    (lambda r: _cut(os.path.join(_backbone(r), ARTIFACTS[1])), "not a whole torch artifact"),
+    (lambda r: compile_cache(_backbone(r), where="/elsewhere"), "outside this cache"),
+])
+def test_a_graph_vllm_would_fail_on_is_taken_out_of_its_compile_cache_in_one_line(tmp_path, change, why):
+    placed, here, _ = install_elsewhere(tmp_path, change)
+    lines = placed.problem_lines()
+    assert lines and all(why in line and "vllm_compile_cache.py" in line for line in lines)
+    path = os.path.join(_backbone(here), "vllm_compile_cache.py")
+    if "outside" in why:  # both graphs named a path outside: the file goes
+        assert len(lines) == 2 and not os.path.exists(path)
+    else:                   # the other graph stays, the file as vLLM writes it
+        assert len(lines) == 1 and "entry taken out" in lines[0]
+        assert [v["graph_handle"][0] for v in ast.literal_eval(open(path).read()).values()] == [ARTIFACTS[0]]
+
+
+def test_a_compile_cache_vllm_cannot_read_is_not_installed(tmp_path):
+    placed, here, _ = install_elsewhere(tmp_path, lambda r: _cut(os.path.join(_backbone(r), "vllm_compile_cache.py")))
+    [line] = placed.problem_lines()
+    assert line.endswith("vllm_compile_cache.py not installed: it names the building machine's "
+                         f"{tmp_path / 'A' / 'vllm' / 'torch_compile_cache'} and cannot be rewritten (SyntaxError)")
+    assert not os.path.exists(os.path.join(_backbone(here), "vllm_compile_cache.py"))
+
+
+def test_a_compile_cache_vllm_cannot_read_is_removed_where_nothing_moved(tmp_path):
+    """The same paths on both machines: nothing to rewrite, and the check after placement removes it."""
+    a = tmp_path / "A"
+    roots = fill(a)
+    _cut(os.path.join(_backbone(roots), "vllm_compile_cache.py"))
+    out = str(tmp_path / "s.warmup")
+    startup.build(out, roots, vllm_fp(), startup.Origin())
+    shutil.move(str(a), str(tmp_path / "away"))
+    placed = startup.install(out, CacheRoots.resolve(environ(a)), vllm_fp(), str(a / "vllm"))
+    [line] = placed.problem_lines()
+    assert "vllm_compile_cache.py removed: not a compile cache vLLM can read (SyntaxError)" in line
+    assert not os.path.exists(os.path.join(_backbone(roots), "vllm_compile_cache.py"))
+
+
+@pytest.mark.parametrize("name,damage,why", [
+    ("triton_red_1.cubin", lambda p: _cut(p), "cut short"),
+    ("triton_red_1.json", lambda p: open(p, "w").write("{"), "not valid JSON"),
+])
+def test_a_triton_entry_triton_would_fail_on_goes_whole(tmp_path, name, damage, why):
+    def change(roots):
+        damage(os.path.join(roots.inductor, "triton", "0", "STARTKERNEL", name))
+
+    placed, here, _ = install_elsewhere(tmp_path, change)
+    [line] = placed.problem_lines()
+    assert line.startswith("inductor: ") and name in line and why in line
+    assert not os.path.exists(os.path.join(here.inductor, "triton", "0", "STARTKERNEL"))
+    assert os.path.isdir(os.path.join(here.triton, "SAMPLER"))  # the others stay
+
+
+def test_a_triton_group_that_cannot_be_rewritten_is_not_installed(tmp_path):
+    """Without its group file an entry is a miss to Triton, which compiles the kernel again."""
+    def change(roots):
+        _cut(os.path.join(roots.inductor, "triton", "0", "STARTKERNEL", "__grp__triton_red_1.json"))
+
+    placed, here, _ = install_elsewhere(tmp_path, change)
+    [line] = placed.problem_lines()
+    assert line.startswith("inductor/triton/0/STARTKERNEL/__grp__triton_red_1.json not installed: ")
+    assert line.endswith("cannot be rewritten (JSONDecodeError)")
+    assert not os.path.exists(os.path.join(here.inductor, "triton", "0", "STARTKERNEL", "__grp__triton_red_1.json"))
+
+
+def test_a_file_naming_the_building_paths_that_no_rule_covers_is_not_installed(tmp_path):
+    def change(roots):
+        write(os.path.join(_backbone(roots), "mystery.bin"), f"opens {roots.torch_compile}/x")
+
+    placed, here, _ = install_elsewhere(tmp_path, change)
+    [line] = placed.problem_lines()
+    assert line.startswith(f"torch_compile/{H}/rank_0_0/backbone/mystery.bin not installed: it names the building")
+    assert not os.path.exists(os.path.join(_backbone(here), "mystery.bin"))
+    assert os.path.isfile(os.path.join(_backbone(here), "vllm_compile_cache.py"))
+
+
+def test_a_later_rank_finds_it_all_in_place_but_what_was_left_out(tmp_path):
+    def change(roots):
+        write(os.path.join(_backbone(roots), "mystery.bin"), f"opens {roots.torch_compile}/x")
+
+    placed, here, _ = install_elsewhere(tmp_path, change)
+    again = startup.install(str(tmp_path / "s.warmup"), here, vllm_fp(), str(tmp_path / "B" / "vllm"))
+    assert again.installed is None and all(p.new == 0 for p in again.families.values())
+
+
+def test_reads_of_the_building_copy_are_named_and_fail_inert_error(tmp_path, capsys):
+    """Issue 43 item 4: installed on the machine that built it, a loader that reads the building copy
+    instead of the installed one is named, per family (what a machine that never built it would not have)."""
+    placed, here, a = install_elsewhere(tmp_path, keep_building=True)
+    building = os.path.join(a, "vllm", "torch_compile_cache", H, "rank_0_0", "backbone", ARTIFACTS[0])
+    assert building in placed.installed.elsewhere["torch_compile"]
+    open(building, "rb").read()  # vLLM 0.25 reading the artifact at the handle's old path
+    uses = {u.family: u for u in usage.check(placed.installed)}
+    if not uses["torch_compile"].tracked:
+        pytest.skip("this filesystem records no reads")
+    assert uses["torch_compile"].elsewhere == (building,) and uses["triton"].elsewhere == ()
+    assert usage.inert_count(list(uses.values())) >= 1
+    lines = usage.lines(list(uses.values()))
+    assert any(line.startswith("  read from elsewhere: torch_compile: 1 files") for line in lines)
+    code = cli.cmd_bundle(parse(["verify", str(tmp_path / "s.warmup"), "--vllm-cache-root", str(tmp_path / "B" / "vllm"),
+                                 "--inert", "error"]))
+    assert code == 1 and "read from the building machine's copy" in capsys.readouterr().out
+
+
+def test_an_image_built_without_the_gpu_is_checked_on_the_machine_at_start(tmp_path, monkeypatch, capsys):
+    """Issue 43 item 6: `install --target bundle` asks no GPU and marks the install; the plugin's check
+    keeps it on a matching machine and removes it from another."""
+    a = tmp_path / "A"
+    out = str(tmp_path / "s.warmup")
+    startup.build(out, fill(a), vllm_fp(), startup.Origin())
+    serve = tmp_path / "B"
+    for key, value in environ(serve).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(cli.environment, "measure", lambda: pytest.fail("--target bundle must not measure"))
+    assert cli.cmd_bundle(parse(["install", out, "--target", "bundle"])) == 0
+    assert "installed against the bundle's own fingerprint" in capsys.readouterr().out
+    root = str(serve / "vllm")
+    [pending] = records.pending(root)
+    model = os.path.join(root, "modelinfos", MODELINFO)
+    assert os.path.isfile(model)
+    [line] = machine_check.check(root, vllm_fp())
+    assert "this machine matches it" in line and records.pending(root) == [] and os.path.isfile(model)
+
+    shutil.rmtree(serve)
+    assert cli.cmd_bundle(parse(["install", out, "--target", "bundle"])) == 0
+    [line] = machine_check.check(root, vllm_fp(gpu="NVIDIA H200"))
+    assert "installed for another machine (gpu: bundle 'NVIDIA H100 80GB HBM3', here 'NVIDIA H200')" in line
+    assert not os.path.exists(model) and not os.listdir(os.path.join(root, "deep_gemm", "cache"))
+
+
+def test_inspect_says_what_an_install_does_with_the_building_paths(tmp_path, capsys):
+    out = str(tmp_path / "s.warmup")
+    startup.build(out, fill(tmp_path / "A"), vllm_fp(), startup.Origin())
+    assert cli.cmd_bundle(parse(["inspect", out])) == 0
+    text = capsys.readouterr().out
+    assert "members naming the building machine's cache paths (an install makes them this machine's):" in text
+    assert "torch_compile: 2 rewritten for the installing machine" in text
+    assert "triton: 1 rewritten for the installing machine, 0 kept (no loader follows the paths), 0 not installed" in text
+    assert "inductor: 1 rewritten for the installing machine, 2 kept" in text
+
+
+def test_a_family_is_added_in_one_place(tmp_path, monkeypatch):
+    """One module's Family and one row in the table: packed, relocated, placed, checked and reported
+    with no other change."""
+    def root(env):
+        return env.environ.get("EXAMPLE_CACHE_DIR")
+
+    example = Family(name="example", label="Example", root=root,
+                     collect=lambda r, fp: (collect_tree(r, "example"), []),
+                     place=lambda p: place_tree(p.staged, p.dest, p.move),
+                     paths=(PathRule(lambda rel, path: rel.endswith(".idx"), lambda data, reloc, final:
+                                     reloc.replace_text(data.decode()).encode(), "its index names its files"),))
+    monkeypatch.setattr(registry, "FAMILIES", registry.FAMILIES + (example,))
+    env_a = {**environ(tmp_path / "A"), "EXAMPLE_CACHE_DIR": str(tmp_path / "A" / "ex")}
+    write(str(tmp_path / "A" / "ex" / "k.idx"), str(tmp_path / "A" / "ex" / "k.bin"))
+    write(str(tmp_path / "A" / "ex" / "k.bin"), "kernel")
+    out = str(tmp_path / "s.warmup")
+    manifest = startup.build(out, CacheRoots.resolve(env_a), vllm_fp(), startup.Origin())
+    assert {"example/k.idx", "example/k.bin"} <= {f.path for f in manifest.files}
+    shutil.rmtree(tmp_path / "A")
+    env_b = {**environ(tmp_path / "B"), "EXAMPLE_CACHE_DIR": str(tmp_path / "B" / "ex")}
+    placed = startup.install(out, CacheRoots.resolve(env_b), vllm_fp(), str(tmp_path / "B" / "vllm"))
+    assert placed.families["example"].new == 2 and "example" in archive.read_manifest(out).roots
+    assert open(tmp_path / "B" / "ex" / "k.idx").read() == str(tmp_path / "B" / "ex" / "k.bin")
+    assert "example" in {u.family for u in usage.check(placed.installed)}
