@@ -95,6 +95,12 @@
 # FlashInfer's AOT directory (in $FI_SITE, shared by every arm: every run first removes the modules a bundle
 # placed there), then `warmup bundle verify` after its load says what of the install was used
 # (bundle_verify.txt). Repeats: PART_N (e.g. PARTS="stock-warm_1 bundle-cold_1 stock-warm_2 ...").
+# Issue 43 (a machine that never built the bundle): every bundle-cold run hides the bundle's building roots
+# that are not its own (moved aside for the run) and carries bench/tripwire, which records any attempt on
+# them in builder_opens.log (the summary fails the run on one). BUNDLE_IN=DIR: the bundle's parts from
+# another lease (bench/bundle_proof.py split there; join here, checked), joined into the series' bundle
+# before the runs; STOCK_WARM_FROM=bundle-cold then gives stock-warm the caches the last bundle-cold run
+# filled (with the FlashInfer modules it placed: no FlashInfer workspace on this machine holds them).
 # STOCK_WARM_FROM=bundle-build: stock-warm runs on the caches bundle-build filled (the same flags, so the same
 # torch.compile hash; stock then finds every kernel it compiles at start-up there) instead of stock-cold's: a
 # stock-cold run of this series costs ~530 s of a device call. Say so wherever its figures are reported.
@@ -185,10 +191,14 @@ run_part() {
         mkdir -p "$dir" && json_run "$dir" skipped="no bundle built on this machine or brought here"
         return
     fi
-    [ "$base" = bundle-build ] && do_or_show rm -f "$BUNDLE_FILE"
+    [ "$base" = bundle-build ] && do_or_show rm -f "$BUNDLE_FILE" "$BUNDLE_FILE.from"
     # FlashInfer's AOT directory is in its package, shared by every arm of this machine: the modules
-    # a bundle-cold run placed there would make any later run find them prebuilt (a fresh machine has none)
-    do_or_show clear_placed_flashinfer_modules
+    # a bundle-cold run placed there would make any later run find them prebuilt (a fresh machine has
+    # none), but for a stock-warm run on a bundle-cold run's caches, for which they are that warm state
+    # (issue 43: on a machine that never built the bundle no FlashInfer workspace holds them)
+    if [ "$base" != stock-warm ] || [ "${STOCK_WARM_FROM:-}" != bundle-cold ]; then
+        do_or_show clear_placed_flashinfer_modules
+    fi
     local left=$((BUDGET_S - ($(date +%s) - CALL_START) - 15)) limit=$RUN_TIMEOUT_S
     [ "$left" -lt "$limit" ] && limit=$left
     do_or_show rm -rf "$dir"
@@ -261,7 +271,8 @@ run_part() {
     if [ "$base" = bundle-cold ]; then
         restore_building_caches "${hidden[@]}"
         proof=(builder_roots="$foreign" builder_opens="$(python3 bench/bundle_proof.py opens "$dir/builder_opens.log")"
-               bundle_sha256="$(sha256sum "$BUNDLE_FILE" | cut -c1-64)" bundle_from="${BUNDLE_FROM:-this machine}")
+               bundle_sha256="$(sha256sum "$BUNDLE_FILE" | cut -c1-64)"
+               bundle_from="$(cat "$BUNDLE_FILE.from" 2>/dev/null || echo "this machine")")
     fi
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
@@ -368,7 +379,7 @@ main() {
     fi
     if [ -n "${BUNDLE_IN:-}" ]; then  # a bundle another machine built: its parts joined (issue 43 item 5)
         do_or_show python3 bench/bundle_proof.py join "$BUNDLE_IN" "$BUNDLE_FILE" || { say "BUNDLE_IN: not joined: stopping"; return 1; }
-        export BUNDLE_FROM="another machine (BUNDLE_IN=$BUNDLE_IN)"
+        [ "$DRY_RUN" = 1 ] || echo "another machine (its parts: BUNDLE_IN=$BUNDLE_IN)" > "$BUNDLE_FILE.from"
     fi
     local part
     for part in "${PART_LIST[@]}"; do
