@@ -254,7 +254,8 @@ def cmd_inspect(args) -> int:
 def building_paths(manifest, extracted: str) -> list[str]:
     """What an install does with the members that name the building machine's cache paths
     (executor/caches/relocate.py), family by family; [] when none does."""
-    relocation = Relocation.of(manifest.roots, {})
+    # what an install anywhere else would do: each family's root at some other path
+    relocation = Relocation.of(manifest.roots, {f: os.path.join(os.sep, "elsewhere", f) for f in manifest.roots or {}})
     outcomes = {family.name: relocate_family(family, os.path.join(extracted, family.name), "", relocation, apply=False)
                 for family in registry.FAMILIES}
     lines = summary_lines(outcomes)

@@ -5,9 +5,11 @@
   TORCHINDUCTOR_CACHE_DIR inside its torch.compile cache (packed with that family), but Inductor's
   Triton kernels stay where Inductor started (TRITON_CACHE_DIR is pinned under it at import).
 - Packs: every file but locks.
-- Relocates: its Triton entries' group files (executor/caches/triton.py). Inductor finds everything
-  else by the hash of its source or key (``<2 chars>/<hash>.<ext>``, ``fxgraph/``, ``aotautograd/``);
-  paths inside are in comments ("kernel path: ...") and repro strings, which nothing follows.
+- Relocates: its Triton entries' group files (executor/caches/triton.py), and the paths its FX graph
+  and AOTAutograd entries (pickles) hold: each kernel's autotuner keeps the absolute path of its
+  ``.best_config``, which Inductor opens (executor/caches/torch_artifacts.py). Inductor finds
+  everything else by the hash of its source or key (``<2 chars>/<hash>.<ext>``); paths inside are in
+  comments ("kernel path: ...") and repro strings, which nothing follows.
 - Is used: a kernel loaded reads its files; Inductor's by-products of a cold compile (its Python
   modules, say) are never read by a start that loads the compiled graph whole.
 """
@@ -16,13 +18,14 @@ from __future__ import annotations
 
 import re
 
-from . import checks, roots, triton
+from . import checks, roots, torch_artifacts, triton
 from .family import VLLM, Family, PathRule, Placing, Unresolved
 from .tree import Placed, collect_tree, place_tree
 
 # Inductor's own layout: <2 chars>/<hash>.<ext> (PyCodeCache, CppCodeCache, their .best_config), its
 # FX graph and AOTAutograd entries, its Triton cache, its locks.
 LAYOUT = re.compile(r"^(fxgraph|aotautograd|triton|locks|[0-9a-z]{2})/")
+ENTRIES = re.compile(r"^(fxgraph|aotautograd)/")
 WHY = "Inductor finds it by its key or the hash of its source; paths inside are comments and repro strings"
 
 
@@ -30,7 +33,18 @@ def in_layout(rel: str) -> bool:
     return bool(LAYOUT.match(rel))
 
 
-PATHS = (*triton.ENTRY_RULES, PathRule(lambda rel, path: in_layout(rel), None, WHY))
+def is_entry(rel: str) -> bool:
+    """An FX graph or AOTAutograd cache entry: a pickle whose objects hold paths Inductor opens."""
+    return bool(ENTRIES.match(rel))
+
+
+def rewrite_pickled(data: bytes, relocation, final: str) -> bytes:
+    return torch_artifacts.rewrite(data, relocation.moved, tuple(r.encode() for r in relocation.foreign_roots()))
+
+
+ENTRY_WHY = "Inductor opens the paths its pickled objects hold (each kernel's .best_config)"
+PATHS = (*triton.ENTRY_RULES, PathRule(lambda rel, path: is_entry(rel), rewrite_pickled, ENTRY_WHY),
+         PathRule(lambda rel, path: in_layout(rel), None, WHY))
 
 
 def check(root: str, path: str) -> list[Unresolved]:

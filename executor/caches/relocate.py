@@ -96,7 +96,9 @@ def relocate_family(family, staged: str, dest: str, relocation: Relocation, appl
                 why = (f"it names the building machine's {named[0]}, and no rule of {family.name} says "
                        "whether its loader follows that path")
             except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as e:
-                verdict, why = None, f"it names the building machine's {named[0]} and cannot be rewritten ({type(e).__name__})"
+                detail = f": {e}" if isinstance(e, ValueError) and type(e) is ValueError else ""
+                verdict, why = None, (f"it names the building machine's {named[0]} and cannot be rewritten "
+                                      f"({type(e).__name__}{detail})")
             if verdict is None:
                 if apply:
                     os.unlink(path)
@@ -108,6 +110,9 @@ def relocate_family(family, staged: str, dest: str, relocation: Relocation, appl
     return Outcome(tuple(rewritten), tuple(kept), tuple(dropped))
 
 
+TEXT_ONLY = "it names the building paths only in text no loader follows (comments, repro strings)"
+
+
 def _apply(family, rel: str, path: str, data: bytes, relocation: Relocation, final: str, apply: bool):
     """True: rewritten; a reason string: kept as it is; None: no rule matches."""
     for rule in family.paths:
@@ -115,10 +120,11 @@ def _apply(family, rel: str, path: str, data: bytes, relocation: Relocation, fin
             continue
         if rule.rewrite is None:
             return rule.why
+        new = rule.rewrite(data, relocation, final)  # inspect too: what would change, and what cannot
+        if new == data:
+            return TEXT_ONLY
         if apply:
-            new = rule.rewrite(data, relocation, final)
-            if new != data:
-                _write(path, new)
+            _write(path, new)
         return True
     return None
 

@@ -12,9 +12,11 @@
   InductorStandaloneAdaptor.load opens ``path``, the building machine's absolute path (0.33 opens
   ``<the file's directory>/<key>``: vLLM PR #52142): the path is moved to this machine's root and the
   file written back as vLLM writes it (pprint). Triton entries inside: executor/caches/triton.py.
-  Every other file that names a building path names it for people or debugging: torch's artifacts
-  (``artifact_compile_range_*``, the AOT ``model``) and Inductor's entries in repro strings and
-  "kernel path" comments (torch loads them into the current Inductor cache, by key), vLLM's
+  torch's artifacts (``artifact_compile_range_*``, the AOT ``model``) and Inductor's FX graph and
+  AOTAutograd entries pickle each kernel's autotuner with the absolute path of its ``.best_config``,
+  which Inductor opens: moved (executor/caches/torch_artifacts.py; other strings that mention a path,
+  repro scripts and generated code, are text and stay). Every other file that names a building path
+  names it for people or debugging: Inductor's generated code in "kernel path" comments, vLLM's
   ``computation_graph.py``, ``transformed_code.py`` and ``cache_key_factors.json`` (written for
   people; vLLM's loader opens none of them).
 - Checks: each entry of a compile cache must name an artifact that is here, at ``<dir>/<key>``, and
@@ -84,8 +86,10 @@ PATHS = (
     PathRule(_named(COMPILE_CACHE), rewrite_compile_cache, "vLLM opens each graph's artifact at the path it lists"),
     *triton.ENTRY_RULES,
     PathRule(_named(*FOR_PEOPLE), None, "vLLM writes it for people; its loader does not open it"),
-    PathRule(lambda rel, path: bool(ARTIFACT.search(rel)), None,
-             "torch's artifact: paths only in repro strings and comments; loaded into the current Inductor cache"),
+    PathRule(lambda rel, path: bool(ARTIFACT.search(rel)), inductor.rewrite_pickled,
+             "torch's artifact: Inductor opens the paths its pickled objects hold"),
+    PathRule(lambda rel, path: "inductor_cache/" in rel and inductor.is_entry(rel.split("inductor_cache/", 1)[1]),
+             inductor.rewrite_pickled, inductor.ENTRY_WHY),
     PathRule(lambda rel, path: "inductor_cache/" in rel and inductor.in_layout(rel.split("inductor_cache/", 1)[1]),
              None, inductor.WHY),
 )

@@ -15,14 +15,15 @@ import ast
 import json
 import os
 import pathlib
+import pickle
 import pprint
 import shutil
-import zlib
+from types import SimpleNamespace
 
 import pytest
 
 from executor.bundle import archive, cli, machine_check, records, startup, usage
-from executor.caches import registry
+from executor.caches import registry, relocate
 from executor.caches.family import Family, PathRule
 from executor.caches.registry import CacheRoots
 from executor.caches.tree import collect_tree, files_under, place_tree
@@ -34,10 +35,43 @@ AOT = "a0" * 32
 ARTIFACTS = ("artifact_compile_range_1_8192_subgraph_0", "artifact_compile_range_1_8192_subgraph_1")
 
 
-def torch_artifact(*fields: bytes) -> bytes:
-    """torch's binary artifact framing: a CRC32 of the rest, then 8-byte big-endian length-prefixed fields."""
-    body = b"".join(len(f).to_bytes(8, "big") + f for f in fields)
-    return zlib.crc32(body).to_bytes(4, "big") + body
+def inductor_entry(cache: str, name: str) -> bytes:
+    """An Inductor entry as Inductor pickles it, with plain objects in place of its classes: the
+    kernel's autotuner keeps its .best_config's absolute path (which Inductor opens) and its source
+    file's, its generated code names the path in a comment, its cubin in its debug information."""
+    return pickle.dumps({"autotune_cache": {"local_cache": ("LocalAutotuneCache", f"{cache}/zr/{name}.best_config")},
+                         "filename": f"{cache}/zr/c{name}.py",
+                         "source_code": f"# kernel path: {cache}/zr/c{name}.py\ndef call(args): ...\n",
+                         "cubin": elf(f"{cache}/zr/c{name}.py".encode())}, protocol=4)
+
+
+def torch_artifact(entry: bytes) -> bytes:
+    """A standalone-compile artifact written by torch's own serializers (torch 2.11's layout, seen on
+    the H100): its header, torch's key, the graph's key, the cache artifacts (an Inductor entry and
+    an autotune result)."""
+    from torch.compiler._cache import _serialize_single_cache
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer, BytesWriter
+
+    artifacts = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
+    artifacts.append(("autotune", [SimpleNamespace(key="zr/k.best_config", content=b'{"XBLOCK": 64}')]))
+    artifacts.append(("inductor", [SimpleNamespace(key="fkey", content=entry)]))
+    writer = BytesWriter()
+    writer.write_bytes(b"CacheCompiledArtifact")
+    writer.write_bytes(b"torchkey")
+    writer.write_str("graphkey")
+    writer.write_bytes(artifacts.to_bytes())
+    return writer.to_bytes()
+
+
+def torch_entries(path: str) -> list:
+    """The Inductor entries in a standalone-compile artifact, read with torch's own readers."""
+    from torch.compiler._cache import CacheArtifactManager
+    from torch.utils._appending_byte_serializer import BytesReader
+
+    reader = BytesReader(open(path, "rb").read())
+    fields = [reader.read_bytes(), reader.read_bytes(), reader.read_str(), reader.read_bytes()]
+    assert reader.is_finished() and fields[0] == b"CacheCompiledArtifact"
+    return [pickle.loads(a.content) for a in CacheArtifactManager.deserialize(fields[3])["inductor"]]
 
 
 def compile_cache(folder: str, keys=ARTIFACTS, where: str | None = None) -> None:
@@ -66,15 +100,24 @@ def fill(base) -> CacheRoots:
     tc = roots.torch_compile
     backbone = os.path.join(tc, H, "rank_0_0", "backbone")
     compile_cache(backbone)
-    for key in ARTIFACTS:
+    aot = os.path.join(tc, "torch_aot_compile", AOT)
+    inductor_cache = os.path.join(aot, "inductor_cache")
+    for i, key in enumerate(ARTIFACTS):
         with open(os.path.join(backbone, key), "wb") as f:
-            f.write(torch_artifact(b"CacheCompiledArtifact", b"torchkey", b"key",
-                                   f"os.environ['TORCHINDUCTOR_CACHE_DIR'] = '{roots.inductor}'".encode()))
+            f.write(torch_artifact(inductor_entry(inductor_cache, f"k{i}")))
     write(os.path.join(backbone, "computation_graph.py"), f"# {backbone}\n")
     write(os.path.join(backbone, "cache_key_factors.json"), json.dumps({"env": {"VLLM_CACHE_ROOT": base}}))
-    aot = os.path.join(tc, "torch_aot_compile", AOT)
-    write(os.path.join(aot, "rank_0_0", "model"), f"pickled graph, traced from {aot}")
-    inductor_cache = os.path.join(aot, "inductor_cache")
+    with open(os.path.join(aot, "rank_0_0", "model") if os.makedirs(os.path.join(aot, "rank_0_0")) is None else "", "wb") as f:
+        f.write(pickle.dumps({"graph": "...", "traced": f"traced from {aot}"}, protocol=4))
+    for i in range(len(ARTIFACTS)):
+        write(os.path.join(inductor_cache, "zr", f"k{i}.best_config"), json.dumps({"XBLOCK": 64}))
+    with open(os.path.join(inductor_cache, "fxgraph", "fk") if os.makedirs(os.path.join(inductor_cache, "fxgraph"))
+              is None else "", "wb") as f:
+        f.write(inductor_entry(inductor_cache, "k0"))
+    write(os.path.join(roots.inductor, "zr", "k9.best_config"), json.dumps({"XBLOCK": 32}))
+    with open(os.path.join(roots.inductor, "fxgraph", "fk9") if os.makedirs(os.path.join(roots.inductor, "fxgraph"))
+              is None else "", "wb") as f:
+        f.write(inductor_entry(roots.inductor, "k9"))
     triton_entry(os.path.join(inductor_cache, "triton", "0", "AOTKERNEL"), "triton_poi_0",
                  os.path.join(inductor_cache, "ab", "cabc.py"))
     write(os.path.join(inductor_cache, "ab", "cabc.py"), f"# kernel path: {inductor_cache}/ab/cabc.py\n")
@@ -90,7 +133,8 @@ def fill(base) -> CacheRoots:
 def followed_paths(path: str) -> list[str]:
     """The paths a loader follows in a cache file, read as the loaders read them (vLLM's compile
     cache: the handle's path, which 0.25 opens, and <its directory>/<key>, which 0.33 opens;
-    Triton's group files: every file listed)."""
+    Triton's group files: every file listed; Inductor's entries, alone or in a torch artifact
+    (read with torch's own readers): each autotuner's .best_config)."""
     name = os.path.basename(path)
     if name == "vllm_compile_cache.py":
         cache = ast.literal_eval(open(path).read())
@@ -98,7 +142,9 @@ def followed_paths(path: str) -> list[str]:
                                                    os.path.join(os.path.dirname(path), v["graph_handle"][0]))]
     if name.startswith("__grp__"):
         return list(json.load(open(path))["child_paths"].values())
-    return []
+    entries = torch_entries(path) if name.startswith("artifact_compile_range_") else \
+        [pickle.load(open(path, "rb"))] if os.path.basename(os.path.dirname(path)) == "fxgraph" else []
+    return [e["autotune_cache"]["local_cache"][1] for e in entries]
 
 
 def install_elsewhere(tmp_path, change=None, keep_building=False):
@@ -120,15 +166,17 @@ def test_every_path_a_loader_follows_is_this_machines_after_the_building_one_is_
     assert not os.path.exists(a) and placed.problem_lines() == []
     installed = [f for root in here.values() if root and os.path.isdir(root) for f in files_under(root)]
     followed = {(f, p) for f in installed for p in followed_paths(f)}
-    assert len({f for f, _ in followed}) == 4  # the compile cache and three Triton groups
+    # the compile cache, three Triton groups, two torch artifacts and two Inductor entries
+    assert len({f for f, _ in followed}) == 8
     for f, p in followed:
         assert p.startswith(str(tmp_path / "B") + os.sep) and os.path.isfile(p), (f, p)
-    # A's cache roots are still named only where nothing follows them, each kept by its family's rule
+    # A's cache roots are still named only where nothing follows them (in text: comments, debug
+    # information), in files each family's rules kept as they are or rewrote
     built = archive.read_manifest(str(tmp_path / "s.warmup")).roots.values()
     naming_a = sorted(os.path.relpath(f, tmp_path / "B") for f in installed
                       if any(r.encode() in open(f, "rb").read() for r in built))
-    kept = {rel for outcome in placed.relocated.values() for rel, _ in outcome.kept}
-    assert naming_a and all(any(n.endswith(k) for k in kept) for n in naming_a), naming_a
+    handled = {rel for o in placed.relocated.values() for rel in [*o.rewritten, *(r for r, _ in o.kept)]}
+    assert naming_a and all(any(n.endswith(k) for k in handled) for n in naming_a), naming_a
     assert not any(os.path.basename(n) in ("vllm_compile_cache.py",) or "__grp__" in n for n in naming_a)
 
 
@@ -139,9 +187,11 @@ def test_vllms_compile_cache_is_rewritten_as_vllm_writes_it(tmp_path):
     cache = ast.literal_eval(text)
     assert text == pprint.PrettyPrinter(indent=4).pformat(cache)
     assert [v["graph_handle"] for v in cache.values()] == [(k, os.path.join(os.path.dirname(path), k)) for k in ARTIFACTS]
-    assert placed.relocated["torch_compile"].rewritten == (f"{H}/rank_0_0/backbone/vllm_compile_cache.py",
-                                                           f"torch_aot_compile/{AOT}/inductor_cache/triton/0/AOTKERNEL/"
-                                                           "__grp__triton_poi_0.json")
+    assert placed.relocated["torch_compile"].rewritten == (
+        *(f"{H}/rank_0_0/backbone/{a}" for a in ARTIFACTS), f"{H}/rank_0_0/backbone/vllm_compile_cache.py",
+        f"torch_aot_compile/{AOT}/inductor_cache/fxgraph/fk",
+        f"torch_aot_compile/{AOT}/inductor_cache/triton/0/AOTKERNEL/__grp__triton_poi_0.json")
+    assert (f"torch_aot_compile/{AOT}/rank_0_0/model", relocate.TEXT_ONLY) in placed.relocated["torch_compile"].kept
 
 
 def _backbone(roots) -> str:
@@ -155,7 +205,6 @@ def _cut(path: str) -> None:
 
 @pytest.mark.parametrize("change,why", [
     (lambda r: os.unlink(os.path.join(_backbone(r), ARTIFACTS[1])), f"its artifact {ARTIFACTS[1]} is not here"),
-    (lambda r: _cut(os.path.join(_backbone(r), ARTIFACTS[1])), "not a whole torch artifact"),
     (lambda r: compile_cache(_backbone(r), where="/elsewhere"), "outside this cache"),
 ])
 def test_a_graph_vllm_would_fail_on_is_taken_out_of_its_compile_cache_in_one_line(tmp_path, change, why):
@@ -168,6 +217,29 @@ def test_a_graph_vllm_would_fail_on_is_taken_out_of_its_compile_cache_in_one_lin
     else:                   # the other graph stays, the file as vLLM writes it
         assert len(lines) == 1 and "entry taken out" in lines[0]
         assert [v["graph_handle"][0] for v in ast.literal_eval(open(path).read()).values()] == [ARTIFACTS[0]]
+
+
+def test_a_cut_artifact_is_not_installed_and_its_graph_taken_out(tmp_path):
+    placed, here, _ = install_elsewhere(tmp_path, lambda r: _cut(os.path.join(_backbone(r), ARTIFACTS[1])))
+    dropped, taken = placed.problem_lines()
+    assert dropped.startswith(f"torch_compile/{H}/rank_0_0/backbone/{ARTIFACTS[1]} not installed: ") and \
+        "cannot be rewritten (ValueError: not a pickle, a torch artifact or torch's cache artifacts)" in dropped
+    assert f"entry taken out: graph ((1, 8192), 1, 'inductor_standalone'): its artifact {ARTIFACTS[1]} is not here" in taken
+    assert [v["graph_handle"][0] for v in ast.literal_eval(open(os.path.join(_backbone(here), "vllm_compile_cache.py"))
+                                                              .read()).values()] == [ARTIFACTS[0]]
+
+
+def test_a_cut_artifact_at_the_same_paths_is_found_by_the_check(tmp_path):
+    """The same paths on both machines: nothing to rewrite; the check after placement takes it out."""
+    a = tmp_path / "A"
+    roots = fill(a)
+    _cut(os.path.join(_backbone(roots), ARTIFACTS[1]))
+    out = str(tmp_path / "s.warmup")
+    startup.build(out, roots, vllm_fp(), startup.Origin())
+    shutil.move(str(a), str(tmp_path / "away"))
+    placed = startup.install(out, CacheRoots.resolve(environ(a)), vllm_fp(), str(a / "vllm"))
+    [line] = placed.problem_lines()
+    assert "entry taken out" in line and "not a whole torch artifact (cut short or corrupted)" in line
 
 
 def test_a_compile_cache_vllm_cannot_read_is_not_installed(tmp_path):
@@ -290,9 +362,9 @@ def test_inspect_says_what_an_install_does_with_the_building_paths(tmp_path, cap
     assert cli.cmd_bundle(parse(["inspect", out])) == 0
     text = capsys.readouterr().out
     assert "members naming the building machine's cache paths (an install makes them this machine's):" in text
-    assert "torch_compile: 2 rewritten for the installing machine" in text
+    assert "torch_compile: 5 rewritten for the installing machine" in text
     assert "triton: 1 rewritten for the installing machine, 0 kept (no loader follows the paths), 0 not installed" in text
-    assert "inductor: 1 rewritten for the installing machine, 2 kept" in text
+    assert "inductor: 2 rewritten for the installing machine, 2 kept" in text
 
 
 def test_a_family_is_added_in_one_place(tmp_path, monkeypatch):
@@ -319,3 +391,35 @@ def test_a_family_is_added_in_one_place(tmp_path, monkeypatch):
     assert placed.families["example"].new == 2 and "example" in archive.read_manifest(out).roots
     assert open(tmp_path / "B" / "ex" / "k.idx").read() == str(tmp_path / "B" / "ex" / "k.bin")
     assert "example" in {u.family for u in usage.check(placed.installed)}
+
+
+def test_the_pickle_rewrite_moves_path_strings_only_and_keeps_everything_else():
+    """A path string is moved (to a longer path: SHORT_BINUNICODE becomes BINUNICODE, frames go), a
+    string that only mentions a path is kept, nested pickles in bytes are rewritten, and moving back
+    gives the same opcodes as the original."""
+    import pickletools
+
+    from executor.caches import torch_artifacts
+
+    old, new = "/b/inductor", "/serving/machine/" + "x" * 300 + "/inductor"
+    inner = pickle.dumps({"key": f"{old}/zr/k.best_config"}, protocol=4)
+    data = pickle.dumps([f"{old}/zr/k.best_config", f"# kernel path: {old}/zr/c.py", inner, 7, f"{old}/zr/k.best_config"],
+                        protocol=4)
+
+    def moved(path, a=old, b=new):
+        return b + path[len(a):] if path.startswith(a + "/") else None
+
+    out = torch_artifacts.rewrite(data, moved, (old.encode(),))
+    value = pickle.loads(out)
+    assert value[0] == value[4] == f"{new}/zr/k.best_config" and value[1] == f"# kernel path: {old}/zr/c.py"
+    assert pickle.loads(value[2]) == {"key": f"{new}/zr/k.best_config"} and value[3] == 7
+    back = torch_artifacts.rewrite(out, lambda p: moved(p, new, old), (new.encode(),))
+
+    def ops(blob):
+        return [(op.name, arg) for op, arg, _ in pickletools.genops(blob) if op.name != "FRAME"]
+
+    restored, original = pickle.loads(back), pickle.loads(data)
+    assert ops(back)[:3] == ops(data)[:3] and restored[:2] + restored[3:] == original[:2] + original[3:]
+    assert pickle.loads(restored[2]) == pickle.loads(original[2])  # the same object, without its frame
+    with pytest.raises(ValueError):
+        torch_artifacts.rewrite(b"not a pickle " + old.encode(), moved, (old.encode(),))
