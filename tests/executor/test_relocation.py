@@ -18,6 +18,7 @@ import pathlib
 import pickle
 import pprint
 import shutil
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -317,10 +318,10 @@ def test_reads_of_the_building_copy_are_named_and_fail_inert_error(tmp_path, cap
     placed, here, a = install_elsewhere(tmp_path, keep_building=True)
     building = os.path.join(a, "vllm", "torch_compile_cache", H, "rank_0_0", "backbone", ARTIFACTS[0])
     assert building in placed.installed.elsewhere["torch_compile"]
-    open(building, "rb").read()  # vLLM 0.25 reading the artifact at the handle's old path
+    # vLLM 0.25 reading the artifact at the handle's old path, as the kernel records a read (relatime:
+    # the access time moves past the mark), whatever this test's filesystem records
+    os.utime(building, (time.time(), os.stat(building).st_mtime))
     uses = {u.family: u for u in usage.check(placed.installed)}
-    if not uses["torch_compile"].tracked:
-        pytest.skip("this filesystem records no reads")
     assert uses["torch_compile"].elsewhere == (building,) and uses["triton"].elsewhere == ()
     assert usage.inert_count(list(uses.values())) >= 1
     lines = usage.lines(list(uses.values()))
