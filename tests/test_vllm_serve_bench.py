@@ -430,14 +430,20 @@ def test_plot_draws_server_runs_side_by_side(stock_run, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_proof_script_dry_run_in_server_mode(tmp_path):
+def proof_dry_run(tmp_path, parts: str, **settings) -> str:
+    """What bench/vllm_startup_proof.sh --dry-run prints (server mode with FlashInfer unless `settings`
+    say otherwise) under PROOF_ROOT=tmp_path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WARMUP_", "VLLM_", "MODE", "PARTS", "REQUESTS"))}
-    env.update(MODE="server", PARTS="plugin-cold stock-cold", WITH_FLASHINFER="1", PROOF_ROOT=str(tmp_path),
-               VLLM_USE_FLASHINFER_SAMPLER="1")
+    env.update({"MODE": "server", "PARTS": parts, "WITH_FLASHINFER": "1", "PROOF_ROOT": str(tmp_path),
+                "VLLM_USE_FLASHINFER_SAMPLER": "1", **settings})
     done = subprocess.run(["bash", os.path.join(BENCH, "vllm_startup_proof.sh"), "--dry-run"], env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    out = done.stdout
+    return done.stdout
+
+
+def test_proof_script_dry_run_in_server_mode(tmp_path):
+    out = proof_dry_run(tmp_path, "plugin-cold stock-cold")
     drivers = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
     assert len(drivers) == 2 and all("--requests 300" in x for x in drivers)
     assert all("-u VLLM_ENABLE_V1_MULTIPROCESSING" in x for x in drivers)
@@ -452,12 +458,9 @@ def test_proof_script_dry_run_in_server_mode(tmp_path):
     assert "--jit-monitor-mode error" in drivers[0] and "--jit-monitor-mode error" in servers[0]
     assert "--jit-monitor-mode warn" in drivers[1] and "--jit-monitor-mode warn" in servers[1]
     assert "vllm_plugin_trace.py" not in out
-    env.update(MODE="offline", MODEL="qwen3-8b")
-    done = subprocess.run(["bash", os.path.join(BENCH, "vllm_startup_proof.sh"), "--dry-run"], env=env,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "vllm_plugin_trace.py" in done.stdout and "--requests 500" in done.stdout
-    assert "tests/fixtures/hf/qwen3-8b.json" in done.stdout and "vllm_serve_trace.py" not in done.stdout
+    offline = proof_dry_run(tmp_path, "plugin-cold stock-cold", MODE="offline", MODEL="qwen3-8b")
+    assert "vllm_plugin_trace.py" in offline and "--requests 500" in offline
+    assert "tests/fixtures/hf/qwen3-8b.json" in offline and "vllm_serve_trace.py" not in offline
 
 
 def test_proof_script_hides_and_watches_the_building_caches_of_a_bundle_cold_run(tmp_path):
@@ -473,13 +476,8 @@ def test_proof_script_hides_and_watches_the_building_caches_of_a_bundle_cold_run
     os.makedirs(tmp_path / "bundles")
     startup.build(str(tmp_path / "bundles" / f"{series}.warmup"), fill(tmp_path / "cache" / series / "bundle-build"),
                   vllm_fp(), startup.Origin())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WARMUP_", "VLLM_", "MODE", "PARTS", "REQUESTS"))}
-    env.update(MODE="server", PARTS="bundle-cold", WITH_FLASHINFER="1", PROOF_ROOT=str(tmp_path),
-               VLLM_USE_FLASHINFER_SAMPLER="1")
-    done = subprocess.run(["bash", os.path.join(BENCH, "vllm_startup_proof.sh"), "--dry-run"], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    [driver] = [x for x in done.stdout.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
+    [driver] = [x for x in proof_dry_run(tmp_path, "bundle-cold").splitlines()
+                if "vllm_serve_trace.py" in x and "--dry-run" not in x]
     assert f"PYTHONPATH={ROOT}/bench/tripwire:" in driver
     roots = next(w for w in driver.split() if w.startswith("WARMUP_TRIPWIRE_ROOTS=")).split("=", 1)[1].split(":")
     assert len(roots) == 6 and all(r.startswith(str(tmp_path / "cache" / series / "bundle-build")) for r in roots)

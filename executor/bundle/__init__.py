@@ -1,8 +1,15 @@
-"""Warmup bundles: what a plan's warmup put in the caches, packed, verified and installed elsewhere.
+"""Warmup bundles: what a plan's warmup or a vLLM start-up put in the caches, packed, verified and
+installed on machines that never built it. The caches themselves are families of executor/caches/.
 
-    archive.py      the tar and its typed manifest; extraction that checks every file
-    environment.py  the environment fingerprint (GPU, driver, CUDA/NVCC, torch, triton, DeepGEMM, FlashInfer)
-    ops.py          build, install (re-keying DeepGEMM 2.5/2.6 for another path), verify
-    startup.py      a whole vLLM start-up's caches (torch.compile, AOT, Triton, FlashInfer autotune)
-    cli.py          `warmup bundle build|verify|install|inspect`
+    archive.py        the tar and its typed manifest; extraction that checks every file
+    environment.py    the environment fingerprint (GPU, driver, CUDA/NVCC, torch, triton, DeepGEMM, FlashInfer)
+    packing.py        what a bundle holds of a machine's caches
+    placement.py      relocate, place and check a staged bundle in a machine's roots
+    ops.py            a plan's bundle: build, install, verify
+    startup.py        a vLLM start-up's bundle: build, install (and install_early, before vLLM resolves the model)
+    staging.py        the members checked once per machine, off vLLM's critical path
+    usage.py          what of an install was used, compiled again, or read from the building copy
+    records.py        where the records of installs are kept; machine_check.py: installs against a bundle's
+                      own fingerprint, checked on the machine at start
+    cli.py            `warmup bundle build|verify|install|inspect`
 """

@@ -12,25 +12,12 @@ vLLM compiles for the machine it is on.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-from contextlib import contextmanager
 
 from . import environment, usage
+from .ops import locked
 from .records import UNCHECKED, pending, records_dir
-
-LOCK = ".machine-check.lock"
-
-
-@contextmanager
-def _locked(folder: str):
-    with open(os.path.join(folder, LOCK), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def check(vllm_cache_root: str, here: dict) -> list[str]:
@@ -39,7 +26,7 @@ def check(vllm_cache_root: str, here: dict) -> list[str]:
     if not pending(vllm_cache_root):
         return []
     lines = []
-    with _locked(records_dir(vllm_cache_root)):
+    with locked(records_dir(vllm_cache_root)):
         for record in pending(vllm_cache_root):  # again, under the lock: another rank may have done it
             lines.append(_check_one(record, here))
             os.unlink(record + UNCHECKED)

@@ -66,7 +66,7 @@ class Placing(NamedTuple):
     staged: str               # the family's directory in the checked staging tree
     dest: str                 # its root on this machine
     manifest: object          # the bundle's Manifest
-    names: dict               # DeepGEMM: entry -> its name here (ops.rekeyed_names)
+    names: dict               # DeepGEMM: entry -> its name here (executor/caches/deep_gemm.py names_here)
     include_dir: str | None   # DeepGEMM's include directory here
     move: bool = False        # the staged files are ours to rename (the plugin's install)
 

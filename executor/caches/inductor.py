@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from . import checks, roots, torch_artifacts, triton
-from .family import VLLM, Family, PathRule, Placing, Unresolved
+from .family import Family, PathRule, Placing, Unresolved
 from .tree import Placed, collect_tree, place_tree
 
 # Inductor's own layout: <2 chars>/<hash>.<ext> (PyCodeCache, CppCodeCache, their .best_config), its

@@ -95,7 +95,9 @@ def _unicode(text: str) -> bytes:
     data = text.encode("utf-8", "surrogatepass")
     if len(data) < 256:
         return b"\x8c" + bytes([len(data)]) + data
-    return b"X" + struct.pack("<I", len(data)) + data if len(data) < 1 << 32 else b"\x8d" + struct.pack("<Q", len(data)) + data
+    if len(data) < 1 << 32:
+        return b"X" + struct.pack("<I", len(data)) + data
+    return b"\x8d" + struct.pack("<Q", len(data)) + data
 
 
 def _bytes(data: bytes, bytearray_op: bool) -> bytes:
@@ -103,7 +105,9 @@ def _bytes(data: bytes, bytearray_op: bool) -> bytes:
         return b"\x96" + struct.pack("<Q", len(data)) + data
     if len(data) < 256:
         return b"C" + bytes([len(data)]) + data
-    return b"B" + struct.pack("<I", len(data)) + data if len(data) < 1 << 32 else b"\x8e" + struct.pack("<Q", len(data)) + data
+    if len(data) < 1 << 32:
+        return b"B" + struct.pack("<I", len(data)) + data
+    return b"\x8e" + struct.pack("<Q", len(data)) + data
 
 
 def _checksummed(data: bytes) -> bool:

@@ -34,7 +34,7 @@ import pprint
 import re
 
 from . import checks, inductor, roots, triton
-from .family import VLLM, Family, Monitored, PathRule, Placing, Unresolved
+from .family import Family, Monitored, PathRule, Placing, Unresolved
 from .tree import Placed, collect_tree, place_tree
 
 COMPILE_CACHE = "vllm_compile_cache.py"

@@ -14,7 +14,6 @@ import tarfile
 import pytest
 
 from executor.bundle import archive, cli, environment, ops
-from executor.caches.registry import CacheRoots
 from test_bundle import built, dirs_in, fingerprint, parse, rewrite  # noqa: F401 - `built` is a fixture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

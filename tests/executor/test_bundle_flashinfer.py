@@ -116,7 +116,6 @@ def test_a_machine_without_flashinfer_refuses_a_bundle_with_modules_in_one_line(
 
 
 def test_rebuilt_names_a_placed_module_flashinfer_built_again_after_the_install(tmp_path):
-    from executor.bundle import usage
 
     built_module(tmp_path / "ws", "sampling")
     jit = tmp_path / "ws" / ".cache" / "flashinfer" / "0.6.13" / "90a" / "cached_ops"

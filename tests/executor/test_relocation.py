@@ -75,9 +75,16 @@ def torch_entries(path: str) -> list:
     return [pickle.loads(a.content) for a in CacheArtifactManager.deserialize(fields[3])["inductor"]]
 
 
+def write_bytes(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
 def compile_cache(folder: str, keys=ARTIFACTS, where: str | None = None) -> None:
     """vllm_compile_cache.py as vLLM 0.25 writes it: pprint of {(range, index, compiler): handle}."""
-    cache = {((1, 8192), i, "inductor_standalone"): {"cache_key": f"k{i}", "graph_handle": (key, os.path.join(where or folder, key))}
+    cache = {((1, 8192), i, "inductor_standalone"): {"cache_key": f"k{i}",
+                                                     "graph_handle": (key, os.path.join(where or folder, key))}
              for i, key in enumerate(keys)}
     write(os.path.join(folder, "vllm_compile_cache.py"), pprint.PrettyPrinter(indent=4).pformat(cache))
 
@@ -104,21 +111,16 @@ def fill(base) -> CacheRoots:
     aot = os.path.join(tc, "torch_aot_compile", AOT)
     inductor_cache = os.path.join(aot, "inductor_cache")
     for i, key in enumerate(ARTIFACTS):
-        with open(os.path.join(backbone, key), "wb") as f:
-            f.write(torch_artifact(inductor_entry(inductor_cache, f"k{i}")))
+        write_bytes(os.path.join(backbone, key), torch_artifact(inductor_entry(inductor_cache, f"k{i}")))
     write(os.path.join(backbone, "computation_graph.py"), f"# {backbone}\n")
     write(os.path.join(backbone, "cache_key_factors.json"), json.dumps({"env": {"VLLM_CACHE_ROOT": base}}))
-    with open(os.path.join(aot, "rank_0_0", "model") if os.makedirs(os.path.join(aot, "rank_0_0")) is None else "", "wb") as f:
-        f.write(pickle.dumps({"graph": "...", "traced": f"traced from {aot}"}, protocol=4))
+    write_bytes(os.path.join(aot, "rank_0_0", "model"), pickle.dumps({"graph": "...", "traced": f"traced from {aot}"},
+                                                                     protocol=4))
     for i in range(len(ARTIFACTS)):
         write(os.path.join(inductor_cache, "zr", f"k{i}.best_config"), json.dumps({"XBLOCK": 64}))
-    with open(os.path.join(inductor_cache, "fxgraph", "fk") if os.makedirs(os.path.join(inductor_cache, "fxgraph"))
-              is None else "", "wb") as f:
-        f.write(inductor_entry(inductor_cache, "k0"))
+    write_bytes(os.path.join(inductor_cache, "fxgraph", "fk"), inductor_entry(inductor_cache, "k0"))
     write(os.path.join(roots.inductor, "zr", "k9.best_config"), json.dumps({"XBLOCK": 32}))
-    with open(os.path.join(roots.inductor, "fxgraph", "fk9") if os.makedirs(os.path.join(roots.inductor, "fxgraph"))
-              is None else "", "wb") as f:
-        f.write(inductor_entry(roots.inductor, "k9"))
+    write_bytes(os.path.join(roots.inductor, "fxgraph", "fk9"), inductor_entry(roots.inductor, "k9"))
     triton_entry(os.path.join(inductor_cache, "triton", "0", "AOTKERNEL"), "triton_poi_0",
                  os.path.join(inductor_cache, "ab", "cabc.py"))
     write(os.path.join(inductor_cache, "ab", "cabc.py"), f"# kernel path: {inductor_cache}/ab/cabc.py\n")

@@ -1,6 +1,6 @@
 """FlashInfer's own loader is the judge of a bundle's FlashInfer modules (issue 35 item 1): with
 vLLM 0.25.0's FlashInfer 0.6.13 (WARMUP_VLLM_ENVS, tests/vllm_parity/setup_vllm.sh), the
-directories executor/bundle/flashinfer_modules.py finds without importing FlashInfer are the ones
+directories executor/caches/flashinfer_jit.py finds without importing FlashInfer are the ones
 FlashInfer computes, and a module a bundle installed is loaded by ``JitSpec.build_and_load`` from
 where it was placed, without FlashInfer's build step running and without a library appearing in
 the JIT workspace. The load itself (tvm_ffi, a GPU library) is recorded, not made."""
