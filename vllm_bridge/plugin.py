@@ -37,7 +37,7 @@ import os
 import sys
 
 from . import ahead, bundle
-from .releases import Release, release_for
+from .releases import RELEASES, Release, release_for
 from .settings import Settings
 from .warmup import WorkerWarmup, swapped
 
@@ -51,6 +51,12 @@ def register() -> None:
         return
     import vllm
 
+    if vllm.__version__ not in RELEASES and not settings.asked:
+        # on only for an install's machine check (`warmup bundle install --target bundle`): the user
+        # asked for nothing, so another vLLM is one line, and vLLM starts as it would
+        bundle.log.warning("warmup-planner: an install awaits this machine's check, which needs vLLM %s; vLLM %s "
+                           "is installed: not checked", ", ".join(RELEASES), vllm.__version__)
+        return
     patch_worker(release_for(vllm.__version__), settings)
     bundle.install_early(settings.bundle)  # vLLM resolves the model after its plugins are loaded
     if settings.plan:

@@ -43,10 +43,15 @@ class Settings(NamedTuple):
                    _machine_check_pending(environ))
 
     @property
+    def asked(self) -> bool:
+        """Whether the user asked for the plugin: a plan, a bundle to install or one to build."""
+        return bool(self.plan or self.bundle or self.bundle_out)
+
+    @property
     def active(self) -> bool:
         """Whether the plugin patches vLLM: a plan, a bundle to install or one to build, or an
         install that awaits this machine's check (`warmup bundle install --target bundle`)."""
-        return bool(self.plan or self.bundle or self.bundle_out or self.machine_check)
+        return self.asked or self.machine_check
 
 
 def _machine_check_pending(environ) -> bool:

@@ -426,3 +426,67 @@ def test_the_pickle_rewrite_moves_path_strings_only_and_keeps_everything_else():
     assert pickle.loads(restored[2]) == pickle.loads(original[2])  # the same object, without its frame
     with pytest.raises(ValueError):
         torch_artifacts.rewrite(b"not a pickle " + old.encode(), moved, (old.encode(),))
+
+
+def test_every_monitored_family_counts_on_the_monitor_and_is_read_back_from_the_logs():
+    """A family's module names the JIT monitor's counters of its compiles and the backend its events
+    carry: each must be one the monitor keeps, and one `warmup absorb` reads back from the plugin's
+    log (planner/review/server_logs.py, which the planner cannot import from the executor)."""
+    from executor.jit_monitor import COUNTERS
+    from planner.review.server_logs import PLUGIN_BACKENDS, PLUGIN_LINE
+
+    for family in registry.monitored():
+        m = family.monitor
+        assert m.compiled in COUNTERS and (m.loaded is None or m.loaded in COUNTERS), family.name
+        assert m.backend in PLUGIN_BACKENDS, family.name
+        line = f"{m.backend} kernel compiled after warmup was sealed: k. This is a latency spike"
+        assert PLUGIN_LINE.search(line)["backend"] == m.backend
+
+
+def test_the_plugin_is_on_for_an_install_awaiting_the_machine_and_steps_aside_for_another_vllm(tmp_path, monkeypatch,
+                                                                                              caplog):
+    """Issue 43 item 6: an install made against the bundle's fingerprint turns the plugin on (to check
+    the machine at load_model); with a vLLM the plugin does not support, that is one line, not a stop."""
+    import sys
+
+    from vllm_bridge import bundle as bridge, plugin as plugin_module
+    from vllm_bridge.settings import Settings
+
+    root = tmp_path / "vllm"
+    for key in ("WARMUP_PLAN", "WARMUP_BUNDLE", "WARMUP_BUNDLE_OUT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(root))
+    assert not Settings.from_env(os.environ).active
+    write(records.record_path(str(root), "d") + records.UNCHECKED, "x")
+    settings = Settings.from_env(os.environ)
+    assert settings.active and settings.machine_check and not settings.asked
+    calls = []
+    monkeypatch.setattr(plugin_module, "patch_worker", lambda release, s: calls.append("patch"))
+    monkeypatch.setattr(bridge, "install_early", lambda path: calls.append("early"))
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(__version__="0.26.0"))
+    with caplog.at_level("WARNING", logger="vllm.warmup_planner"):
+        plugin_module.register()
+    assert calls == [] and len(caplog.records) == 1 and "vLLM 0.26.0 is installed: not checked" in caplog.text
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(__version__="0.25.0"))
+    plugin_module.register()
+    assert calls == ["patch", "early"]
+
+
+def test_load_model_checks_an_install_awaiting_the_machine_before_vllm_reads_the_caches(tmp_path, monkeypatch, caplog):
+    from vllm_bridge import bundle as bridge, plugin as plugin_module
+    from vllm_bridge.settings import Settings
+
+    out = str(tmp_path / "s.warmup")
+    startup.build(out, fill(tmp_path / "A"), vllm_fp(), startup.Origin())
+    serve = tmp_path / "B"
+    placed = startup.install(out, CacheRoots.resolve(environ(serve)), {}, str(serve / "vllm"), as_built=True)
+    model = os.path.join(serve, "vllm", "modelinfos", MODELINFO)
+    assert os.path.isfile(model) and placed.installed.fingerprint["gpu"] == "NVIDIA H100 80GB HBM3"
+    monkeypatch.setattr(bridge, "vllm_cache_root", lambda: str(serve / "vllm"))
+    monkeypatch.setattr(bridge, "machine", lambda config, recorded=None: vllm_fp(gpu="NVIDIA H200"))
+    worker = SimpleNamespace(vllm_config=None)
+    with caplog.at_level("WARNING", logger="vllm.warmup_planner"):
+        plugin_module._bundle_before_compile(worker, Settings(None, machine_check=True))
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"warmup-planner: bundle {out} was installed for another machine (gpu: ")
+    assert not os.path.exists(model) and records.pending(str(serve / "vllm")) == []
