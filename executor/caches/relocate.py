@@ -56,13 +56,6 @@ class Relocation(NamedTuple):
                 return None if here is None else here + normal[len(built):]
         return path
 
-    def replace_text(self, text: str) -> str:
-        """Every building root named in `text` replaced by this machine's (longest first)."""
-        for built, here in self.moves:
-            if here is not None and built != here:
-                text = text.replace(built, here)
-        return text
-
 
 class Outcome(NamedTuple):
     """What the relocation of one family's staged files did."""

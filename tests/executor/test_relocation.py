@@ -380,7 +380,7 @@ def test_a_family_is_added_in_one_place(tmp_path, monkeypatch):
                      collect=lambda r, fp: (collect_tree(r, "example"), []),
                      place=lambda p: place_tree(p.staged, p.dest, p.move),
                      paths=(PathRule(lambda rel, path: rel.endswith(".idx"), lambda data, reloc, final:
-                                     reloc.replace_text(data.decode()).encode(), "its index names its files"),))
+                                     reloc.moved(data.decode()).encode(), "its index names its file"),))
     monkeypatch.setattr(registry, "FAMILIES", registry.FAMILIES + (example,))
     env_a = {**environ(tmp_path / "A"), "EXAMPLE_CACHE_DIR": str(tmp_path / "A" / "ex")}
     write(str(tmp_path / "A" / "ex" / "k.idx"), str(tmp_path / "A" / "ex" / "k.bin"))
