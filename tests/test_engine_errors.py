@@ -10,7 +10,8 @@ the plan, as before.
 import pytest
 
 from planner.cli import main
-from planner.engine.config import EXPRESSION_FIELDS, load_engine
+from planner.engine.config import load_engine
+from planner.engine.names import EXPRESSION_FIELDS
 from planner.plan.expr import trace
 from planner.resources import resolve
 

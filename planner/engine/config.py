@@ -2,7 +2,7 @@
 
 The engine config is what the serving engine is, as the warmup sees it on one
 rank (schemas/engine.schema.json). Plans refer to its fields through the flat
-names of `expression_names`, which follow vLLM's vocabulary.
+names of planner/engine/names.py, which follow vLLM's vocabulary.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..resources import resolve
 from ..words import count
 from ..yamlio import Document, load_file
 from .facts import EngineFacts, engine_facts, quant_of
-from .releases import model_runner, sampler
+from .names import EXPRESSION_FIELDS, expression_names
 from .vllm_choices import default_linear_kernel
 
 # Cosmetic fields: they name or describe the engine but shape no step.
@@ -133,90 +133,6 @@ def _without_default_kernel(layer: dict, dtype: str, capability: str) -> dict:
     if "kernel" in layer and layer["kernel"] == default_linear_kernel(layer, dtype, capability):
         return {k: v for k, v in layer.items() if k != "kernel"}
     return layer
-
-
-def num_lookahead_tokens(method: str, k: int) -> int:
-    """Tokens the speculator writes past the scheduled range (VllmConfig.num_lookahead_tokens)."""
-    if k == 0 or method == "none":
-        return 0
-    if method == "dflash":
-        return k + 1
-    # MTP drafts through the EAGLE path (SpeculativeConfig.use_eagle() at vLLM 0.25 and 0.33),
-    # so it reserves k slots too (tests/vllm_parity checks this against vLLM 0.33's property).
-    if method in ("eagle", "eagle3", "mtp", "draft_model", "dspark"):
-        return k
-    return 0  # ngram, suffix
-
-
-def expression_names(engine: EngineFacts, release: str | None = None) -> dict:
-    """Flat engine names usable in plan expressions (vLLM's vocabulary); `release` is the vLLM
-    release of the plan, which decides the model runner where the engine says `auto`."""
-    model, sched, spec = engine.model, engine.scheduler, engine.speculative
-    par, dev, kv = engine.parallel, engine.device, engine.kv_cache
-    k = spec.num_speculative_tokens
-    return {
-        "vocab_size": model.vocab_size,
-        "max_model_len": model.max_model_len,
-        "max_encoder_len": model.max_encoder_len,
-        "runner": model.runner,
-        "dtype": model.dtype,
-        "is_pooling_model": model.runner == "pooling",
-        "model_runner": model_runner(release, engine)[0],
-        "sampler": sampler(release, engine)[0],
-        "max_num_seqs": sched.max_num_seqs,
-        "max_num_batched_tokens": sched.max_num_batched_tokens,
-        "speculative_method": spec.method,
-        "num_speculative_tokens": k,
-        "num_speculative_steps": k,
-        # A uniform decode step schedules one verified token plus the drafts.
-        "decode_query_len": spec.decode_query_len,
-        "num_lookahead_tokens": num_lookahead_tokens(spec.method, k),
-        "num_blocks": kv.num_blocks,
-        "num_kv_cache_groups": len(kv.groups),
-        "tensor_parallel_size": par.tensor_parallel_size,
-        "data_parallel_size": par.data_parallel_size,
-        "pipeline_parallel_size": par.pipeline_parallel_size,
-        "pipeline_rank": par.pipeline_rank,
-        # vLLM's world group: every rank of TP x PP x DP (parallel_state.init_distributed_environment)
-        "world_size": par.tensor_parallel_size * par.pipeline_parallel_size * par.data_parallel_size,
-        "is_last_pp_rank": par.pipeline_rank == par.pipeline_parallel_size - 1,
-        "num_sms": dev.num_sms,
-        "device_capability": dev.capability_number,
-        "device_name": dev.name,
-    }
-
-
-# The engine fields behind each name of `expression_names`, so an error caused by a
-# name's value can point at the line that set it. Keep the two in step (a test checks).
-EXPRESSION_FIELDS = {
-    "vocab_size": (("model", "vocab_size"),),
-    "max_model_len": (("model", "max_model_len"),),
-    "max_encoder_len": (("model", "max_encoder_len"),),
-    "runner": (("model", "runner"),),
-    "dtype": (("model", "dtype"),),
-    "is_pooling_model": (("model", "runner"),),
-    "model_runner": (("model", "model_runner"),),
-    "sampler": (("model", "sampler"), ("device", "capability"), ("device", "num_sms")),
-    "max_num_seqs": (("scheduler", "max_num_seqs"),),
-    "max_num_batched_tokens": (("scheduler", "max_num_batched_tokens"),),
-    "speculative_method": (("speculative", "method"),),
-    "num_speculative_tokens": (("speculative", "num_speculative_tokens"),),
-    "num_speculative_steps": (("speculative", "num_speculative_tokens"),),
-    "decode_query_len": (("speculative", "num_speculative_tokens"),),
-    "num_lookahead_tokens": (("speculative", "method"), ("speculative", "num_speculative_tokens")),
-    "num_blocks": (("kv_cache", "num_blocks"),),
-    "num_kv_cache_groups": (("kv_cache", "groups"),),
-    "tensor_parallel_size": (("parallel", "tensor_parallel_size"),),
-    "data_parallel_size": (("parallel", "data_parallel_size"),),
-    "pipeline_parallel_size": (("parallel", "pipeline_parallel_size"),),
-    "pipeline_rank": (("parallel", "pipeline_rank"),),
-    "world_size": (("parallel", "tensor_parallel_size"), ("parallel", "pipeline_parallel_size"),
-                   ("parallel", "data_parallel_size")),
-    "is_last_pp_rank": (("parallel", "pipeline_rank"), ("parallel", "pipeline_parallel_size")),
-    "num_sms": (("device", "num_sms"),),
-    "device_capability": (("device", "capability"),),
-    "device_name": (("device", "name"),),
-}
 
 
 def check_consistency(doc: Document, d: dict) -> None:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from ..engine.config import expression_names
+from ..engine.names import expression_names
 from ..engine.facts import EngineFacts
 from ..engine.releases import model_runner, upstream_fix
 from ..engine.vllm_choices import KERNEL_CLASSES, deep_gemm_min_m
