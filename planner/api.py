@@ -3,6 +3,7 @@
     load_plan(ref), load_engine(ref)   a built-in name or a path
     expand(plan, engine)               the ExpandedPlan (planner.plan.expand)
     load_target(ref)                   a plan to expand, or an expanded plan file to use as it is
+    input_files(plan, engine)          the files they were read from (what `-o` must not overwrite)
     load_expanded(ref)                 an expanded plan file, and nothing else
     check_fresh(expanded, engine, plan) refuse a saved plan whose inputs changed since it was made
 
@@ -26,8 +27,8 @@ from .plan.loading import detect, expanded_from_document
 from .resources import builtin_plans, engines_dir, resolve
 from .yamlio import load_file
 
-__all__ = ["Target", "check_fresh", "expand", "load_engine", "load_expanded", "load_plan", "load_target",
-           "source_plan"]
+__all__ = ["Target", "check_fresh", "expand", "input_files", "load_engine", "load_expanded", "load_plan",
+           "load_target", "source_plan"]
 
 WHAT = {"plan": "the plan", "engine": "the engine config", "planner": "the planner version",
         "kernel_configs": "the tuned kernel config tables", "deep_gemm": "the DeepGEMM install",
@@ -101,6 +102,12 @@ def check_fresh(expanded: ExpandedPlan, engine: Engine, plan: Plan | None, *, fi
     raise PlanError(f"stale plan: {what} changed since this plan was made ({'; '.join(details)}); re-run "
                     f"`warmup plan {expanded.plan} --engine {engine_ref(engine)}` and review the change "
                     "with `warmup diff`", file=file)
+
+
+def input_files(plan: Plan | None = None, engine: Engine | None = None) -> list[str]:
+    """The files a plan and an engine were read from (the plan's extends chain included): what a
+    command's `-o` must not write over (planner.output.check_output)."""
+    return [*(plan.files if plan is not None else ()), *([engine.file] if engine is not None else [])]
 
 
 def parse_deep_gemm(value: str) -> str:

@@ -1,8 +1,10 @@
 """The `warmup` command line: a few verbs, each a function returning an exit code.
 
-Exit codes: 0 ok, 1 a difference or lint error (diff, check), 2 invalid input,
-3 internal error, 130 interrupted. Bad input is one line on stderr, never a
-traceback (set WARMUP_DEBUG=1 to see one for internal errors).
+Exit codes: 0 ok, 1 a difference or lint error (diff, check), 2 invalid input (an
+output that cannot be written, stdout included), 3 internal error, 130 interrupted,
+141 stdout's reader went away (`| head`: quiet, the status of a Unix tool killed by
+SIGPIPE). Bad input is one line on stderr, never a traceback (set WARMUP_DEBUG=1 to
+see one for internal errors).
 
 Start-up is where `warmup plan` spends most of its time (bench/RESULTS.md, part A; what it
 may import: planner/__init__.py), so this module keeps the commands' share of it: the
@@ -22,9 +24,13 @@ import sys
 from importlib import import_module
 
 from .errors import PlanError
+from .output import named_stdout_errors
 from .plugins import load_plugins_by_group
 
 EXIT_OK, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 2, 3, 130
+# 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away, so that
+# `set -o pipefail` does not take `warmup check ... | head -1` for a clean check.
+EXIT_BROKEN_PIPE = 141
 
 # The lazy-import table: command -> (the module that adds its arguments and runs it, its help).
 COMMANDS = {
@@ -140,15 +146,24 @@ def main(argv: list[str] | None = None) -> int:
     builtin = argv[0] if argv and argv[0] in COMMANDS else None
     if program and builtin:
         _without_cyclic_gc()
-    args = build_parser(builtin, with_plugins=builtin is None).parse_args(argv)
-    return run_guarded(args.func, args)
+
+    def parse_and_run() -> int:  # parsing too: --help and --version write to stdout
+        args = build_parser(builtin, with_plugins=builtin is None).parse_args(argv)
+        return args.func(args)
+
+    return _guarded(parse_and_run)
 
 
 def run_guarded(func, args) -> int:
     """Run one command: bad input is one line and exit 2, never a traceback; a command another
     package registers (`warmup bundle`) goes through the same guard when run on its own."""
+    return _guarded(lambda: func(args))
+
+
+def _guarded(call) -> int:
     try:
-        return func(args)
+        with named_stdout_errors():  # a failed write to stdout is a WriteError: one line, exit 2
+            return call()
     except PlanError as e:
         print(f"warmup: error: {e}", file=sys.stderr)
         return EXIT_INVALID
@@ -156,7 +171,7 @@ def run_guarded(func, args) -> int:
         print("warmup: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return EXIT_OK  # `warmup plan ... | head` is fine
+        return EXIT_BROKEN_PIPE  # quiet, as `cat big | head -1` is
     except Exception as e:  # noqa: BLE001 - the last line of defence: report, exit 3
         if os.environ.get("WARMUP_DEBUG"):
             raise

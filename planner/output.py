@@ -2,7 +2,9 @@
 
 `emit` writes to stdout or a file; `write_atomic` replaces a file whole (the executor's reports,
 manifests and caches use it too); `check_output` and `check_writable` refuse a target before
-anything is written.
+anything is written, `check_output` also one that is an input of the command (`-o` never writes
+over what the command reads). `-o -` is stdout, as for most Unix tools. `named_stdout_errors`
+makes a failed write to stdout (a full disk, a closed descriptor) one line naming stdout.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterable
+from contextlib import contextmanager
 
 from .errors import WriteError
+
+STDOUT = "-"  # `-o -`: stdout, as most Unix tools take it (never a file named "-")
 
 
 def _umask() -> int:
@@ -22,27 +28,34 @@ def _umask() -> int:
     return mask
 
 
-def emit(text: str, output: str | None) -> None:
-    """`-o FILE`: write the file (see write_output); without -o (None), stdout."""
-    if output is None:
+def is_stdout(output: str | os.PathLike | None) -> bool:
+    """Whether an `-o` value means stdout: left out (None), or `-`."""
+    return output is None or os.fspath(output) == STDOUT
+
+
+def emit(text: str, output: str | None, inputs: Iterable[str] = ()) -> None:
+    """`-o FILE`: write the file (see write_output); without -o (None), or `-o -`, stdout."""
+    if is_stdout(output):
         sys.stdout.write(text)
     else:
-        write_output(output, text)
+        write_output(output, text, inputs)
 
 
-def write_output(path: str | os.PathLike, text: str) -> None:
+def write_output(path: str | os.PathLike, text: str, inputs: Iterable[str] = ()) -> None:
     """`-o PATH`, as shell redirection writes it: see check_output, then write_atomic."""
-    check_output(path)
+    check_output(path, inputs)
     write_atomic(path, text)
 
 
-def check_output(path: str | os.PathLike) -> None:
+def check_output(path: str | os.PathLike, inputs: Iterable[str] = ()) -> None:
     """Refuse an `-o` the shell would refuse, before anything is written: an empty name (`-o ''`
     is no file, and not stdout either) and a directory that does not exist (`> out/p.yaml` does
-    not make `out/`), besides what check_writable refuses. WriteError names the path."""
+    not make `out/`), besides what check_writable refuses; and a file among `inputs`, the files
+    the command reads (see check_not_an_input). WriteError names the path."""
     name = os.fspath(path)
     if not name:
-        raise WriteError("''", "an empty file name (leave out -o to write to stdout)")
+        raise WriteError("''", "an empty file name (leave out -o, or give -o -, to write to stdout)")
+    check_not_an_input(name, inputs)
     check_writable(name)
     try:
         target, _ = _output_target(name)
@@ -51,6 +64,32 @@ def check_output(path: str | os.PathLike) -> None:
     if not os.path.isdir(os.path.dirname(target)):
         folder = os.path.dirname(target if os.path.islink(name) else name)
         raise WriteError(name, f"directory {folder} does not exist (create it first)")
+
+
+def check_not_an_input(path: str | os.PathLike, inputs: Iterable[str]) -> None:
+    """Refuse to write over a file the command reads (`engine --from-hf config.json -o config.json`,
+    a plan onto its own file, `absorb s.log -o s.log`): the input would be lost to the output, and
+    the output made from it would claim a source that no longer exists. The same file however it
+    is named (a symlink, a relative path, a hard link): same device and inode. Only regular files
+    are at stake: reading /dev/stdin and writing /dev/stdout overwrite nothing."""
+    name = os.fspath(path)
+    target = _regular_file_id(name)
+    if target is None:
+        return
+    for source in inputs:
+        if _regular_file_id(source) == target:
+            same = os.path.normpath(os.fspath(source)) == os.path.normpath(name)
+            what = "an input of this command" if same else f"it is {source}, an input of this command"
+            raise WriteError(name, f"{what} (write the output to another file)")
+
+
+def _regular_file_id(path: str | os.PathLike) -> tuple | None:
+    """(device, inode) of the regular file at `path` (symlinks followed), else None."""
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):  # missing, unreadable, a NUL in the name: nothing to overwrite
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISREG(found.st_mode) else None
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
@@ -142,3 +181,82 @@ def _replace(target: str, text: str, mode: int) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+# --- stdout -------------------------------------------------------------------------------------
+
+@contextmanager
+def named_stdout_errors():
+    """While a command runs, sys.stdout is _NamedStdout: a write to stdout that fails (a full disk,
+    a descriptor closed or opened for reading) is a WriteError naming stdout, one line and exit 2
+    at the command line, not an OSError the last guard calls an internal error. What is still
+    buffered is flushed here, at the end (or at argparse's exit after --help), where a failure
+    is still the command's, not at interpreter exit past every guard."""
+    real = sys.stdout
+    if isinstance(real, _NamedStdout):  # a guarded command run inside another (`warmup bundle`)
+        yield
+        return
+    named = sys.stdout = _NamedStdout(real)
+    try:
+        try:
+            yield
+        except SystemExit:
+            named.flush()
+            raise
+        named.flush()
+    finally:
+        if sys.stdout is named:
+            sys.stdout = real
+
+
+class _NamedStdout:
+    """The real stdout (None where the process started with descriptor 1 closed), whose write and
+    flush raise WriteError("stdout", reason); BrokenPipeError stays itself (the reader went away:
+    the CLI exits quietly, as Unix tools do). Everything else is the real stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._do("write", text)
+
+    def writelines(self, lines) -> None:
+        self._do("writelines", lines)
+
+    def flush(self) -> None:
+        if self._stream is not None:  # nothing written to a closed stdout, nothing to fail
+            self._do("flush")
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+    def _do(self, method: str, *args):
+        if self._stream is None:
+            raise WriteError("stdout", "closed (the command was started with no standard output)")
+        try:
+            return getattr(self._stream, method)(*args)
+        except WriteError:
+            raise
+        except (OSError, ValueError) as e:  # ValueError: "I/O operation on closed file"
+            _drop_pending(self._stream)
+            if isinstance(e, BrokenPipeError):
+                raise
+            raise WriteError("stdout", getattr(e, "strerror", None) or str(e)) from None
+
+
+def _drop_pending(stream) -> None:
+    """After a failed write, the process's stdout still holds what it could not write, and the
+    interpreter's last flush would fail on it again ("Exception ignored ...", exit 120): point
+    descriptor 1 at /dev/null, as Python's documentation does for a closed pipe. Only the
+    process's own stdout: a stream that stands in for it (a test's capture) is left alone."""
+    if stream is not sys.__stdout__:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

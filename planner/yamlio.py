@@ -42,6 +42,7 @@ import json
 import math
 import os
 import re
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -86,15 +87,26 @@ class Document(NamedTuple):
 def read_bytes(path: str, expected: str, limit: int = -1) -> bytes:
     """The file's bytes (at most `limit`), with one-line errors for a missing file, a directory
     (`expected` says what the file should have been) and a failed read."""
+    with open_input(path, expected) as f:
+        return f.read(limit)
+
+
+@contextmanager
+def open_input(path: str, expected: str):
+    """The file open for reading (binary, buffered: a reader that streams it, such as the server
+    logs', reads a line at a time), with read_bytes's one-line errors, a read that fails midway
+    included."""
     if not os.path.exists(path):
         raise PlanError("no such file", file=path)
     if os.path.isdir(path):
         raise PlanError(f"is a directory, expected {expected}", file=path)
     try:
         with open(path, "rb") as f:
-            return f.read(limit)
-    except OSError as e:
-        raise PlanError(f"cannot read: {e.strerror}", file=path) from None
+            yield f
+    except PlanError:  # the reader's own (an OSError too where it is a WriteError)
+        raise
+    except OSError as e:  # opening, or a read that fails midway (EIO)
+        raise PlanError(f"cannot read: {e.strerror or e}", file=path) from None
 
 
 def read_text(path: str) -> str:
@@ -173,14 +185,29 @@ _JSON_PLAN_HEAD = '{"format":"warmup-expanded-plan/'
 
 def _load_json_plan(text: str, file: str) -> Document:
     """An expanded plan in JSON, held to the YAML loader's rules: no duplicate keys, no NaN."""
+    return Document(data=load_json(text, file, unique_keys=True), file=file, lines={(): 1})
+
+
+def load_json(text: str, file: str, *, unique_keys: bool = False):
+    """JSON text (an expanded plan, a Hugging Face config.json) as data, with one-line errors
+    and the YAML loader's rule for numbers: NaN and the infinities, which Python's json reads
+    (NaN, Infinity, 1e999), are refused at their line and path (see _non_finite)."""
+    odd: list = []  # the non-finite numbers met, as _NonFinite placeholders
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        data = json.loads(text, object_pairs_hook=_unique_keys if unique_keys else None,
+                          parse_constant=lambda token: _placeholder(token, odd),
+                          parse_float=lambda token: _finite_float(token, odd))
     except json.JSONDecodeError as e:
         raise PlanError(f"invalid JSON: {e.msg}", file=file, line=e.lineno) from None
-    except (ValueError, RecursionError) as e:  # a duplicate key, NaN, a 5000-digit integer, deep nesting
+    except (ValueError, RecursionError) as e:  # a duplicate key, a 5000-digit integer, deep nesting
         message = "nested too deeply" if isinstance(e, RecursionError) else str(e)
         raise PlanError(f"invalid JSON: {message}", file=file, line=1) from None
-    return Document(data=data, file=file, lines={(): 1})
+    if odd:  # a duplicate key may have dropped it; what is left is refused
+        path = _path_of_placeholder(data, ())
+        if path is not None:
+            token = _at_path(data, path).token
+            raise PlanError(_non_finite(token), file=file, line=_json_number_line(text), path=format_path(path))
+    return data
 
 
 def _unique_keys(pairs: list) -> dict:
@@ -191,8 +218,56 @@ def _unique_keys(pairs: list) -> dict:
     return out
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number a plan can hold")
+def _non_finite(token: str) -> str:
+    """The one message for a NaN or an infinity read from a file (YAML or JSON)."""
+    return f"{token} is not a finite number: NaN and infinities are refused"
+
+
+class _NonFinite(NamedTuple):
+    """Where the JSON parser met NaN or an infinity: kept, to be found with its path."""
+
+    token: str
+
+
+def _placeholder(token: str, odd: list) -> _NonFinite:
+    odd.append(token)
+    return _NonFinite(token)
+
+
+def _finite_float(token: str, odd: list):
+    value = float(token)
+    return value if math.isfinite(value) else _placeholder(token, odd)
+
+
+def _path_of_placeholder(value, path: tuple) -> tuple | None:
+    """The path of the first _NonFinite in `value`, in document order (dicts keep it)."""
+    if isinstance(value, _NonFinite):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _path_of_placeholder(item, path + (key,))
+        if found is not None:
+            return found
+    return None
+
+
+def _at_path(value, path: tuple):
+    for key in path:
+        value = value[key]
+    return value
+
+
+# A JSON string (skipped) or number: the first non-finite number is the one the parser met first.
+_JSON_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|(-?(?:Infinity|NaN)|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)')
+
+
+def _json_number_line(text: str) -> int | None:
+    """The line of the first NaN or infinity in valid JSON text (json keeps no positions)."""
+    for found in _JSON_NUMBER.finditer(text):
+        token = found[1]
+        if token is not None and not math.isfinite(float(token)):
+            return text.count("\n", 0, found.start()) + 1
+    return None
 
 
 class _Builder:
@@ -238,9 +313,14 @@ class _Builder:
         if node.tag not in _SCALAR_TAGS:
             self.fail(node, path, f"unsupported YAML tag {node.tag!r}")
         try:
-            return self.constructor.construct_object(node)
+            value = self.constructor.construct_object(node)
         except self.yaml.YAMLError as e:
             self.fail(node, path, f"bad value: {getattr(e, 'problem', e)}")
+        # Every number of every file passes here: a NaN or an infinity (.nan, .inf, 1.0e999) would
+        # pass the schema's bounds (NaN compares false with them) and end in a plan JSON refuses.
+        if type(value) is float and not math.isfinite(value):
+            self.fail(node, path, _non_finite(node.value))
+        return value
 
 
 # --- writing -----------------------------------------------------------------------

@@ -4,6 +4,10 @@ ready to the plan that covers them, on the recorded vLLM 0.25.0 logs (tests/fixt
 import json
 import os
 import re
+import resource
+import subprocess
+import sys
+import tracemalloc
 
 import pytest
 
@@ -285,10 +289,126 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, make, expected):
     assert "Traceback" not in err
 
 
-def test_noise_only_log_has_nothing(tmp_path, capsys):
-    log = bad(tmp_path, "noise.log", b"\n".join([b"[nginx] GET / 200", "█▄ progress 100%|██".encode(), b""] * 50))
+def test_a_vllm_log_with_nothing_after_ready_has_nothing(tmp_path, capsys):
+    log = bad(tmp_path, "quiet.log", ACTIVATED.encode() + b"[nginx] GET / 200\n" * 50)
     code, out, _ = run(capsys, "absorb", log, "--plan", "vllm-0.25", "--engine", LLAMA)
     assert code == 0 and "Nothing compiled after ready." in out
+
+
+# --- a file that is no vLLM log is an error, not a pass (issue 44 item 5) ---------------------------------
+
+NOT_A_LOG = "no line of vLLM's logger (\"LEVEL MM-DD HH:MM:SS [FILE:LINE] MESSAGE\") and no JSON line of the plugin's"
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda d: bad(d, "empty.log", b""), "empty (no line but blank ones)"),
+    (lambda d: bad(d, "blank.log", b"\n  \n\r\n"), "empty (no line but blank ones)"),
+    (lambda d: os.path.abspath("README.md"), NOT_A_LOG),
+    (lambda d: bad(d, "noise.log", b"\n".join([b"[nginx] GET / 200", "█▄ progress 100%|██".encode(), b""] * 50)),
+     NOT_A_LOG),
+    (lambda d: bad(d, "almost.log", b"INFO 11-27 03:46:13 core.py:73 no brackets\nWARNING the monitor said: "
+                                    b"Triton kernel JIT compilation during inference: k. This causes a latency "
+                                    b"spike\n"), NOT_A_LOG),
+])
+@pytest.mark.parametrize("command", ["absorb", "check"])
+def test_a_file_with_no_line_of_vllm_is_an_error_naming_it(tmp_path, capsys, make, expected, command):
+    path = make(tmp_path)
+    argv = (["absorb", path, "--plan", "vllm-0.25"] if command == "absorb" else
+            ["check", "vllm-0.25", "--logs", LLAMA_STOCK, path])
+    code, out, err = run(capsys, *argv, "--engine", LLAMA)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"warmup: error: {path}: {expected}") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("line", [
+    # vLLM 0.33: its process name first; 0.25 through a harness; a VLLM_LOGGING_PREFIX; in color
+    "(EngineCore_DP0 pid=7) INFO 11-28 04:21:46 [core.py:114] Initializing a V1 LLM engine (v0.25.0)\n",
+    "   12.5 err (APIServer pid=8) DEBUG 01-02 03:04:05 [v1/.../core.py:9] anything\n",
+    "[node-3] WARNING 11-28 04:21:46 [api_server.py:1] anything\n",
+    ("\x1b[0;36m(EngineCore_DP0 pid=7)\x1b[0;0m \x1b[32mINFO\x1b[0m \x1b[90m11-28 04:21:46\x1b[0m "
+     "\x1b[90m[core.py:114]\x1b[0m anything\n"),
+])
+def test_one_line_of_vllms_logger_makes_a_server_log(tmp_path, line):
+    path = tmp_path / "server.log"
+    path.write_text("noise\n" + line + "more noise\n")
+    assert read_log(str(path)).kind == "vllm server log"
+
+
+def test_a_log_in_color_is_read_as_in_plain_text(tmp_path):
+    grey, green, yellow, cyan, reset = "\x1b[90m", "\x1b[32m", "\x1b[33m", "\x1b[0;36m", "\x1b[0m"
+
+    def colored(line):  # vLLM's ColoredFormatter: the process, level, time and [file:line] wrapped
+        proc, level, day, hms, where, rest = re.match(r"(\(.*?\)) (\w+) (\S+) (\S+) (\[.*?\]) (.*)", line,
+                                                     re.DOTALL).groups()
+        color = green if level == "INFO" else yellow
+        return (f"{cyan}{proc}\x1b[0;0m {color}{level}{reset} {grey}{day} {hms}{reset} {grey}{where}{reset} "
+                f"{rest}")
+
+    monitor = vllm_line(f"Triton kernel JIT compilation during inference: _topk_topp_kernel{MONITOR_TAIL}")
+    plain, painted = tmp_path / "plain.log", tmp_path / "painted.log"
+    plain.write_text(ACTIVATED + monitor)
+    painted.write_text(colored(ACTIVATED) + colored(monitor))
+    [c] = read_log(str(painted)).compiles
+    assert c == read_log(str(plain)).compiles[0]._replace(file=str(painted))
+    assert (c.when, c.after_ready_s, c.process) == ("11-27 03:46:47", 34.0, "EngineCore pid=3142")
+
+
+# --- logs are read a line at a time: memory bounded whatever their size (issue 44 item 5) ------------------
+
+MEMORY_BOUND = 8 << 20  # a few lines of MAX_LINE_BYTES (1 MiB); the logs below are 32 MiB
+
+
+def peak_bytes_reading(path) -> int:
+    """The most memory Python held while read_log read `path` (tracemalloc: allocations, not RSS)."""
+    tracemalloc.start()
+    try:
+        try:
+            read_log(str(path))
+        except PlanError:
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_big_log_is_not_held_in_memory(tmp_path):
+    path = tmp_path / "big.log"
+    noise = vllm_line("GET /v1/completions 200 OK " + "x" * 100, level="INFO").encode()
+    with open(path, "wb") as f:
+        f.write(ACTIVATED.encode())
+        f.writelines(noise * ((1 << 20) // len(noise)) for _ in range(32))  # 32 MiB of request lines
+        f.write(vllm_line(f"Triton kernel JIT compilation during inference: _topk_topp_kernel{MONITOR_TAIL}")
+                .encode())
+    assert [c.kernel for c in read_log(str(path)).compiles] == ["_topk_topp_kernel"]
+    assert peak_bytes_reading(path) < MEMORY_BOUND
+
+
+def test_a_file_without_newlines_is_read_a_bounded_piece_at_a_time(tmp_path):
+    path = tmp_path / "one-line.log"
+    path.write_bytes(b"x" * (32 << 20))
+    assert peak_bytes_reading(path) < MEMORY_BOUND
+
+
+def test_an_over_long_line_is_cut_and_the_lines_after_it_counted(tmp_path):
+    path = tmp_path / "long.log"
+    monitor = vllm_line(f"Triton kernel JIT compilation during inference: _topk_topp_kernel{MONITOR_TAIL}")
+    path.write_bytes(ACTIVATED.encode() + vllm_line("tensor(" + "1, " * (1 << 20) + ")").encode()
+                     + monitor.encode())
+    [c] = read_log(str(path)).compiles
+    assert (c.kernel, c.line) == ("_topk_topp_kernel", 3)
+
+
+def test_dev_zero_is_binary_data_in_bounded_memory():
+    """/dev/zero never ends and has no newline: one bounded line is read, and it is binary."""
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", "absorb", "/dev/zero", "--plan", "vllm-0.25",
+                           "--engine", LLAMA], capture_output=True, text=True, timeout=120, preexec_fn=limit_memory,
+                          check=False)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "warmup: error: /dev/zero:1: binary data (NUL byte), expected a vLLM server log or a " \
+                          "WARMUP_JIT_LOG file\n"
 
 
 def test_read_logs_refuses_a_mismatch_in_the_library_too():

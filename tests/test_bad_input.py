@@ -2,6 +2,7 @@
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -191,3 +192,56 @@ def test_interrupt_exits_130(monkeypatch, capsys):
     code, _, _ = run(capsys, "plan", "vllm", "--engine", ENGINE)
     assert code == 130
     assert os.path.exists(ENGINE)
+
+
+# --- NaN and infinities (issue 44 item 4): refused where the number is read, in YAML and in JSON -------
+
+SCALE = "scale: 0.08838834764831845"
+HF_CONFIG = Path("tests/fixtures/hf/llama-3.1-8b-instruct-fp8-block.json")
+
+
+@pytest.mark.parametrize("value", [".nan", ".NaN", ".inf", "-.inf", "+.Inf", "1.0e+999"])
+def test_a_non_finite_number_in_an_engine_is_refused_at_its_line(tmp_path, capsys, value):
+    assert SCALE in GOOD_ENGINE
+    path = bad_engine(tmp_path, GOOD_ENGINE.replace(SCALE, f"scale: {value}"))
+    out = tmp_path / "plan.json"
+    code, stdout, err = run(capsys, "plan", "vllm", "--engine", path, "-f", "json", "-o", str(out))
+    assert_one_line_error(code, err, f"{path}:19: model.attention[0].scale: {value} is not a finite number")
+    assert stdout == "" and not out.exists()
+
+
+def test_a_non_finite_number_anywhere_in_a_plan_is_refused(tmp_path, capsys):
+    plan = tmp_path / "p.yaml"
+    plan.write_text("name: p\nextends: vllm\nstages:\n  - name: warmup_kernels\n    with:\n      decode_len: .inf\n")
+    code, _, err = run(capsys, "plan", str(plan), "--engine", ENGINE)
+    assert_one_line_error(code, err, f"{plan}:6: stages[0].with.decode_len: .inf is not a finite number")
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e999", "-2.5E+400"])
+def test_a_non_finite_number_in_a_config_json_is_refused_at_its_line(tmp_path, capsys, token):
+    text = HF_CONFIG.read_text()
+    assert '"rope_theta": 500000.0' in text
+    config = tmp_path / "config.json"
+    config.write_text(text.replace('"rope_theta": 500000.0', f'"rope_theta": {token}'))
+    code, out, err = run(capsys, "engine", "--from-hf", str(config), "--num-blocks", "1024")
+    assert_one_line_error(code, err, f"{config}:40: rope_theta: {token} is not a finite number")
+    assert out == ""
+
+
+def test_a_string_that_says_nan_is_only_a_string(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    text = HF_CONFIG.read_text()
+    config.write_text(text.replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-05, "note": "NaN 1e999"'))
+    assert run(capsys, "engine", "--from-hf", str(config), "--num-blocks", "1024")[0] == 0
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_a_non_finite_number_in_an_expanded_plan_is_refused(tmp_path, capsys, fmt):
+    path = tmp_path / f"plan.{fmt}"
+    assert main(["plan", "vllm", "--engine", ENGINE, "-f", fmt, "-o", str(path)]) == 0
+    text = path.read_text()
+    top_p = "top_p: 0.9" if fmt == "yaml" else '"top_p":0.9'
+    assert top_p in text
+    path.write_text(text.replace(top_p, top_p.replace("0.9", ".nan" if fmt == "yaml" else "1e999"), 1))
+    code, _, err = run(capsys, "check", str(path))
+    assert_one_line_error(code, err, str(path), ".sampling_params.top_p: ", "is not a finite number")

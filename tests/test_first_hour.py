@@ -101,7 +101,7 @@ def test_output_into_a_missing_directory_is_refused(tmp_path, capsys, command):
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_an_empty_output_name_is_refused(tmp_path, capsys, command):
     assert one_error(capsys, *COMMANDS[command], "-o", "") == \
-        "'': cannot write: an empty file name (leave out -o to write to stdout)"
+        "'': cannot write: an empty file name (leave out -o, or give -o -, to write to stdout)"
 
 
 def test_a_relative_output_names_its_directory_as_given(tmp_path, capsys, monkeypatch):

@@ -69,7 +69,7 @@ def test_the_help_output_itself_has_sentences(capsys):
         build_parser("plan", with_plugins=False).parse_args(["plan", "--help"])
     out = capsys.readouterr().out
     assert "-h, --help            Show this help message and exit." in out
-    assert "Write here (atomically) instead of stdout." in out
+    assert "Write here (atomically) instead of stdout (`-` is stdout)." in " ".join(out.split())
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -2,12 +2,19 @@
 
 Issue 19: the atomic write renamed a temporary file over whatever was at the path, so `-o /dev/null`
 run as root deleted the device node and `-o link.yaml` replaced the link; an unwritable target
-ended in exit 3 "internal error".
+ended in exit 3 "internal error". Issue 44: `-o` wrote over the command's own input
+(`engine --from-hf config.json -o config.json`), `-o -` wrote a file named "-", and a failed write
+to stdout was an "internal error" (exit 3).
 """
 
+import errno
+import io
 import os
 import stat
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +199,154 @@ def test_execute_refuses_a_table_folder_it_cannot_write_before_tuning(tmp_path, 
     execute_main(["execute", "triton-tune", "--engine", ENGINE, "--no-progress", "--jobs", "0",
                   "--device", "cpu", "--kernel-config-dir", str(blocker)])
     assert "WARMUP_KERNEL_CONFIG_DIR" not in os.environ                         # none before, none after
+
+
+# --- issue 44 item 4: no command writes over its own input; `-o -` is stdout; stdout's failures ----
+
+LOG = "tests/fixtures/logs/vllm-0.25-llama-stock.server.log"
+ENGINE_FILE = Path(f"plans/engines/{ENGINE}.yaml")
+
+
+def inputs_in(folder) -> dict:
+    """Copies of a command's inputs in `folder`: an engine, a plan that extends another, a
+    config.json, a server log, and an expanded plan."""
+    files = {"engine.yaml": ENGINE_FILE.read_text(),
+             "base.yaml": "name: base\nextends: triton\nstages: []\n",
+             "plan.yaml": "name: mine\nextends: base.yaml\nstages: []\n",
+             "config.json": Path(HF).read_text(), "server.log": Path(LOG).read_text()}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    assert main(["plan", "triton", "-e", str(folder / "engine.yaml"), "-o", str(folder / "expanded.yaml")]) == 0
+    return {name: (folder / name).read_bytes() for name in [*files, "expanded.yaml"]}
+
+
+# (argv with {d} for the folder of inputs_in, the input that -o names)
+OWN_INPUTS = [
+    (["engine", "--from-hf", "{d}/config.json", "--num-blocks", "1024"], "config.json"),
+    (["plan", "triton", "--engine", "{d}/engine.yaml"], "engine.yaml"),
+    (["plan", "{d}/plan.yaml", "--engine", "{d}/engine.yaml"], "plan.yaml"),
+    (["plan", "{d}/plan.yaml", "--engine", "{d}/engine.yaml"], "base.yaml"),  # the plan it extends
+    (["absorb", "{d}/server.log", "--plan", "vllm-0.25", "--engine", "{d}/engine.yaml"], "server.log"),
+    (["absorb", "{d}/server.log", "--plan", "{d}/plan.yaml", "--engine", ENGINE], "plan.yaml"),
+    (["diff", "{d}/expanded.yaml", "triton", "--engine", ENGINE], "expanded.yaml"),
+    (["diff", "--plan", "{d}/plan.yaml", "-e", ENGINE, "-e", "{d}/engine.yaml"], "engine.yaml"),
+    (["check", "{d}/plan.yaml", "--engine", ENGINE], "base.yaml"),
+    (["check", "triton", "--engine", ENGINE, "--logs", "{d}/server.log"], "server.log"),
+    (["check", "{d}/expanded.yaml", "--engine", "{d}/engine.yaml"], "expanded.yaml"),
+]
+
+
+@pytest.mark.parametrize("argv,victim", OWN_INPUTS, ids=[f"{a[0]}-{v}" for a, v in OWN_INPUTS])
+def test_output_over_an_input_is_refused_and_nothing_is_written(tmp_path, capsys, argv, victim):
+    before = inputs_in(tmp_path)
+    capsys.readouterr()
+    target = tmp_path / victim
+    code, out, err = run(capsys, *[a.format(d=tmp_path) for a in argv], "-o", str(target))
+    assert (code, out) == (2, "")
+    assert err == f"warmup: error: {target}: cannot write: an input of this command (write the output to " \
+                  "another file)\n"
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert sorted(os.listdir(tmp_path)) == sorted(before)  # no temporary file left either
+
+
+@pytest.mark.parametrize("spelling", ["symlink", "hard link", "relative"])
+def test_the_same_file_under_another_name_is_refused_and_named(tmp_path, capsys, monkeypatch, spelling):
+    inputs_in(tmp_path)
+    engine = tmp_path / "engine.yaml"
+    original = ENGINE_FILE.read_text()
+    if spelling == "symlink":
+        (tmp_path / "out.yaml").symlink_to("engine.yaml")
+        target = str(tmp_path / "out.yaml")
+    elif spelling == "hard link":
+        os.link(engine, tmp_path / "out.yaml")
+        target = str(tmp_path / "out.yaml")
+    else:
+        (tmp_path / "sub").mkdir()
+        monkeypatch.chdir(tmp_path / "sub")
+        target = "../engine.yaml"
+    code, out, err = run(capsys, "plan", "triton", "--engine", str(engine), "-o", target)
+    assert (code, out) == (2, "")
+    assert err == (f"warmup: error: {target}: cannot write: it is {engine}, an input of this command (write the "
+                   "output to another file)\n")
+    assert engine.read_text() == original
+
+
+def test_an_output_beside_the_inputs_is_still_written(tmp_path, capsys):
+    inputs_in(tmp_path)
+    assert run(capsys, "plan", str(tmp_path / "plan.yaml"), "-e", str(tmp_path / "engine.yaml"),
+               "-o", str(tmp_path / "new.yaml"))[0] == 0
+    assert (tmp_path / "new.yaml").read_text().startswith("# warmup-planner expanded plan")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS) + ["check"])
+def test_dash_is_stdout_not_a_file_named_dash(tmp_path, capsys, monkeypatch, command):
+    argv = [os.path.abspath(a) if a == HF else a for a in COMMANDS.get(command, ["check", "triton", "-e", ENGINE])]
+    expected = run(capsys, *argv)
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, *argv, "-o", "-") == expected and expected[1]
+    assert os.listdir(tmp_path) == []
+
+
+def test_absorb_dash_writes_the_overlay_on_stdout_and_the_report_on_stderr(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    log = os.path.join(REPO, LOG)
+    code, out, err = run(capsys, "absorb", log, "--plan", "vllm-0.25", "--engine", ENGINE, "-o", "-")
+    assert code == 0 and os.listdir(tmp_path) == []
+    assert out.startswith("# Written by `warmup absorb`") and "extends: vllm-0.25" in out
+    assert "_topk_topp_kernel" in err and "Overlay written to stdout (saved as overlay.yaml, say)" in err
+    (tmp_path / "overlay.yaml").write_text(out)  # `> overlay.yaml` is a plan that covers the miss
+    assert run(capsys, "check", "overlay.yaml", "--engine", ENGINE, "--logs", log)[0] == 0
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def warmup(*argv, **popen):
+    """`warmup ARGV` in a process of its own (its stdout as the shell gave it), as (rc, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", *argv], cwd=REPO, stderr=subprocess.PIPE,
+                            text=True, **popen)
+    if popen.get("stdout") is subprocess.PIPE:
+        proc.stdout.close()  # the reader went away before the first write (`| head -1`, early)
+    err = proc.stderr.read()
+    return proc.wait(60), err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [["plan", "vllm", "-e", ENGINE], ["plans"], ["check", "triton", "-e", ENGINE],
+                                  ["--version"]])
+def test_a_full_stdout_is_one_line_exit_2(argv):
+    with open("/dev/full", "w") as full:
+        code, err = warmup(*argv, stdout=full)
+    assert (code, err) == (2, "warmup: error: stdout: cannot write: No space left on device\n")
+
+
+@pytest.mark.parametrize("how,reason", [("read-only", "Bad file descriptor"),
+                                        ("closed", "closed (the command was started with no standard output)")])
+def test_a_stdout_that_cannot_be_written_is_one_line_exit_2(how, reason):
+    if how == "read-only":  # `warmup plan ... 1</dev/null`
+        with open(os.devnull) as null:
+            code, err = warmup("plan", "vllm", "-e", ENGINE, stdout=null)
+    else:  # `warmup plan ... >&-`
+        code, err = warmup("plan", "vllm", "-e", ENGINE, preexec_fn=lambda: os.close(1))
+    assert (code, err) == (2, f"warmup: error: stdout: cannot write: {reason}\n")
+
+
+def test_a_closed_stdout_is_no_error_when_nothing_is_written_to_it(tmp_path):
+    code, err = warmup("plan", "vllm", "-e", ENGINE, "-o", str(tmp_path / "p.yaml"), preexec_fn=lambda: os.close(1))
+    assert (code, err) == (0, "") and (tmp_path / "p.yaml").stat().st_size > 0
+
+
+def test_a_reader_that_went_away_is_quiet_as_unix_tools_are():
+    code, err = warmup("plan", "vllm", "-e", "deepseek-v3-fp8-tp8-h200", stdout=subprocess.PIPE)
+    assert (code, err) == (141, "")  # 128 + SIGPIPE, as the shell reports `cat` in `cat big | head -1`
+
+
+def test_a_failed_stdout_write_in_process_names_stdout(capsys, monkeypatch):
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sys, "stdout", Full())
+    assert main(["plan", "triton", "-e", ENGINE]) == 2
+    assert capsys.readouterr().err == "warmup: error: stdout: cannot write: No space left on device\n"
+    assert isinstance(sys.stdout, Full)  # the command's stand-in for stdout is gone with it

@@ -4,10 +4,11 @@ that covers it (issue 38; planner/review/absorb.py decides, planner/review/serve
 from __future__ import annotations
 
 import json
+import sys
 from typing import NamedTuple
 
 from .. import api
-from ..output import emit, write_output
+from ..output import STDOUT, emit, is_stdout
 from ..review import absorb
 from ..review.server_logs import read_logs
 from ..words import count
@@ -30,7 +31,8 @@ def add_command(sub, name: str, help: str) -> None:
     p.add_argument("--format", "-f", choices=("table", "json"), default="table",
                    help="how the compiles are printed: a table, or JSON as `warmup plan -f json` prints")
     p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the plan overlay here: PLAN extended with the stages that cover the misses")
+                   help="write the plan overlay here: PLAN extended with the stages that cover the misses (`-` is "
+                        "stdout, and the report then goes to stderr)")
     p.set_defaults(func=cmd_absorb)
 
 
@@ -47,26 +49,39 @@ def cmd_absorb(args) -> int:
     compiles = [c for log in logs for c in log.compiles]
     misses = absorb.classify(compiles, expanded, absorb.release_catalog(plan.name, plan.vllm_release, engine))
     if args.output is not None:
-        layer = absorb.overlay(plan, misses, absorb.extends_ref(args.plan, plan.files[0], args.output))
-        header = (f"# Written by `warmup absorb` (issue 38). Review: warmup diff {args.plan} {args.output} "
-                  f"--engine {args.engine}\n# Run: WARMUP_PLAN={args.output} vllm serve ...\n")
-        write_output(args.output, dump(absorb.overlay_document(layer, plan, args.logs), header=header))
+        _write_overlay(args, plan, misses, inputs=[*args.logs, *api.input_files(plan, engine)])
     render = _json if args.format == "json" else _table
-    emit(render(expanded, logs, misses, _review(args)), None)
+    # `-o -`: the overlay is stdout, so that `> overlay.yaml` is a plan; the report goes to stderr
+    (sys.stderr if args.output == STDOUT else sys.stdout).write(render(expanded, logs, misses, _review(args)))
     return 0
 
 
-class Review(NamedTuple):
-    """Where the overlay went, and the command that reviews it."""
+def _write_overlay(args, plan, misses, inputs: list) -> None:
+    """The overlay at -o (never over a log, the plan or the engine it was made from), or on stdout
+    for `-o -`, where its `extends` is relative to the current directory."""
+    to_file = not is_stdout(args.output)
+    layer = absorb.overlay(plan, misses, absorb.extends_ref(args.plan, plan.files[0],
+                                                            args.output if to_file else None))
+    review = _review(args)
+    header = (f"# Written by `warmup absorb` (issue 38). Review: {review.command}\n"
+              f"# Run: WARMUP_PLAN={review.file} vllm serve ...\n")
+    emit(dump(absorb.overlay_document(layer, plan, args.logs), header=header), args.output, inputs)
 
-    overlay: str
+
+class Review(NamedTuple):
+    """Where the overlay went, the file the commands name, and the command that reviews it."""
+
+    overlay: str   # the -o file, or "stdout"
+    file: str      # the file to review and run: the -o file, or where `> overlay.yaml` saved stdout
     command: str
 
 
 def _review(args) -> Review | None:
     if args.output is None:
         return None
-    return Review(args.output, f"warmup diff {args.plan} {args.output} --engine {args.engine}")
+    to_file = not is_stdout(args.output)
+    file = args.output if to_file else "overlay.yaml"
+    return Review(args.output if to_file else "stdout", file, f"warmup diff {args.plan} {file} --engine {args.engine}")
 
 
 def _summary(misses) -> dict:
@@ -113,8 +128,9 @@ def _table(expanded, logs, misses, review) -> str:
         lines += ["", "vLLM's monitor in mode warn logs each kernel once per process: a kernel's other variants "
                       "compile unseen (the plugin's WARMUP_JIT_LOG, or --jit-monitor-verbose, has each)."]
     if review is not None:
-        lines += ["", f"Overlay written to {review.overlay}: review it with `{review.command}`, run it with "
-                      f"WARMUP_PLAN={review.overlay}."]
+        saved = "" if review.overlay == review.file else f" (saved as {review.file}, say)"
+        lines += ["", f"Overlay written to {review.overlay}{saved}: review it with `{review.command}`, run it with "
+                      f"WARMUP_PLAN={review.file}."]
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,6 @@ config.json, or from the VllmConfig an installed vLLM resolves (vllm_bridge/cli.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -14,7 +13,7 @@ from ..limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_SPECULATIV
                       SPECULATIVE_METHODS)
 from ..output import emit
 from ..plugins import load_plugins_by_group
-from ..yamlio import load_text, read_text
+from ..yamlio import load_json, load_text, read_text
 
 
 def add_command(sub, name: str, help: str) -> None:
@@ -63,7 +62,7 @@ def add_command(sub, name: str, help: str) -> None:
                         "(weights over the memory budget, or no KV room for one max_model_len request): a loud "
                         "warning, and num_blocks for one such request, instead of exit 2")
     p.add_argument("--name", help="engine name")
-    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
+    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout (`-` is stdout)")
     p.set_defaults(func=cmd_engine)
 
 
@@ -107,13 +106,7 @@ def engine_source(name: str):
 def _from_hf(args) -> int:
     """--from-hf: the engine config planner/engine/hf/ derives from a config.json and the flags."""
     text = read_text(args.from_hf)
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PlanError(f"invalid JSON: {e.msg}", file=args.from_hf, line=e.lineno) from None
-    except (ValueError, RecursionError) as e:  # an integer of thousands of digits; nesting too deep
-        raise PlanError(f"invalid JSON: {'nested too deeply' if isinstance(e, RecursionError) else e}",
-                        file=args.from_hf) from None
+    config = load_json(text, args.from_hf)  # no NaN or infinity either
     if not isinstance(config, dict):
         raise PlanError("expected a JSON object (a Hugging Face config.json)", file=args.from_hf)
     try:
@@ -130,5 +123,5 @@ def _from_hf(args) -> int:
         raise e.as_plan_error(args.from_hf, text) from None
     text = hf.engine_to_yaml(engine)
     engine_from_document(load_text(text, "<generated engine>"))  # what we write must validate
-    emit(text, args.output)
+    emit(text, args.output, inputs=[args.from_hf])
     return 0

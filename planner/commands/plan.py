@@ -22,7 +22,7 @@ def add_command(sub, name: str, help: str) -> None:
     p.add_argument("--format", "-f", choices=("yaml", "json", "table"), default="yaml",
                    help="yaml or json: the expanded plan, which `warmup execute` runs; table: a summary per stage "
                         "(default: yaml)")
-    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
+    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout (`-` is stdout)")
     p.add_argument("--deep-gemm", metavar="VERSION@INCLUDE_DIR",
                    help="the DeepGEMM the plan's DeepGEMM steps are for, recorded in its digest (e.g. "
                         "2.8.1@/venv/lib/python3.12/site-packages/vllm/third_party/deep_gemm/include; "
@@ -33,12 +33,12 @@ def add_command(sub, name: str, help: str) -> None:
 def cmd_plan(args) -> int:
     """Expand PLAN for ENGINE into explicit steps and print them (nothing runs)."""
     deep_gemm = api.parse_deep_gemm(args.deep_gemm) if args.deep_gemm is not None else None
-    plan = api.load_plan(args.plan)
-    expanded = api.expand(plan, api.load_engine(args.engine), deep_gemm)
+    plan, engine = api.load_plan(args.plan), api.load_engine(args.engine)
+    expanded = api.expand(plan, engine, deep_gemm)
     text = RENDERERS[args.format](expanded)
     if args.format != "table":  # what the review commands and execute read back
         check_plan_size(text, plan.files[0])
-    emit(text, args.output)
+    emit(text, args.output, inputs=api.input_files(plan, engine))
     return 0
 
 

@@ -14,7 +14,7 @@ import textwrap
 
 from .. import api
 from ..errors import PlanError
-from ..output import write_output
+from ..output import is_stdout, write_output
 from ..words import count
 from . import lints, log_lints
 from .diff import RENDERERS, diff_plans
@@ -41,7 +41,7 @@ def _add_diff(sub, help: str) -> None:
                         "for OLD, the second for NEW)")
     p.add_argument("--format", "-f", choices=("text", "markdown", "json"), default="text",
                    help="how the differences are written (default: text)")
-    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
+    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout (`-` is stdout)")
     p.add_argument("--no-color", action="store_true", help="no ANSI colors (also NO_COLOR, or not a terminal)")
     p.set_defaults(func=cmd_diff)
 
@@ -64,7 +64,7 @@ def _add_check(sub, help: str) -> None:
                    help="server logs and WARMUP_JIT_LOG files: each compile after ready they record that the plan "
                         "leaves cold is a finding (E112, W205; `warmup absorb` writes the plan that covers them)")
     p.add_argument("--list", action="store_true", help="list the lints and exit")
-    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout")
+    p.add_argument("-o", "--output", help="write here (atomically) instead of stdout (`-` is stdout)")
     p.add_argument("--no-color", action="store_true", help="no ANSI colors (also NO_COLOR, or not a terminal)")
     p.set_defaults(func=cmd_check)
 
@@ -81,14 +81,15 @@ def cmd_diff(args) -> int:
     matched by id; the output names a change of stage order, and every added, removed
     and changed step with its semantic change.
     """
-    old, new = _diff_inputs(args)
+    old, new, inputs = _diff_inputs(args)
     result = diff_plans(old, new)
     text = RENDERERS[args.format](result)
-    _emit(text, args, args.format == "text")
+    _emit(text, args, args.format == "text", inputs)
     return EXIT_SAME if result.equal else EXIT_DIFFERENT
 
 
 def _diff_inputs(args) -> tuple:
+    """(OLD, NEW, the files they were read from)."""
     plans, engines = args.plan, args.engine
     if args.files:
         if plans:
@@ -101,13 +102,16 @@ def _diff_inputs(args) -> tuple:
         raise PlanError("expected OLD NEW (plans or expanded plan files), or --plan with two --engine, two --plan "
                         f"with --engine, or two of each (got {len(plans)} --plan, {len(engines)} --engine)",
                         file="warmup diff")
-    pairs = [(plans[i if len(plans) == 2 else 0], engines[i if len(engines) == 2 else 0]) for i in (0, 1)]
-    return tuple(api.expand(api.load_plan(plan), api.load_engine(engine)) for plan, engine in pairs)
+    pairs = [(api.load_plan(plans[i if len(plans) == 2 else 0]),
+              api.load_engine(engines[i if len(engines) == 2 else 0])) for i in (0, 1)]
+    old, new = (api.expand(plan, engine) for plan, engine in pairs)
+    return old, new, [path for pair in pairs for path in api.input_files(*pair)]
 
 
 def _old_and_new(refs: list, engines: list) -> tuple:
     """OLD and NEW as `warmup plan` takes them: a plan is expanded for its engine (one --engine for
-    both, or the first for OLD and the second for NEW); an expanded plan file is used as it is."""
+    both, or the first for OLD and the second for NEW); an expanded plan file is used as it is.
+    Then the files they were read from."""
     targets = [api.load_target(ref, "compare engines with `warmup diff PLAN PLAN -e OLD_ENGINE -e NEW_ENGINE`")
                for ref in refs]
     plans = [t for t in targets if t.plan is not None]
@@ -125,8 +129,9 @@ def _old_and_new(refs: list, engines: list) -> tuple:
         raise PlanError(f"two --engine expand two plans (the first for OLD, the second for NEW), and {expanded} is "
                         "an expanded plan file (compared as it is): give one --engine", file="warmup diff")
     loaded = [api.load_engine(ref) for ref in engines]
-    return tuple(t.expanded if t.plan is None else api.expand(t.plan, loaded[i if len(loaded) == 2 else 0])
-                 for i, t in enumerate(targets))
+    old, new = (t.expanded if t.plan is None else api.expand(t.plan, loaded[i if len(loaded) == 2 else 0])
+                for i, t in enumerate(targets))
+    return old, new, [*_target_files(targets), *(path for e in loaded for path in api.input_files(engine=e))]
 
 
 # --- check -----------------------------------------------------------------------------
@@ -141,11 +146,11 @@ def cmd_check(args) -> int:
     facts run. `--list` shows every lint.
     """
     if args.list:
-        _emit(_list_lints(), args, False)
+        _emit(_list_lints(), args, False, ())
         return EXIT_CLEAN
     if not args.target:
         raise PlanError("expected a plan or an expanded plan to check (or --list)", file="warmup check")
-    expanded, engine, notes = _check_inputs(args)
+    expanded, engine, notes, inputs = _check_inputs(args)
     findings, skipped = lints.run(expanded, engine.facts if engine else None)
     if args.logs:
         findings += log_lints.findings(expanded, args.logs, engine)
@@ -156,14 +161,17 @@ def cmd_check(args) -> int:
     errors = sum(1 for f in findings if f.lint.severity == lints.ERROR)
     warnings = len(findings) - errors
     render = _check_json if args.format == "json" else _check_text
-    _emit(render(expanded, findings, skipped, notes, errors, warnings, bool(args.logs)), args, args.format == "text")
+    _emit(render(expanded, findings, skipped, notes, errors, warnings, bool(args.logs)), args, args.format == "text",
+          [*inputs, *(args.logs or ())])
     return EXIT_LINT_ERRORS if errors or (args.strict and warnings) else EXIT_CLEAN
 
 
 def _check_inputs(args):
-    """(expanded plan, Engine or None, notes) for what the user named; stale plans are refused."""
+    """(expanded plan, Engine or None, notes, the files read) for what the user named; stale plans
+    are refused."""
     target = api.load_target(args.target, "check a plan with `warmup check PLAN --engine ENGINE`")
     engine = api.load_engine(args.engine) if args.engine else None
+    inputs = [*_target_files([target]), *api.input_files(None, engine)]
     if target.plan is not None:
         if engine is None:
             raise PlanError("a plan needs --engine to be expanded and checked (or check an expanded plan file)",
@@ -171,7 +179,7 @@ def _check_inputs(args):
         if args.source_plan:
             raise PlanError("--source-plan names the source of an expanded plan; PLAN is already a plan",
                             file=target.path)
-        return api.expand(target.plan, engine), engine, []
+        return api.expand(target.plan, engine), engine, [], inputs
     expanded, notes = target.expanded, []
     if engine is not None:
         plan = api.source_plan(expanded, args.source_plan, file=target.path)
@@ -180,9 +188,16 @@ def _check_inputs(args):
                          "engine config and the planner version, not the plan (pass --source-plan PLAN_YAML "
                          "to compare it too)")
         api.check_fresh(expanded, engine, plan, file=target.path)
+        inputs += api.input_files(plan)
     elif args.source_plan:
         raise PlanError("--source-plan needs --engine: the stale-plan check compares both", file=target.path)
-    return expanded, engine, notes
+    return expanded, engine, notes, inputs
+
+
+def _target_files(targets) -> list:
+    """The files of what `warmup diff` and `check` were pointed at: a plan's extends chain, or the
+    expanded plan file."""
+    return [path for t in targets for path in (api.input_files(t.plan) if t.plan is not None else [t.path])]
 
 
 def _check_text(expanded, findings, skipped, notes, errors, warnings, logs) -> str:
@@ -239,9 +254,11 @@ def _list_lints() -> str:
 COLORS = {"+": "32", "-": "31", "~": "33", "ERROR": "31", "WARNING": "33"}
 
 
-def _emit(text: str, args, colorable: bool) -> None:
-    if args.output is not None:
-        write_output(args.output, text)
+def _emit(text: str, args, colorable: bool, inputs) -> None:
+    """The text at -o (never over one of `inputs`, the files the command read), else on stdout,
+    in color where it is a terminal."""
+    if not is_stdout(args.output):
+        write_output(args.output, text, inputs)
         return
     if colorable and _use_color(args):
         text = "\n".join(_color_line(line) for line in text.split("\n"))

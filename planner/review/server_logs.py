@@ -25,21 +25,33 @@ Two kinds of log, told apart by their first line:
 
 Bad input is a PlanError naming the file and line (exit 2): a missing or unreadable file,
 binary data, a JSON line that does not parse (a line cut short included), a monitor line cut
-off before its kernel is named, and a log that another vLLM release wrote than the one the
-plan mirrors. Other lines (other processes, progress bars, requests) are noise and skipped.
+off before its kernel is named, a log that another vLLM release wrote than the one the plan
+mirrors, and a file that is neither log: empty, or without one line of vLLM's logger (VLLM_LINE),
+which every server log has by the thousand, so that a CI job pointed at the wrong file fails
+rather than passing on "nothing compiled". Other lines (other processes, progress bars,
+requests) are noise and skipped.
+
+A log is read a line at a time, whatever its size (a day of serving is hundreds of MB): memory
+holds one line, at most MAX_LINE_BYTES of it, and the compiles found.
 """
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import re
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import NamedTuple
 
 from ..errors import PlanError, one_line
-from ..yamlio import read_bytes
+from ..yamlio import open_input
 
-MAX_LINE_BYTES = 1 << 20   # a longer "line" is not a log line (and a key is never that long)
+# What is read of a line; the rest of a longer one (a tensor's repr in a traceback, a file with no
+# newline at all) is skipped: no line the reader looks for is that long.
+MAX_LINE_BYTES = 1 << 20
+EXPECTED = "a vLLM server log or a WARMUP_JIT_LOG file"
 
 # The families, as the logs name them: vLLM's monitor's backends, and the plugin's.
 PLUGIN_BACKENDS = {"triton": "Triton", "deep_gemm": "DeepGEMM", "flashinfer": "FlashInfer",
@@ -51,6 +63,15 @@ HARNESS = re.compile(r"^\s*(?P<t>\d+(?:\.\d+)?) (?:out|err) ")
 PROCESS = re.compile(r"\((?P<proc>[\w.-]+) pid=(?P<pid>\d+)\) ")
 # vLLM's logger: "WARNING 11-27 03:46:47 [jit_monitor.py:129] ".
 STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)")
+# A line of vLLM's logger (vllm/logger.py's _FORMAT, 0.25 and 0.33: "%(levelname)s %(asctime)s
+# [%(fileinfo)s:%(lineno)d] %(message)s", asctime "%m-%d %H:%M:%S"), after whatever stands before it
+# (VLLM_LOGGING_PREFIX, 0.33's "(EngineCore_DP0 pid=N) ", a harness's prefix), in color or not
+# (ColoredFormatter wraps the level, the time and the [file:line] in ANSI codes).
+_COLOR = rb"\x1b\[[0-9;]*m"
+_COLORS = rb"(?:" + _COLOR + rb")*"
+VLLM_LINE = re.compile(rb"(?:" + _COLOR + rb"|\b)(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)" + _COLORS + rb" " + _COLORS
+                       + rb"\d\d-\d\d \d\d:\d\d:\d\d" + _COLORS + rb" " + _COLORS + rb"\[[^\]\s]+:\d+\]")
+ANSI = re.compile(_COLOR.decode())
 MONITOR = re.compile(r"\b(?P<family>Triton|CuTeDSL|TileLang) (?:kernel )?JIT compilation during inference: "
                      r"(?P<rest>.*)$")
 MONITOR_TAIL = ". This causes a latency spike"
@@ -62,8 +83,8 @@ PLUGIN_LINE = re.compile(r"\b(?P<backend>triton|deep_gemm|flashinfer|torch\.comp
 VERSION = (re.compile(r"LLM engine \(v(?P<v>\d+\.\d+\.\d+[\w.+-]*)\)"),
            re.compile(r"vLLM API server version (?P<v>\d+\.\d+\.\d+[\w.+-]*)"))
 # Cheap first look: only lines holding one of these are matched further.
-NEEDLES = (b"during inference: ", b"Kernel JIT monitor activated", b"Triton autotuning for function",
-           b"after warmup was sealed", b"LLM engine (v", b"API server version")
+NEEDLES = re.compile(rb"during inference: |Kernel JIT monitor activated|Triton autotuning for function|"
+                     rb"after warmup was sealed|LLM engine \(v|API server version")
 
 
 class Compile(NamedTuple):
@@ -119,35 +140,48 @@ def release_of(version: str) -> tuple:
 
 
 def read_log(path: str) -> LogFile:
-    raw_lines = _lines(path)
-    first = next((text for _, text in raw_lines if text.strip()), b"")
-    if first.lstrip().startswith(b"{"):
-        return _plugin_log(path, raw_lines)
-    return _server_log(path, raw_lines)
+    """One log, told apart by its first line that is not blank: a JSON object starts the plugin's
+    JIT log, anything else a server log."""
+    with open_input(path, EXPECTED) as f:
+        if f.peek(2)[:2] == b"\x1f\x8b":
+            raise PlanError("gzip-compressed: decompress it first (zcat FILE > FILE.log)", file=path)
+        lines = _lines(path, f)
+        first = next(((number, text) for number, text in lines if text.strip()), None)
+        if first is None:
+            raise PlanError(f"empty (no line but blank ones), expected {EXPECTED}", file=path)
+        lines = itertools.chain([first], lines)  # blank lines before it are nothing to either reader
+        if first[1].lstrip().startswith(b"{"):
+            return _plugin_log(path, lines)
+        return _server_log(path, lines)
 
 
-def _lines(path: str) -> list:
-    """(line number, bytes) of every line; one-line errors for what is no text log."""
-    data = read_bytes(path, "a vLLM server log or a WARMUP_JIT_LOG file")
-    if data[:2] == b"\x1f\x8b":
-        raise PlanError("gzip-compressed: decompress it first (zcat FILE > FILE.log)", file=path)
-    lines = data.split(b"\n")
-    out = []
-    for number, text in enumerate(lines, 1):
-        if b"\0" in text:
-            raise PlanError("binary data (NUL byte), expected a vLLM server log or a WARMUP_JIT_LOG file",
-                            file=path, line=number)
-        if len(text) > MAX_LINE_BYTES:
-            raise PlanError(f"a line over {MAX_LINE_BYTES} bytes: not a log line", file=path, line=number)
-        out.append((number, text))
-    return out
+def _lines(path: str, f) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the newline) of every line of the open file `f`, read a line at
+    a time, each cut at MAX_LINE_BYTES; binary data is refused at its line."""
+    number = 0
+    while line := f.readline(MAX_LINE_BYTES):
+        number += 1
+        if b"\0" in line:  # before skipping the rest: /dev/zero has no end
+            raise PlanError(f"binary data (NUL byte), expected {EXPECTED}", file=path, line=number)
+        if not line.endswith(b"\n") and len(line) == MAX_LINE_BYTES:
+            _skip_rest_of_line(f)
+        yield number, line.rstrip(b"\n")
+
+
+def _skip_rest_of_line(f) -> None:
+    """Read past the rest of an over-long line, a buffer at a time (a file with no newline is
+    never held whole)."""
+    while (rest := f.readline(io.DEFAULT_BUFFER_SIZE)) and not rest.endswith(b"\n"):
+        pass
 
 
 def _decode(path: str, number: int, text: bytes) -> str:
+    """A line as text, without the color codes of a log written to a terminal (ColoredFormatter)."""
     try:
-        return text.decode("utf-8").rstrip("\r")
+        line = text.decode("utf-8").rstrip("\r")
     except UnicodeDecodeError as e:
         raise PlanError(f"not UTF-8 text (byte {e.start})", file=path, line=number) from None
+    return ANSI.sub("", line) if "\x1b" in line else line
 
 
 # --- vLLM's server log -------------------------------------------------------------------------------
@@ -157,6 +191,7 @@ class _Reader:
 
     def __init__(self, path: str):
         self.path = path
+        self.vllm_lines = False       # a line of vLLM's logger seen: this is a vLLM server's log
         self.version: str | None = None
         self.version_line: int | None = None
         self.activated: dict = {}     # process -> stamp of its activation line (None: no stamp)
@@ -171,13 +206,18 @@ class _Reader:
             self.compiles.append(compile_)
 
 
-def _server_log(path: str, raw_lines: list) -> LogFile:
+def _server_log(path: str, raw_lines: Iterable) -> LogFile:
     reader = _Reader(path)
     for number, raw in raw_lines:
+        if not reader.vllm_lines:
+            reader.vllm_lines = VLLM_LINE.search(raw) is not None
         if reader.autotune is not None:
             _autotune_key(reader, _decode(path, number, raw))
-        if any(needle in raw for needle in NEEDLES):
+        if NEEDLES.search(raw):
             _server_line(reader, number, _decode(path, number, raw))
+    if not reader.vllm_lines:
+        raise PlanError("no line of vLLM's logger (\"LEVEL MM-DD HH:MM:SS [FILE:LINE] MESSAGE\") and no JSON line "
+                        f"of the plugin's: expected {EXPECTED}", file=path)
     if reader.autotune is not None:
         reader.add(reader.autotune)
     return LogFile(path, "vllm server log", reader.version, reader.version_line, tuple(reader.modes),
@@ -277,7 +317,7 @@ def _after(reader: _Reader, process: str | None, clock: float | None) -> float |
 
 # --- the plugin's JIT log -----------------------------------------------------------------------------
 
-def _plugin_log(path: str, raw_lines: list) -> LogFile:
+def _plugin_log(path: str, raw_lines: Iterable) -> LogFile:
     compiles, seen = [], set()
     for number, raw in raw_lines:
         text = _decode(path, number, raw).strip()
