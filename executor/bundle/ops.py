@@ -25,6 +25,7 @@ import tempfile
 from contextlib import contextmanager
 
 from planner import api
+from planner import output as planner_output
 from planner.errors import PlanError, WriteError
 from planner.output import check_writable
 
@@ -107,8 +108,9 @@ def ready_to_build(plan: str, engine: str, out: str, report_path: str | None) ->
     """This machine's fingerprint, once the plan and engine expand (else PlanError, exit 2), `out`
     and the report can be written (else WriteError, exit 2) and there is a CUDA device (else
     Failed, exit 1): one line before any work, rather than a warmup whose every step fails."""
-    api.expand(api.load_plan(plan), api.load_engine(engine))
-    check_output(out)
+    loaded_plan, loaded_engine = api.load_plan(plan), api.load_engine(engine)
+    api.expand(loaded_plan, loaded_engine)
+    check_output(out, api.input_files(loaded_plan, loaded_engine))
     if report_path is not None:
         check_writable(report_path)
     fp = environment.measure()
@@ -118,15 +120,13 @@ def ready_to_build(plan: str, engine: str, out: str, report_path: str | None) ->
     return fp
 
 
-def check_output(out: str) -> None:
-    """`-o` refused as the shell refuses a redirection: an empty name, a directory that does not
-    exist (`> dir/b.warmup` does not make dir/), and what check_writable refuses."""
-    if not out:
-        raise WriteError("''", "an empty file name")
-    check_writable(out)
-    folder = os.path.dirname(os.path.realpath(out))
-    if not os.path.isdir(folder):
-        raise WriteError(out, f"directory {folder} does not exist (create it first)")
+def check_output(out: str, inputs: tuple[str, ...] | list[str] = ()) -> None:
+    """`-o` refused as planner.output refuses it (an empty name, a missing directory, a file the
+    command reads), and `-o -`: a bundle is a binary archive, which a terminal or a pipe of text
+    lines is no place for."""
+    if out == "-":
+        raise WriteError(out, "a bundle is a binary file: give its path (-o - is stdout for text outputs only)")
+    planner_output.check_output(out, inputs)
 
 
 def warmup_failure(code: int, report: dict, plan: str) -> BaseException:

@@ -57,6 +57,22 @@ def test_build_refuses_invalid_input_first_exit_2(tmp_path, monkeypatch, capsys,
     assert os.listdir(tmp_path) == []
 
 
+def test_build_refuses_an_output_it_reads_and_stdout_exit_2(tmp_path, monkeypatch, capsys):
+    """-o onto the engine the build reads would lose it; -o - would send an archive to a terminal."""
+    from planner.api import load_engine
+
+    monkeypatch.setattr(environment, "measure", no_warmup)
+    engine = tmp_path / "e.yaml"
+    with open(load_engine(ENGINE).file, encoding="utf-8") as f:
+        engine.write_text(f.read())
+    before = engine.read_bytes()
+    for out, why in ((str(engine), "an input of this command"), ("-", "a bundle is a binary file")):
+        assert cli.cmd_bundle(parse(["build", PLAN, "--engine", str(engine), "-o", out])) == 2
+        stdout, err = capsys.readouterr()
+        assert stdout == "" and err.count("\n") == 1 and why in err
+    assert os.listdir(tmp_path) == ["e.yaml"] and engine.read_bytes() == before
+
+
 @pytest.mark.parametrize("code, status, exit_code", [(1, "failed", 1), (2, "invalid input", 2)])
 def test_a_failed_warmup_writes_nothing_and_names_no_removed_file(tmp_path, monkeypatch, capsys, code, status,
                                                                    exit_code):
