@@ -9,8 +9,6 @@ import sys
 from ..engine import hf
 from ..engine.config import engine_from_document
 from ..errors import PlanError
-from ..limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_SPECULATIVE_TOKENS, MODEL_RUNNERS, SAMPLERS,
-                      SPECULATIVE_METHODS)
 from ..output import emit
 from ..plugins import load_plugins_by_group
 from ..yamlio import load_json, load_text, read_text
@@ -25,42 +23,10 @@ def add_command(sub, name: str, help: str) -> None:
                              "a local directory with config.json) and write what vLLM resolved; needs vLLM installed")
     p.add_argument("vllm_args", nargs="*", metavar="-- VLLM_SERVE_ARGS",
                    help="with --from-vllm: the arguments of `vllm serve`, after `--`")
-    p.add_argument("--tp", type=int, help="tensor-parallel size (default 1)")
-    p.add_argument("--dp", type=int, help="data-parallel size (default 1)")
-    p.add_argument("--enable-expert-parallel", action="store_true", help="shard experts over tp*dp ranks")
-    p.add_argument("--max-num-seqs", type=int,
-                   help="vLLM's --max-num-seqs (default: vLLM's for the GPU's memory, as `vllm serve` sets it)")
-    p.add_argument("--max-num-batched-tokens", type=int,
-                   help="vLLM's --max-num-batched-tokens (default: vLLM's for the GPU's memory)")
-    p.add_argument("--max-model-len", type=int,
-                   help="vLLM's --max-model-len, at most the config's own limit (default: that limit)")
-    p.add_argument("--num-blocks", type=int, help="KV blocks (default: estimated from GPU memory)")
-    p.add_argument("--block-size", type=int,
-                   help="tokens per KV-cache block, vLLM's --block-size (default: the attention backend's)")
-    p.add_argument("--speculative-method", choices=SPECULATIVE_METHODS, metavar="METHOD",
-                   help="vLLM's speculative decoding method (speculative_config.method): "
-                        f"{', '.join(SPECULATIVE_METHODS)} (default none)")
-    p.add_argument("--num-speculative-tokens", type=int, metavar="N",
-                   help=f"draft tokens per step, 1 to {MAX_SPECULATIVE_TOKENS} (required with a method, except mtp: "
-                        "the model's MTP layers, and suffix: 24, vLLM's defaults)")
-    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, metavar="DTYPE",
-                   help=f"vLLM's --kv-cache-dtype: {', '.join(KV_CACHE_DTYPES)} (default auto: the model's dtype)")
-    p.add_argument("--fp8-linear-kernel", choices=FP8_LINEAR_KERNEL_CHOICES, metavar="KERNEL",
-                   help="the kernel vLLM picks for the block-FP8 linears DeepGEMM can take: flashinfer_deep_gemm "
-                        "(the default on SM 9.0: FlashInfer installed, as vLLM's wheel brings it) or deep_gemm "
-                        "(no FlashInfer, or VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0)")
-    p.add_argument("--model-runner", choices=MODEL_RUNNERS, metavar="RUNNER",
-                   help="vLLM's model runner: auto (the default: each release's own choice for the model), v1 or v2 "
-                        "(VLLM_USE_V2_MODEL_RUNNER=0 or 1)")
-    p.add_argument("--sampler", choices=SAMPLERS, metavar="SAMPLER",
-                   help="vLLM's top-k/top-p sampler: auto (the default: FlashInfer's where vLLM's wheel installs it and "
-                        "the GPU is SM 8.0 to 12.1), flashinfer or triton (VLLM_USE_FLASHINFER_SAMPLER=0)")
+    for spec in hf.FROM_HF_FLAGS:
+        p.add_argument(spec.flag, **spec.argparse_options())
     p.add_argument("--gpu", help="GPU model: sets SM count and capability (default H100; with --from-vllm, the "
                                  "machine's GPU where there is one)")
-    p.add_argument("--ignore-memory", action="store_true",
-                   help="write the engine config even when the estimate says the model does not fit the GPU "
-                        "(weights over the memory budget, or no KV room for one max_model_len request): a loud "
-                        "warning, and num_blocks for one such request, instead of exit 2")
     p.add_argument("--name", help="engine name")
     p.add_argument("-o", "--output", help="write here (atomically) instead of stdout (`-` is stdout)")
     p.set_defaults(func=cmd_engine)
@@ -71,10 +37,8 @@ def _warn(message: str) -> None:
 
 
 ENGINE_SOURCES = "warmup.engine_sources"  # entry points: name -> the command that writes the engine
-# --from-hf's own flags: with --from-vllm, vLLM's arguments after `--` say these things.
-HF_ONLY_FLAGS = ("tp", "dp", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                 "num_blocks", "block_size", "ignore_memory", "speculative_method", "num_speculative_tokens",
-                 "kv_cache_dtype", "fp8_linear_kernel", "model_runner", "sampler")
+# --from-hf's own flags (with --from-vllm, vLLM's arguments after `--` say these things).
+HF_ONLY_FLAGS = tuple(spec.dest for spec in hf.FROM_HF_FLAGS)
 
 
 def cmd_engine(args) -> int:

@@ -100,12 +100,13 @@ from __future__ import annotations
 from .assemble import engine_from_hf
 from .device import GPUS, gpu_name
 from .entries import VOCAB_PADDING
+from .flags import FROM_HF_FLAGS
 from .memory import GPU_MEMORY_UTILIZATION
 from .model import DEFAULT_BLOCK_SIZE, MLA_BLOCK_SIZE, SUPPORTED_ARCHITECTURES
 from .source import HFConfigError, key_line
 from .speculative import SUFFIX_TREE_DEPTH
 from .writer import engine_to_yaml, insert_after
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "GPUS", "GPU_MEMORY_UTILIZATION", "HFConfigError", "MLA_BLOCK_SIZE",
+__all__ = ["DEFAULT_BLOCK_SIZE", "FROM_HF_FLAGS", "GPUS", "GPU_MEMORY_UTILIZATION", "HFConfigError", "MLA_BLOCK_SIZE",
            "SUFFIX_TREE_DEPTH", "SUPPORTED_ARCHITECTURES", "VOCAB_PADDING", "engine_from_hf", "engine_to_yaml",
            "gpu_name", "insert_after", "key_line"]

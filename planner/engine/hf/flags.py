@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...limits import KV_CACHE_DTYPES, MAX_BLOCKS, MAX_SEQS, MAX_SPECULATIVE_TOKENS, MAX_TOKENS, SPECULATIVE_METHODS
+from ...limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_BLOCKS, MAX_SEQS, MAX_SPECULATIVE_TOKENS,
+                       MAX_TOKENS, MODEL_RUNNERS, SAMPLERS, SPECULATIVE_METHODS)
 from .source import config_error, short_repr
 
 
@@ -35,14 +36,74 @@ class Flags:
     kv_cache_dtype: str = "auto"
 
 
-# Each flag's bound: the engine schema's, for the field the flag sets.
-_FLAG_BOUNDS = {"--tp": MAX_SEQS, "--dp": MAX_SEQS, "--max-num-seqs": MAX_SEQS,
-                "--max-num-batched-tokens": MAX_TOKENS, "--num-blocks": MAX_BLOCKS, "--block-size": MAX_TOKENS,
-                "--max-model-len": MAX_TOKENS, "--num-speculative-tokens": MAX_SPECULATIVE_TOKENS}
+@dataclass(frozen=True)
+class FlagSpec:
+    """One flag of `warmup engine --from-hf`: vLLM's flag of that name where vLLM has one, and the
+    engine field it sets. The command's arguments, the flags --from-vllm refuses (vLLM's own
+    arguments say these things) and each flag's check all read this one row."""
+
+    flag: str                     # "--max-num-seqs"
+    field: str                    # the engine field it sets, as the schema names it
+    help: str
+    bound: int | None = None      # a count: the engine schema's bound for the field
+    choices: tuple[str, ...] = ()  # a name: the engine schema's values for the field
+    switch: bool = False          # no value: on when given
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute, and engine_from_hf's keyword where it takes one."""
+        return self.flag[2:].replace("-", "_")
+
+    def argparse_options(self) -> dict:
+        if self.switch:
+            return {"action": "store_true", "help": self.help}
+        options = {"help": self.help, **({"metavar": self.metavar} if self.metavar else {})}
+        return {"choices": self.choices, **options} if self.choices else {"type": int, **options}
 
 
-# Each flag that takes a name: the engine schema's values for the field it sets.
-_FLAG_CHOICES = {"--speculative-method": SPECULATIVE_METHODS, "--kv-cache-dtype": KV_CACHE_DTYPES}
+_KV = ", ".join(KV_CACHE_DTYPES)
+FROM_HF_FLAGS: tuple[FlagSpec, ...] = (
+    FlagSpec("--tp", "parallel.tensor_parallel_size", "tensor-parallel size (default 1)", bound=MAX_SEQS),
+    FlagSpec("--dp", "parallel.data_parallel_size", "data-parallel size (default 1)", bound=MAX_SEQS),
+    FlagSpec("--enable-expert-parallel", "parallel.enable_expert_parallel", "shard experts over tp*dp ranks",
+             switch=True),
+    FlagSpec("--max-num-seqs", "scheduler.max_num_seqs",
+             "vLLM's --max-num-seqs (default: vLLM's for the GPU's memory, as `vllm serve` sets it)", bound=MAX_SEQS),
+    FlagSpec("--max-num-batched-tokens", "scheduler.max_num_batched_tokens",
+             "vLLM's --max-num-batched-tokens (default: vLLM's for the GPU's memory)", bound=MAX_TOKENS),
+    FlagSpec("--max-model-len", "model.max_model_len",
+             "vLLM's --max-model-len, at most the config's own limit (default: that limit)", bound=MAX_TOKENS),
+    FlagSpec("--num-blocks", "kv_cache.num_blocks", "KV blocks (default: estimated from GPU memory)",
+             bound=MAX_BLOCKS),
+    FlagSpec("--block-size", "kv_cache.groups.block_size",
+             "tokens per KV-cache block, vLLM's --block-size (default: the attention backend's)", bound=MAX_TOKENS),
+    FlagSpec("--speculative-method", "speculative.method",
+             "vLLM's speculative decoding method (speculative_config.method): "
+             f"{', '.join(SPECULATIVE_METHODS)} (default none)", choices=SPECULATIVE_METHODS, metavar="METHOD"),
+    FlagSpec("--num-speculative-tokens", "speculative.num_speculative_tokens",
+             f"draft tokens per step, 1 to {MAX_SPECULATIVE_TOKENS} (required with a method, except mtp: the model's "
+             "MTP layers, and suffix: 24, vLLM's defaults)", bound=MAX_SPECULATIVE_TOKENS, metavar="N"),
+    FlagSpec("--kv-cache-dtype", "model.attention.kv_cache_dtype",
+             f"vLLM's --kv-cache-dtype: {_KV} (default auto: the model's dtype)", choices=KV_CACHE_DTYPES,
+             metavar="DTYPE"),
+    FlagSpec("--fp8-linear-kernel", "model.linear.kernel",
+             "the kernel vLLM picks for the block-FP8 linears DeepGEMM can take: flashinfer_deep_gemm (the default "
+             "on SM 9.0: FlashInfer installed, as vLLM's wheel brings it) or deep_gemm (no FlashInfer, or "
+             "VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0)", choices=FP8_LINEAR_KERNEL_CHOICES, metavar="KERNEL"),
+    FlagSpec("--model-runner", "model.model_runner",
+             "vLLM's model runner: auto (the default: each release's own choice for the model), v1 or v2 "
+             "(VLLM_USE_V2_MODEL_RUNNER=0 or 1)", choices=MODEL_RUNNERS, metavar="RUNNER"),
+    FlagSpec("--sampler", "model.sampler",
+             "vLLM's top-k/top-p sampler: auto (the default: FlashInfer's where vLLM's wheel installs it and the GPU "
+             "is SM 8.0 to 12.1), flashinfer or triton (VLLM_USE_FLASHINFER_SAMPLER=0)", choices=SAMPLERS,
+             metavar="SAMPLER"),
+    FlagSpec("--ignore-memory", "kv_cache.num_blocks",
+             "write the engine config even when the estimate says the model does not fit the GPU (weights over "
+             "the memory budget, or no KV room for one max_model_len request): a loud warning, and num_blocks "
+             "for one such request, instead of exit 2", switch=True),
+)
+_SPECS = {spec.flag: spec for spec in FROM_HF_FLAGS}
 
 
 def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
@@ -50,16 +111,16 @@ def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise config_error(source, f"{flag} must be a positive integer, got {short_repr(value)}")
-    if value > _FLAG_BOUNDS[flag]:
-        raise config_error(source, f"{flag} {value} is over the bound of {_FLAG_BOUNDS[flag]:,} "
+    if value > _SPECS[flag].bound:
+        raise config_error(source, f"{flag} {value} is over the bound of {_SPECS[flag].bound:,} "
                                    "(schemas/engine.schema.json says why)")
     return value
 
 
 def _flag_choice(value, flag: str, source: str):
-    if value is None or (isinstance(value, str) and value in _FLAG_CHOICES[flag]):
+    if value is None or (isinstance(value, str) and value in _SPECS[flag].choices):
         return value
-    raise config_error(source, f"{flag} {short_repr(value)} is not one of {', '.join(_FLAG_CHOICES[flag])} "
+    raise config_error(source, f"{flag} {short_repr(value)} is not one of {', '.join(_SPECS[flag].choices)} "
                                "(schemas/engine.schema.json)")
 
 
