@@ -206,10 +206,3 @@ def scan(root: str, skip=frozenset()) -> list[Entry]:
     except OSError:
         return []
     return [e for e in (read_entry(root, n) for n in sorted(names) if n not in skip) if e is not None]
-
-
-def marker_mtime(entry: Entry) -> int | None:
-    try:
-        return os.stat(os.path.join(entry.path, COMMITTED)).st_mtime_ns
-    except OSError:
-        return None

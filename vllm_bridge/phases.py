@@ -135,7 +135,3 @@ def stage_line(row: dict) -> str:
             if row["pool_jobs"] else "")
     return (f"warmup-planner: stage {row['stage']}: {row['steps']} steps, {row['calls']} calls, "
             f"{describe_counts(row)}{pool}, {row['wall_s']:.2f} s")
-
-
-def phase_line(row: dict) -> str:
-    return f"warmup-planner: vLLM {row['phase']}: {describe_counts(row)}, {row['wall_s']:.2f} s"

@@ -177,7 +177,7 @@ def _check_fp8_blocks(doc: Document, section: str, i: int, layer: dict, tp: int)
     A linear's K is not checked: vLLM serves a K that is not whole blocks where tensor parallelism
     does not split it (on its Triton or CUTLASS block-FP8 GEMM), and the engine file describes one
     rank, not which linears are row-parallel. No GEMM kernel the plans model takes such a K, so every
-    plan plans around the layer and names it (engine_queries.planned_around, lint W205)."""
+    plan plans around the layer and names it (planner.engine.queries.planned_around, lint W206)."""
     if section != "moe":
         return
     block_n, block_k = quant_of(layer).block

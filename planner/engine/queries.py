@@ -66,7 +66,7 @@ def block_fp8_linears(engine: EngineFacts, block: int = 128) -> list[BlockFp8Lin
 class PlannedAround(NamedTuple):
     """A block-FP8 layer whose GEMM K is not whole scale blocks: DeepGEMM and the Triton block-FP8
     GEMMs the plans model read K one block at a time and take no other K, so every plan plans
-    around it (no GEMM step; the plan's not-modelled list and lint W205 name it). vLLM serves such
+    around it (no GEMM step; the plan's not-modelled list and lint W206 name it). vLLM serves such
     a layer where tensor parallelism does not split K, on its Triton or CUTLASS block-FP8 GEMM."""
 
     section: str   # "linear" or "moe"

@@ -80,7 +80,7 @@ def moe_weights(engine: EngineFacts, block: int) -> dict:
     for moe in block_fp8_moes(engine, block):
         for weight, n, k in moe.weights:
             if weight == "w13" and k % block:  # a hidden size DeepGEMM does not take: planned around
-                continue                          # (engine_queries.planned_around names it)
+                continue                          # (planner.engine.queries.planned_around names it)
             entry = weights.setdefault((weight, moe.num_experts, n, k, moe.top_k), (moe.relax_n, []))
             entry[1].append(moe.name)
     return weights

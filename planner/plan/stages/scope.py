@@ -112,7 +112,7 @@ class Notes:
 
     def plan_around(self, engine: EngineFacts, sections=("linear", "moe")) -> None:
         """The plan's not-modelled entry for the layers of `sections` that a GEMM stage leaves out
-        because no kernel it models takes their K (engine_queries.planned_around): one entry per
+        because no kernel it models takes their K (planner.engine.queries.planned_around): one entry per
         expansion, naming every such layer any of its stages left out."""
         found = [layer for layer in planned_around(engine) if layer.section in sections]
         if not found:
