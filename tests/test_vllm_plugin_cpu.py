@@ -12,6 +12,7 @@ from planner.render import to_yaml
 from planner.resources import engines_dir
 from vllm_bridge.releases import RELEASES, UnsupportedVllm, release_for
 from vllm_bridge.settings import PluginError, Settings, with_rank
+from vllm_bridge.step_aside import SAID
 from vllm_bridge.warmup import WorkerWarmup
 
 
@@ -158,7 +159,8 @@ def bare_state(settings, tmp_path=None):
     return WorkerWarmup(worker, RELEASES["0.25.0"], settings, load_engine("llama-3.1-8b-fp8-h100"), expanded)
 
 
-def test_a_failed_pool_falls_back_to_vllms_own_warmup_in_one_line(caplog, tmp_path):
+def test_a_failed_pool_falls_back_to_vllms_own_warmup_in_one_line(caplog, tmp_path, monkeypatch):
+    monkeypatch.setenv(SAID, "")  # the mark the step-aside line leaves, undone after the test
     report = tmp_path / "report.json"
     state = bare_state(Settings("vllm-0.25", report=str(report), timeout_s=7))
     state.precompiler = StuckPool("timed out after 7 s with 1 of 2 jobs done")
@@ -167,8 +169,8 @@ def test_a_failed_pool_falls_back_to_vllms_own_warmup_in_one_line(caplog, tmp_pa
         result = state.warm_up(lambda: "vLLM's own")  # vLLM's method, not redirected
     assert state.precompiler.finished == 7 and result == "vLLM's own"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert warnings == ["warmup-planner: the precompile pool timed out after 7 s with 1 of 2 jobs done; "
-                        "vLLM's own warmup will run instead"]
+    assert warnings == [("warmup-planner: stepping aside: the precompile pool timed out after 7 s with 1 of 2 "
+                         "jobs done; vLLM starts as it would without the plugin")]
     host = json.loads(report.read_text())["host"]
     assert host["fallback"].startswith("the precompile pool timed out") and host["precompile_wait_s"] == 2.0
     assert [p["phase"] for p in host["phases"]] == ["warmup (vLLM's own, the plugin's fallback)"]

@@ -49,7 +49,11 @@ def watch_engine_args(settings) -> bool:
 
     @functools.wraps(original)
     def create_engine_config(self, *args, **kwargs):
-        start(self, settings)
+        try:
+            start(self, settings)
+        except Exception as e:  # noqa: BLE001 - an optimisation: vLLM makes its config either way
+            log.info("warmup-planner: FlashInfer's modules are not built ahead (%s: %s)", type(e).__name__,
+                     one_line(e))
         return original(self, *args, **kwargs)
 
     setattr(EngineArgs, PATCHED, original)
@@ -127,7 +131,7 @@ def modules_ahead(request: Request, settings) -> tuple[list, str]:
     from planner.yamlio import Document
 
     from .engine import gpu_of_device_name
-    from .worker_plan import make_plan
+    from .worker_plan import config_path, make_plan
 
     path = config_path(request.model, request.revision)
     capability, name = gpu_capability(), gpu_name()
@@ -148,19 +152,6 @@ def sampler_ahead() -> str:
     """vLLM's top-k/top-p sampler as far as this process can tell without CUDA: FlashInfer's,
     unless VLLM_USE_FLASHINFER_SAMPLER=0 (the engine's plan decides for real, in the worker)."""
     return "triton" if os.environ.get("VLLM_USE_FLASHINFER_SAMPLER", "").strip() == "0" else "flashinfer"
-
-
-def config_path(model: str, revision=None) -> str | None:
-    """The model's config.json on disk: in its directory, else in the Hugging Face cache."""
-    if os.path.isdir(model):
-        path = os.path.join(model, "config.json")
-        return path if os.path.isfile(path) else None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    found = try_to_load_from_cache(model, "config.json", revision=revision)
-    return found if isinstance(found, str) else None
 
 
 def build_ahead(generators: list[str], arch: str, timeout_s: float) -> int:

@@ -33,7 +33,8 @@ import os
 import time
 from typing import NamedTuple
 
-from planner.errors import PlanError, one_line
+from .settings import rank_of
+from .step_aside import cause_of
 
 log = logging.getLogger("vllm.warmup_planner")
 ROOTS = "_warmup_planner_bundle_roots"  # on a worker: the Recorded of load_model
@@ -97,10 +98,6 @@ def machine(vllm_config, recorded_hash: str | None = None) -> dict:
     return {**environment.current(), "vllm_config_hash": recorded_hash or config_hash(vllm_config)}
 
 
-def _why(e: BaseException) -> str:
-    return one_line(e) if isinstance(e, PlanError) else f"{type(e).__name__}: {one_line(e)}"
-
-
 def install_early(path: str | None) -> dict | None:
     """At the plugin's register, before vLLM resolves the model: the bundle's early families
     (vLLM's model info, which a cold start otherwise learns in a subprocess that imports the model,
@@ -115,7 +112,7 @@ def install_early(path: str | None) -> dict | None:
     try:
         placed = startup.install_early(path, roots_now(), version("vllm"), record_dir())
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM resolves the model itself
-        log.warning("warmup-planner: bundle's model info not installed: %s", _why(e))
+        log.warning("warmup-planner: bundle's model info not installed: %s", cause_of(e))
         return None
     finally:
         _prepare_unless_in_place(path)
@@ -156,7 +153,7 @@ def install_before_compile(worker, path: str | None) -> dict | None:
     try:
         placed = startup.install(path, roots_now(), machine(worker.vllm_config), record_dir())
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts cold
-        log.warning("warmup-planner: bundle not installed, vLLM starts cold: %s", _why(e))
+        log.warning("warmup-planner: bundle not installed, vLLM starts cold: %s", cause_of(e))
         return None
     if placed.installed is not None:  # None: another rank placed it all
         setattr(worker, INSTALLED, placed.installed)
@@ -177,7 +174,7 @@ def check_machine(worker) -> list[str]:
         lines = machine_check.check(record_dir(), machine(worker.vllm_config))
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts (compiling what does not load)
         log.warning("warmup-planner: the installs made against a bundle's fingerprint could not be checked: %s",
-                    _why(e))
+                    cause_of(e))
         return []
     for line in lines:
         log.warning("warmup-planner: %s", line)
@@ -196,7 +193,7 @@ def check_use(worker, environ=os.environ) -> list | None:
     try:
         uses = usage.check(installed)
     except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
-        log.warning("warmup-planner: the bundle's use could not be checked: %s", _why(e))
+        log.warning("warmup-planner: the bundle's use could not be checked: %s", cause_of(e))
         return None
     inert = usage.inert_count(uses)
     for line in usage.lines(uses):
@@ -221,7 +218,7 @@ def record_roots(worker, out: str | None) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         ops.check_output(out)
     except Exception as e:  # noqa: BLE001
-        log.warning("warmup-planner: WARMUP_BUNDLE_OUT: no bundle will be written: %s", _why(e))
+        log.warning("warmup-planner: WARMUP_BUNDLE_OUT: no bundle will be written: %s", cause_of(e))
         return
     setattr(worker, ROOTS, Recorded(roots_now(), config_hash(worker.vllm_config)))
 
@@ -229,7 +226,7 @@ def record_roots(worker, out: str | None) -> None:
 def build_after_ready(worker, out: str | None, origin) -> str | None:
     """Rank 0 packs the start-up's caches into WARMUP_BUNDLE_OUT; the path written, or None."""
     recorded = getattr(worker, ROOTS, None)
-    if not out or recorded is None or int(getattr(worker, "rank", 0) or 0) != 0:
+    if not out or recorded is None or rank_of(worker) != 0:
         return None
     from executor.bundle import startup
 
@@ -240,7 +237,7 @@ def build_after_ready(worker, out: str | None, origin) -> str | None:
     try:
         manifest = startup.build(out, recorded.roots, machine(worker.vllm_config, recorded.config_hash), origin)
     except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
-        log.warning("warmup-planner: no bundle written: %s", _why(e))
+        log.warning("warmup-planner: no bundle written: %s", cause_of(e))
         return None
     log.info("warmup-planner: bundle %s written in %.1f s: %s", out, time.monotonic() - started,
              startup.summary(manifest))

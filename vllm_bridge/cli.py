@@ -147,22 +147,10 @@ def build_engine(argv: list[str], gpu: str | None):
     engine_args = parse_engine_args(argv)
     check_model_dir(str(engine_args.model))
     vllm_config = create_engine_config(engine_args)
-    from vllm_bridge.engine import engine_from_vllm_config
-    try:
-        return engine_from_vllm_config(vllm_config, gpu), release
-    except hf.HFConfigError as e:
-        config = os.path.join(str(engine_args.model), "config.json")
-        raise e.as_plan_error(config, _read(config)) from None
-    except ValueError as e:
-        raise PlanError(str(e), file=WHERE) from None
+    # the plugin's own derivation, refusals and all
+    from vllm_bridge.worker_plan import engine_of
 
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
+    return engine_of(vllm_config, gpu, where=WHERE), release
 
 
 def cmd_from_vllm(args) -> int:

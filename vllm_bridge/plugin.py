@@ -4,9 +4,8 @@ vLLM calls ``register`` in every process, before a worker class is resolved
 (vllm/plugins/__init__.py, load_general_plugins). Without WARMUP_PLAN, WARMUP_BUNDLE and
 WARMUP_BUNDLE_OUT, and with no install under vLLM's cache root awaiting this machine's check
 (`warmup bundle install --target bundle`), it does nothing. With one of them, the installed vLLM must be a release in
-vllm_bridge.releases (else it raises, one line: the server must not start without the warmup the
-user asked for), a start-up bundle's model info is placed (WARMUP_BUNDLE: vLLM reads it next, while
-it resolves the model), and that release's GPU Worker is patched:
+vllm_bridge.releases, a start-up bundle's model info is placed (WARMUP_BUNDLE: vLLM reads it next,
+while it resolves the model), and that release's GPU Worker is patched:
 
 - ``EngineArgs.create_engine_config`` (in vLLM's first process): FlashInfer's modules the plan would
   build are started then, from the model's config.json, in a process of their own (vllm_bridge.ahead);
@@ -24,6 +23,11 @@ it resolves the model), and that release's GPU Worker is patched:
   (vllm_bridge.warmup); then, vLLM ready, the start-up's caches packed into WARMUP_BUNDLE_OUT.
 
 Patching twice is a no-op: the originals are kept on the class.
+
+The plugin never stops vLLM (vllm_bridge.step_aside): a setting or a vLLM release it cannot use (at
+register), an engine or a plan it cannot make, a report it cannot write (at load_model), a pool that
+fails: one warning line naming the cause, and vLLM's methods run as they would without WARMUP_PLAN
+(a bundle the user asked for still goes its own way). WARMUP_STRICT=1 makes the failure fatal.
 """
 
 from __future__ import annotations
@@ -37,17 +41,18 @@ import os
 import sys
 
 from . import ahead, bundle
-from .releases import RELEASES, Release, release_for
-from .settings import Settings
+from .releases import RELEASES, Release, UnsupportedVllm, release_for
+from .settings import Settings, rank_of, strict_setting
+from .step_aside import StepAside, Verdict, agree, cause_of, step_aside
 from .warmup import WorkerWarmup, swapped
 
 PATCHED = "_warmup_planner_originals"  # on the Worker class: {method name: vLLM's function}
-STATE = "_warmup_planner"               # on a worker: its WorkerWarmup
+STATE = "_warmup_planner"               # on a worker: its WorkerWarmup, or its StepAside
 
 
 def register() -> None:
-    settings = Settings.from_env(os.environ)
-    if not settings.active:
+    settings = _settings(os.environ)
+    if settings is None or not settings.active:
         return
     import vllm
 
@@ -57,10 +62,34 @@ def register() -> None:
         bundle.log.warning("warmup-planner: an install awaits this machine's check, which needs vLLM %s; vLLM %s "
                            "is installed: not checked", ", ".join(RELEASES), vllm.__version__)
         return
-    patch_worker(release_for(vllm.__version__), settings)
+    release = _release(vllm.__version__, settings)
+    if release is None:
+        return
+    patch_worker(release, settings)
     bundle.install_early(settings.bundle)  # vLLM resolves the model after its plugins are loaded
     if settings.plan:
         ahead.watch_engine_args(settings)  # the pool's long poles start once vLLM names the model
+
+
+def _settings(environ) -> Settings | None:
+    """The user's settings; one the plugin cannot use (PluginError), or a cache root it cannot list,
+    makes it step aside (None). WARMUP_STRICT itself must be readable: whether the user asked for a
+    failure to be fatal cannot be guessed, so a value of it that is neither 1 nor 0 is fatal."""
+    try:
+        return Settings.from_env(environ)
+    except Exception as e:  # noqa: BLE001 - any failure of ours: vLLM starts without the plugin
+        step_aside(cause_of(e), strict_setting(environ))
+        return None
+
+
+def _release(version: str, settings: Settings) -> Release | None:
+    """The installed vLLM's row of the release table; another vLLM: the plugin steps aside (None),
+    in every process alike (the first says it), since a method it would patch may be renamed."""
+    try:
+        return release_for(version)
+    except UnsupportedVllm as e:
+        step_aside(cause_of(e), settings.strict)
+        return None
 
 
 def patched_methods(release: Release) -> dict:
@@ -75,9 +104,18 @@ def patch_worker(release: Release, settings: Settings) -> None:
     process), and importing it there only to patch it cost the API server ~2-3 s of imports before
     it resolved the model (bench/RESULTS.md part Y)."""
     if release.worker_module in sys.modules:
-        _patch_worker_class(release, settings)
+        _patch_or_step_aside(release, settings)
     else:
-        after_import(release.worker_module, lambda module: _patch_worker_class(release, settings))
+        after_import(release.worker_module, lambda module: _patch_or_step_aside(release, settings))
+
+
+def _patch_or_step_aside(release: Release, settings: Settings) -> None:
+    """Patch the Worker class; a class without a method the release table names (the import of
+    vLLM's worker would fail with it): the plugin steps aside, the class as it is."""
+    try:
+        _patch_worker_class(release, settings)
+    except Exception as e:  # noqa: BLE001 - any failure of ours: vLLM starts without the plugin
+        step_aside(cause_of(e), settings.strict)
 
 
 def _patch_worker_class(release: Release, settings: Settings):
@@ -146,13 +184,12 @@ def unpatch_worker(release: Release) -> None:
 def _load_model(original, release: Release, settings: Settings):
     @functools.wraps(original)
     def load_model(self, *args, **kwargs):
-        if settings.plan is None:  # a bundle only: installed or recorded, vLLM's method as it is
-            _bundle_before_compile(self, settings)
-            return original(self, *args, **kwargs)
-        state = WorkerWarmup.prepare(self, release, settings)  # before the weights: fail fast
-        setattr(self, STATE, state)
+        state = _prepared(self, release, settings)  # before the weights: a failure steps aside at once
         _bundle_before_compile(self, settings)  # before the pool: it then finds the bundle's kernels
-        state.start()
+        if runs_plan(state):
+            state = _started(self, state, settings)
+        if not runs_plan(state):  # no plan, or stepped aside: a bundle only, vLLM's method as it is
+            return original(self, *args, **kwargs)
         try:
             with state.phases.phase("load_model"):
                 result = original(self, *args, **kwargs)
@@ -162,6 +199,37 @@ def _load_model(original, release: Release, settings: Settings):
         state.check_live_kernels()
         return result
     return load_model
+
+
+def runs_plan(state) -> bool:
+    """Whether a worker's state runs the plan: None (no WARMUP_PLAN) and a StepAside do not."""
+    return state is not None and not isinstance(state, StepAside)
+
+
+def _prepared(worker, release: Release, settings: Settings):
+    """The worker's state, kept on it: None without WARMUP_PLAN, its WorkerWarmup (engine and plan
+    made, the report's path checked), or its StepAside: any failure of those, this rank's."""
+    if settings.plan is None:
+        return None
+    try:
+        state = WorkerWarmup.prepare(worker, release, settings)
+    except Exception as e:  # noqa: BLE001 - any failure of ours: vLLM starts without the plugin
+        state = step_aside(cause_of(e), settings.strict, rank_of(worker))
+    setattr(worker, STATE, state)
+    return state
+
+
+def _started(worker, state, settings: Settings):
+    """The state once its monitor and pool are started; a start that fails withdraws what it
+    installed (the pool's processes would outlive the plan) and steps aside."""
+    try:
+        state.start()
+        return state
+    except Exception as e:  # noqa: BLE001 - any failure of ours: vLLM starts without the plugin
+        state.withdraw("the plugin stepped aside")
+        aside = step_aside(cause_of(e), settings.strict, rank_of(worker))
+    setattr(worker, STATE, aside)
+    return aside
 
 
 def _bundle_before_compile(worker, settings: Settings) -> None:
@@ -175,7 +243,7 @@ def _determine_available_memory(original, release: Release, settings: Settings):
     @functools.wraps(original)
     def determine_available_memory(self, *args, **kwargs):
         state = getattr(self, STATE, None)
-        if state is None:
+        if not runs_plan(state):
             return original(self, *args, **kwargs)
         # The device lane's processes, and their GPU memory, gone before vLLM measures (after its
         # profile run, inside its memory profile); the compile lane goes on (vllm_bridge.warmup).
@@ -190,12 +258,12 @@ def _determine_available_memory(original, release: Release, settings: Settings):
 def _compile_or_warm_up_model(original, release: Release, settings: Settings):
     @functools.wraps(original)
     def compile_or_warm_up_model(self, *args, **kwargs):
-        if settings.plan is None:
+        state = _agreed(self, release, settings)
+        if not runs_plan(state):  # no plan, or stepped aside: vLLM's method as it is, a bundle's work after it
             result = original(self, *args, **kwargs)
             bundle.check_use(self)  # before packing, which reads every file
             bundle.build_after_ready(self, settings.bundle_out, _origin(None))
             return result
-        state = getattr(self, STATE, None) or WorkerWarmup.prepare(self, release, settings)
         result = state.warm_up(lambda: original(self, *args, **kwargs))
         uses = bundle.check_use(self)
         if uses is not None:
@@ -203,6 +271,20 @@ def _compile_or_warm_up_model(original, release: Release, settings: Settings):
         bundle.build_after_ready(self, settings.bundle_out, _origin(state))
         return result
     return compile_or_warm_up_model
+
+
+def _agreed(worker, release: Release, settings: Settings):
+    """The worker's state once every rank has said whether it steps aside (step_aside.agree: the
+    plan's batches are collectives, so one rank's step-aside is every rank's): a rank that would run
+    the plan runs vLLM's own warmup instead when another rank stepped aside."""
+    if settings.plan is None:
+        return None
+    state = getattr(worker, STATE, None) or _prepared(worker, release, settings)  # load_model not ours to wrap
+    own = state.cause if isinstance(state, StepAside) else getattr(state, "fallback", None)
+    first = agree(Verdict(rank_of(worker), own), settings.strict)
+    if first is not None and own is None:
+        state.fall_back(f"rank {first.rank} stepped aside ({first.cause})")
+    return state
 
 
 def _origin(state):

@@ -1,8 +1,9 @@
 """The plugin's settings: what the user set in the environment (README, "vLLM plugin").
 
-vLLM calls the plugin's ``register`` in every process; it reads them there, once, and a value it
-cannot use stops the process in one line (PluginError) rather than a server starting without the
-warmup the user asked for. Each worker (a rank) writes its own report and JIT log: ``with_rank``.
+vLLM calls the plugin's ``register`` in every process; it reads them there, once. A value it cannot
+use is one line (PluginError), on which the plugin steps aside (vllm_bridge.step_aside), or stops
+vLLM where WARMUP_STRICT=1 asks for it. Each worker (a rank) writes its own report and JIT log:
+``with_rank``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Settings(NamedTuple):
     engine: str | None = None      # WARMUP_ENGINE: an engine config to use instead of deriving one
     jobs: int | None = None        # WARMUP_JOBS: precompile worker processes (unset: the machine's
     #                                cores, at most one per key; 0 or 1: none, the plan compiles serially)
-    strict: bool = False           # WARMUP_STRICT: a failed precompile stops the worker (else vLLM's warmup)
+    strict: bool = False           # WARMUP_STRICT: a failure of the plugin stops vLLM (else it steps aside)
     timeout_s: float = DEFAULT_TIMEOUT_S  # WARMUP_PRECOMPILE_TIMEOUT: longest wait for the pool
     bundle: str | None = None      # WARMUP_BUNDLE: a start-up bundle installed before vLLM compiles
     bundle_out: str | None = None  # WARMUP_BUNDLE_OUT: the start-up's caches packed there once ready
@@ -37,7 +38,7 @@ class Settings(NamedTuple):
     def from_env(cls, environ=os.environ) -> "Settings":
         return cls(environ.get("WARMUP_PLAN") or None, environ.get("WARMUP_PLAN_REPORT") or None,
                    environ.get("WARMUP_JIT_LOG") or None, environ.get("WARMUP_ENGINE") or None,
-                   _jobs(environ.get("WARMUP_JOBS", "")), _flag(environ, "WARMUP_STRICT"),
+                   _jobs(environ.get("WARMUP_JOBS", "")), strict_setting(environ),
                    _seconds(environ.get("WARMUP_PRECOMPILE_TIMEOUT", "")),
                    environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None,
                    _machine_check_pending(environ))
@@ -52,6 +53,11 @@ class Settings(NamedTuple):
         """Whether the plugin patches vLLM: a plan, a bundle to install or one to build, or an
         install that awaits this machine's check (`warmup bundle install --target bundle`)."""
         return self.asked or self.machine_check
+
+
+def strict_setting(environ=os.environ) -> bool:
+    """WARMUP_STRICT=1: the user asked for any failure of the plugin to stop vLLM (one line)."""
+    return _flag(environ, "WARMUP_STRICT")
 
 
 def _machine_check_pending(environ) -> bool:
@@ -88,6 +94,11 @@ def _seconds(text: str) -> float:
         raise PluginError(f"warmup-planner: WARMUP_PRECOMPILE_TIMEOUT must be a positive number of seconds, "
                           f"got {text!r}")
     return value
+
+
+def rank_of(worker) -> int:
+    """A vLLM worker's rank (0 for a worker that names none)."""
+    return int(getattr(worker, "rank", 0) or 0)
 
 
 def with_rank(path: str | None, rank: int) -> str | None:

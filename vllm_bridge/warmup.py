@@ -3,10 +3,11 @@
 Per worker, in the order vLLM calls the three patched methods:
 
 - ``load_model`` (``start``): the engine config from the live VllmConfig, the plan (a stale
-  saved plan refused; vllm_bridge.worker_plan), the JIT monitor installed, and the precompile
-  pool started before the weights load: one job per distinct compile key of the plan (DeepGEMM on
-  vLLM's own DeepGEMM, into vLLM's cache; vLLM's own Triton kernels the plan warms), in as many
-  worker processes as the machine and the key count allow (WARMUP_JOBS overrides;
+  saved plan refused; vllm_bridge.worker_plan), the report's path checked (``prepare``: a failure
+  of any of them makes the plugin step aside, vllm_bridge.step_aside), the JIT monitor installed,
+  and the precompile pool started before the weights load: one job per distinct compile key of
+  the plan (DeepGEMM on vLLM's own DeepGEMM, into vLLM's cache; vLLM's own Triton kernels the plan
+  warms), in as many worker processes as the machine and the key count allow (WARMUP_JOBS overrides;
   vllm_bridge.executor_options); once the weights are loaded, the live layers checked against the
   engine config (``check_live_kernels``);
 - ``determine_available_memory`` (``finish_device_lane``): no global barrier. vLLM's memory
@@ -19,14 +20,17 @@ Per worker, in the order vLLM calls the three patched methods:
   needed (a plan step's own jobs; vLLM's own FlashInfer call on FlashInfer's file lock), and what
   is left of it is ended WARMUP_PRECOMPILE_TIMEOUT seconds later (its kernels then compile where
   needed). A lane that fails or times out is one line in vLLM's log, and vLLM's own warmup then
-  runs as it would without the plugin (WARMUP_STRICT=1: the worker stops instead);
+  runs as it would without the plugin (the plugin steps aside; WARMUP_STRICT=1: the worker stops
+  instead), in every rank (vllm_bridge.plugin: the ranks agree before this method);
 - ``compile_or_warm_up_model`` (``warm_up``): vLLM's own method with the plan in place of what the
   plan models (``redirected``): vLLM's kernel_warmup runs with its serial DeepGEMM sweep off, then
   the plan's steps run through the executor (``plugin_plan``: each DeepGEMM shape at one call per
   compile key, loading what the pool compiled; the synthetic batches and the CUDA-graph capture on
   vLLM's model runner; the kernels vLLM leaves cold); vLLM's ``warmup_kernels`` is skipped (the
   plan ran its batches) and ``capture_model`` answers the bytes of the plan's capture. The monitor
-  is sealed at the end: a compile it logs from then on happened after ready.
+  is sealed at the end: a compile it logs from then on happened after ready. A plan whose run
+  fails (not a step of it: its steps' failures are in the report) steps aside there: vLLM's own
+  kernel_warmup runs again, whole, and its batches and capture run as without the plugin.
 
 What the plugin runs differs from the plan in how, never in what: its compile keys are the
 plan's (vllm_bridge.worker_plan.plugin_plan; tests/test_vllm_plugin_cpu.py checks it on every
@@ -48,13 +52,15 @@ import logging
 import time
 
 from planner.errors import PlanError, one_line
+from planner.output import check_writable
 
 from . import phases as ph
 from .executor_options import FLASHINFER_JIT, local_ranks, options_for, precompile_jobs, use_vllm_deep_gemm_cache
 from .flashinfer_waits import FlashInferWaits, prebuilt_line
 from .log_lines import LogProgress, device_lane_line, summary_line
 from .releases import Release
-from .settings import PluginError, Settings, with_rank
+from .settings import PluginError, Settings, rank_of, with_rank
+from .step_aside import cause_of, step_aside, strict_error
 from .worker_plan import check_live_layers, derive_engine, make_plan, plugin_plan
 
 log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format
@@ -86,7 +92,7 @@ class WorkerWarmup:
 
         self.worker, self.release, self.settings = worker, release, settings
         self.engine, self.expanded = engine, expanded
-        self.rank = int(getattr(worker, "rank", 0) or 0)
+        self.rank = rank_of(worker)
         self.options = options_for(worker, release, 0)
         self.monitor = Monitor("warn", with_rank(settings.jit_log, self.rank))
         self.phases = ph.Phases(self.monitor)
@@ -99,10 +105,12 @@ class WorkerWarmup:
 
     @classmethod
     def prepare(cls, worker, release: Release, settings: Settings) -> "WorkerWarmup":
-        """Engine, plan and freshness, before anything slow: a stale plan stops the worker in one line."""
+        """Engine, plan, freshness and the report's path, before anything slow; what fails is one
+        line (PluginError), on which the plugin steps aside (vllm_bridge.plugin)."""
         try:
             engine = derive_engine(worker.vllm_config, settings)
             expanded = make_plan(settings, engine)
+            check_report_path(settings, rank_of(worker))
         except PlanError as e:
             raise PluginError(f"warmup-planner: {one_line(e)}") from None
         use_vllm_deep_gemm_cache()
@@ -194,11 +202,20 @@ class WorkerWarmup:
         if self.precompiler is not None and self.precompiler.running:
             self.precompiler.cancel(why)
 
+    def withdraw(self, why: str) -> None:
+        """Nothing of the plan's stays in the process: the pool ended, the monitor and FlashInfer's
+        waits uninstalled."""
+        self.abandon(why)
+        self.monitor.uninstall()
+        self.flashinfer_waits.uninstall()
+
     def _give_up(self, why: str) -> None:
-        if self.settings.strict:
-            raise PluginError(f"warmup-planner: {why} (WARMUP_STRICT=1)")
+        """This rank steps aside (one line; WARMUP_STRICT=1: PluginError): vLLM's own warmup runs."""
+        self.fallback = step_aside(why, self.settings.strict, self.rank).cause
+
+    def fall_back(self, why: str) -> None:
+        """Another rank stepped aside (the agreement said it): vLLM's own warmup runs here too."""
         self.fallback = why
-        log.warning("warmup-planner: %s; vLLM's own warmup will run instead", why)
 
     # --- compile_or_warm_up_model: the plan ---
 
@@ -209,8 +226,7 @@ class WorkerWarmup:
             result = self._run_vllm_method(original)
         except BaseException:
             self.phases.end()
-            self.monitor.uninstall()  # the worker does not start: nothing to watch
-            self.flashinfer_waits.uninstall()
+            self.withdraw("not needed: vLLM's warmup failed")  # the worker does not start: nothing to watch
             raise
         self.monitor.seal()  # stays installed: what compiles from here on is logged as after ready
         self._finish_report()
@@ -235,7 +251,8 @@ class WorkerWarmup:
         with contextlib.ExitStack() as stack:
             plan_hook = self._plan_then_vllm(getattr(module, self.release.plan_hook))
             stack.enter_context(swapped(module, self.release.plan_hook, plan_hook))
-            stack.enter_context(swapped(module, self.release.batches_hook, self._ran_by_plan))
+            batches = self._unless_ran_by_plan(getattr(module, self.release.batches_hook))
+            stack.enter_context(swapped(module, self.release.batches_hook, batches))
             stack.enter_context(swapped(model_runner, self.release.capture_method, self._captured(capture)))
             yield
 
@@ -244,9 +261,20 @@ class WorkerWarmup:
             with self._modelled_off():
                 kernel_warmup(worker, *args, **kwargs)
             self.phases.end()
-            self.run_plan()
+            ran = self._run_plan_or_step_aside()
             self.phases.begin("warmup after the plan")
+            if not ran:  # vLLM's own, whole: what the plan ran in its place was off above
+                kernel_warmup(worker, *args, **kwargs)
         return plan_then_vllm
+
+    def _run_plan_or_step_aside(self) -> bool:
+        """The plan's run; one that fails (not a step of it: those are in the report) steps aside."""
+        try:
+            self.run_plan()
+            return True
+        except Exception as e:  # noqa: BLE001 - any failure of ours: vLLM's own warmup runs
+            self._give_up(f"the plan's run failed ({cause_of(e)})")
+            return False
 
     @contextlib.contextmanager
     def _modelled_off(self):
@@ -257,8 +285,14 @@ class WorkerWarmup:
                 stack.enter_context(swapped(module, name, lambda *a, **k: None))
             yield
 
-    def _ran_by_plan(self, *args, **kwargs) -> None:
-        log.info("warmup-planner: vLLM's %s skipped: the plan ran its batches", self.release.batches_hook)
+    def _unless_ran_by_plan(self, warmup_kernels):
+        """vLLM's synthetic batches: skipped (the plan ran its own), unless the plan stepped aside."""
+        def batches(*args, **kwargs):
+            if self.fallback:
+                return warmup_kernels(*args, **kwargs)
+            log.info("warmup-planner: vLLM's %s skipped: the plan ran its batches", self.release.batches_hook)
+            return None
+        return batches
 
     def _captured(self, capture):
         """capture_model as vLLM calls it after the plan: the plan's capture's bytes (vLLM logs them);
@@ -308,6 +342,16 @@ class WorkerWarmup:
     # --- the report and the summary line ---
 
     def _finish_report(self) -> None:
+        """The summary line and the report; vLLM is ready: a failure of either is one line
+        (_report_failed)."""
+        try:
+            self._summarise()
+        except Exception as e:  # noqa: BLE001 - any failure of ours: vLLM serves
+            self._report_failed(cause_of(e))
+            return
+        self._write_report()
+
+    def _summarise(self) -> None:
         from executor.registry import writes_deep_gemm
         from executor.report import Report
 
@@ -326,7 +370,6 @@ class WorkerWarmup:
         for line in (self.flashinfer_waits.line(), prebuilt_line((self.report.precompile or {}).get("records") or [])):
             if line:
                 log.info("warmup-planner: %s", line)
-        self._write_report()
 
     def amend_report(self, key: str, value) -> None:
         """What was learnt after the report was written (the bundle's use), into its host part."""
@@ -338,6 +381,21 @@ class WorkerWarmup:
         if self.settings.report:
             try:
                 self.report.write(with_rank(self.settings.report, self.rank))
-            except OSError as e:
-                log.warning("warmup-planner: cannot write the report: %s", one_line(e))
+            except Exception as e:  # noqa: BLE001 - checked writable at load_model: a disk full since, say
+                self._report_failed(cause_of(e))
+
+    def _report_failed(self, cause: str) -> None:
+        """After ready there is nothing to step aside from: one warning line (WARMUP_STRICT=1: PluginError)."""
+        why = f"cannot write the report: {cause}"
+        if self.settings.strict:
+            raise strict_error(why)
+        log.warning("warmup-planner: %s", why)
+
+
+def check_report_path(settings: Settings, rank: int) -> None:
+    """The report this rank writes once vLLM is ready (WARMUP_PLAN_REPORT), refused now rather than
+    after minutes of warmup: WriteError (a PlanError) names it."""
+    path = with_rank(settings.report, rank)
+    if path:
+        check_writable(path)
 

@@ -11,9 +11,11 @@ plan's (``plugin_plan``; tests/test_vllm_plugin_cpu.py checks it on every shippe
 
 from __future__ import annotations
 
+import os
 from typing import Any, NamedTuple
 
 from planner.api import check_fresh, expand, load_engine, load_target, source_plan
+from planner.engine import hf
 from planner.errors import PlanError, one_line
 from planner.plan.steps import Autotune, GemmLike
 from planner.words import count
@@ -26,12 +28,54 @@ VLLM_RUNS = (Autotune,)  # steps vLLM's own kernel_warmup runs (FlashInfer tunes
 
 def derive_engine(vllm_config, settings: Settings):
     """The engine config of this worker: `warmup engine --from-vllm`'s own function on the live
-    VllmConfig, or the engine config WARMUP_ENGINE names."""
+    VllmConfig, or the engine config WARMUP_ENGINE names; a refusal is a PlanError."""
     if settings.engine:
         return load_engine(settings.engine)
-    from .engine import engine_from_vllm_config  # imports nothing of vLLM's: reads the live config
+    return engine_of(vllm_config)
 
-    return engine_from_vllm_config(vllm_config)
+
+def engine_of(vllm_config, device: str | None = None, where: str | None = None):
+    """vllm_bridge.engine's engine config of a VllmConfig, its refusals one line each (PlanError):
+    what the model's config.json says, at that file (as `warmup engine --from-hf` says it); what
+    vLLM resolved, at `where` (default: the VllmConfig)."""
+    # vllm_bridge.engine imports nothing of vLLM's: it reads the live config
+    from .engine import engine_from_vllm_config
+
+    try:
+        return engine_from_vllm_config(vllm_config, device)
+    except hf.HFConfigError as e:
+        config = config_json_of(vllm_config.model_config)
+        raise e.as_plan_error(config, read_text(config)) from None
+    except ValueError as e:
+        raise PlanError(str(e), file=where or f"<VllmConfig of {vllm_config.model_config.model}>") from None
+
+
+def config_json_of(model_config) -> str:
+    """The model's config.json: on disk (its directory, else the Hugging Face cache), else its name."""
+    model = str(model_config.model)
+    return config_path(model, getattr(model_config, "revision", None)) or os.path.join(model, "config.json")
+
+
+def config_path(model: str, revision=None) -> str | None:
+    """The model's config.json on disk: in its directory, else in the Hugging Face cache."""
+    if os.path.isdir(model):
+        path = os.path.join(model, "config.json")
+        return path if os.path.isfile(path) else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(model, "config.json", revision=revision)
+    return found if isinstance(found, str) else None
+
+
+def read_text(path: str) -> str | None:
+    """A file's text (to find an error's line in it), or None where it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def make_plan(settings: Settings, engine):

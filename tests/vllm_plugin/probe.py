@@ -8,8 +8,10 @@ stand-ins (what they receive is vLLM's own objects, built by the plugin); nothin
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
+import logging
 import os
 import sys
 from types import SimpleNamespace as NS
@@ -101,24 +103,6 @@ def lazy(request) -> dict:
             "patched_on_import": "_warmup_planner_originals" in vars(Worker)}
 
 
-def refuse(request) -> dict:
-    """A vLLM version outside the table is refused in one line, and nothing is patched."""
-    import vllm
-    from vllm.v1.worker.gpu_worker import Worker
-
-    from vllm_bridge import plugin
-
-    os.environ.update(WARMUP_PLAN=request["plan"])
-    real, vllm.__version__ = vllm.__version__, "0.26.0"
-    try:
-        plugin.register()
-        return {"error": None}
-    except Exception as e:  # noqa: BLE001 - the message is what is checked
-        return {"error": str(e), "type": type(e).__name__, "patched": "_warmup_planner_originals" in vars(Worker)}
-    finally:
-        vllm.__version__ = real
-
-
 class RecordingModelRunner:
     """vLLM's model runner as far as the plugin touches it: capture_model and the KV connector."""
 
@@ -207,6 +191,159 @@ def redirect(request) -> dict:
                                                               s.kind != "cudagraph"),
             "restored": worker_module.warmup_kernels is real_batches and kernel_module.deep_gemm_warmup is real_dg
             and "capture_model" not in vars(worker.model_runner)}
+
+
+# --- issue 44: the plugin steps aside, through vLLM's own start-up ----------------------------------------
+
+SERVER_ROLES = ("load_model", "determine_available_memory", "compile_or_warm_up_model")  # the executor's order
+
+
+def start_up(request) -> dict:
+    """Each case: one vLLM start-up with the plugin on, in a process of its own (forked once vLLM is
+    imported and the models' configs resolved once, as a server that has started before finds them).
+    The process is every role of an offline LLM without multiprocessing: vLLM loads its plugins
+    (EngineArgs), resolves the VllmConfig (the plugin's build-ahead wrapper around it), imports the
+    GPU worker (the plugin patches it) and calls the worker's three methods in the executor's order."""
+    from vllm_bridge.cli import create_engine_config, parse_engine_args
+
+    for args in {tuple(case["serve_args"]) for case in request["cases"].values()}:
+        create_engine_config(parse_engine_args(list(args)))  # WARMUP_PLAN unset here: the plugin is inert
+    return {name: forked(functools.partial(start_up_case, case)) for name, case in request["cases"].items()}
+
+
+def forked(run) -> dict:
+    """run() in a child process (a fresh plugin: vLLM loads plugins once per process); its answer."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            out = run()
+        except BaseException as e:  # noqa: BLE001 - reported, the parent decides
+            out = {"crashed": f"{type(e).__name__}: {e}"}
+        with os.fdopen(write, "w") as f:
+            json.dump(out, f)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(text)
+
+
+class PluginLines(logging.Handler):
+    """What the plugin says in vLLM's log, every level (vLLM's own handler prints ERROR only here)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list = []
+        logger = logging.getLogger("vllm.warmup_planner")
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(self)
+
+    def emit(self, record):
+        self.lines.append([record.levelname, record.getMessage()])
+
+
+class StockMethods:
+    """vLLM's three Worker methods as stand-ins (the real ones need a GPU), installed before the
+    plugin patches the class: each records whether what vLLM's own would call is vLLM's (the plugin
+    stepped aside) or the plugin's (its plan in place)."""
+
+    def __init__(self):
+        import vllm.model_executor.warmup.kernel_warmup as kernel_module
+        import vllm.v1.worker.gpu_worker as worker_module
+
+        self.worker_module, self.kernel_module, self.calls = worker_module, kernel_module, []
+        self.vllms = {"kernel_warmup": worker_module.kernel_warmup, "warmup_kernels": worker_module.warmup_kernels,
+                      "deep_gemm_warmup": kernel_module.deep_gemm_warmup}
+        stock = self
+        cls = worker_module.Worker
+
+        def load_model(worker, *args, **kwargs):
+            stock.calls.append(["load_model", {}])
+
+        def determine_available_memory(worker, *args, **kwargs):
+            stock.calls.append(["determine_available_memory",
+                                {"profile_run_is_vllms": "profile_run" not in vars(worker.model_runner)}])
+            return 1 << 30
+
+        def compile_or_warm_up_model(worker, *args, **kwargs):
+            stock.calls.append(["compile_or_warm_up_model", stock.what_vllm_calls(worker)])
+
+        cls.load_model, cls.determine_available_memory = load_model, determine_available_memory
+        cls.compile_or_warm_up_model = compile_or_warm_up_model
+
+    def what_vllm_calls(self, worker) -> dict:
+        return {"kernel_warmup_is_vllms": self.worker_module.kernel_warmup is self.vllms["kernel_warmup"],
+                "warmup_kernels_is_vllms": self.worker_module.warmup_kernels is self.vllms["warmup_kernels"],
+                "deep_gemm_warmup_is_vllms": self.kernel_module.deep_gemm_warmup is self.vllms["deep_gemm_warmup"],
+                "capture_model_is_vllms": "capture_model" not in vars(worker.model_runner)}
+
+    def worker(self, vllm_config, rank: int):
+        """vLLM's Worker (patched by the plugin) with what its init_device would have set on CPU."""
+        worker = self.worker_module.Worker.__new__(self.worker_module.Worker)
+        worker.vllm_config, worker.rank, worker.local_rank, worker.device = vllm_config, rank, rank, "cpu"
+        worker.model_runner = StockModelRunner()
+        return worker
+
+
+class StockModelRunner:
+    """vLLM's model runner as far as the plugin swaps its methods (on the instance: vars() shows them)."""
+
+    def profile_run(self):
+        return None
+
+    def capture_model(self):
+        return 0
+
+
+def start_up_case(case) -> dict:
+    import threading
+
+    import vllm
+    import vllm.plugins
+
+    from vllm_bridge.cli import create_engine_config, parse_engine_args
+
+    os.environ.update(case["env"])
+    if case.get("version"):
+        vllm.__version__ = case["version"]
+    said, stock = PluginLines(), StockMethods()
+    vllm.plugins.plugins_loaded = False  # this process is a fresh one
+    out = {"error": None}
+    try:
+        vllm_config = create_engine_config(parse_engine_args(case["serve_args"]))  # plugins loaded, then the config
+        for thread in threading.enumerate():
+            if thread.name == "warmup-build-ahead":
+                thread.join(120)
+        worker = stock.worker(vllm_config, case.get("rank", 0))
+        for role in SERVER_ROLES:
+            getattr(worker, role)()
+    except Exception as e:  # noqa: BLE001 - what stopped vLLM's start is the fact checked
+        out["error"] = {"type": type(e).__name__, "message": str(e)}
+    out.update(lines=said.lines, stock=stock.calls,
+               patched="_warmup_planner_originals" in vars(stock.worker_module.Worker),
+               report_written=os.path.exists(case["env"].get("WARMUP_PLAN_REPORT") or "/nonexistent"))
+    if case.get("child"):
+        out["child"] = forked(engine_core_register)
+    return out
+
+
+def engine_core_register() -> dict:
+    """A process vLLM starts from this one (the engine core): it inherits the environment and loads
+    the plugins again."""
+    import vllm.plugins
+    import vllm.v1.worker.gpu_worker as worker_module
+
+    said = PluginLines()
+    vllm.plugins.plugins_loaded = False
+    error = None
+    try:
+        vllm.plugins.load_general_plugins()
+    except Exception as e:  # noqa: BLE001
+        error = f"{type(e).__name__}: {e}"
+    return {"error": error, "lines": said.lines, "patched": "_warmup_planner_originals" in vars(worker_module.Worker)}
 
 
 def describe(kind: str, obj) -> dict:
