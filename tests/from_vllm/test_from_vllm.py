@@ -174,3 +174,16 @@ def test_bad_vllm_arguments_get_one_line(version, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("warmup: error: " + expect[case]), (case, stderr[-2000:])
         assert "Traceback" not in stderr, case
     assert not os.path.exists(tmp_path / "out.yaml")  # nothing half-written
+
+
+@pytest.mark.parametrize("version", sorted(RELEASES)[:1] or ["none"])
+def test_output_onto_the_models_own_config_json_is_refused(version, tmp_path):
+    """-o naming the config.json vLLM read would replace the model's config with an engine file."""
+    llama = model_dir(str(tmp_path), "llama")
+    config = os.path.join(llama, "config.json")
+    with open(config, "rb") as f:
+        before = f.read()
+    run = warmup(version, "engine", "--from-vllm", "-o", config, "--", llama)
+    assert run.returncode == 2 and "an input of this command" in run.stderr.strip().splitlines()[-1]
+    with open(config, "rb") as f:
+        assert f.read() == before
