@@ -405,8 +405,8 @@ def gemm_m_out_of_range(plan, engine):
             continue
         bad = [m for m in step.m_values if m < 1 or m > limit]
         if bad:
-            yield step.id, (f"{count(len(bad), 'M-value')} outside [1, {limit}] ({examples(bad)}): above "
-                               f"{what}")
+            sides = [side for side, out in (("below 1", min(bad) < 1), (f"above {what}", max(bad) > limit)) if out]
+            yield step.id, f"{count(len(bad), 'M-value')} outside [1, {limit}] ({examples(bad)}): {' and '.join(sides)}"
 
 
 # (N multiple, K multiple) each kernel takes; kernels not listed use the step's block_size.
