@@ -322,11 +322,17 @@ def test_deepseek_scale_without_rope_scaling():
 # quantization
 
 def test_quant_ignored_layers():
+    # fp8's ignored_layers name modules exactly (vLLM's is_layer_skipped, match_mode "exact"): a fused
+    # linear by its own vLLM name (layer 2's gate_up_proj) or by all the checkpoint modules it loads
+    # (layer 1's gate_proj and up_proj); a `re:` entry is no pattern to fp8 (compressed-tensors takes
+    # them: tests/test_hf_quantization.py)
     hf = load("llama-3.1-8b-instruct-fp8-block")
     hf["quantization_config"]["ignored_layers"] = [
         "lm_head",
         "model.layers.0.self_attn.o_proj",
-        r"re:model\.layers\.(1|2)\.mlp\..*",
+        "model.layers.1.mlp.gate_proj", "model.layers.1.mlp.up_proj", "model.layers.1.mlp.down_proj",
+        "model.layers.2.mlp.gate_up_proj", "model.layers.2.mlp.down_proj",
+        r"re:model\.layers\.3\.mlp\..*",
     ]
     e = engine_from_hf(hf)
     assert not list(VALIDATOR.iter_errors(e))
@@ -348,12 +354,15 @@ def test_quant_ignoring_part_of_a_fused_layer_is_refused():
 
 def test_quant_modules_to_not_convert_on_moe():
     hf = load("qwen3-30b-a3b-fp8")
-    hf["quantization_config"]["modules_to_not_convert"] = ["lm_head", "mlp.gate", "model.layers.5.mlp.experts"]
+    hf["quantization_config"]["modules_to_not_convert"] = ["lm_head", "mlp.gate", "model.layers.5.mlp.experts",
+                                                           "model.layers.7.mlp.gate"]
     e = engine_from_hf(hf)
     assert not list(VALIDATOR.iter_errors(e))
     moes = {m["name"]: (m["count"], m["quant"]["method"]) for m in e["model"]["moe"]}
     assert moes == {"experts": (47, "fp8"), "experts.unquantized": (1, "none")}
-    assert linears(e)["gate"][3] == "none"
+    # fp8 names modules exactly (vLLM's is_layer_skipped): "mlp.gate" names no module, layer 7's gate is named
+    assert linears(e)["gate"] == (128, 2048, 47, "fp8")
+    assert linears(e)["gate.unquantized"] == (128, 2048, 1, "none")
 
 
 def test_quant_fp8_per_tensor_and_unsupported():
@@ -361,8 +370,8 @@ def test_quant_fp8_per_tensor_and_unsupported():
     del hf["quantization_config"]["weight_block_size"]
     e = engine_from_hf(hf, tp=2)
     assert {x["quant"]["method"] for x in e["model"]["linear"] if x["name"] != "lm_head"} == {"fp8_per_tensor"}
-    hf["quantization_config"] = {"quant_method": "gptq", "bits": 4}
-    with pytest.raises(HFConfigError, match="quant_method 'gptq'"):
+    hf["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    with pytest.raises(HFConfigError, match="quant_method 'bitsandbytes' is not planned by --from-hf"):
         engine_from_hf(hf)
 
 
@@ -396,7 +405,9 @@ def test_unknown_architecture():
     with pytest.raises(HFConfigError) as info:
         engine_from_hf(hf, source="gpt2/config.json")
     message = str(info.value)
-    assert message.startswith("gpt2/config.json: architectures: GPT2LMHeadModel is not supported")
+    assert message.startswith("gpt2/config.json: architectures: GPT2LMHeadModel is not planned by --from-hf: "
+                              "no module layout of vLLM's is declared for it")
+    assert "write the engine YAML by hand" in message and "warmup engine --from-vllm" in message
     for arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
                  "MixtralForCausalLM", "DeepseekV3ForCausalLM"):
         assert arch in message
@@ -527,7 +538,7 @@ def imported_names(path: str) -> set[str]:
 
 def test_hf_module_imports_only_stdlib_and_the_planner():
     modules = sorted(f[:-3] for f in os.listdir(HF_PACKAGE) if f.endswith(".py"))
-    assert {"__init__", "source", "assemble", "families"} <= set(modules)  # the package, not an empty folder
+    assert {"__init__", "source", "assemble", "decoder", "layouts"} <= set(modules)  # the package, not an empty folder
     # Each module of the package imports its siblings (.source, .layers ...) and, besides:
     # ...yamlio: the planner's YAML codec (its writer is pure stdlib; PyYAML is imported on a load);
     # ...limits: constants only (the engine schema's bounds); ...errors: PlanError, for

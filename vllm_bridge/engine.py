@@ -232,13 +232,16 @@ def fp8_linear_kernel(vllm_config, weight_shape: tuple, block: list) -> str:
 def live_block_fp8_linears(model) -> dict:
     """{(N, K, engine schema kernel name): how many layers} of the block-FP8 linears of a loaded vLLM
     model: the shape each rank holds (LinearBase's output/input_size_per_partition) and the kernel
-    vLLM built its quant method with (Fp8LinearMethod.fp8_linear, 0.25.0 and 0.33.0); a kernel
-    class the engine config does not name counts under its class name."""
+    vLLM built its quant method with (Fp8LinearMethod.fp8_linear, or a compressed-tensors layer's
+    CompressedTensorsW8A8Fp8.fp8_linear, 0.25.0 and 0.33.0); a kernel class the engine config does
+    not name counts under its class name."""
     found: dict = {}
     for module in model.modules():
         method = getattr(module, "quant_method", None)
-        kernel = getattr(method, "fp8_linear", None)
-        if kernel is None or not getattr(method, "block_quant", False):
+        scheme = getattr(module, "scheme", None)  # compressed-tensors: the layer's scheme holds the kernel
+        kernel = getattr(method, "fp8_linear", None) or getattr(scheme, "fp8_linear", None)
+        block = getattr(method, "block_quant", False) or getattr(scheme, "weight_block_size", None) is not None
+        if kernel is None or not block:
             continue
         name = KERNEL_NAMES.get(type(kernel).__name__, type(kernel).__name__)
         key = (getattr(module, "output_size_per_partition", None), getattr(module, "input_size_per_partition", None),

@@ -17,6 +17,7 @@ from .digest import digest, input_digests
 from .expanded import ExpandedPlan
 from .expr import ExprError, evaluate
 from .stages import handler
+from .stages.gaps import engine_gaps
 from .stages.scope import Notes, Scope
 from .steps import GemmLike
 
@@ -36,7 +37,8 @@ def expand(plan: Plan, engine: Engine, deep_gemm: str | None = None) -> Expanded
     uses_dg = any(isinstance(step, GemmLike) and step.backend == "deep_gemm" for step in steps)
     inputs = input_digests(plan, engine, tables.consulted(), deep_gemm if uses_dg else None, notes.moe_read())
     return ExpandedPlan(plan=plan.name, engine=engine.name, planner_version=__version__, digest=digest(inputs),
-                        inputs=inputs, steps=tuple(steps), not_modelled=tuple(plan.not_modelled) + tuple(notes.gaps),
+                        inputs=inputs, steps=tuple(steps),
+                        not_modelled=tuple(plan.not_modelled) + tuple(notes.gaps) + tuple(engine_gaps(engine.facts)),
                         vllm_release=plan.vllm_release)
 
 

@@ -6,6 +6,13 @@ shapes, fused-MoE layers and attention layers that one rank of a vLLM server
 runs, after tensor-parallel (and expert-parallel) sharding, plus KV-cache,
 scheduler, parallel and device facts. ``engine_to_yaml`` writes it as YAML.
 
+Which architectures: those with a layout declaration (layouts.LAYOUTS, checked against vLLM's
+own model built on the meta device by tests/from_vllm/test_model_layers.py); their shapes come from
+the config's keys by rule (MoE from the expert counts, MLA from kv_lora_rank, head_dim, sliding
+windows from layer_types or the interleave rule, soft caps, query_pre_attn_scalar,
+attention_multiplier, tied embeddings). Any other architecture or quantization is refused in one
+line that says what to do instead (refusal.py).
+
 This package imports only the standard library and the planner's YAML codec, whose
 writer needs nothing else (besides the engine schema's bounds, planner.errors for an
 error's line, kernel_model.arith's cdiv and the rules of planner/engine/vllm_choices.py:
@@ -19,12 +26,15 @@ Modules, in the order engine_from_hf uses them
     source.py        the config.json being read: typed lookups, HFConfigError, each key's bound
     flags.py         vLLM's flags, checked: parallelism, scheduler and cache sizes, speculation, KV dtype
     device.py        the GPUs the planner knows (GPUS) and the one --gpu names
-    model.py         vLLM's ModelConfig: architecture and family, dtype, max_model_len, KV-cache bytes
+    layouts.py       one declaration per module layout vLLM builds (names, fused shards, what keys cannot say)
+    refusal.py       what is not planned, and what to do instead (an engine YAML, --from-vllm)
+    model.py         vLLM's ModelConfig: architecture and layout, the language model's config, dtype, max_model_len
     speculative.py   the speculative section, with vLLM's SpeculativeConfig defaults (mtp, suffix)
     layers.py        one decoder layer's GEMMs, experts and attention shape per rank, as vLLM shards them
-    families.py      the family table: which layers each model family stacks (dense, Mixtral, Qwen3-MoE)
-    deepseek.py      DeepSeek-V3's layers: multi-head latent attention, shared experts
-    quantization.py  quantization_config: FP8 per tensor or by block, ignored layers, the block checks
+    decoder.py       which layers a model stacks, by rule from the config's keys (dense, MoE, shared experts)
+    deepseek.py      multi-head latent attention (a kv_lora_rank: DeepSeek-V2, -V3)
+    quantization.py  quantization_config: none, fp8, awq, gptq, mxfp4; vLLM's rules for ignored modules
+    compressed_tensors.py  compressed-tensors' FP8 W8A8 schemes (by tensor, channel or block)
     entries.py       the engine's linear and moe entries, counted over the layers; lm_head
     attention.py     attention entries and KV-cache groups: sliding windows, the attention backend
     memory.py        one rank's weights and the KV-cache size estimate (num_blocks); what does not fit
@@ -54,12 +64,15 @@ Sharding follows vLLM
   does this package, with an HFConfigError (quantization.py).
 * Embeddings, ``lm_head`` and router gates stay unquantized, except Qwen3-MoE's gate, which
   vLLM (0.25.0 and 0.33.0) builds with the model's quant_config.
-  ``quantization_config.ignored_layers`` (or ``modules_to_not_convert``)
-  entries match a module when equal to its full name
-  (``model.layers.3.self_attn.o_proj``), when they are a dotted suffix of it
-  (``lm_head``, ``mlp.gate``), or, with a ``re:`` prefix, as a regular
-  expression (quantization.py). A role that is ignored in some layers only is split in two
-  entries, the unquantized one named ``<role>.unquantized`` (entries.py).
+  The modules a checkpoint leaves unquantized are matched by vLLM's rule for its method
+  (quantization.py): fp8's ``ignored_layers`` / ``modules_to_not_convert`` by full name
+  (``model.layers.3.self_attn.o_proj``), awq's ``modules_to_not_convert`` by substring,
+  compressed-tensors' ``ignore`` by full name or ``re:`` regular expression; a fused linear
+  by its own vLLM name or all of the checkpoint modules it loads (layouts.py). A role that is
+  ignored in some layers only is split in two entries, the unquantized one named
+  ``<role>.unquantized`` (entries.py).
+* Linear entries are named after vLLM's module inside the layer's attention or MLP block
+  (``qkv_proj``, ``wqkv``, ``c_fc``, ``shared_experts.down_proj``: layouts.role).
 * The DeepSeek MTP layer (``num_nextn_predict_layers``) is not part of the
   main model and is left out of its layers (deepseek.py).
 * Speculative decoding (``speculative``) is what the flags say, as vLLM's
@@ -101,12 +114,14 @@ from .assemble import engine_from_hf
 from .device import GPUS, gpu_name
 from .entries import VOCAB_PADDING
 from .flags import FROM_HF_FLAGS
+from .layouts import LAYOUTS
 from .memory import GPU_MEMORY_UTILIZATION
-from .model import DEFAULT_BLOCK_SIZE, MLA_BLOCK_SIZE, SUPPORTED_ARCHITECTURES
+from .model import DEFAULT_BLOCK_SIZE, MLA_BLOCK_SIZE
+from .refusal import WAY_OUT
 from .source import HFConfigError, key_line
 from .speculative import SUFFIX_TREE_DEPTH
 from .writer import engine_to_yaml, insert_after
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "FROM_HF_FLAGS", "GPUS", "GPU_MEMORY_UTILIZATION", "HFConfigError", "MLA_BLOCK_SIZE",
-           "SUFFIX_TREE_DEPTH", "SUPPORTED_ARCHITECTURES", "VOCAB_PADDING", "engine_from_hf", "engine_to_yaml",
+__all__ = ["DEFAULT_BLOCK_SIZE", "FROM_HF_FLAGS", "GPUS", "GPU_MEMORY_UTILIZATION", "LAYOUTS", "MLA_BLOCK_SIZE",
+           "SUFFIX_TREE_DEPTH", "VOCAB_PADDING", "WAY_OUT", "HFConfigError", "engine_from_hf", "engine_to_yaml",
            "gpu_name", "insert_after", "key_line"]

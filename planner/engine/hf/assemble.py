@@ -10,11 +10,11 @@ import os
 from .attention import attention_and_kv_groups
 from .choices import vllm_choices
 from .device import Gpu, resolve_gpu
+from .decoder import decoder_layers
 from .entries import linear_entries, lm_head, moe_entries
-from .families import decoder_layers
 from .flags import Flags, Parallel, check_flags
 from .memory import GPU_MEMORY_UTILIZATION, estimate_num_blocks
-from .model import Model, model_config
+from .model import Model, architecture, language_config, model_config
 from .quantization import check_fp8_blocks, quant_config
 from .scheduler import scheduler_config
 from .source import HFConfig, config_error
@@ -114,7 +114,8 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     """The engine config (a dict valid against schemas/engine.schema.json) of one rank.
 
     Raises HFConfigError, naming the config key or flag, when the config cannot
-    be served that way (unsupported architecture, a size not divisible by tp,
+    be served that way (an architecture or quantization it does not plan, with what to do
+    instead: refusal.py; a size not divisible by tp,
     an FP8 block shape vLLM refuses, an unknown GPU, a size past its bound, weights
     that leave no room for one max_model_len request when num_blocks is estimated ...).
     `ignore_memory`, a function taking a warning, turns the last refusal into that warning.
@@ -129,19 +130,21 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
                         block_size=block_size, max_model_len=max_model_len, speculative_method=speculative_method,
                         num_speculative_tokens=num_speculative_tokens, kv_cache_dtype=kv_cache_dtype)
     par, device = flags.parallel, resolve_gpu(gpu, source)
-    model = model_config(ctx, flags)
-    speculative = speculative_config(ctx, flags)
-    layers = decoder_layers(ctx, model, par)
+    arch, layout = architecture(ctx)
     quant = quant_config(ctx)
+    text = language_config(ctx, layout)  # the language model's keys (text_config of a multimodal model)
+    model = model_config(text, ctx, arch, layout, flags)
+    speculative = speculative_config(text, flags)
+    layers = decoder_layers(text, model, par)
     check_fp8_blocks(ctx, layers, quant, par)
-    linear = linear_entries(ctx, layers, quant) + [lm_head(ctx, model, par.tp)]
-    moe = moe_entries(layers, quant)
+    linear = linear_entries(ctx, layers, quant, layout.layers) + [lm_head(text, model, par.tp)]
+    moe = moe_entries(layers, quant, layout.layers, device.capability)
     block_size = flags.block_size if flags.block_size is not None else model.default_block_size
-    attention, kv_groups = attention_and_kv_groups(ctx, model, layers.attention, device, block_size)
+    attention, kv_groups = attention_and_kv_groups(text, model, layers.attention, device, block_size)
     num_blocks, unfit = flags.num_blocks, None
     if num_blocks is None:
-        num_blocks, unfit = estimate_num_blocks(ctx, model, layers, linear, moe, device, block_size, par,
-                                                ignore_memory)
+        num_blocks, unfit = estimate_num_blocks(text, model, layers, linear, moe, device, block_size, par,
+                                                ignore_memory, quant)
     scheduler = scheduler_config(flags, device, source)
     if name is None:
         name = _engine_name(hf, source, par, device)

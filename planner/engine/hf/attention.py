@@ -1,6 +1,18 @@
 """The engine's attention entries and KV-cache groups: which layers slide a window, the attention
 backend vLLM picks for the model, the GPU and --kv-cache-dtype, and one attention entry and one
 KV-cache group per kind of layer.
+
+Which layers slide, by rule from the config (as vLLM reads the transformers config object):
+* layer_types where the config gives them (one per layer: "sliding_attention" slides);
+* else Qwen's use_sliding_window: from max_window_layers on, and nowhere without it (transformers'
+  Qwen2Config drops sliding_window unless use_sliding_window);
+* else every sliding_window_pattern-th layer is full and the others slide, the pattern the config's
+  sliding_window_pattern or its config class's default (the layout's sliding_pattern: 2 for
+  Gemma-2, 6 for Gemma-3, 4 for Cohere2);
+* else, with a sliding_window, every layer slides (Mistral-7B-v0.1, Phi-3-mini-4k, Starcoder2):
+  vLLM gives a model that is not interleaved CacheConfig.sliding_window (engine/arg_utils.py).
+A window of w tokens is vLLM's (w - 1, 0). The soft cap is attn_logit_softcapping (Gemma-2;
+gemma3.py passes none, and its configs give none).
 """
 
 from __future__ import annotations
@@ -9,6 +21,7 @@ from dataclasses import dataclass
 
 from .device import Gpu
 from .layers import AttentionShape
+from .layouts import Layout
 from .model import MLA_BLOCK_SIZE, Model
 from .source import HFConfig
 
@@ -22,8 +35,8 @@ class _KvCacheGroup:
     num_layers: int
 
 
-def _sliding_layers(ctx: HFConfig, family: str, num_layers: int) -> tuple[int | None, list[bool]]:
-    """(window, per-layer flags): which layers use sliding-window attention."""
+def _sliding_layers(ctx: HFConfig, layout: Layout, num_layers: int) -> tuple[int | None, list[bool]]:
+    """(window, per-layer flags): which layers use sliding-window attention (module docstring)."""
     window = ctx.get("sliding_window")
     if window is None or window is False:
         return None, [False] * num_layers
@@ -31,13 +44,14 @@ def _sliding_layers(ctx: HFConfig, family: str, num_layers: int) -> tuple[int | 
     layer_types = ctx.get("layer_types")
     if isinstance(layer_types, list) and len(layer_types) == num_layers:
         return window, [t == "sliding_attention" for t in layer_types]
-    if family in ("qwen2", "qwen3", "qwen3_moe"):
-        # Qwen keeps sliding_window in the config but uses it only with
-        # use_sliding_window, and then only from max_window_layers on.
-        if not ctx.get("use_sliding_window", False):
+    if ctx.get("use_sliding_window") is not None:
+        if not ctx.get("use_sliding_window"):
             return None, [False] * num_layers
         first = ctx.nonneg_int("max_window_layers", num_layers)
         return window, [i >= first for i in range(num_layers)]
+    pattern = ctx.pos_int("sliding_window_pattern") if ctx.get("sliding_window_pattern") else layout.sliding_pattern
+    if pattern:
+        return window, [(i + 1) % pattern != 0 for i in range(num_layers)]
     return window, [True] * num_layers
 
 
@@ -49,14 +63,29 @@ _FA_FP8_KV_CACHE = ("fp8", "fp8_e4m3")
 _MLA_KV_CACHE = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3")
 
 
-def _attention_backend(ctx: HFConfig, model: Model, gpu: Gpu, block_size: int) -> tuple[str, int | None, list]:
+def _dense_backend(model: Model, shape: AttentionShape, major: int) -> str:
+    """vLLM's first backend that takes the layer (platforms/cuda.py's order on SM 8.x and 9.x:
+    FLASH_ATTN, FLASHINFER, TRITON_ATTN, each backend's supports_* checks in v1/attention/backends/):
+    FlashAttention takes head sizes that are multiples of 8 up to 256, sinks from SM 9.0 (FA3), no
+    bidirectional multimodal prefix, and the KV dtypes above; FlashInfer head sizes 64, 128, 256 and
+    512, no sinks (but on SM 10.x, where FlashAttention comes first), no multimodal prefix; Triton
+    the rest (GPT-OSS below SM 9.0, Gemma-3's multimodal model)."""
+    head, kv, sinks = shape.head_size, model.kv_cache_dtype, model.layout.sinks
+    fa_kv = kv in _FA_KV_CACHE or (kv in _FA_FP8_KV_CACHE and major in (9, 10))
+    if head % 8 == 0 and head <= 256 and fa_kv and not model.mm_prefix and not (sinks and major < 9):
+        return "FLASH_ATTN"
+    if head in (64, 128, 256, 512) and not model.mm_prefix and not sinks:
+        return "FLASHINFER"
+    return "TRITON_ATTN"
+
+
+def _attention_backend(ctx: HFConfig, model: Model, shape: AttentionShape, gpu: Gpu,
+                       block_size: int) -> tuple[str, int | None, list]:
     """(vLLM attention backend, sliding window, per-layer sliding flags)."""
     major = int(gpu.capability.split(".")[0])
     if not model.mla:
-        window, sliding = _sliding_layers(ctx, model.family, model.num_layers)
-        kv = model.kv_cache_dtype
-        fa = kv in _FA_KV_CACHE or (kv in _FA_FP8_KV_CACHE and major in (9, 10))
-        return "FLASH_ATTN" if fa else "FLASHINFER", window, sliding
+        window, sliding = _sliding_layers(ctx, model.layout, model.num_layers)
+        return _dense_backend(model, shape, major), window, sliding
     # FlashMLA needs Hopper or later and its own page size; vLLM falls back to Triton MLA
     backend = "FLASHMLA" if block_size == MLA_BLOCK_SIZE and major >= 9 else "TRITON_MLA"
     if model.kv_cache_dtype not in _MLA_KV_CACHE:
@@ -93,7 +122,7 @@ def _attention_entry(shape: AttentionShape, group: _KvCacheGroup, index: int, so
 def attention_and_kv_groups(ctx: HFConfig, model: Model, shape: AttentionShape, gpu: Gpu,
                             block_size: int) -> tuple[list[dict], list[dict]]:
     """(attention entries, kv_cache groups): one of each per KV-cache group."""
-    backend, window, sliding = _attention_backend(ctx, model, gpu, block_size)
+    backend, window, sliding = _attention_backend(ctx, model, shape, gpu, block_size)
     softcap = ctx.number(ctx.get("attn_logit_softcapping") or 0.0, "attn_logit_softcapping")
     if softcap < 0:
         raise ctx.fail(f"attn_logit_softcapping must be >= 0, got {softcap!r}", "attn_logit_softcapping")

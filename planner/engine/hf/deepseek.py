@@ -1,7 +1,8 @@
-"""DeepSeek-V3's decoder layers: multi-head latent attention (MLA: its projections, with or
-without q compression; the one latent "head" the KV cache holds; the YaRN softmax scale), the
-shared experts, and dense layers before the MoE ones. The MTP layer (num_nextn_predict_layers)
-is not part of the main model and is left out of its layers.
+"""Multi-head latent attention (MLA), as vLLM's deepseek_v2.py builds it for DeepSeek-V2 and -V3
+wherever the config has a kv_lora_rank: its projections, with or without q compression; the one
+latent "head" the KV cache holds; the YaRN softmax scale. (The MoE layers, the shared experts and
+the dense layers before them are decoder.py's rules; the MTP layer, num_nextn_predict_layers, is
+not part of the main model.)
 """
 
 from __future__ import annotations
@@ -9,9 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .flags import Parallel
-from .layers import AttentionShape, DecoderLayers, Linear, dense_mlp, routed_experts, stack
-from .model import Model
+from .layers import AttentionShape, Linear
 from .source import HFConfig
 
 
@@ -41,19 +40,20 @@ def _mla_projections(ctx: HFConfig, dims: _MlaDims, hidden: int) -> list[Linear]
     if ctx.get("q_lora_rank") is not None:
         q_lora = ctx.pos_int("q_lora_rank")
         projections = [
-            Linear("fused_qkv_a_proj", ["self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"],
+            Linear("self_attn.fused_qkv_a_proj", ["self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"],
                    q_lora + kv_lora + rope, hidden, "replicated", [q_lora, kv_lora + rope]),
-            Linear("q_b_proj", ["self_attn.q_b_proj"], heads * qk, q_lora, "column"),
+            Linear("self_attn.q_b_proj", ["self_attn.q_b_proj"], heads * qk, q_lora, "column"),
         ]
     else:  # DeepSeek-V2-Lite style: no q compression
         projections = [
-            Linear("q_proj", ["self_attn.q_proj"], heads * qk, hidden, "column"),
-            Linear("kv_a_proj_with_mqa", ["self_attn.kv_a_proj_with_mqa"], kv_lora + rope, hidden, "replicated"),
+            Linear("self_attn.q_proj", ["self_attn.q_proj"], heads * qk, hidden, "column"),
+            Linear("self_attn.kv_a_proj_with_mqa", ["self_attn.kv_a_proj_with_mqa"], kv_lora + rope, hidden,
+                   "replicated"),
         ]
     return projections + [
-        Linear("kv_b_proj", ["self_attn.kv_b_proj"], heads * (dims.qk_nope_head_dim + dims.v_head_dim),
+        Linear("self_attn.kv_b_proj", ["self_attn.kv_b_proj"], heads * (dims.qk_nope_head_dim + dims.v_head_dim),
                kv_lora, "column"),
-        Linear("o_proj", ["self_attn.o_proj"], hidden, heads * dims.v_head_dim, "row"),
+        Linear("self_attn.o_proj", ["self_attn.o_proj"], hidden, heads * dims.v_head_dim, "row"),
     ]
 
 
@@ -71,37 +71,11 @@ def _mla_scale(ctx: HFConfig, qk_head_dim: int) -> float:
     return scale
 
 
-def _shared_experts(ctx: HFConfig, hidden: int, tp: int) -> list[Linear]:
-    """DeepSeek's shared experts: one dense MLP of n_shared_experts x moe_intermediate_size."""
-    shared = ctx.nonneg_int("n_shared_experts", 0)
-    if not shared:
-        return []
-    inter = ctx.pos_int("moe_intermediate_size")
-    if inter * shared % tp:
-        raise ctx.fail(f"moe_intermediate_size ({inter}) x n_shared_experts ({shared}) = "
-                       f"{inter * shared} is not divisible by --tp {tp}")
-    return dense_mlp(ctx, hidden, inter * shared, "moe_intermediate_size", tp,
-                     prefix="mlp.shared_experts", role_prefix="shared_experts.")
-
-
-def deepseek_layers(ctx: HFConfig, model: Model, par: Parallel) -> DecoderLayers:
-    """MLA in every layer; dense MLPs in the first first_k_dense_replace layers, MoE after."""
-    hidden = model.hidden_size
-    dims = _mla_dims(ctx, par.tp)
-    projections = _mla_projections(ctx, dims, hidden)
-    first_dense = ctx.nonneg_int("first_k_dense_replace", 0)
-    freq = ctx.pos_int("moe_layer_freq", 1)
-    num_experts = ctx.nonneg_int("n_routed_experts", 0)
-    is_moe = [num_experts > 0 and i >= first_dense and i % freq == 0 for i in range(model.num_layers)]
-    mlp = moe_linears = moe = None
-    if not all(is_moe):
-        mlp = dense_mlp(ctx, hidden, ctx.pos_int("intermediate_size"), "intermediate_size", par.tp)
-    if any(is_moe):
-        gate, moe = routed_experts(ctx, "mlp", num_experts, "n_routed_experts", "moe_intermediate_size",
-                                   hidden, par)
-        moe_linears = [gate] + _shared_experts(ctx, hidden, par.tp)
-    # the cache holds one latent "head" per token: kv_lora_rank + qk_rope_head_dim wide, V inside it
-    attention = AttentionShape(dims.num_heads, 1, dims.kv_lora_rank + dims.qk_rope_head_dim,
-                               _mla_scale(ctx, dims.qk_nope_head_dim + dims.qk_rope_head_dim),
-                               head_size_v=dims.kv_lora_rank)
-    return stack(attention, projections, is_moe, mlp=mlp, moe_linears=moe_linears, moe=moe)
+def mla_attention(ctx: HFConfig, hidden: int, tp: int) -> tuple[list[Linear], AttentionShape]:
+    """MLA's projections and its attention: the cache holds one latent "head" per token,
+    kv_lora_rank + qk_rope_head_dim wide, V inside it."""
+    dims = _mla_dims(ctx, tp)
+    shape = AttentionShape(dims.num_heads, 1, dims.kv_lora_rank + dims.qk_rope_head_dim,
+                           _mla_scale(ctx, dims.qk_nope_head_dim + dims.qk_rope_head_dim),
+                           head_size_v=dims.kv_lora_rank)
+    return _mla_projections(ctx, dims, hidden), shape

@@ -9,7 +9,7 @@ from kernel_model.arith import cdiv
 
 from .layers import DecoderLayers
 from .model import Model
-from .quantization import QuantConfig, linear_quant, moe_quant
+from .quantization import QuantConfig, linear_quant, moe_quant, padded_experts
 from .source import HFConfig
 
 
@@ -27,12 +27,13 @@ def _name_unquantized(entries: list[dict]) -> list[dict]:
     return entries
 
 
-def linear_entries(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig) -> list[dict]:
-    """One entry per (role, shape, quantization), counting the layers that have it."""
+def linear_entries(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig, prefix: str) -> list[dict]:
+    """One entry per (role, shape, quantization), counting the layers that have it (`prefix`: the
+    decoder layers' module prefix, where a checkpoint's ignore list names them)."""
     groups: dict = {}
     for i, lins in enumerate(layers.linears):
         for lin in lins:
-            q = linear_quant(ctx, lin, i, quant)
+            q = linear_quant(ctx, lin, i, quant, prefix)
             key = (lin.role, lin.n, lin.k, tuple(sorted((k, str(v)) for k, v in q.items())))
             if key not in groups:
                 groups[key] = {"name": lin.role, "n": lin.n, "k": lin.k, "count": 0, "quant": q}
@@ -52,17 +53,18 @@ def lm_head(ctx: HFConfig, model: Model, tp: int) -> dict:
             "quant": {"method": "none"}}
 
 
-def moe_entries(layers: DecoderLayers, quant: QuantConfig) -> list[dict]:
-    """One entry per (experts, intermediate size, quantization), counting the layers."""
+def moe_entries(layers: DecoderLayers, quant: QuantConfig, prefix: str, capability: str) -> list[dict]:
+    """One entry per (experts, intermediate size, quantization), counting the layers; the sizes as
+    vLLM allocates them on a GPU of `capability` (padded_experts)."""
     groups: dict = {}
     for i, moe in enumerate(layers.moes):
         if moe is None:
             continue
-        q = moe_quant(moe, i, quant)
-        key = (moe.num_experts, moe.intermediate_size, q["method"])
+        q = moe_quant(moe, i, quant, prefix)
+        hidden, inter = padded_experts(moe.hidden_size, moe.intermediate_size, q, capability)
+        key = (moe.num_experts, inter, q["method"])
         if key not in groups:
             groups[key] = {"name": "experts", "num_experts": moe.num_experts, "top_k": moe.top_k,
-                           "hidden_size": moe.hidden_size, "intermediate_size": moe.intermediate_size,
-                           "count": 0, "quant": q}
+                           "hidden_size": hidden, "intermediate_size": inter, "count": 0, "quant": q}
         groups[key]["count"] += 1
     return _name_unquantized(list(groups.values()))

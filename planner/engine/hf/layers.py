@@ -1,6 +1,7 @@
 """One decoder layer's weights on one rank, as vLLM's parallel layers shard them: its GEMMs
-(Linear), its routed experts (FusedMoE) and its attention shape; and the blocks every model
-family builds its layers from (dense attention, a dense MLP, an MoE layer's router and experts).
+(Linear), its routed experts (FusedMoE) and its attention shape; and the blocks every layout
+builds its layers from (dense attention, a dense MLP, an MoE layer's router and experts), named
+as the layout declares (layouts.py) and sized from the config's keys.
 
 Column-parallel layers split N, row-parallel layers split K, replicated layers are whole; KV heads
 are replicated when there are fewer of them than tp; without expert parallelism every rank holds
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .flags import Parallel
+from .layouts import Fused, Layout, MoeLayout, role
 from .source import HFConfig
 
 
@@ -22,14 +24,19 @@ from .source import HFConfig
 class Linear:
     """One GEMM weight of one decoder layer, per rank."""
 
-    role: str                 # entry name
-    modules: list[str]        # HF module names (relative to the layer) fused into it
+    name: str                 # vLLM's module name, relative to the layer (self_attn.qkv_proj)
+    modules: list[str]        # the checkpoint modules vLLM loads into it (packed_modules_mapping)
     n: int
     k: int
     mode: str                 # "column" | "row" | "replicated"
     parts: list[int] | None = None         # per-rank output partitions of merged GEMMs (None: [n])
     split_parts: list[bool] | None = None  # which parts TP splits (None: all)
     quantizable: bool = True
+
+    @property
+    def role(self) -> str:
+        """The engine entry's name (layouts.role)."""
+        return role(self.name)
 
     def sharded_parts(self) -> list[int]:
         """The output partitions TP splits: each must be a whole number of FP8 blocks."""
@@ -68,15 +75,36 @@ class DecoderLayers:
     attention: AttentionShape
 
 
-def dense_attention(ctx: HFConfig, hidden: int, tp: int) -> tuple[list[Linear], AttentionShape]:
-    """Multi-head (or grouped-query) attention: vLLM's QKVParallelLinear qkv_proj, whose KV heads are
-    replicated where tp is a multiple of them, and the RowParallelLinear o_proj."""
+def head_dim(ctx: HFConfig, layout: Layout, hidden: int, heads: int) -> int:
+    """config.head_dim where vLLM's model reads it and the config gives it, else hidden_size / heads."""
+    if layout.head_dim_key and ctx.get("head_dim") is not None:
+        return ctx.pos_int("head_dim")
+    return ctx.div(hidden, "hidden_size", heads, f"num_attention_heads ({heads})")
+
+
+def attention_scale(ctx: HFConfig, head_size: int) -> float:
+    """The softmax scale vLLM's attention layer gets: Gemma-2 and Gemma-3 scale by
+    query_pre_attn_scalar ** -0.5 (gemma2.py, gemma3.py), Granite by attention_multiplier
+    (granite.py); every other model by head_dim ** -0.5."""
+    if ctx.get("query_pre_attn_scalar") is not None:
+        scalar = ctx.number(ctx.get("query_pre_attn_scalar"), "query_pre_attn_scalar")
+        if scalar <= 0:
+            raise ctx.fail(f"query_pre_attn_scalar must be > 0, got {scalar!r}", "query_pre_attn_scalar")
+        return scalar ** -0.5
+    if ctx.get("attention_multiplier") is not None:
+        scale = ctx.number(ctx.get("attention_multiplier"), "attention_multiplier")
+        if scale <= 0:
+            raise ctx.fail(f"attention_multiplier must be > 0, got {scale!r}", "attention_multiplier")
+        return scale
+    return head_size ** -0.5
+
+
+def dense_attention(ctx: HFConfig, layout: Layout, hidden: int, tp: int) -> tuple[list[Linear], AttentionShape]:
+    """Multi-head (or grouped-query) attention: vLLM's QKVParallelLinear (qkv_proj, wqkv), whose KV
+    heads are replicated where tp is a multiple of them, and the RowParallelLinear output projection."""
     heads = ctx.pos_int("num_attention_heads")
     kv_heads = ctx.pos_int("num_key_value_heads", heads)
-    if ctx.get("head_dim") is None:
-        head_dim = ctx.div(hidden, "hidden_size", heads, f"num_attention_heads ({heads})")
-    else:
-        head_dim = ctx.pos_int("head_dim")
+    head_size = head_dim(ctx, layout, hidden, heads)
     heads_r = ctx.div(heads, "num_attention_heads", tp, f"--tp {tp}")
     kv_split = kv_heads >= tp
     if kv_split:
@@ -86,33 +114,33 @@ def dense_attention(ctx: HFConfig, hidden: int, tp: int) -> tuple[list[Linear], 
                        "(vLLM replicates KV heads only when tp is a multiple of them)")
     else:
         kv_r = 1
-    q, kv = heads_r * head_dim, kv_r * head_dim
+    q, kv = heads_r * head_size, kv_r * head_size
     projections = [
-        Linear("qkv_proj", ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-               q + 2 * kv, hidden, "column", [q, kv, kv], [True, kv_split, kv_split]),
-        Linear("o_proj", ["self_attn.o_proj"], hidden, q, "row"),
+        Linear(layout.qkv.name, list(layout.qkv.modules), q + 2 * kv, hidden, "column", [q, kv, kv],
+               [True, kv_split, kv_split]),
+        Linear(layout.o_proj, [layout.o_proj], hidden, q, "row"),
     ]
-    return projections, AttentionShape(heads_r, kv_r, head_dim, head_dim ** -0.5)
+    return projections, AttentionShape(heads_r, kv_r, head_size, attention_scale(ctx, head_size))
 
 
-def dense_mlp(ctx: HFConfig, hidden: int, inter: int, key: str, tp: int, prefix: str = "mlp",
-              role_prefix: str = "") -> list[Linear]:
-    """A dense MLP of width `inter` (`key`'s): the MergedColumnParallelLinear gate_up_proj and the
-    RowParallelLinear down_proj, `inter` split over tp."""
+def dense_mlp(ctx: HFConfig, hidden: int, inter: int, key: str, tp: int, up: Fused, down: str,
+              gated: bool = True) -> list[Linear]:
+    """A dense MLP of width `inter` (`key`'s), split over tp: the column-parallel up-projection
+    (MergedColumnParallelLinear gate_up_proj, 2 x inter, where gated; one inter-wide
+    ColumnParallelLinear such as Starcoder2's c_fc where not) and the RowParallelLinear down."""
     inter_r = ctx.div(inter, key, tp, f"--tp {tp}")
+    parts = [inter_r, inter_r] if gated else [inter_r]
     return [
-        Linear(role_prefix + "gate_up_proj", [f"{prefix}.gate_proj", f"{prefix}.up_proj"],
-               2 * inter_r, hidden, "column", [inter_r, inter_r]),
-        Linear(role_prefix + "down_proj", [f"{prefix}.down_proj"], hidden, inter_r, "row"),
+        Linear(up.name, list(up.modules), sum(parts), hidden, "column", parts),
+        Linear(down, [down], hidden, inter_r, "row"),
     ]
 
 
-def routed_experts(ctx: HFConfig, prefix: str, num_experts: int, experts_key: str, inter_key: str,
-                   hidden: int, par: Parallel, gate_quantized: bool = False) -> tuple[Linear, FusedMoE]:
-    """The router gate and the experts of an MoE layer, sharded as vLLM's FusedMoE does:
-    without EP every rank holds every expert, with I / (tp * dp); with EP whole experts.
-    `gate_quantized`: the model hands the gate vLLM's quant_config (Qwen3-MoE does, in 0.25.0 and
-    0.33.0); the others build it with quant_config=None."""
+def routed_experts(ctx: HFConfig, moe: MoeLayout, num_experts: int, experts_key: str, inter_key: str,
+                   hidden: int, par: Parallel) -> tuple[Linear, FusedMoE]:
+    """The router and the experts of an MoE layer, sharded as vLLM's FusedMoE does: without EP
+    every rank holds every expert, with I / (tp * dp); with EP whole experts. The router is
+    replicated and unquantized, except where the model hands it its quant_config (layouts.py)."""
     top_k = ctx.pos_int("num_experts_per_tok")
     inter = ctx.pos_int(inter_key)
     ranks = par.tp * par.dp
@@ -121,8 +149,9 @@ def routed_experts(ctx: HFConfig, prefix: str, num_experts: int, experts_key: st
         local = ctx.div(num_experts, experts_key, ranks, flag + " with --enable-expert-parallel")
     else:
         local, inter = num_experts, ctx.div(inter, inter_key, ranks, flag)
-    gate = Linear("gate", [f"{prefix}.gate"], num_experts, hidden, "replicated", quantizable=gate_quantized)
-    return gate, FusedMoE(f"{prefix}.experts", local, top_k, hidden, inter)
+    router = f"{moe.block}.{moe.router}"
+    gate = Linear(router, [router], num_experts, hidden, "replicated", quantizable=moe.router_quantized)
+    return gate, FusedMoE(f"{moe.block}.experts", local, top_k, hidden, inter)
 
 
 def stack(attention: AttentionShape, projections: list[Linear], is_moe: list[bool],

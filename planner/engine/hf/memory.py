@@ -6,7 +6,8 @@ A rough upper bound of what vLLM's memory profiling finds, with
 
     weights   = sum(linear n*k*count*bytes) + sum(moe count*E*3*I*H*bytes)
                 + embedding (pad64(vocab)/tp * hidden * dtype bytes, unless tied)
-                bytes: 1 for fp8 weights, the model dtype's size (2) otherwise;
+                bytes: 1 for fp8 weights, bits / 8 for awq, gptq and mxfp4 ones
+                (quantization.weight_bytes), the model dtype's size (2) otherwise;
                 scales, norms and biases are ignored
     free      = 0.9 * memory_gib * 2**30 - weights
     per_block = num_layers * block_size * 2 (K and V) * kv_heads_per_rank
@@ -39,22 +40,24 @@ from .entries import vocab_per_rank
 from .flags import Parallel
 from .layers import AttentionShape, DecoderLayers
 from .model import Model
+from .quantization import QuantConfig, weight_bytes
 from .source import HFConfig
 
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default: its share of the GPU's memory
 
 
-def _weight_bytes(ctx: HFConfig, model: Model, linear: list[dict], moe: list[dict], tp: int) -> int:
-    """The weights of one rank (see the module docstring): fp8 weights take 1 byte."""
-    def size(quant: dict) -> int:
-        return 1 if quant["method"] in ("fp8", "fp8_per_tensor") else model.dtype_bytes
+def _weight_bytes(ctx: HFConfig, model: Model, linear: list[dict], moe: list[dict], tp: int,
+                  quant: QuantConfig) -> int:
+    """The weights of one rank (see the module docstring)."""
+    def size(entry: dict) -> float:
+        return weight_bytes(entry, model.dtype_bytes, quant)
     weights = sum(e["n"] * e["k"] * e["count"] * size(e["quant"]) for e in linear)
     weights += sum(e["count"] * e["num_experts"] * 3 * e["intermediate_size"] * e["hidden_size"]
                    * size(e["quant"]) for e in moe)
     if not ctx.get("tie_word_embeddings", False):
         weights += vocab_per_rank(ctx, model, tp) * model.hidden_size * model.dtype_bytes
-    return weights
+    return int(weights)
 
 
 @dataclass
@@ -69,9 +72,9 @@ class _KvRoom:
 
 
 def _kv_room(ctx: HFConfig, model: Model, shape: AttentionShape, linear: list[dict], moe: list[dict],
-             gpu: Gpu, block_size: int, tp: int) -> _KvRoom:
+             gpu: Gpu, block_size: int, tp: int, quant: QuantConfig) -> _KvRoom:
     """KV blocks that fit beside the weights (the estimate of the module docstring)."""
-    weights = _weight_bytes(ctx, model, linear, moe, tp)
+    weights = _weight_bytes(ctx, model, linear, moe, tp, quant)
     budget = GPU_MEMORY_UTILIZATION * gpu.memory_gib * 2 ** 30
     if model.mla:  # one latent head, no separate V
         per_block = model.kv_bytes(model.num_layers * block_size * shape.head_size)
@@ -104,10 +107,10 @@ def _does_not_fit(room: _KvRoom, model: Model, gpu: Gpu, par: Parallel, block_si
 
 
 def estimate_num_blocks(ctx: HFConfig, model: Model, layers: DecoderLayers, linear: list[dict], moe: list[dict],
-                        gpu: Gpu, block_size: int, par: Parallel, warn) -> tuple[int, str | None]:
+                        gpu: Gpu, block_size: int, par: Parallel, warn, quant: QuantConfig) -> tuple[int, str | None]:
     """(num_blocks, why the model does not fit or None). A model that does not fit is refused,
     or with `warn` (--ignore-memory) given room for one max_model_len request and a loud warning."""
-    room = _kv_room(ctx, model, layers.attention, linear, moe, gpu, block_size, par.tp)
+    room = _kv_room(ctx, model, layers.attention, linear, moe, gpu, block_size, par.tp, quant)
     reason = _does_not_fit(room, model, gpu, par, block_size)
     if reason is None:
         return room.num_blocks, None

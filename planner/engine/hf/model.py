@@ -1,7 +1,9 @@
-"""vLLM's ModelConfig, as the config.json gives it: the architecture and its model family, the
-hidden size, layers and vocabulary, the dtype, max_model_len (--max-model-len may lower the
-config's own limit, not raise it), and the KV cache's dtype (--kv-cache-dtype, vLLM's
-CacheConfig.cache_dtype: every attention layer's; `auto` is the model dtype).
+"""vLLM's ModelConfig, as the config.json gives it: the architecture and its layout (layouts.py;
+one without is refused, refusal.py), the language model's config (text_config for a multimodal
+model, with the config class's defaults), the hidden size, layers and vocabulary, the dtype,
+max_model_len (--max-model-len may lower the config's own limit, not raise it), and the KV
+cache's dtype (--kv-cache-dtype, vLLM's CacheConfig.cache_dtype: every attention layer's; `auto`
+is the model dtype).
 """
 
 from __future__ import annotations
@@ -12,19 +14,14 @@ from kernel_model.arith import cdiv
 
 from ...limits import MAX_TOKENS
 from .flags import Flags
+from .layouts import LAYOUTS, Layout, with_defaults
+from .refusal import refuse_architecture
 from .source import MAX_LEN_KEYS, HFConfig
 
-
-# HF architecture -> family. MistralForCausalLM runs on vLLM's Llama model.
-SUPPORTED_ARCHITECTURES: dict[str, str] = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-    "Qwen3MoeForCausalLM": "qwen3_moe",
-    "MixtralForCausalLM": "mixtral",
-    "DeepseekV3ForCausalLM": "deepseek_v3",
-}
+# vLLM's MM_PREFIX_LM_MODELS (transformers_utils/model_arch_config_convertor.py, 0.25.0 and 0.33.0):
+# the top-level model_type of multimodal models whose image tokens attend bidirectionally
+# (ModelConfig.is_mm_prefix_lm), which FlashAttention 2/3 and FlashInfer cannot run.
+MM_PREFIX_LM_MODELS = ("bagel", "gemma3", "molmo2", "moondream3", "paligemma", "umm")
 
 
 MLA_BLOCK_SIZE = 64         # FlashMLA's page size
@@ -41,7 +38,7 @@ class Model:
     """vLLM's ModelConfig: what the config.json says about the whole model."""
 
     architecture: str
-    family: str
+    layout: Layout
     hidden_size: int
     num_layers: int
     vocab_size: int
@@ -49,10 +46,8 @@ class Model:
     max_model_len: int
     config_max_len: int | None  # the config's own limit (the default of --max-model-len)
     kv_cache_dtype: str = "auto"  # vLLM's CacheConfig.cache_dtype (--kv-cache-dtype)
-
-    @property
-    def mla(self) -> bool:  # DeepSeek's multi-head latent attention
-        return self.family == "deepseek_v3"
+    mla: bool = False             # multi-head latent attention (a kv_lora_rank: deepseek.py)
+    mm_prefix: bool = False       # vLLM's is_mm_prefix_lm (MM_PREFIX_LM_MODELS)
 
     @property
     def dtype_bytes(self) -> int:
@@ -68,16 +63,29 @@ class Model:
         return MLA_BLOCK_SIZE if self.mla else DEFAULT_BLOCK_SIZE
 
 
-def _architecture(ctx: HFConfig) -> tuple[str, str]:
-    """(HF architecture, model family)."""
+def architecture(ctx: HFConfig) -> tuple[str, Layout]:
+    """(HF architecture, its layout), or the refusal that says what to do instead."""
     archs = ctx.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         raise ctx.fail("architectures is missing (expected a list such as [\"LlamaForCausalLM\"])")
-    family = SUPPORTED_ARCHITECTURES.get(archs[0])
-    if family is None:
-        raise ctx.fail(f"architectures: {archs[0]} is not supported; supported: "
-                       f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}")
-    return archs[0], family
+    layout = LAYOUTS.get(archs[0])
+    if layout is None:
+        raise refuse_architecture(ctx, archs[0])
+    return archs[0], layout
+
+
+def language_config(ctx: HFConfig, layout: Layout) -> HFConfig:
+    """The language model's config as vLLM's config object reads it: text_config where the layout
+    says so (the dtype the top level's where it gives one), with the config class's defaults."""
+    config = ctx.hf
+    if layout.text_config:
+        config = ctx.get("text_config")
+        if not isinstance(config, dict):
+            raise ctx.fail("text_config is missing (the language model's config of a multimodal model)")
+        dtype = {k: ctx.get(k) for k in ("torch_dtype", "dtype") if ctx.get(k) is not None}
+        if dtype:  # the model's dtype (vllm_bridge writes the one vLLM resolved there)
+            config = {**{k: v for k, v in config.items() if k not in ("torch_dtype", "dtype")}, **dtype}
+    return HFConfig(with_defaults(config, layout), ctx.source)
 
 
 def _dtype(ctx: HFConfig) -> str:
@@ -110,11 +118,13 @@ def _bounded_context(ctx: HFConfig, lengths: tuple[int, int | None]) -> tuple[in
     return lengths
 
 
-def model_config(ctx: HFConfig, flags: Flags) -> Model:
-    architecture, family = _architecture(ctx)
+def model_config(ctx: HFConfig, top: HFConfig, architecture: str, layout: Layout, flags: Flags) -> Model:
+    """The language model's facts (`ctx`, language_config); `top`: the whole config.json."""
     hidden = ctx.pos_int("hidden_size")
     num_layers = ctx.pos_int("num_hidden_layers")
     vocab = ctx.pos_int("vocab_size")
     dtype = _dtype(ctx)
-    return Model(architecture, family, hidden, num_layers, vocab, dtype,
-                 *_bounded_context(ctx, _max_model_len(ctx, flags.max_model_len)), flags.kv_cache_dtype)
+    mm_prefix = bool(top.get("is_mm_prefix_lm", top.get("model_type") in MM_PREFIX_LM_MODELS))
+    return Model(architecture, layout, hidden, num_layers, vocab, dtype,
+                 *_bounded_context(ctx, _max_model_len(ctx, flags.max_model_len)), flags.kv_cache_dtype,
+                 mla=ctx.get("kv_lora_rank") is not None, mm_prefix=mm_prefix)

@@ -1,87 +1,241 @@
-"""quantization_config: FP8 per tensor or by block, the modules it leaves unquantized
-(ignored_layers or modules_to_not_convert), and the block shapes vLLM refuses to shard.
+"""quantization_config: what each layer's weights are, as vLLM's quantization method for the
+checkpoint's quant_method decides it, which modules it leaves unquantized, and the block shapes
+vLLM refuses to shard.
+
+The methods, each the kernel vLLM 0.25.0 and 0.33.0 run on it (vllm/model_executor/kernels/linear/
+__init__.py's CUDA lists, vllm/model_executor/layers/quantization/):
+* none: the model dtype (cuBLAS);
+* fp8: weight_block_size -> block FP8 (`fp8`, the kernel choose_scaled_mm_linear_kernel picks:
+  planner/engine/vllm_choices.py), else FP8 per tensor (`fp8_per_tensor`: CUTLASS scaled_mm from
+  SM 8.9, FP8 Marlin below, both compiled ahead of time in vllm._C);
+* compressed-tensors: its FP8 W8A8 schemes (compressed_tensors.py): block, per channel, per tensor;
+* awq and gptq: 4-bit (gptq also 8-bit) weights on Machete (SM 9.0) or Marlin, compiled ahead in
+  vllm._C (machete_mm, marlin_gemm) like their MoE kernel (moe_wna16_marlin_gemm in vllm._moe_C):
+  `awq`, `gptq`, only where Marlin takes the config (else vLLM falls back to AWQ's Triton kernels,
+  which compile at first use, and --from-hf refuses it);
+* mxfp4 (GPT-OSS): the experts are MXFP4 (`mxfp4`), every linear stays in the model dtype
+  (Mxfp4Config.get_quant_method).
+Anything else (bitsandbytes, modelopt, fbgemm_fp8, quark, torchao, ...) is refused with what to
+do instead (refusal.py).
+
+Which modules stay unquantized is vLLM's own rule for the method, on the checkpoint module names
+the layout declares (layouts.py): fp8 names them exactly (is_layer_skipped, match_mode "exact"),
+awq by substring (skip_with_substr), compressed-tensors exactly or by a `re:` regular expression
+(should_ignore_layer); gptq names the modules it does quantize (modules_in_block_to_quantize, by
+substring; vLLM reads the safetensors headers where the config lists none, and --from-hf, which
+has no weights, takes every decoder linear as quantized). A fused linear is skipped where its own
+vLLM name is listed or all its checkpoint modules are; some but not all is refused, as vLLM
+refuses it. An MoE layer's experts are skipped where an entry naming experts contains their name.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from kernel_model.arith import cdiv
+
+from .compressed_tensors import compressed_tensors
 from .flags import Parallel
 from .layers import DecoderLayers, FusedMoE, Linear
+from .refusal import refuse_quantization
 from .source import HFConfig
 
 
 @dataclass
 class QuantConfig:
-    """quantization_config, read: what a quantized weight's quant entry is, and what is left unquantized."""
+    """quantization_config, read: the quant entry of a quantized linear and of quantized experts,
+    the modules vLLM leaves unquantized (or, for gptq, quantizes) and how it matches their names."""
 
-    base: dict          # the quant entry of a quantized weight
-    ignored: list[str]  # ignored_layers / modules_to_not_convert patterns
+    linear: dict                # the quant entry of a quantized linear
+    experts: dict               # the quant entry of quantized experts
+    patterns: list[str] = field(default_factory=list)
+    match: str = "exact"        # exact | regex | substring | include (module docstring)
+    weight_bits: int = 16       # of a quantized weight, for the memory estimate
+    linears: bool = True        # False: the method quantizes the experts only (mxfp4)
 
     @property
     def block(self) -> list[int] | None:
-        return self.base.get("weight_block_size")
+        return self.linear.get("weight_block_size")
+
+    @property
+    def quantized(self) -> bool:
+        return self.linear["method"] != "none" or self.experts["method"] != "none"
 
 
-def quant_config(ctx: HFConfig) -> QuantConfig:
-    """None, FP8 per tensor, or FP8 by block (weight_block_size): the methods the engine schema names."""
-    qc = ctx.get("quantization_config")
-    if qc is None:
-        return QuantConfig({"method": "none"}, [])
-    if not isinstance(qc, dict):
-        raise ctx.fail(f"quantization_config must be an object, got {type(qc).__name__}")
-    method = qc.get("quant_method")
-    if method != "fp8":
-        raise ctx.fail(f"quantization_config.quant_method {method!r} is not supported (supported: 'fp8')")
-    ignored = qc.get("ignored_layers") or qc.get("modules_to_not_convert") or []
-    if not isinstance(ignored, list) or not all(isinstance(x, str) for x in ignored):
-        raise ctx.fail("quantization_config.ignored_layers / modules_to_not_convert must be a list of names")
+NONE = {"method": "none"}
+
+# quant_method values vLLM maps onto the same config classes (quantization/__init__.py)
+_AWQ = ("awq", "awq_marlin", "auto_awq")
+_GPTQ = ("gptq", "gptq_marlin", "auto_gptq")
+# Marlin's group sizes (quantization/utils/marlin_utils.py MARLIN_SUPPORTED_GROUP_SIZES)
+_MARLIN_GROUPS = (-1, 32, 64, 128)
+
+
+def _names(ctx: HFConfig, qc: dict, *keys: str) -> list[str]:
+    """The first of `keys` the config gives, a list of module names (None or absent: none)."""
+    value = next((qc[k] for k in keys if qc.get(k)), None) or []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ctx.fail(f"quantization_config.{keys[0]} must be a list of module names")
+    return list(value)
+
+
+def _fp8(ctx: HFConfig, qc: dict) -> QuantConfig:
+    """quant_method fp8 (Fp8Config): by block where weight_block_size is given, else per tensor."""
+    ignored = _names(ctx, qc, "ignored_layers", "modules_to_not_convert")
     block = qc.get("weight_block_size")
     if block is None:
-        return QuantConfig({"method": "fp8_per_tensor"}, list(ignored))
+        entry = {"method": "fp8_per_tensor"}
+        return QuantConfig(entry, entry, ignored, "exact", 8)
     if (not isinstance(block, list) or len(block) != 2
             or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
         raise ctx.fail(f"quantization_config.weight_block_size must be two positive integers, got {block!r}")
-    return QuantConfig({"method": "fp8", "weight_block_size": [block[0], block[1]]}, list(ignored))
+    entry = {"method": "fp8", "weight_block_size": [block[0], block[1]]}
+    return QuantConfig(entry, entry, ignored, "exact", 8)
 
 
-def _matches(name: str, patterns: list[str]) -> bool:
-    """Whether an ignored_layers pattern names the module `name`: its full name, a dotted suffix of it,
-    or, after `re:`, a regular expression."""
-    for p in patterns:
-        if p.startswith("re:"):
-            if re.match(p[3:], name):
-                return True
-        elif name == p or name.endswith("." + p):
-            return True
-    return False
+def _int_bits(ctx: HFConfig, qc: dict, method: str, allowed: tuple) -> tuple[int, int]:
+    bits, group = qc.get("bits", qc.get("w_bit")), qc.get("group_size", qc.get("q_group_size"))
+    if bits not in allowed or group not in _MARLIN_GROUPS:
+        raise refuse_quantization(
+            ctx, f"{method} with bits {bits!r} and group_size {group!r}: vLLM runs Marlin for "
+                 f"{' or '.join(map(str, allowed))}-bit weights in groups of {', '.join(map(str, _MARLIN_GROUPS))}, "
+                 "and other configs on kernels the engine config cannot name")
+    return bits, group
 
 
-def linear_quant(ctx: HFConfig, lin: Linear, layer: int, quant: QuantConfig) -> dict:
-    """A linear's quant entry in `layer`: none where the model builds it unquantized or the checkpoint
-    ignores it; vLLM refuses a fused weight whose modules are ignored in part."""
-    if not lin.quantizable or quant.base["method"] == "none":
-        return {"method": "none"}
-    prefix = f"model.layers.{layer}."
-    skipped = [_matches(prefix + m, quant.ignored) for m in lin.modules]
-    if all(skipped):
-        return {"method": "none"}
-    if any(skipped):
+def _awq(ctx: HFConfig, qc: dict) -> QuantConfig:
+    """AutoAWQConfig: Marlin/Machete where check_marlin_supported takes 4-bit weights with zero points."""
+    bits, _ = _int_bits(ctx, qc, "awq", (4,))
+    if qc.get("zero_point") is False:
+        raise refuse_quantization(ctx, "awq without zero_point: vLLM's AWQ Marlin needs zero points, and falls "
+                                       "back to AWQ's Triton kernels, which the engine config cannot name")
+    entry = {"method": "awq"}
+    return QuantConfig(entry, entry, _names(ctx, qc, "modules_to_not_convert"), "substring", bits)
+
+
+def _gptq(ctx: HFConfig, qc: dict) -> QuantConfig:
+    """AutoGPTQConfig: symmetric 4- or 8-bit weights (TYPE_MAP), on Machete or Marlin."""
+    bits, _ = _int_bits(ctx, qc, "gptq", (4, 8))
+    if qc.get("sym", True) is not True:
+        raise refuse_quantization(ctx, "gptq with sym false: vLLM's AutoGPTQConfig takes symmetric weights only")
+    if qc.get("lm_head"):
+        raise refuse_quantization(ctx, "gptq with a quantized lm_head: its kernel is not one the engine config names")
+    if qc.get("dynamic"):
+        raise refuse_quantization(ctx, "gptq with per-module `dynamic` overrides: the engine config has one "
+                                       "quantization per layer kind")
+    listed = qc.get("modules_in_block_to_quantize") or []
+    if listed and all(isinstance(x, list) for x in listed):  # GPTQModel writes a list per block
+        listed = [name for names in listed for name in names]
+    if not isinstance(listed, list) or not all(isinstance(x, str) for x in listed):
+        raise ctx.fail("quantization_config.modules_in_block_to_quantize must be a list of module names")
+    entry = {"method": "gptq"}
+    return QuantConfig(entry, entry, list(listed), "include", bits)
+
+
+def _compressed_tensors(ctx: HFConfig, qc: dict) -> QuantConfig:
+    """compressed-tensors' FP8 W8A8 schemes (compressed_tensors.py); `ignore` by name or `re:`."""
+    entry, ignore = compressed_tensors(ctx, qc)
+    return QuantConfig(entry, dict(entry), ignore, "regex", 8)
+
+
+def _mxfp4(ctx: HFConfig, qc: dict) -> QuantConfig:
+    """GPT-OSS's MXFP4: the experts only (GptOssMxfp4Config); every linear is left unquantized."""
+    return QuantConfig(dict(NONE), {"method": "mxfp4"}, [], "exact", 4, linears=False)
+
+
+_METHODS = {"fp8": _fp8, "compressed-tensors": _compressed_tensors, **{m: _awq for m in _AWQ},
+            **{m: _gptq for m in _GPTQ}, "mxfp4": _mxfp4,
+            # the name vLLM gives GPT-OSS's mxfp4 in the config it loaded (GptOssMxfp4Config; --from-vllm reads it)
+            "gpt_oss_mxfp4": _mxfp4}
+
+
+def quant_config(ctx: HFConfig) -> QuantConfig:
+    """The checkpoint's quantization, one of _METHODS, or the refusal that says what to do instead."""
+    qc = ctx.get("quantization_config")
+    if qc is None:
+        return QuantConfig(dict(NONE), dict(NONE))
+    if not isinstance(qc, dict):
+        raise ctx.fail(f"quantization_config must be an object, got {type(qc).__name__}")
+    method = qc.get("quant_method")
+    reader = _METHODS.get(method) if isinstance(method, str) else None
+    if reader is None:
+        raise refuse_quantization(ctx, f"quant_method {method!r} is not planned by --from-hf (it plans "
+                                       f"{', '.join(sorted(set(_METHODS)))}); its kernels are not ones the "
+                                       "engine config names")
+    return reader(ctx, qc)
+
+
+def _listed(name: str, quant: QuantConfig) -> bool:
+    """Whether vLLM's rule for the method (module docstring) matches the full module name."""
+    if quant.match == "exact":
+        return name in quant.patterns
+    if quant.match == "regex":
+        return any(p == name or (p.startswith("re:") and re.match(p[3:], name)) for p in quant.patterns)
+    return any(p in name for p in quant.patterns)  # substring (awq), include (gptq)
+
+
+def _skipped(ctx: HFConfig, lin: Linear, prefix: str, layer: int, quant: QuantConfig) -> bool:
+    """Whether vLLM leaves the linear unquantized: its own name or all its shards listed (gptq: not
+    listed), some but not all refused as vLLM refuses them."""
+    if quant.match == "include":
+        if not quant.patterns:  # vLLM reads the safetensors headers: every decoder linear is quantized
+            return False
+        shards = [not _listed(prefix + m, quant) for m in lin.modules]
+    else:
+        if len(lin.modules) > 1 and _listed(prefix + lin.name, quant):
+            return True  # vLLM honours the fused name first (is_layer_skipped, should_ignore_layer)
+        shards = [_listed(prefix + m, quant) for m in lin.modules]
+    if any(shards) and not all(shards):
         raise ctx.fail(
-            f"quantization_config ignores only some of the modules that vLLM fuses into {lin.role} "
-            f"in layer {layer} ({', '.join(prefix + m for m in lin.modules)}); vLLM refuses that")
-    return dict(quant.base)
+            f"quantization_config leaves only some of the modules that vLLM fuses into {lin.role} "
+            f"in layer {layer} ({', '.join(prefix + m for m in lin.modules)}) unquantized; vLLM refuses that")
+    return all(shards)
 
 
-def moe_quant(moe: FusedMoE, layer: int, quant: QuantConfig) -> dict:
-    """The experts' quant entry in `layer`: none where the checkpoint ignores them or a module in them."""
-    if quant.base["method"] == "none":
-        return {"method": "none"}
-    prefix = f"model.layers.{layer}.{moe.prefix}"
-    if _matches(prefix, quant.ignored) or any(p.startswith(prefix + ".") for p in quant.ignored):
-        return {"method": "none"}
-    return dict(quant.base)
+def linear_quant(ctx: HFConfig, lin: Linear, layer: int, quant: QuantConfig, layers: str = "model.layers") -> dict:
+    """A linear's quant entry in `layer` (`layers`: the decoder layers' prefix): none where the model
+    builds it unquantized, the method quantizes no linear, or vLLM's rule skips it."""
+    if not lin.quantizable or not quant.linears or quant.linear["method"] == "none":
+        return dict(NONE)
+    if _skipped(ctx, lin, f"{layers}.{layer}.", layer, quant):
+        return dict(NONE)
+    return dict(quant.linear)
+
+
+def moe_quant(moe: FusedMoE, layer: int, quant: QuantConfig, layers: str = "model.layers") -> dict:
+    """The experts' quant entry in `layer`: none where the checkpoint leaves them (or a module in
+    them) unquantized."""
+    if quant.experts["method"] == "none":
+        return dict(NONE)
+    prefix = f"{layers}.{layer}.{moe.prefix}"
+    if quant.match == "include":
+        listed = not quant.patterns or any(p in prefix or p.startswith(moe.prefix) for p in quant.patterns)
+        return dict(quant.experts) if listed else dict(NONE)
+    if _listed(prefix, quant) or any(prefix in p for p in quant.patterns if "experts" in p):
+        return dict(NONE)
+    return dict(quant.experts)
+
+
+def padded_experts(hidden: int, inter: int, quant: dict, capability: str) -> tuple[int, int]:
+    """(hidden_size, intermediate_size) of experts as vLLM allocates them: MXFP4 experts padded to
+    their kernel's tile (mxfp4_round_up_hidden_size_and_intermediate_size, fused_moe/oracle/mxfp4.py):
+    GPT-OSS runs Triton's matmul_ogs on SM 9.x (intermediate to 64), FlashInfer's TRT-LLM MoE on
+    SM 10.x (both to 256), Marlin elsewhere (intermediate to 128, hidden to 256)."""
+    if quant["method"] != "mxfp4":
+        return hidden, inter
+    major = int(capability.split(".")[0])
+    hidden_tile, inter_tile = {9: (1, 64), 10: (256, 256)}.get(major, (256, 128))
+    return cdiv(hidden, hidden_tile) * hidden_tile, cdiv(inter, inter_tile) * inter_tile
+
+
+def weight_bytes(quant: dict, dtype_bytes: int, config: QuantConfig) -> float:
+    """Bytes of one weight of a layer with the quant entry `quant` (scales ignored)."""
+    if quant["method"] == "none":
+        return dtype_bytes
+    if quant["method"].startswith("fp8"):
+        return 1
+    return config.weight_bits / 8
 
 
 def _check_block(ctx: HFConfig, what: str, value: int, block: int, dim: str, hint: str = "") -> None:

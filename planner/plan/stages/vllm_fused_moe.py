@@ -8,7 +8,10 @@ tokens a forward, for every distinct fused-MoE layer of the engine: one Kernel s
 each key with the launch that reaches it (backend `vllm_triton`: vLLM's own kernel).
 
 No step where vLLM runs another MoE kernel: expert parallelism (FlashInfer CUTLASS MoE for block
-FP8; not modelled), a device other than SM 9.0 H100 / H200, or another quantization. The configs
+FP8; not modelled), a device other than SM 9.0 H100 / H200, or another quantization. Of the last,
+the plan's not_modelled list names the layers where vLLM's kernel for them compiles at first use
+(FP8 per tensor or channel, MXFP4: FlashInfer CUTLASS, Triton's matmul_ogs, ...); AWQ and GPTQ
+experts run Marlin's MoE GEMM, compiled ahead of time in vllm._moe_C, which leaves nothing to warm. The configs
 come from vLLM's own tuned tables, read where vLLM keeps them (planner/tables/vllm_moe.py); where that is
 not known, no step, and the plan's not_modelled list names the layers and how to give the tables.
 
@@ -66,6 +69,34 @@ def variants(engine: EngineFacts, max_tokens: int, tables) -> list:
     return list(unique.values())
 
 
+# Quantizations whose experts vLLM runs on a kernel compiled ahead of time: moe_wna16_marlin_gemm
+# (vllm._moe_C) for AWQ and GPTQ (fused_moe/oracle/int_wna16.py: MARLIN on SM 8.0 to 9.x).
+AHEAD_OF_TIME_QUANTS = ("awq", "gptq")
+
+
+def unplanned(engine: EngineFacts) -> list:
+    """The engine's MoE layers whose quantization this stage does not model and whose kernel is
+    not compiled ahead of time, in engine order (none where the stage plans nothing at all)."""
+    if not engine.model.moe or (engine.parallel.enable_expert_parallel
+                                and engine.parallel.tensor_parallel_size * engine.parallel.data_parallel_size > 1):
+        return []
+    return [layer for layer in engine.model.moe
+            if layer_shape(layer, engine.device.name) is None and layer.quant.method not in AHEAD_OF_TIME_QUANTS]
+
+
+def unplanned_gap(layers: list) -> dict:
+    """The not_modelled entry of MoE layers of a quantization the stage does not model."""
+    named = ", ".join(f"{layer.name} (E={layer.num_experts}, N={layer.intermediate_size}, {layer.quant.method})"
+                      for layer in layers)
+    return {"family": "fused MoE of a quantization the fused_moe stage does not model",
+            "why": f"vLLM runs the MoE layers {named} on a kernel it picks for their quantization (FlashInfer "
+                   "CUTLASS, vLLM's CUTLASS or Triton MoE for FP8 per tensor or channel, Triton's matmul_ogs or "
+                   "FlashInfer for MXFP4), and this stage models Triton's fused_moe for block-FP8 [128, 128] and "
+                   "bf16 experts only: the plan warms none of them",
+            "action": "keep vLLM's own warmup and flashinfer_autotune on; check the first requests with vLLM's JIT "
+                      "monitor (`warmup check --logs` names what compiled after ready)"}
+
+
 def no_tables_gap(layers: list) -> dict:
     """The not_modelled entry of an expansion that does not know where vLLM's tables are."""
     from ...tables.vllm_moe import HOW
@@ -79,6 +110,8 @@ def no_tables_gap(layers: list) -> dict:
 
 def expand(scope: Scope) -> list:
     max_tokens = scope.integer("max_tokens")
+    if scope.engine.facts.device.capability == (9, 0) and unplanned(scope.engine.facts):
+        scope.notes.gaps.append(unplanned_gap(unplanned(scope.engine.facts)))
     layers = shapes(scope.engine.facts)
     if not layers:
         return []
