@@ -19,8 +19,12 @@
   with that line), ``warn`` (the default) logs it.
 - ``WARMUP_BUNDLE_OUT=FILE``: the cache directories are recorded at ``load_model`` (before
   vLLM's compile points TORCHINDUCTOR_CACHE_DIR at its own), and once ``compile_or_warm_up_model``
-  has returned (vLLM is ready: everything it compiles or tunes at start is on disk) rank 0 packs
-  them into FILE.
+  has returned (vLLM is ready: everything it compiles or tunes at start is on disk) rank 0 lists
+  their files (each one's inode, size and mtime) and returns: vLLM reports ready while a daemon
+  thread hashes and packs them into FILE, each as it was listed (a file written after ready, a
+  compile of the first request's, is not packed; one that changed is refused: no bundle), the file
+  written whole or not at all. The process's exit waits for it (EXIT_WAIT_S at most, then stops it:
+  nothing written). One line says when it was written and how long it took, or why it was not.
 
 Both are work around vLLM's: a failure is one line of vLLM's log and vLLM goes on, cold or with
 no bundle written (a server is never stopped by a bundle).
@@ -33,6 +37,7 @@ import os
 import time
 from typing import NamedTuple
 
+from .bundle_writer import Writer
 from .settings import rank_of
 from .step_aside import cause_of
 
@@ -223,8 +228,11 @@ def record_roots(worker, out: str | None) -> None:
     setattr(worker, ROOTS, Recorded(roots_now(), config_hash(worker.vllm_config)))
 
 
-def build_after_ready(worker, out: str | None, origin) -> str | None:
-    """Rank 0 packs the start-up's caches into WARMUP_BUNDLE_OUT; the path written, or None."""
+def build_after_ready(worker, out: str | None, origin) -> Writer | None:
+    """Rank 0 lists the start-up's caches now (vLLM's compile_or_warm_up_model has returned: every
+    cache vLLM compiled or tuned into at start is complete) and packs them into WARMUP_BUNDLE_OUT in
+    a thread of its own, after ready and off vLLM's critical path; the Writer, or None (nothing to
+    pack, or the listing failed: one line)."""
     recorded = getattr(worker, ROOTS, None)
     if not out or recorded is None or rank_of(worker) != 0:
         return None
@@ -233,12 +241,10 @@ def build_after_ready(worker, out: str | None, origin) -> str | None:
     # The roots of load_model: where vLLM's AOT compile moved TORCHINDUCTOR_CACHE_DIR since is
     # inside the torch.compile cache (packed with it), and Inductor's Triton kernels are in the
     # directory Inductor started with, which that move would have left out.
-    started = time.monotonic()
+    ready = time.monotonic()
     try:
-        manifest = startup.build(out, recorded.roots, machine(worker.vllm_config, recorded.config_hash), origin)
+        listed = startup.listing(out, recorded.roots, machine(worker.vllm_config, recorded.config_hash), origin)
     except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
         log.warning("warmup-planner: no bundle written: %s", cause_of(e))
         return None
-    log.info("warmup-planner: bundle %s written in %.1f s: %s", out, time.monotonic() - started,
-             startup.summary(manifest))
-    return out
+    return Writer(out, listed, ready).start()

@@ -20,7 +20,8 @@ while it resolves the model), and that release's GPU Worker is patched:
   falls back to vLLM's own warmup). The compile lane (CUDA-free: FlashInfer's nvcc builds, Triton)
   goes on, bounded by WARMUP_PRECOMPILE_TIMEOUT;
 - ``compile_or_warm_up_model``: vLLM's own method with the plan in place of what the plan models
-  (vllm_bridge.warmup); then, vLLM ready, the start-up's caches packed into WARMUP_BUNDLE_OUT.
+  (vllm_bridge.warmup); then, vLLM ready, the start-up's caches listed, and packed into
+  WARMUP_BUNDLE_OUT by a thread of their own while vLLM reports ready (vllm_bridge.bundle).
 
 Patching twice is a no-op: the originals are kept on the class.
 

@@ -78,53 +78,104 @@ class Manifest(NamedTuple):
             raise PlanError(f"not a warmup bundle ({FORMAT}): its manifest is unreadable ({e})", file=file) from None
 
 
-def sha256_file(path: str) -> str:
+class Cancelled(Exception):
+    """The bundle's writing was stopped (its process exits): nothing was written."""
+
+
+def sha256_file(path: str, stat: bool = False):
+    """The file's sha256; with `stat`, (sha256, its os.stat_result), PlanError where the file
+    changed while it was read (what was hashed is not the file that is there)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
+        before = os.fstat(f.fileno())
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+        after = os.fstat(f.fileno())
+    if not stat:
+        return h.hexdigest()
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        raise PlanError("was written while it was read for the bundle; a bundle packs each file whole", file=path)
+    return h.hexdigest(), after
 
 
-def write_bundle(out: str, manifest: Manifest, sources: dict, first: tuple = ()) -> None:
+def write_bundle(out: str, manifest: Manifest, sources: dict, first: tuple = (), cancelled=None) -> None:
     """Write the tar the way `-o` writes every file (planner/output.py's write_atomic): a symlink
     is written through, a device or a FIFO that exists (`-o /dev/null`) is written and never
     replaced, a regular file appears complete or not at all; a failed write is WriteError (exit
     2) naming the file. `sources` maps each member to its file on disk; the families `first` come
-    first in the tar, where a reader that wants only them stops early (verify_members' `only`)."""
+    first in the tar, where a reader that wants only them stops early (verify_members' `only`).
+    Each member is written as the manifest lists it: a file whose size or sha256 is no longer the
+    manifest's (written since it was hashed) is PlanError, one line, and nothing is written;
+    `cancelled()` true stops the writing between blocks (Cancelled; nothing is written)."""
     target = os.path.realpath(out)
     try:
         if os.path.exists(target) and not os.path.isfile(target):
             with open(target, "wb") as f:
-                _write_tar(f, manifest, sources, first)
+                _write_tar(f, manifest, sources, first, cancelled)
         else:
-            _replace(target, manifest, sources, first)
+            _replace(target, manifest, sources, first, cancelled)
     except OSError as e:
         raise WriteError(out, e.strerror or str(e)) from None
 
 
-def _replace(target: str, manifest: Manifest, sources: dict, first: tuple) -> None:
+def _replace(target: str, manifest: Manifest, sources: dict, first: tuple, cancelled=None) -> None:
     """A temporary file beside `target`, renamed over it once complete (an existing file's mode kept)."""
     existing = os.stat(target).st_mode if os.path.exists(target) else None
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), stat.S_IMODE(existing) if existing is not None else 0o666 & ~_umask())
-            _write_tar(f, manifest, sources, first)
+            _write_tar(f, manifest, sources, first, cancelled)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
-def _write_tar(f, manifest: Manifest, sources: dict, first: tuple) -> None:
-    with tarfile.open(fileobj=f, mode="w|gz") as tar:
+def _write_tar(f, manifest: Manifest, sources: dict, first: tuple, cancelled=None) -> None:
+    with tarfile.open(fileobj=f, mode="w|gz", copybufsize=1 << 20) as tar:  # big blocks: few GIL handovers
         data = manifest.to_json().encode()
         info = tarfile.TarInfo(MANIFEST)
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
         for record in sorted(manifest.files, key=lambda r: family_of(r) not in first):  # stable
-            tar.add(sources[record.path], arcname=record.path, recursive=False)
+            _add_as_listed(tar, record, sources[record.path], cancelled)
+
+
+class _Hashing(io.RawIOBase):
+    """A file read for the tar: what is read is hashed; `cancelled()` is asked at every block."""
+
+    def __init__(self, f, cancelled):
+        self._f, self._cancelled, self.sha = f, cancelled, hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if self._cancelled is not None and self._cancelled():
+            raise Cancelled()
+        block = self._f.read(size)
+        self.sha.update(block)
+        return block
+
+
+def _add_as_listed(tar, record: FileRecord, path: str, cancelled) -> None:
+    """The member `record` from the file `path`, the header as ``tar.add`` makes it (the file's own
+    stat), the content checked against the manifest's size and sha256 as it is written."""
+    with open(path, "rb") as f:
+        info = tar.gettarinfo(arcname=record.path, fileobj=f)
+        if not info.isfile() or info.size != record.size:
+            raise PlanError(f"changed size ({record.size} -> {info.size} bytes) after it was hashed; "
+                            "a bundle packs each file whole", file=path)
+        reader = _Hashing(f, cancelled)
+        try:
+            tar.addfile(info, reader)
+        except OSError:
+            if os.fstat(f.fileno()).st_size < record.size:  # tarfile's "unexpected end of data"
+                raise PlanError("shrank after it was hashed; a bundle packs each file whole", file=path) from None
+            raise
+    if reader.sha.hexdigest() != record.sha256:
+        raise PlanError("was written after it was hashed; a bundle packs each file whole", file=path)
 
 
 def _umask() -> int:

@@ -61,11 +61,27 @@ def pack(roots: CacheRoots, fingerprint: dict, origin: Origin) -> tuple[Manifest
 def build(out: str, roots: CacheRoots, fingerprint: dict, origin: Origin) -> Manifest:
     """Pack the start-up's caches into `out` (written whole or not at all)."""
     ops.check_output(out)
-    manifest, sources = pack(roots, fingerprint, origin)
-    if not manifest.files:
+    return write_listed(out, listing(out, roots, fingerprint, origin))
+
+
+def listing(out: str, roots: CacheRoots, fingerprint: dict, origin: Origin) -> packing.Listing:
+    """What `build` packs, listed now (the vLLM plugin: the moment vLLM is ready), nothing hashed
+    yet; PlanError (one line) where the caches are empty."""
+    head = Manifest(FORMAT, origin.plan, origin.engine, origin.plan_digest, fingerprint, [], [], {}, origin=VLLM)
+    listed = packing.listing(roots.distinct(), head)
+    if not listed.sources:
         raise PlanError("no bundle written: the start-up's caches are empty (" +
                         ", ".join(f"{f} {r}" for f, r in roots.distinct().items()) + ")", file=out)
-    archive.write_bundle(out, manifest, sources, first=early())  # install_early reads no further than these
+    keys = ops.cached_keys(roots["triton"]) if roots.get("triton") else {}
+    return listed._replace(head=listed.head._replace(keys=keys))
+
+
+def write_listed(out: str, listed: packing.Listing, cancelled=None) -> Manifest:
+    """The listed files hashed and packed into `out` as they were listed (written whole or not at
+    all; a file changed since is PlanError, one line); `cancelled()` true stops it (archive.Cancelled)."""
+    manifest = packing.hashed(listed, cancelled)
+    # install_early reads no further than the early families
+    archive.write_bundle(out, manifest, listed.sources, first=early(), cancelled=cancelled)
     return manifest
 
 

@@ -14,6 +14,7 @@ import pytest
 from executor.bundle import archive, cli, environment, startup
 from executor.caches import registry
 from executor.caches.registry import CacheRoots
+from vllm_bridge import bundle_writer
 from test_bundle import deepjit_entry, elf, fingerprint, parse, rewrite
 
 CFG = "cfg0123456789"
@@ -334,7 +335,9 @@ def plugin(monkeypatch):
             monkeypatch.setenv(key, value)
         release = RELEASES["0.25.0"]
         loaded = plugin_module._load_model(load, release, settings)(worker)
-        return loaded, plugin_module._compile_or_warm_up_model(compile_or_warm_up, release, settings)(worker)
+        ready = plugin_module._compile_or_warm_up_model(compile_or_warm_up, release, settings)(worker)
+        bundle_writer.finish_at_exit()  # the bundle is written after ready, in a thread of its own
+        return loaded, ready
     return start
 
 
@@ -369,7 +372,8 @@ def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin,
     assert {f.path.split("/")[0] for f in manifest.files} == {"deep_gemm", "triton", "torch_compile", "inductor",
                                                               "flashinfer_autotune", "vllm_modelinfo"}
     assert len(caplog.records) == 1 and re.fullmatch(
-        rf"warmup-planner: bundle {re.escape(str(out))} written in \d+\.\d s: deep_gemm 4 files .*",
+        rf"warmup-planner: bundle {re.escape(str(out))} written \d+\.\d s after ready, in \d+\.\d s beside vLLM "
+        rf"\(its files listed at ready in \d+\.\d\d s\): deep_gemm 4 files .*",
         caplog.records[0].getMessage())
     serve = tmp_path / "serve"
     aot_model = serve / "vllm" / "torch_compile_cache" / "torch_aot_compile" / AOT / "rank_0_0" / "model"
