@@ -41,7 +41,7 @@ import importlib.util
 import os
 import sys
 
-from . import ahead, bundle
+from . import ahead, bundle, fixes
 from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
 from .step_aside import StepAside, Verdict, agree, cause_of, step_aside
@@ -67,6 +67,7 @@ def register() -> None:
     if release is None:
         return
     patch_worker(release, settings)
+    fixes.apply_fixes(release.missing_fixes, after_import)  # where the model runner is imported: workers
     bundle.install_early(settings.bundle)  # vLLM resolves the model after its plugins are loaded
     if settings.plan:
         ahead.watch_engine_args(settings)  # the pool's long poles start once vLLM names the model
