@@ -140,8 +140,11 @@ except OSError:
 def _in_own_group() -> None:
     """Runs in the child before exec: its own session (the whole server stops as one group), and
     SIGKILL if this driver dies (`timeout`'s SIGKILL must not leave a server holding the GPU; the
-    proof script also kills the group it finds in server.pgid)."""
+    proof script also kills the group it finds in server.pgid). SIGINT back to its default: a
+    driver started in the background by a shell without job control (`cmd &`) inherits SIGINT
+    ignored, and a server started ignoring it would ignore the SIGINT that stops it."""
     os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     if LIBC is not None and hasattr(LIBC, "prctl"):
         LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 

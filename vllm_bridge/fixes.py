@@ -1,5 +1,5 @@
 """Start-up fixes vLLM made after a release a user runs, applied by the plugin where the release row
-says the release lacks them (vllm_bridge/releases.py, MISSING_FIXES; issue 46).
+says the release lacks them (planner/engine/releases.py, missing_start_up_fixes; issue 46).
 
 Each fix has its own switch (an environment variable: `0` turns it off), its own line in vLLM's log
 when it is applied, and names the vLLM change it brings back. A fix that cannot be applied (a class

@@ -40,7 +40,7 @@ class Release(NamedTuple):
     deep_gemm_import: str = "_import_deep_gemm"
     # vLLM's Triton top-k/top-p sampler (vllm_bridge.triton warms it where the plan asks)
     sampler_module: str = "vllm.v1.sample.ops.topk_topp_triton"
-    # Start-up fixes later vLLM releases made that this one lacks (vllm_bridge/fixes.py applies them)
+    # Start-up fixes later vLLM releases made that this one lacks (the row's missing_start_up_fixes)
     missing_fixes: tuple = ()
 
 
@@ -49,18 +49,14 @@ class Release(NamedTuple):
 # release renames any: a release whose names differ gets {field: name} here, under its version.
 RENAMED: dict = {}
 
-# The start-up fixes each release lacks, read in its source: 0.25.0's Model Runner V2 captures CUDA
-# graphs with the garbage collector running (0.33.0 freezes and disables it: gc_utils.py).
-MISSING_FIXES: dict = {"0.25.0": ("gc_freeze_capture",)}
-
 
 class PatchTable(Mapping):
     """version -> Release for every row of the planner's table, read at each lookup (the table is
     the one list: a row it gains is a release the plugin accepts, with no edit here)."""
 
     def __getitem__(self, version: str) -> Release:
-        return Release(plan=VLLM_RELEASES[version].plan, missing_fixes=MISSING_FIXES.get(version, ()),
-                       **RENAMED.get(version, {}))
+        row = VLLM_RELEASES[version]
+        return Release(plan=row.plan, missing_fixes=row.missing_start_up_fixes, **RENAMED.get(version, {}))
 
     def __iter__(self):
         return iter(supported())

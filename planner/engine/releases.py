@@ -36,6 +36,8 @@ class VllmRelease(NamedTuple):
     flashinfer: str | None = None  # the flashinfer-python its wheel pins: setup_vllm.sh installs it beside vLLM
     # kernel -> the upstream fix, where this release's own DeepGEMM warmup leaves the kernel's M-values cold
     upstream_fixes: tuple = ()
+    # start-up fixes later releases made that this one lacks, which the plugin applies (vllm_bridge/fixes.py)
+    missing_start_up_fixes: tuple = ()
 
 
 def _rows(*rows: VllmRelease) -> dict:
@@ -47,7 +49,9 @@ def _rows(*rows: VllmRelease) -> dict:
 VLLM_RELEASES = _rows(
     VllmRelease("0.25.0", "vllm-0.25", v1_reason_025, default_linear_kernel, flashinfer_sampler_025,
                 flashinfer="0.6.13",  # Requires-Dist: flashinfer-python==0.6.13
-                upstream_fixes=(("flashinfer_deep_gemm", "vLLM PR #49467, after 0.25"),)),
+                upstream_fixes=(("flashinfer_deep_gemm", "vLLM PR #49467, after 0.25"),),
+                # its Model Runner V2 captures CUDA graphs with the garbage collector running
+                missing_start_up_fixes=("gc_freeze_capture",)),
     VllmRelease("0.33.0", "vllm-0.33", v1_reason_033, default_linear_kernel, flashinfer_sampler_033),
 )
 

@@ -158,7 +158,9 @@ def test_sigint_during_a_real_run_writes_the_report(tmp_path):
     # signal lands inside it (the one-bucket tiny plan could finish first).
     proc = subprocess.Popen([sys.executable, "-m", "executor.cli", "execute", TUNED_PLAN, "--engine", TINY,
                              "--device", "cpu", "--report", str(out), "--retune"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a test run started as `cmd &` inherits SIGINT ignored: the child must not
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and not (tmp_path / "kc").exists() and proc.poll() is None:
         time.sleep(0.05)  # the autotune stage has started once it created the table directory

@@ -1,4 +1,4 @@
-"""The release rows' start-up fixes (vllm_bridge/releases.py, MISSING_FIXES) against each release's
+"""The release rows' start-up fixes (planner/engine/releases.py, missing_start_up_fixes) against each release's
 own source, with the releases of WARMUP_VLLM_ENVS (tests/vllm_parity/setup_vllm.sh)."""
 
 from __future__ import annotations
