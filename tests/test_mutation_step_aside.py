@@ -95,7 +95,7 @@ def test_a_worker_class_already_imported_is_patched_at_once(monkeypatch):
 def recording_bundle(monkeypatch, uses=None):
     calls = []
     for name in ("install_before_compile", "record_roots"):
-        monkeypatch.setattr(plugin.bundle, name, lambda worker, arg, name=name: calls.append((name, arg)))
+        monkeypatch.setattr(plugin.bundle, name, lambda worker, arg, *rest, name=name: calls.append((name, arg)))
     monkeypatch.setattr(plugin.bundle, "check_use", lambda worker: calls.append(("check_use",)) or uses)
     monkeypatch.setattr(plugin.bundle, "build_after_ready",
                         lambda worker, out, origin: calls.append(("build_after_ready", out, origin)))

@@ -103,7 +103,7 @@ def machine(vllm_config, recorded_hash: str | None = None) -> dict:
     return {**environment.current(), "vllm_config_hash": recorded_hash or config_hash(vllm_config)}
 
 
-def install_early(path: str | None) -> dict | None:
+def install_early(path: str | None, stage: bool = True) -> dict | None:
     """At the plugin's register, before vLLM resolves the model: the bundle's early families
     (vLLM's model info, which a cold start otherwise learns in a subprocess that imports the model,
     15-30 s on the H100). What was placed, or None (not asked, or refused: one log line; the rest
@@ -120,7 +120,8 @@ def install_early(path: str | None) -> dict | None:
         log.warning("warmup-planner: bundle's model info not installed: %s", cause_of(e))
         return None
     finally:
-        _prepare_unless_in_place(path)
+        if stage:  # an oci:// bundle is checked by the thread that fetched it
+            _prepare_unless_in_place(path)
     if placed.families and any(p.new for p in placed.families.values()):
         log.info("warmup-planner: bundle %s, before vLLM resolves the model: %s", path, placed.describe())
     _log_problems(placed)
@@ -148,8 +149,9 @@ def _prepare_unless_in_place(path: str) -> None:
     staging.prepare_in_background(path)
 
 
-def install_before_compile(worker, path: str | None) -> dict | None:
-    """Install WARMUP_BUNDLE; what was placed, or None (not asked, or refused: one log line)."""
+def install_before_compile(worker, path: str | None, waited_s: float | None = None) -> dict | None:
+    """Install WARMUP_BUNDLE (the local file: vllm_bridge.bundle_source; `waited_s`, how long this
+    worker waited for its pull, None: a file, no pull); what was placed, or None (not asked, or refused: one log line)."""
     if not path:
         return None
     from executor.bundle import startup
@@ -162,7 +164,8 @@ def install_before_compile(worker, path: str | None) -> dict | None:
         return None
     if placed.installed is not None:  # None: another rank placed it all
         setattr(worker, INSTALLED, placed.installed)
-    log.info("warmup-planner: bundle %s %s (%.2f s)", path, placed.describe(), time.monotonic() - started)
+    pull = "" if waited_s is None else f"; {waited_s:.2f} s waiting for its pull"
+    log.info("warmup-planner: bundle %s %s (%.2f s%s)", path, placed.describe(), time.monotonic() - started, pull)
     _log_problems(placed)
     return placed
 

@@ -41,7 +41,7 @@ import importlib.util
 import os
 import sys
 
-from . import ahead, bundle, fixes
+from . import ahead, bundle, bundle_source, fixes
 from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
 from .step_aside import StepAside, Verdict, agree, cause_of, step_aside
@@ -68,7 +68,8 @@ def register() -> None:
         return
     patch_worker(release, settings)
     fixes.apply_fixes(release.missing_fixes, after_import)  # where the model runner is imported: workers
-    bundle.install_early(settings.bundle)  # vLLM resolves the model after its plugins are loaded
+    source = bundle_source.for_process(settings.bundle, settings.pull_timeout_s)  # an oci:// pull starts here
+    bundle.install_early(source.wait_early(), stage=source.thread is None)  # vLLM resolves the model next
     if settings.plan:
         ahead.watch_engine_args(settings)  # the pool's long poles start once vLLM names the model
 
@@ -237,7 +238,8 @@ def _started(worker, state, settings: Settings):
 def _bundle_before_compile(worker, settings: Settings) -> None:
     if settings.machine_check:
         bundle.check_machine(worker)  # before vLLM, or a bundle, reads the caches
-    bundle.install_before_compile(worker, settings.bundle)
+    path, waited_s = bundle_source.for_process(settings.bundle, settings.pull_timeout_s).wait()
+    bundle.install_before_compile(worker, path, waited_s)
     bundle.record_roots(worker, settings.bundle_out)
 
 

@@ -12,6 +12,9 @@ import os
 from typing import NamedTuple
 
 DEFAULT_TIMEOUT_S = 300.0
+# An oci:// bundle not on the node after this long: vLLM starts without it (a stock cold start of the
+# smallest model served so far took ~330 s on the H100: a longer wait would lose to it).
+PULL_TIMEOUT_S = 120.0
 TRUE, FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
@@ -33,6 +36,7 @@ class Settings(NamedTuple):
     bundle: str | None = None      # WARMUP_BUNDLE: a start-up bundle installed before vLLM compiles
     bundle_out: str | None = None  # WARMUP_BUNDLE_OUT: the start-up's caches packed there once ready
     machine_check: bool = False    # an install made against a bundle's own fingerprint awaits this machine's check
+    pull_timeout_s: float = PULL_TIMEOUT_S  # WARMUP_BUNDLE_PULL_TIMEOUT_S: longest wait for an oci:// bundle
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -41,7 +45,8 @@ class Settings(NamedTuple):
                    _jobs(environ.get("WARMUP_JOBS", "")), strict_setting(environ),
                    _seconds(environ.get("WARMUP_PRECOMPILE_TIMEOUT", "")),
                    environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None,
-                   _machine_check_pending(environ))
+                   _machine_check_pending(environ),
+                   _seconds(environ.get("WARMUP_BUNDLE_PULL_TIMEOUT_S", ""), PULL_TIMEOUT_S, "WARMUP_BUNDLE_PULL_TIMEOUT_S"))
 
     @property
     def asked(self) -> bool:
@@ -83,16 +88,15 @@ def _flag(environ, name: str) -> bool:
     return value in TRUE
 
 
-def _seconds(text: str) -> float:
+def _seconds(text: str, default: float = DEFAULT_TIMEOUT_S, name: str = "WARMUP_PRECOMPILE_TIMEOUT") -> float:
     if not text.strip():
-        return DEFAULT_TIMEOUT_S
+        return default
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0 < value < float("inf"):
-        raise PluginError(f"warmup-planner: WARMUP_PRECOMPILE_TIMEOUT must be a positive number of seconds, "
-                          f"got {text!r}")
+        raise PluginError(f"warmup-planner: {name} must be a positive number of seconds, got {text!r}")
     return value
 
 

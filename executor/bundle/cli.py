@@ -1,4 +1,4 @@
-"""`warmup bundle build|verify|install|inspect` (a `warmup.commands` plugin, like `execute`).
+"""`warmup bundle build|verify|install|inspect|push|pull` (a `warmup.commands` plugin, like `execute`).
 
     warmup bundle build PLAN --engine E -o FILE [--jobs N] [--runner none] [--report FILE]
     warmup bundle verify FILE          install into a fresh directory, run the plan: 0 compiles or exit 1;
@@ -12,6 +12,9 @@
                                        against the bundle's own fingerprint (an image built without a GPU)
     warmup bundle inspect FILE         every member checked as install checks it; the fingerprint
                                        table; per family the entries, bytes (and the plan's keys)
+    warmup bundle push FILE REF        to an OCI registry, REF oci://HOST/REPO[:TAG]: one artifact; prints
+                                       REF pinned to its digest (executor/bundle/cli_registry.py)
+    warmup bundle pull REF -o FILE     from an OCI registry, by tag or digest, every byte checked
 
 A bundle of a whole vLLM start-up is written by the vLLM plugin (WARMUP_BUNDLE_OUT) and installed by
 it (WARMUP_BUNDLE) or by `install`, into vLLM's caches (--vllm-cache-root, else VLLM_CACHE_ROOT).
@@ -43,7 +46,7 @@ from ..caches.registry import CacheRoots
 from ..caches.relocate import Relocation, relocate_family, summary_lines
 from ..caches.roots import default_vllm_cache_root
 from ..report import EXIT_FAILED, EXIT_OK
-from . import archive, environment, ops, startup, usage
+from . import archive, cli_registry, environment, ops, startup, usage
 
 
 BUILD_HELP = """Run the plan's warmup (`warmup execute`, in a fresh process) into fresh cache
@@ -53,10 +56,10 @@ device (exit 1 otherwise, one line). A warmup that fails is exit 1 with nothing 
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("bundle", help="build, verify, install or inspect a warmup bundle",
+    p = sub.add_parser("bundle", help="build, verify, install, inspect, push or pull a warmup bundle",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cmds = p.add_subparsers(dest="bundle_command", metavar="ACTION", required=True,
-                            help="what to do with a bundle: build, verify, install or inspect")
+                            help="what to do with a bundle: build, verify, install, inspect, push or pull")
     b = cmds.add_parser("build", help="run the plan's warmup into fresh caches and pack them (needs a CUDA device)",
                         description=BUILD_HELP)
     b.add_argument("plan", help="the plan whose warmup fills the bundle (a built-in name or a YAML file)")
@@ -94,7 +97,7 @@ def add_commands(sub) -> None:
     n = cmds.add_parser("inspect", help="check every member as install does; per family the entries, bytes, "
                                          "the plan's keys present and missing")
     n.add_argument("bundle", help="the bundle file")
-    for q in (b, v, i, n):
+    for q in (b, v, i, n, *cli_registry.add_commands(cmds)):
         q.set_defaults(func=cmd_bundle)
 
 
@@ -384,4 +387,5 @@ def plan_keys(plan: str, engine: str) -> dict:
     return out
 
 
-ACTIONS = {"build": cmd_build, "verify": cmd_verify, "install": cmd_install, "inspect": cmd_inspect}
+ACTIONS = {"build": cmd_build, "verify": cmd_verify, "install": cmd_install, "inspect": cmd_inspect,
+           **cli_registry.ACTIONS}

@@ -462,7 +462,7 @@ def test_the_plugin_is_on_for_an_install_awaiting_the_machine_and_steps_aside_fo
     assert settings.active and settings.machine_check and not settings.asked
     calls = []
     monkeypatch.setattr(plugin_module, "patch_worker", lambda release, s: calls.append("patch"))
-    monkeypatch.setattr(bridge, "install_early", lambda path: calls.append("early"))
+    monkeypatch.setattr(bridge, "install_early", lambda path, stage=True: calls.append("early"))
     monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(__version__="0.26.0"))
     with caplog.at_level("WARNING", logger="vllm.warmup_planner"):
         plugin_module.register()

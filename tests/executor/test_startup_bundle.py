@@ -490,7 +490,7 @@ def test_register_places_the_bundles_model_info_after_patching_the_worker(monkey
     calls = []
     monkeypatch.setitem(sys.modules, "vllm", NS(__version__="0.25.0"))
     monkeypatch.setattr(plugin_module, "patch_worker", lambda release, settings: calls.append("patch"))
-    monkeypatch.setattr(bridge, "install_early", lambda path: calls.append(("early", path)))
+    monkeypatch.setattr(bridge, "install_early", lambda path, stage=True: calls.append(("early", path)))
     monkeypatch.setenv("WARMUP_BUNDLE", "/b/s.warmup")
     for key in ("WARMUP_PLAN", "WARMUP_BUNDLE_OUT"):
         monkeypatch.delenv(key, raising=False)

@@ -1,0 +1,323 @@
+"""A bundle file as one OCI artifact: pushed to and pulled from any registry that speaks the
+distribution API (the CNCF registry, Harbor, ECR, GCR, GHCR, Artifactory), through ``oras``.
+
+The artifact: an OCI image manifest (``artifactType`` ours) whose one layer is the bundle file,
+byte for byte, with the empty config; the bundle's manifest digest, plan digest and fingerprint are
+the manifest's annotations, so ``oras manifest fetch`` or a registry's UI shows what was built where
+without pulling it. The manifest is serialised canonically (sorted keys, no spaces): the same bundle
+pushed twice has the same digest.
+
+What oras does not do is ours: every byte pulled is checked against the digest that names it (the
+manifest against the reference's digest, the blob against the manifest's), every request has a
+timeout and the whole transfer a deadline (oras retries a failed request for two minutes: not
+here, a node must step aside in bounded time), and the file is written whole or not at all.
+
+Credentials as the registry tools read them: docker's config (``$DOCKER_CONFIG/config.json``,
+else ``~/.docker/config.json``, with its credential helpers), podman's and skopeo's
+``REGISTRY_AUTH_FILE``, and ``ORAS_USER``/``ORAS_PASS`` from the environment.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import time
+from typing import NamedTuple
+
+from planner.errors import PlanError, WriteError
+
+from .oci_ref import Reference
+
+ARTIFACT_TYPE = "application/vnd.warmup-planner.bundle.v1"
+LAYER_MEDIA_TYPE = "application/vnd.warmup-planner.bundle.v1.tar"
+MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
+EMPTY_CONFIG = {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2,
+                "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"}  # b"{}"
+TITLE = "org.opencontainers.image.title"
+ANNOTATION_BUNDLE = "dev.warmup-planner.bundle.digest"           # archive.Manifest.digest()
+ANNOTATION_PLAN = "dev.warmup-planner.bundle.plan-digest"
+ANNOTATION_FINGERPRINT = "dev.warmup-planner.bundle.fingerprint"  # JSON, sorted keys
+MANIFEST_LIMIT = 4 << 20          # the distribution registry's own limit on a manifest
+CHUNK = 1 << 20
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 30.0             # one socket read; the whole transfer has its own deadline
+
+
+class RegistryError(Exception):
+    """The registry could not be used (down, slow, refused the credentials): one line; the CLI
+    exits 1 (ops.Failed), the plugin steps aside."""
+
+
+class Pushed(NamedTuple):
+    reference: Reference   # pinned: tag (if any) and the manifest's digest
+    blob_digest: str
+    size: int
+
+
+class Pulled(NamedTuple):
+    reference: Reference   # pinned to the manifest digest that was checked
+    blob_digest: str
+    size: int
+    annotations: dict
+
+
+# --- the client ---------------------------------------------------------------------------------
+
+def _client(ref: Reference, plain_http: bool, environ=os.environ):
+    """An oras Registry for this reference's registry, with timeouts on every request, no retries
+    of its own and the credentials the registry tools would use."""
+    try:
+        import oras.provider
+    except ImportError:
+        raise RegistryError("oci:// needs the oras client: pip install 'warmup-planner[registry]'") from None
+
+    class Registry(oras.provider.Registry):
+        # oras retries each request five times over two minutes: a deadline is ours to keep
+        do_request = oras.provider.Registry.do_request.__wrapped__
+
+    registry = Registry(hostname=ref.registry, insecure=plain_http or ref.plain_http())
+    registry.send_unbounded = registry.session.request  # _request bounds each request by the deadline
+    container = registry.get_container(f"{ref.registry}/{ref.repository}")
+    registry.auth.load_configs(container, configs=_auth_files(environ))
+    user, password = environ.get("ORAS_USER"), environ.get("ORAS_PASS")
+    if user and password:
+        registry.auth.set_basic_auth(user, password)
+    return registry, container
+
+
+def _auth_files(environ) -> list[str]:
+    """docker's config where DOCKER_CONFIG moves it (oras reads only ~/.docker/config.json), and
+    REGISTRY_AUTH_FILE (podman, skopeo, buildah)."""
+    files = []
+    if environ.get("DOCKER_CONFIG"):
+        files.append(os.path.join(environ["DOCKER_CONFIG"], "config.json"))
+    if environ.get("REGISTRY_AUTH_FILE"):
+        files.append(environ["REGISTRY_AUTH_FILE"])
+    return [f for f in files if os.path.isfile(f)]
+
+
+def _request(registry, method: str, url: str, deadline: float, **kw):
+    _check_deadline(deadline, url)
+    import requests
+
+    left = max(0.1, deadline - time.monotonic())  # no request outlives the deadline (oras sets no timeout)
+    registry.session.request = functools.partial(registry.send_unbounded,
+                                                 timeout=(min(CONNECT_TIMEOUT_S, left), min(READ_TIMEOUT_S, left)))
+
+    try:
+        response = registry.do_request(f"{registry.prefix}://{url}", method, **kw)
+    except requests.RequestException as e:
+        raise RegistryError(f"{method} {url}: {_why(e)}") from None
+    except ValueError as e:  # oras: "Cannot respond to request for authentication."
+        raise RegistryError(f"{method} {url}: {e}") from None
+    return response
+
+
+def _why(e: Exception) -> str:
+    import requests
+
+    if isinstance(e, requests.ConnectionError):
+        return "the registry cannot be reached (connection failed)"
+    if isinstance(e, (requests.Timeout, TimeoutError)) or type(e).__name__ == "ReadTimeoutError":
+        return "the registry did not answer in time"
+    return f"{type(e).__name__}: {e}"
+
+
+def _read_some(response, url: str, size: int) -> bytes:
+    """What one socket read gives (urllib3's read1): the deadline is asked between reads, since a
+    registry that trickles bytes never trips a read timeout and read(n) waits for all n."""
+    import urllib3.exceptions
+
+    try:
+        return response.raw.read1(CHUNK)
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        raise RegistryError(f"GET {url}: broken off after {size} bytes: {_why(e)}") from None
+
+
+def _check_deadline(deadline: float, what: str) -> None:
+    if time.monotonic() > deadline:
+        raise RegistryError(f"{what}: gave up at the deadline")
+
+
+def _expect(response, ok: tuple, what: str) -> None:
+    if response.status_code not in ok:
+        detail = ""
+        try:
+            errors = response.json().get("errors") or []
+            detail = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict))
+        except ValueError:
+            pass
+        raise RegistryError(f"{what}: HTTP {response.status_code}{(' (' + detail + ')') if detail else ''}")
+
+
+# --- push ---------------------------------------------------------------------------------------
+
+def artifact_manifest(blob_digest: str, size: int, title: str, annotations: dict) -> bytes:
+    """The manifest's bytes, canonical: the same bundle and annotations give the same digest."""
+    doc = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_MEDIA_TYPE,
+        "artifactType": ARTIFACT_TYPE,
+        "config": {**EMPTY_CONFIG, "data": "e30="},
+        "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": blob_digest, "size": size,
+                    "annotations": {TITLE: title}}],
+        "annotations": annotations,
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def push(path: str, ref: Reference, annotations: dict, *, timeout_s: float = 600.0,
+         plain_http: bool = False, environ=os.environ) -> Pushed:
+    """The bundle file as one artifact at `ref` (a tag, or none: by digest only); the reference
+    pinned to the manifest's digest."""
+    if ref.digest:
+        raise PlanError(f"push to {ref}: a digest is what the push makes; give a tag or none")
+    deadline = time.monotonic() + timeout_s
+    blob_digest, size = _sha256_of(path)
+    registry, container = _client(ref, plain_http, environ)
+    _upload_blob(registry, container, path, blob_digest, size, deadline)
+    _upload_blob(registry, container, None, EMPTY_CONFIG["digest"], 2, deadline, data=b"{}")
+    body = artifact_manifest(blob_digest, size, os.path.basename(path), annotations)
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    url = container.manifest_url(ref.tag or digest)
+    response = _request(registry, "PUT", url, deadline, data=body,
+                        headers={"Content-Type": MANIFEST_MEDIA_TYPE})
+    _expect(response, (200, 201), f"PUT {url}")
+    return Pushed(ref.pinned(digest), blob_digest, size)
+
+
+def _sha256_of(path: str) -> tuple[str, int]:
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return "sha256:" + h.hexdigest(), size
+
+
+def _upload_blob(registry, container, path: str | None, digest: str, size: int, deadline: float,
+                 data: bytes | None = None) -> None:
+    """A monolithic upload (POST then PUT with the digest), skipped where the registry has it."""
+    head = _request(registry, "HEAD", container.get_blob_url(digest), deadline)
+    if head.status_code == 200:
+        return
+    started = _request(registry, "POST", container.upload_blob_url(), deadline)
+    _expect(started, (202,), f"POST {container.upload_blob_url()}")
+    location = _upload_location(registry, started)
+    separator = "&" if "?" in location else "?"
+    headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+    if data is not None:
+        done = _request(registry, "PUT", f"{location}{separator}digest={digest}", deadline,
+                        data=data, headers=headers)
+    else:
+        with open(path, "rb") as f:
+            done = _request(registry, "PUT", f"{location}{separator}digest={digest}", deadline,
+                            data=f, headers=headers)
+    _expect(done, (201,), f"PUT blob {digest}")
+
+
+def _upload_location(registry, response) -> str:
+    """The upload session's URL without the scheme (as oras' URLs are): relative or absolute."""
+    location = response.headers.get("Location") or ""
+    if not location:
+        raise RegistryError("the registry started an upload without a Location")
+    if location.startswith("/"):
+        return f"{registry.hostname}{location}"
+    return location.split("://", 1)[-1]
+
+
+# --- pull ---------------------------------------------------------------------------------------
+
+def resolve(ref: Reference, *, timeout_s: float = 30.0, plain_http: bool = False,
+            environ=os.environ) -> tuple[Reference, dict]:
+    """The reference pinned to the digest of the manifest it names now (for a digest reference, the
+    manifest checked against it), and that manifest."""
+    deadline = time.monotonic() + timeout_s
+    registry, container = _client(ref, plain_http, environ)
+    return _manifest(registry, container, ref, deadline)
+
+
+def _manifest(registry, container, ref: Reference, deadline: float) -> tuple[Reference, dict]:
+    url = container.manifest_url(ref.manifest_name)
+    response = _request(registry, "GET", url, deadline, headers={"Accept": MANIFEST_MEDIA_TYPE})
+    if response.status_code == 404:
+        raise RegistryError(f"{ref}: not in the registry (HTTP 404)")
+    _expect(response, (200,), f"GET {url}")
+    body = response.content
+    if len(body) > MANIFEST_LIMIT:
+        raise PlanError(f"{ref}: refused: its manifest is {len(body)} bytes (a bundle's is one layer)")
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    if ref.digest and digest != ref.digest:
+        raise PlanError(f"{ref}: refused: the registry's manifest has digest {digest}, not the one asked for")
+    try:
+        manifest = json.loads(body)
+    except ValueError:
+        raise PlanError(f"{ref}: refused: its manifest is not JSON") from None
+    return ref.pinned(digest), manifest
+
+
+def bundle_layer(ref: Reference, manifest: dict) -> dict:
+    """The manifest's one bundle layer; one line where it is some other artifact."""
+    layers = [layer for layer in manifest.get("layers") or [] if isinstance(layer, dict)
+              and layer.get("mediaType") == LAYER_MEDIA_TYPE]
+    if len(layers) != 1:
+        kinds = sorted({str(layer.get("mediaType")) for layer in manifest.get("layers") or [] if isinstance(layer, dict)})
+        raise PlanError(f"{ref}: refused: not a warmup bundle artifact (layers: {', '.join(kinds) or 'none'}; "
+                        f"a bundle has one {LAYER_MEDIA_TYPE})")
+    layer = layers[0]
+    if not isinstance(layer.get("size"), int) or not str(layer.get("digest", "")).startswith("sha256:"):
+        raise PlanError(f"{ref}: refused: its bundle layer has no sha256 digest and size")
+    return layer
+
+
+def pull(ref: Reference, out: str, *, timeout_s: float = 300.0, plain_http: bool = False,
+         environ=os.environ) -> Pulled:
+    """The bundle at `ref` into `out`, written whole and only once every byte matched its digest."""
+    deadline = time.monotonic() + timeout_s
+    registry, container = _client(ref, plain_http, environ)
+    pinned, manifest = _manifest(registry, container, ref, deadline)
+    layer = bundle_layer(pinned, manifest)
+    _download(registry, container, pinned, layer, out, deadline)
+    annotations = manifest.get("annotations") if isinstance(manifest.get("annotations"), dict) else {}
+    return Pulled(pinned, layer["digest"], layer["size"], annotations)
+
+
+def _download(registry, container, ref: Reference, layer: dict, out: str, deadline: float) -> None:
+    directory = os.path.dirname(os.path.abspath(out))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(out)}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _stream_blob(registry, container, ref, layer, f, deadline)
+        os.replace(tmp, out)
+    except OSError as e:  # the network's are RegistryError by now: this is the disk's
+        os.unlink(tmp)
+        raise WriteError(out, e.strerror or str(e)) from None
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _stream_blob(registry, container, ref: Reference, layer: dict, f, deadline: float) -> None:
+    url = container.get_blob_url(layer["digest"])
+    h, size = hashlib.sha256(), 0
+    with _request(registry, "GET", url, deadline, stream=True) as response:
+        _expect(response, (200,), f"GET {url}")
+        while chunk := _read_some(response, url, size):
+            size += len(chunk)
+            if size > layer["size"]:
+                break
+            h.update(chunk)
+            f.write(chunk)  # a full disk is its own OSError, not the registry's
+            if time.monotonic() > deadline:
+                raise RegistryError(f"GET {url}: gave up at the deadline after {size} of {layer['size']} bytes")
+    if size < layer["size"]:  # closed early (by the registry or the network): not the blob's fault
+        raise RegistryError(f"GET {url}: ended after {size} of {layer['size']} bytes")
+    digest = "sha256:" + h.hexdigest()
+    if size != layer["size"] or digest != layer["digest"]:
+        raise PlanError(f"{ref}: refused: the registry's blob is {'over ' if size > layer['size'] else ''}{size} bytes "
+                        f"with sha256 {digest[7:19]}..., the manifest names {layer['size']} bytes "
+                        f"{layer['digest'][7:19]}... (a tampered or corrupted blob)")

@@ -1,0 +1,186 @@
+"""WARMUP_BUNDLE as a file this process can install (vllm_bridge.bundle installs it).
+
+- A file: itself. A directory: the one bundle in it (Kubernetes mounts an OCI artifact as an
+  image volume, read-only, with the bundle file under its title).
+- ``oci://REGISTRY/REPO[:TAG][@sha256:D]``: the first process of the server (vLLM's API server)
+  asks the registry for the manifest (RESOLVE_TIMEOUT_S at most), names the digest in one line and
+  puts the pinned reference into the environment its children inherit (the engine core, the
+  workers), so that every rank installs the same bytes even if the tag moves meanwhile. Each
+  process then fetches the node's copy in a background thread (executor/bundle/sources.py: the
+  first pulls, the others wait on its lock and find the file), started at ``register``, long
+  before a worker's ``load_model`` waits for it.
+- A registry that is down, slow, or serves bytes that do not match their digest: the bundle is
+  not installed, one line for the server (said by the process that met it), and vLLM starts as it
+  would without it; the waits are bounded (WARMUP_BUNDLE_PULL_TIMEOUT_S, vllm_bridge.settings).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from .settings import PULL_TIMEOUT_S
+from .step_aside import cause_of
+
+log = logging.getLogger("vllm.warmup_planner")
+
+RESOLVE_TIMEOUT_S = 10.0  # one small request (the manifest), in the API server, before the model is resolved
+EARLY_WAIT_S = 15.0       # what the early install saves: vLLM's model inspection, 15-30 s on the H100
+SERVER = "WARMUP_PLANNER_BUNDLE_SERVER"  # set by the plugin, not the user: the server's pull marks
+
+
+class Source:
+    """This process's view of WARMUP_BUNDLE: `wait` gives the local file, or None (said in one line)."""
+
+    def __init__(self, value: str | None, path: str | None = None, timeout_s: float = PULL_TIMEOUT_S):
+        self.value, self.path, self.timeout_s = value, path, timeout_s
+        self.cause: str | None = None   # why there is no file
+        self.said = False               # the cause was said, here or by another process of the server
+        self.started = time.monotonic()
+        self.thread: threading.Thread | None = None
+
+    def wait_early(self) -> str | None:
+        """For the install before vLLM resolves the model: the file if the pull is done within
+        EARLY_WAIT_S (else None, one info line: the pull goes on, the rest installs at load_model)."""
+        if self.thread is not None:
+            self.thread.join(EARLY_WAIT_S)
+            if self.thread.is_alive():
+                log.info("warmup-planner: bundle %s still being fetched after %.0f s: vLLM resolves the model "
+                         "itself; the rest is installed at load_model", self.value, EARLY_WAIT_S)
+                return None
+        return None if self.cause else self.path
+
+    def wait(self) -> tuple[str | None, float | None]:
+        """For the install at load_model: (the file, or None: no bundle, said in one line; the
+        seconds this call waited for the pull, None where nothing is pulled)."""
+        waited = None
+        if self.thread is not None:
+            began = time.monotonic()
+            self.thread.join(max(0.0, self.started + self.timeout_s - began))
+            waited = time.monotonic() - began
+            if self.thread.is_alive() and not self.cause:
+                self.cause = f"not on this node after {self.timeout_s:.0f} s (WARMUP_BUNDLE_PULL_TIMEOUT_S)"
+        say_not_installed(self)
+        return (None if self.cause else self.path), waited
+
+
+_STARTED: dict = {}  # (pid, WARMUP_BUNDLE's value) -> Source: a forked child starts its own
+
+
+def for_process(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os.environ) -> Source:
+    """The source register started in this process (started now where register did not run: a
+    process forked after it, whose fetching thread stayed in the parent). Once the server's first
+    process has pinned the reference, its pinned value (or "": no bundle) is the one used."""
+    if SERVER in environ and value and "WARMUP_BUNDLE" in environ:
+        value = environ["WARMUP_BUNDLE"] or None
+    key = (os.getpid(), value)
+    if key not in _STARTED:
+        _STARTED[key] = source = start(value, timeout_s, environ)
+        _STARTED[(os.getpid(), environ.get("WARMUP_BUNDLE") or None)] = source  # as pinned, for this process
+    return _STARTED[key]
+
+
+def start(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os.environ,
+          cache_dir: str | None = None) -> Source:
+    """At the plugin's register: the local file, or the node's copy of an oci:// bundle being fetched."""
+    from executor.bundle import oci_ref
+
+    if not value or not oci_ref.is_reference(value):
+        return _local(value)
+    try:
+        ref = _pinned(oci_ref.parse(value, where="WARMUP_BUNDLE"), environ)
+    except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts without the bundle
+        environ["WARMUP_BUNDLE"] = ""  # the children inherit no bundle, and say nothing
+        return _failed(value, cause_of(e))
+    return _fetch_in_background(ref, timeout_s, environ, cache_dir)
+
+
+def _local(value: str | None) -> Source:
+    if not value:
+        return Source(None)
+    from executor.bundle import sources
+
+    try:
+        return Source(value, sources.bundle_in(value))
+    except Exception as e:  # noqa: BLE001
+        return _failed(value, cause_of(e))
+
+
+def _failed(value: str, cause: str) -> Source:
+    source = Source(value)
+    source.cause = cause
+    say_not_installed(source)
+    return source
+
+
+def _pinned(ref, environ):
+    """The reference pinned to a digest; the first process asks the registry (a tag resolves to the
+    digest it names now; a digest is checked to exist) and hands the pinned one down."""
+    from executor.bundle import oci
+
+    if SERVER in environ and ref.digest:
+        return ref  # a child: the API server pinned it
+    environ.setdefault(SERVER, f"{os.getpid()}-{time.time_ns()}")
+    pinned, _ = oci.resolve(ref, timeout_s=RESOLVE_TIMEOUT_S, plain_http=plain_http(environ), environ=environ)
+    environ["WARMUP_BUNDLE"] = str(pinned)
+    log.info("warmup-planner: bundle %s is %s; the node's copy is fetched in the background", ref, pinned.digest)
+    return pinned
+
+
+def plain_http(environ) -> bool:
+    return (environ.get("WARMUP_REGISTRY_PLAIN_HTTP") or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None) -> Source:
+    from executor.bundle import sources
+
+    cache_dir = cache_dir or _cache_dir()
+    source = Source(str(ref), sources.node_path(ref, cache_dir), timeout_s)
+
+    def run() -> None:
+        try:
+            fetched = sources.fetch_once(ref, cache_dir, timeout_s=timeout_s, server=environ.get(SERVER, ""),
+                                         plain_http=plain_http(environ), environ=environ)
+        except sources.AlreadyFailed as e:  # the process that met it said it
+            source.cause, source.said = str(e), True
+            return
+        except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts without the bundle
+            source.cause = cause_of(e)
+            say_not_installed(source)  # here, now: this process may never wait for it
+            return
+        if fetched.pulled is not None:
+            log.info("warmup-planner: bundle %s pulled to %s (%.1f MiB in %.2f s, sha256 checked)",
+                     fetched.pulled.reference, fetched.path, fetched.pulled.size / 2**20,
+                     time.monotonic() - source.started)
+        _stage(fetched.path)
+
+    source.thread = threading.Thread(target=run, name="warmup-bundle-pull", daemon=True)
+    source.thread.start()
+    return source
+
+
+def _stage(path: str) -> None:
+    """The members checked into their staging directory while vLLM starts (as for a file bundle)."""
+    from executor.bundle import staging
+
+    try:
+        staging.prepare(path)
+    except Exception:  # noqa: BLE001 - the install checks again and refuses in one line
+        pass
+
+
+def _cache_dir() -> str:
+    """The node's bundles under vLLM's cache root (where its other caches are)."""
+    from .bundle import record_dir
+
+    return os.path.join(record_dir(), "warmup_bundles")
+
+
+def say_not_installed(source: Source) -> None:
+    """The one line for the server: the process that met the cause says it."""
+    if source.said or not source.cause:
+        return
+    source.said = True
+    log.warning("warmup-planner: bundle %s not installed, vLLM starts without it: %s", source.value, source.cause)
