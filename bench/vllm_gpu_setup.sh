@@ -7,7 +7,7 @@
 # without the plugin on 2026-11-27 (bench/RESULTS.md part X: core, ext, then py + plugin + fi).
 #
 # Here, where PyPI is reachable, from the repository root:
-#   bash bench/vllm_gpu_setup.sh prepare   # .vllm/{core,ext,py}/part.tar.xz and .vllm/plugin/ (FORCE=1: rebuild all;
+#   bash bench/vllm_gpu_setup.sh prepare   # .vllm/{core,ext,py,fi,mla}/part.tar.xz and .vllm/plugin/ (FORCE=1: rebuild all;
 #                                          # without it a part is kept, the py part only while its wheel list is the same)
 #   bash bench/vllm_gpu_setup.sh plugin    # rebuild only the plugin wheel (after the repo's code changed)
 #   bash bench/vllm_gpu_setup.sh part py   # build one part as prepare does (PARTS_DIR=/tmp/x: elsewhere)
@@ -20,6 +20,8 @@
 #   carry [".vllm/ext"]                  bash bench/vllm_gpu_setup.sh install ext
 #   carry [".vllm/py", ".vllm/plugin"]   bash bench/vllm_gpu_setup.sh install py plugin && bash bench/vllm_gpu_setup.sh check
 #   any later call:                      bash bench/vllm_gpu_setup.sh check && source bench/vllm_gpu_setup.sh env && ...
+#   MLA models (DeepSeek-V2/V3, MODEL=deepseek-v3-5l): carry [".vllm/mla"] too, in any install call
+#                                        (0.9 MiB: beside py, plugin and fi), and `install mla`
 #   FlashInfer, as vLLM's wheel pins it:  carry [".vllm/fi"]  bash bench/vllm_gpu_setup.sh install fi; then
 #                                        WITH_FLASHINFER=1 puts its site ($FI_SITE) on `env`'s PYTHONPATH
 # (`install` takes several parts; `check [PART...]` prints one line, exits 1 if a part is missing.)
@@ -42,11 +44,24 @@
 #           checkout is first on PYTHONPATH (bench/vllm_startup_proof.sh puts it there); the part
 #           records the commit it was built from (BUILD), and `check` says when the carried wheel
 #           differs from the installed one (0.3 MiB; rebuilt by every `prepare` and by `plugin`).
+#   mla     (optional, MLA models: DeepSeek-V2/V3) vllm/_flashmla_C.abi3.so and
+#           vllm/_flashmla_extension_C.abi3.so, FlashMLA's dense and FP8 decode kernels (1.7 + 0.25 MB;
+#           0.9 MiB xz, `part mla` here on 2026-11-28). What vLLM 0.25.0 runs for DeepSeek-V3 on SM 9.0
+#           is elsewhere: the MLA backend is FLASH_ATTN_MLA, first in platforms/cuda.py's SM 9.0 list
+#           (_get_backend_priorities), FA3's varlen kernels (ext's _vllm_fa3_C: flashattn_mla.py's
+#           supports_combination needs FA3 on SM 9.x), prefill FLASH_ATTN too (mla/prefill/selector.py);
+#           MoE: Triton fused_moe at TP (oracle/fp8.py puts TRITON first for block FP8 on SM 9.0),
+#           FlashInfer CUTLASS with expert parallelism (the fi part), DeepGEMM's grouped GEMM without
+#           FlashInfer (py part); grouped top-k: _moe_C's grouped_topk (ext); the MLA Python (FlashMLA's
+#           wrappers in vllm/third_party/flashmla included) is in py. Without this part vLLM imports its
+#           FlashMLA wrappers in a try (v1/attention/ops/flashmla.py) and marks FLASHMLA invalid
+#           ("vllm._flashmla_C is not available"); with it the backend list is a `pip install vllm`'s,
+#           and --attention-backend FLASHMLA can run. Installed into $VLLM_SITE like core and ext.
 # core + ext + py + plugin do not fit one call together: three install calls (core; ext; py and plugin).
 # Left out, and why: vllm_flash_attn's FA2 module (191 MB; FA3 serves Hopper), vllm-rs (a Rust
 # front-end server; offline LLM does not use it), third_party/fmha_sm100 (Blackwell only), the
-# other Pythons' DeepGEMM modules, FlashMLA/QuTLASS/the Rust tool parser (MLA models, Blackwell,
-# tool calling), and .cu/.cuh/.cpp sources outside DeepGEMM's include/.
+# other Pythons' DeepGEMM modules, QuTLASS/the Rust tool parser (Blackwell, tool calling), FlashMLA
+# unless asked for (the mla part), and .cu/.cuh/.cpp sources outside DeepGEMM's include/.
 # Optional libraries vLLM imports only when used (flashinfer, deep_ep, triton_kernels, ray, ...)
 # are left absent on purpose: a stand-in module is worse than none (vLLM probes some of them).
 # Without FlashInfer, `env` sets VLLM_USE_FLASHINFER_SAMPLER=0 (Model Runner V2's sampler imports
@@ -148,10 +163,11 @@ part_files() {
                  "uvicorn watchfiles httptools model_hosting_container_standards prometheus_fastapi_instrumentator" ;;
         plugin) echo "vllm_bridge/plugin.py" ;;
         fi) echo "flashinfer/__init__.py flashinfer/data/csrc pynvml.py tabulate" ;;
+        mla) echo "vllm/_flashmla_C.abi3.so vllm/_flashmla_extension_C.abi3.so" ;;
         *) return 1 ;;
     esac
 }
-ALL_PARTS="core ext py plugin"   # fi is optional: `check` without parts leaves it out
+ALL_PARTS="core ext py plugin"   # fi and mla are optional: `check` without parts leaves them out
 FI_SITE=${FI_SITE:-/tmp/flashinfer-site}
 part_site() { if [ "$1" = fi ]; then echo "$FI_SITE"; else echo "$VLLM_SITE"; fi; }
 
@@ -236,7 +252,7 @@ prepare() {
     wheel >/dev/null || return 1
     exclude_parts_dir
     local part
-    for part in core ext py plugin fi; do build_part "$part" || return 1; done
+    for part in core ext py plugin fi mla; do build_part "$part" || return 1; done
     sizes
 }
 
@@ -245,8 +261,8 @@ build_part() {
     case "$1" in
         plugin) build_plugin; return ;;
         fi) pack_fi; return ;;
-        core|ext|py) ;;
-        *) echo "vllm_gpu_setup: no part '$1' (core, ext, py, plugin, fi)" >&2; return 1 ;;
+        core|ext|py|mla) ;;
+        *) echo "vllm_gpu_setup: no part '$1' (core, ext, py, plugin, fi, mla)" >&2; return 1 ;;
     esac
     local whl
     whl=$(wheel) || return 1
@@ -254,6 +270,7 @@ build_part() {
     case "$1" in
         core) pack core "$whl" 'vllm/_C_stable_libtorch.abi3.so' ;;
         ext) pack ext "$whl" 'vllm/_moe_C_stable_libtorch.abi3.so' 'vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so' ;;
+        mla) pack mla "$whl" 'vllm/_flashmla_C.abi3.so' 'vllm/_flashmla_extension_C.abi3.so' ;;
         py) pack py "$whl" 'vllm/*' 'vllm-*.dist-info/*' '!*.so' '!vllm/vllm-rs' '!vllm/third_party/fmha_sm100/*' \
                 '!*.cu' '!*.cuh' '!*.cpp' '+vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so' \
                 '+vllm/third_party/deep_gemm/include/*' '+vllm/cumem_allocator.abi3.so' '+vllm/spinloop.abi3.so' \
@@ -280,7 +297,7 @@ pack_fi() {
 
 sizes() {
     local part f n
-    for part in $ALL_PARTS fi; do
+    for part in $ALL_PARTS fi mla; do
         for f in "$PARTS_DIR/$part"/part.tar.xz "$PARTS_DIR/$part"/*.whl; do
             [ -f "$f" ] || continue
             n=$(stat -c %s "$f")
@@ -303,7 +320,7 @@ part_source() {
 
 install_part() {
     local part=$1 src
-    part_files "$part" >/dev/null || { echo "vllm_gpu_setup: no part '$part' (core, ext, py, plugin, fi)" >&2; return 1; }
+    part_files "$part" >/dev/null || { echo "vllm_gpu_setup: no part '$part' (core, ext, py, plugin, fi, mla)" >&2; return 1; }
     local site
     site=$(part_site "$part")
     src=$(part_source "$part")
@@ -369,12 +386,12 @@ check() {
 case "${1:-}" in
     prepare) prepare ;;
     plugin) build_plugin ;;
-    part) shift; [ $# -gt 0 ] || { echo "part which: core, ext, py, plugin, fi" >&2; exit 2; }
+    part) shift; [ $# -gt 0 ] || { echo "part which: core, ext, py, plugin, fi, mla" >&2; exit 2; }
           for p in "$@"; do build_part "$p" || exit 1; done ;;
     sizes) sizes ;;
     install)
         shift
-        [ $# -gt 0 ] || { echo "install which parts: core, ext, py, plugin" >&2; exit 2; }
+        [ $# -gt 0 ] || { echo "install which parts: core, ext, py, plugin (fi, mla: optional)" >&2; exit 2; }
         for p in "$@"; do install_part "$p" || exit 1; done ;;
     check) shift; check "$@" ;;
     env) _vgs_env; echo "export PYTHONPATH=$PYTHONPATH${VLLM_USE_FLASHINFER_SAMPLER:+ VLLM_USE_FLASHINFER_SAMPLER=$VLLM_USE_FLASHINFER_SAMPLER}"

@@ -522,11 +522,12 @@ def start_engine(args):
     t = time.time()
     llm = LLM(model=path, load_format="dummy", skip_tokenizer_init=True, max_model_len=args.max_model_len,
               gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
-              tensor_parallel_size=args.tensor_parallel_size)
+              tensor_parallel_size=args.tensor_parallel_size, enable_expert_parallel=args.enable_expert_parallel)
     ready = time.time()
     CACHES["ready"] = cache_files()
     RESULT["cache_new_to_ready"] = new_cache_entries(CACHES["start"], CACHES["ready"])
     RESULT["tensor_parallel_size"] = args.tensor_parallel_size
+    RESULT["enable_expert_parallel"] = args.enable_expert_parallel
     phase("LLM() to ready", t, ready)
     RESULT.update(ready_at=ready, ready_s=round(ready - RESULT["process_start"], 3),
                   ready_s_from_script=round(ready - SCRIPT_START, 3), llm_init_s=round(ready - t, 3),
@@ -625,6 +626,8 @@ def main() -> None:
     parser.add_argument("--tensor-parallel-size", type=int, default=1,
                         help="vLLM's tensor_parallel_size: above 1 the ranks are worker processes, whose "
                         "compiles this process's monitor cannot see (the caches and the ranks' reports do)")
+    parser.add_argument("--enable-expert-parallel", action="store_true",
+                        help="vLLM's enable_expert_parallel: the experts sharded over the TP ranks (EP = TP)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     signal.signal(signal.SIGTERM, on_sigterm)

@@ -110,7 +110,8 @@ def server_command(args, port: int | str) -> list[str]:
     return [args.python, "-m", SERVER_ENTRY, "serve", args.model_dir, "--host", "127.0.0.1", "--port", str(port),
             "--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", str(args.max_model_len),
             "--gpu-memory-utilization", str(args.gpu_memory_utilization), "--seed", str(args.seed),
-            "--tensor-parallel-size", str(args.tensor_parallel_size), "--jit-monitor-mode", args.jit_monitor_mode]
+            "--tensor-parallel-size", str(args.tensor_parallel_size), "--jit-monitor-mode", args.jit_monitor_mode,
+            *(["--enable-expert-parallel"] if args.enable_expert_parallel else [])]
 
 
 def server_env(arm: str) -> dict:
@@ -559,6 +560,7 @@ def plugin_active() -> bool:
 def run(args) -> None:
     RESULT.update(mode="server", arm=args.arm, config=os.path.basename(args.config), argv=sys.argv,
                   script_start=SCRIPT_START, tensor_parallel_size=args.tensor_parallel_size,
+                  enable_expert_parallel=args.enable_expert_parallel,
                   jit_monitor_mode=args.jit_monitor_mode, model_dir=args.model_dir,
                   env={k: os.environ.get(k) for k in (
                       "WARMUP_PLAN", "WARMUP_JOBS", "WARMUP_PLAN_REPORT", "WARMUP_JIT_LOG", "VLLM_PLUGINS",
@@ -676,6 +678,8 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--enable-expert-parallel", action="store_true",
+                        help="vLLM's --enable-expert-parallel: the experts sharded over the TP ranks (EP = TP)")
     parser.add_argument("--jit-monitor-mode", choices=("error", "warn"), default="error",
                         help="vLLM's --jit-monitor-mode (error: a compile after warmup fails its requests)")
     parser.add_argument("--port", type=int, default=0, help="default: a free one")

@@ -56,6 +56,14 @@
 #   3 carry [".vllm/py", ".vllm/plugin", ".vllm/fi"] export CALL_START=$(date +%s); bash bench/vllm_gpu_setup.sh check core ext && bash bench/vllm_gpu_setup.sh install py plugin fi && MODE=server WITH_FLASHINFER=1 PARTS="plugin-cold" bash bench/vllm_startup_proof.sh
 #   4 carry []                                       MODE=server WITH_FLASHINFER=1 PARTS="stock-cold" bash bench/vllm_startup_proof.sh
 #   MODE=server PARTS="plugin-cold stock-cold" bash bench/vllm_startup_proof.sh --dry-run   (shows the servers' commands too)
+# Issue 48, DeepSeek-V3 at TP 4 on nvidia-h100-x4: MODEL=deepseek-v3-5l (tests/fixtures/hf/deepseek-v3-5l.json:
+# the real config cut to 3 dense + 2 MoE layers, about 7.2 GB of weights per rank), an MLA model, so the
+# setup's mla part is installed and checked too; the same calls 1 and 2, then, each timeout_s 600:
+#   3 carry [".vllm/py", ".vllm/plugin", ".vllm/fi", ".vllm/mla"]  bash bench/vllm_gpu_setup.sh check core ext && bash bench/vllm_gpu_setup.sh install py plugin fi mla && bash bench/vllm_gpu_setup.sh check core ext py plugin fi mla
+#   4 carry []   MODE=server WITH_FLASHINFER=1 MODEL=deepseek-v3-5l TP=4 PARTS="stock-cold" bash bench/vllm_startup_proof.sh
+#   5 carry []   MODE=server WITH_FLASHINFER=1 MODEL=deepseek-v3-5l TP=4 PARTS="plugin-cold" bash bench/vllm_startup_proof.sh
+# EP=1 adds --enable-expert-parallel (a series <model>-tp4-ep of its own): vLLM 0.25 then runs the block-FP8
+# MoE on FlashInfer's CUTLASS MoE (a JIT-built module, not planned), or without FlashInfer on DeepGEMM's grouped GEMM.
 # Results as below, under runs/<series>-serve/<part>/: result.json (bench/vllm_serve_trace.py),
 # server.log (the server's stdout and stderr, each line with its arrival in seconds since the
 # process start), http_requests.jsonl (every request: kind, status, latency).
@@ -107,7 +115,7 @@
 # Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold, each with an
 # optional _N), MODE (offline |
 # server), MODEL (llama | qwen | the name of any tests/fixtures/hf/<name>.json), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
-# and caches; NCCL's NVLink multicast stays off), WITH_FLASHINFER (1: vLLM as `pip install vllm==0.25.0`
+# and caches; NCCL's NVLink multicast stays off), EP (0; 1: --enable-expert-parallel, a series <model>[-tp<TP>]-ep), WITH_FLASHINFER (1: vLLM as `pip install vllm==0.25.0`
 # brings it, with flashinfer-python 0.6.13 from the setup's fi part; a series <model>-fi of its own; each
 # arm its own FlashInfer JIT workspace and FlashInfer's TensorRT-LLM DeepGEMM cache), PLUGIN_PLAN (vllm-0.25-plugin), PLUGIN_JOBS (WARMUP_JOBS for the plugin
 # arm; unset: the plugin's default), REQUESTS (500; server mode 300), RUN_TIMEOUT_S (560), BUDGET_S (585),
@@ -131,9 +139,11 @@ esac
 CONFIG=tests/fixtures/hf/$MODEL.json
 ROOT=${PROOF_ROOT:-/tmp/warmup-proof}
 TP=${TP:-1}
+EP=${EP:-0}   # 1: --enable-expert-parallel (vLLM 0.25: the experts sharded over the TP ranks, EP size = TP)
+case "$EP" in 0|1) ;; *) echo "EP=$EP: 0 or 1" >&2; exit 2 ;; esac
 WITH_FLASHINFER=${WITH_FLASHINFER:-0}
-# a tensor-parallel series, one with FlashInfer, and the server mode's keep their own runs and caches
-SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")$([ "$WITH_FLASHINFER" = 1 ] && echo "-fi")$([ "$MODE" = server ] && echo "-serve")
+# a tensor-parallel series, an expert-parallel one, one with FlashInfer, and the server mode's keep their own runs and caches
+SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")$([ "$EP" = 1 ] && echo "-ep")$([ "$WITH_FLASHINFER" = 1 ] && echo "-fi")$([ "$MODE" = server ] && echo "-serve")
 RUNS=$ROOT/runs/$SERIES
 MODEL_DIR=$ROOT/models/$MODEL
 BUNDLE_FILE=$ROOT/bundles/$SERIES.warmup   # bundle-build writes it (WARMUP_BUNDLE_OUT), bundle-cold installs it
@@ -146,6 +156,9 @@ RESULTS=${OUT:-$ROOT/out}
 VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}
 
 [ -f "$CONFIG" ] || { echo "no model config $CONFIG (MODEL: llama, qwen or a name in tests/fixtures/hf)" >&2; exit 2; }
+# An MLA model (DeepSeek-V2/V3: kv_lora_rank in its config, what vLLM's ModelConfig.is_deepseek_mla reads)
+# needs the setup's mla part too (bench/vllm_gpu_setup.sh: FlashMLA, beside FA3's MLA kernels in ext)
+MLA=$(python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c = c.get("text_config", c); print(int(bool(c.get("kv_lora_rank"))))' "$CONFIG" 2>/dev/null || echo 0)
 set -f; read -r -a PART_LIST <<< "$PARTS"; set +f
 for part in "${PART_LIST[@]}"; do
     case "${part%_*}" in plugin-cold|plugin-warm|stock-cold|stock-warm|bundle-build|bundle-cold) ;;
@@ -163,7 +176,7 @@ machine_facts() {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1
     echo "cpus: $(nproc)  memory: $(free -g | awk '/^Mem:/ {print $2 " GiB"}')"
-    bash bench/vllm_gpu_setup.sh check
+    bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) $([ "$MLA" = 1 ] && echo mla)
     PYTHONPATH="$PYPATH" python3 -c 'import sys, torch, triton, vllm; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "vllm", vllm.__version__)' 2>&1 | tail -n 1
     [ "$WITH_FLASHINFER" = 1 ] && PYTHONPATH="$PYPATH" python3 -c 'import flashinfer; print("flashinfer", flashinfer.__version__)' 2>&1 | tail -n 1
     command -v nvcc >/dev/null && nvcc --version | tail -n 1
@@ -251,6 +264,7 @@ run_part() {
                -u VLLM_PLUGINS -u TORCHINDUCTOR_FX_GRAPH_CACHE "${unset_mp[@]}" "${env_set[@]}"
                timeout --kill-after=20 "$limit" "${run[@]}" --config "$CONFIG" --arm "$arm"
                --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS" --tensor-parallel-size "$TP")
+    [ "$EP" = 1 ] && cmd+=(--enable-expert-parallel)
     if [ "$DRY_RUN" = 1 ]; then
         show "${cmd[@]}" '>' "$dir/stdout.txt" '2>' "$dir/stderr.txt"
         if [ "$MODE" = server ]; then "${cmd[@]}" --dry-run; fi   # the server's own command, as the driver builds it
@@ -363,11 +377,11 @@ pack() {
 }
 
 main() {
-    say "model $MODEL (tensor_parallel_size $TP, $MODE mode, series $SERIES), parts: ${PART_LIST[*]}, root $ROOT, results $RESULTS$([ "$DRY_RUN" = 1 ] && echo ', DRY RUN: nothing runs')"
+    say "model $MODEL (tensor_parallel_size $TP$([ "$EP" = 1 ] && echo ", expert parallel"), $MODE mode, series $SERIES), parts: ${PART_LIST[*]}, root $ROOT, results $RESULTS$([ "$DRY_RUN" = 1 ] && echo ', DRY RUN: nothing runs')"
     if [ "$DRY_RUN" = 1 ]; then
-        show bash bench/vllm_gpu_setup.sh check
+        show bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) $([ "$MLA" = 1 ] && echo mla)
     else
-        bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) \
+        bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) $([ "$MLA" = 1 ] && echo mla) \
             || { say "vLLM is not installed here (see bench/vllm_gpu_setup.sh): stopping"; return 1; }
     fi
     do_or_show env PYTHONPATH="$PYPATH" python3 -m compileall -q -j 0 planner executor kernel_model vllm_bridge bench

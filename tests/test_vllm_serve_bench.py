@@ -463,6 +463,21 @@ def test_proof_script_dry_run_in_server_mode(tmp_path):
     assert "tests/fixtures/hf/qwen3-8b.json" in offline and "vllm_serve_trace.py" not in offline
 
 
+def test_proof_script_dry_run_of_an_mla_model_at_tp4_with_expert_parallelism(tmp_path):
+    """Issue 48: DeepSeek-V3 cut to 5 layers on four GPUs; its check needs the setup's mla part,
+    EP=1 passes --enable-expert-parallel to the driver and to `vllm serve`, a series of its own."""
+    out = proof_dry_run(tmp_path, "stock-cold", MODEL="deepseek-v3-5l", TP="4", EP="1")
+    [driver] = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
+    [server] = [x for x in out.splitlines() if x.startswith("+ (server")]
+    assert f"{tmp_path}/runs/deepseek-v3-5l-tp4-ep-fi-serve/stock-cold/" in driver
+    assert "--enable-expert-parallel" in driver and "--tensor-parallel-size 4" in driver
+    assert "--enable-expert-parallel" in server and "--tensor-parallel-size 4" in server
+    assert "+ bash bench/vllm_gpu_setup.sh check core ext py plugin fi mla" in out.splitlines()
+    llama = proof_dry_run(tmp_path, "stock-cold")
+    assert "--enable-expert-parallel" not in llama
+    assert "+ bash bench/vllm_gpu_setup.sh check core ext py plugin fi" in llama.splitlines()
+
+
 def test_proof_script_hides_and_watches_the_building_caches_of_a_bundle_cold_run(tmp_path):
     """Issue 43 item 5: a bundle-cold run's processes carry the tripwire (bench/tripwire) on the
     bundle's building roots that are not the run's own, read from the bundle."""

@@ -2,7 +2,7 @@
 plans, in vLLM 0.25 and 0.33 (WARMUP_VLLM_ENVS, as tests/vllm_parity).
 
 For each release, one subprocess (layers_oracle.py) builds vLLM's own model class for each fixture
-of tests/fixtures/hf on the meta device, at tensor-parallel sizes 1 and 2, and reports every
+of tests/fixtures/hf on the meta device, at tensor-parallel sizes 1 and 2 (and 4 for the DeepSeek fixtures, TP4), and reports every
 parallel linear (output and input size per partition, quant method), fused-MoE layer (experts,
 top_k, width, quant method), attention layer (heads, KV heads, head size, scale, soft cap, sliding
 window, backend, sinks) and the vocabulary of the LM head. The engine --from-hf derives from the
@@ -57,6 +57,7 @@ FIXTURES_BY_ARCHITECTURE = {
     "mixtral-8x7b": "Mixtral, block_sparse_moe",
     "deepseek-v2-lite-chat": "DeepSeek-V2, MLA without q compression, shared experts",
     "deepseek-v3": "DeepSeek-V3, MLA, first dense layers",
+    "deepseek-v3-5l": "DeepSeek-V3 cut to 3 dense + 2 MoE layers (issue 48's start-up fixture)",
     "gemma-7b-it": "Gemma, head_dim 256 != hidden / heads, tied head",
     "gemma-2-9b-it": "Gemma-2, soft cap, alternating sliding windows",
     "gemma-2-27b-it": "Gemma-2, query_pre_attn_scalar 144 != head_dim 128",
@@ -76,6 +77,8 @@ FIXTURES_BY_ARCHITECTURE = {
     "exaone-3.5-7.8b-instruct": "EXAONE, transformer.h layers, num_layers",
 }
 TPS = (1, 2)
+# MLA and 256 experts at the TP of issue 48's start-up (vllm serve on four GPUs): 32 heads, 64-wide experts
+TP4 = ("deepseek-v2-lite-chat", "deepseek-v3", "deepseek-v3-5l")
 
 FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 # variant -> (fixture, the quantization_config it is given, what it proves): which modules each
@@ -264,7 +267,7 @@ def engine_linears(e: dict) -> Counter:
 
 
 def cases():
-    return [(f, tp) for f in [*FIXTURES_BY_ARCHITECTURE, *VARIANTS] for tp in TPS]
+    return [(f, tp) for f in [*FIXTURES_BY_ARCHITECTURE, *VARIANTS] for tp in TPS] + [(f, 4) for f in TP4]
 
 
 def test_every_layout_has_a_fixture_here():
