@@ -20,6 +20,7 @@
 #   carry [".vllm/ext"]                  bash bench/vllm_gpu_setup.sh install ext
 #   carry [".vllm/py", ".vllm/plugin"]   bash bench/vllm_gpu_setup.sh install py plugin && bash bench/vllm_gpu_setup.sh check
 #   any later call:                      bash bench/vllm_gpu_setup.sh check && source bench/vllm_gpu_setup.sh env && ...
+#   oci:// bundles (BUNDLE_VIA=oci in bench/vllm_startup_proof.sh): carry [".vllm/registry"] too (5 MiB), `install registry`
 #   MLA models (DeepSeek-V2/V3, MODEL=deepseek-v3-5l): carry [".vllm/mla"] too, in any install call
 #                                        (0.9 MiB: beside py, plugin and fi), and `install mla`
 #   FlashInfer, as vLLM's wheel pins it:  carry [".vllm/fi"]  bash bench/vllm_gpu_setup.sh install fi; then
@@ -164,6 +165,7 @@ part_files() {
         plugin) echo "vllm_bridge/plugin.py" ;;
         fi) echo "flashinfer/__init__.py flashinfer/data/csrc pynvml.py tabulate" ;;
         mla) echo "vllm/_flashmla_C.abi3.so vllm/_flashmla_extension_C.abi3.so" ;;
+        registry) echo "oras/__init__.py bin/docker-registry" ;;
         *) return 1 ;;
     esac
 }
@@ -252,7 +254,7 @@ prepare() {
     wheel >/dev/null || return 1
     exclude_parts_dir
     local part
-    for part in core ext py plugin fi mla; do build_part "$part" || return 1; done
+    for part in core ext py plugin fi mla registry; do build_part "$part" || return 1; done
     sizes
 }
 
@@ -261,8 +263,9 @@ build_part() {
     case "$1" in
         plugin) build_plugin; return ;;
         fi) pack_fi; return ;;
+        registry) pack_registry; return ;;
         core|ext|py|mla) ;;
-        *) echo "vllm_gpu_setup: no part '$1' (core, ext, py, plugin, fi, mla)" >&2; return 1 ;;
+        *) echo "vllm_gpu_setup: no part '$1' (core, ext, py, plugin, fi, mla, registry)" >&2; return 1 ;;
     esac
     local whl
     whl=$(wheel) || return 1
@@ -295,9 +298,29 @@ pack_fi() {
     echo "fi: $(du -h "$PARTS_DIR/fi/part.tar.xz" | cut -f1)"
 }
 
+# The registry part (issue 47): the ORAS client the plugin pulls oci:// bundles with, and the CNCF
+# distribution registry's binary from Debian's docker-registry package (the GPU machine has no network
+# and maybe no dpkg: the binary is taken out of the .deb here).
+REGISTRY_WHEELS=(oras==0.2.43)
+pack_registry() {
+    [ -f "$PARTS_DIR/registry/part.tar.xz" ] && [ -z "${FORCE:-}" ] && { echo "registry: kept (FORCE=1 rebuilds)"; return; }
+    local stage
+    stage=$(mktemp -d)
+    mkdir -p "$stage/wheels" "$stage/deb" "$stage/bin" "$PARTS_DIR/registry"
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$stage/wheels" "${REGISTRY_WHEELS[@]}" >&2 \
+        && (cd "$stage/deb" && apt-get download docker-registry >/dev/null 2>&1) \
+        && dpkg-deb -x "$stage"/deb/docker-registry_*.deb "$stage/deb/root" \
+        && cp "$stage/deb/root/usr/bin/docker-registry" "$stage/bin/" \
+        || { echo "registry: pip download oras or apt-get download docker-registry failed" >&2; rm -rf "$stage"; return 1; }
+    rm -rf "$stage/deb"
+    tar cf - -C "$stage" . | xz -1 -T0 > "$PARTS_DIR/registry/part.tar.xz" || { rm -rf "$stage"; return 1; }
+    rm -rf "$stage"
+    echo "registry: $(du -h "$PARTS_DIR/registry/part.tar.xz" | cut -f1)"
+}
+
 sizes() {
     local part f n
-    for part in $ALL_PARTS fi mla; do
+    for part in $ALL_PARTS fi mla registry; do
         for f in "$PARTS_DIR/$part"/part.tar.xz "$PARTS_DIR/$part"/*.whl; do
             [ -f "$f" ] || continue
             n=$(stat -c %s "$f")
@@ -320,7 +343,7 @@ part_source() {
 
 install_part() {
     local part=$1 src
-    part_files "$part" >/dev/null || { echo "vllm_gpu_setup: no part '$part' (core, ext, py, plugin, fi, mla)" >&2; return 1; }
+    part_files "$part" >/dev/null || { echo "vllm_gpu_setup: no part '$part' (core, ext, py, plugin, fi, mla, registry)" >&2; return 1; }
     local site
     site=$(part_site "$part")
     src=$(part_source "$part")
@@ -386,12 +409,12 @@ check() {
 case "${1:-}" in
     prepare) prepare ;;
     plugin) build_plugin ;;
-    part) shift; [ $# -gt 0 ] || { echo "part which: core, ext, py, plugin, fi, mla" >&2; exit 2; }
+    part) shift; [ $# -gt 0 ] || { echo "part which: core, ext, py, plugin, fi, mla, registry" >&2; exit 2; }
           for p in "$@"; do build_part "$p" || exit 1; done ;;
     sizes) sizes ;;
     install)
         shift
-        [ $# -gt 0 ] || { echo "install which parts: core, ext, py, plugin (fi, mla: optional)" >&2; exit 2; }
+        [ $# -gt 0 ] || { echo "install which parts: core, ext, py, plugin (fi, mla, registry: optional)" >&2; exit 2; }
         for p in "$@"; do install_part "$p" || exit 1; done ;;
     check) shift; check "$@" ;;
     env) _vgs_env; echo "export PYTHONPATH=$PYTHONPATH${VLLM_USE_FLASHINFER_SAMPLER:+ VLLM_USE_FLASHINFER_SAMPLER=$VLLM_USE_FLASHINFER_SAMPLER}"

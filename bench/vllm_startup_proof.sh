@@ -112,6 +112,12 @@
 # STOCK_WARM_FROM=bundle-build: stock-warm runs on the caches bundle-build filled (the same flags, so the same
 # torch.compile hash; stock then finds every kernel it compiles at start-up there) instead of stock-cold's: a
 # stock-cold run of this series costs ~530 s of a device call. Say so wherever its figures are reported.
+# Issue 47 (BUNDLE_VIA=oci): bundle-cold gets the bundle from an OCI registry, not from the file: the CNCF
+# registry of the setup's registry part is started on loopback (storage under $ROOT/registry), the bundle
+# pushed there by `warmup bundle push` with a tag, the file moved out of sight, and the run started with
+# WARMUP_BUNDLE=oci://127.0.0.1:$REGISTRY_PORT/warmup/<series>:build (the API server resolves the tag; the
+# node pulls it once); run.json gets the reference, the push's seconds and whether the node's copy is
+# bit-identical to the built file (oci_push.txt, oci_pull.txt: the plugin's lines about it).
 # Variables: PARTS (required: plugin-cold plugin-warm stock-cold stock-warm bundle-build bundle-cold, each with an
 # optional _N), MODE (offline |
 # server), MODEL (llama | qwen | the name of any tests/fixtures/hf/<name>.json), TP (tensor_parallel_size, 1: a series <model>-tp<TP> of its own, runs
@@ -139,6 +145,10 @@ esac
 CONFIG=tests/fixtures/hf/$MODEL.json
 ROOT=${PROOF_ROOT:-/tmp/warmup-proof}
 TP=${TP:-1}
+BUNDLE_VIA=${BUNDLE_VIA:-file}   # file | oci (issue 47)
+case "$BUNDLE_VIA" in file|oci) ;; *) echo "BUNDLE_VIA=$BUNDLE_VIA: file or oci" >&2; exit 2 ;; esac
+REGISTRY_PORT=${REGISTRY_PORT:-5000}
+OCI_PROOF=()
 EP=${EP:-0}   # 1: --enable-expert-parallel (vLLM 0.25: the experts sharded over the TP ranks, EP size = TP)
 case "$EP" in 0|1) ;; *) echo "EP=$EP: 0 or 1" >&2; exit 2 ;; esac
 WITH_FLASHINFER=${WITH_FLASHINFER:-0}
@@ -176,7 +186,7 @@ machine_facts() {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1
     echo "cpus: $(nproc)  memory: $(free -g | awk '/^Mem:/ {print $2 " GiB"}')"
-    bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) $([ "$MLA" = 1 ] && echo mla)
+    bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) $([ "$MLA" = 1 ] && echo mla) $([ "$BUNDLE_VIA" = oci ] && echo registry)
     PYTHONPATH="$PYPATH" python3 -c 'import sys, torch, triton, vllm; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "vllm", vllm.__version__)' 2>&1 | tail -n 1
     [ "$WITH_FLASHINFER" = 1 ] && PYTHONPATH="$PYPATH" python3 -c 'import flashinfer; print("flashinfer", flashinfer.__version__)' 2>&1 | tail -n 1
     command -v nvcc >/dev/null && nvcc --version | tail -n 1
@@ -196,7 +206,8 @@ run_part() {
     local dir=$RUNS/$part cache=$ROOT/cache/$SERIES/$arm
     case "$base" in  # the bundle runs: the plugin arm from empty caches of their own
         bundle-build) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-build extra=(WARMUP_BUNDLE_OUT="$BUNDLE_FILE") ;;
-        bundle-cold) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE") ;;
+        bundle-cold) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE")
+                     [ "$BUNDLE_VIA" = oci ] && extra=(WARMUP_BUNDLE="$(oci_ref)") ;;
         stock-warm) [ -n "${STOCK_WARM_FROM:-}" ] && cache=$ROOT/cache/$SERIES/$STOCK_WARM_FROM ;;
     esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
@@ -244,6 +255,14 @@ run_part() {
         env_set=("${env_set[@]/#PYTHONPATH=*/PYTHONPATH=$PWD/bench/tripwire:$PYPATH}"
                  WARMUP_TRIPWIRE_ROOTS="$foreign" WARMUP_TRIPWIRE_LOG="$dir/builder_opens.log")
         [ "$DRY_RUN" = 1 ] || mapfile -t hidden < <(hide_building_caches "$foreign")
+        if [ "$BUNDLE_VIA" = oci ]; then  # the bundle only through the registry: pushed, then the file out of sight
+            do_or_show start_registry "$dir" && do_or_show push_bundle "$dir" || {
+                say "$part: the registry or the push failed (oci_push.txt): skipped"
+                [ "$DRY_RUN" = 1 ] || { restore_building_caches "${hidden[@]}"; stop_registry; json_run "$dir" skipped="registry or push failed"; }
+                return
+            }
+            do_or_show mv "$BUNDLE_FILE" "$BUNDLE_FILE.hidden-by-proof"
+        fi
     fi
     if [ "$arm" = plugin ]; then
         env_set+=(WARMUP_PLAN="$PLUGIN_PLAN")
@@ -284,9 +303,14 @@ run_part() {
     local proof=()
     if [ "$base" = bundle-cold ]; then
         restore_building_caches "${hidden[@]}"
+        [ "$BUNDLE_VIA" = oci ] && mv "$BUNDLE_FILE.hidden-by-proof" "$BUNDLE_FILE" && stop_registry
         proof=(builder_roots="$foreign" builder_opens="$(python3 bench/bundle_proof.py opens "$dir/builder_opens.log")"
                bundle_sha256="$(sha256sum "$BUNDLE_FILE" | cut -c1-64)"
                bundle_from="$(cat "$BUNDLE_FILE.from" 2>/dev/null || echo "this machine")")
+        if [ "$BUNDLE_VIA" = oci ]; then
+            proof+=("${OCI_PROOF[@]}" node_copy_sha256="$(node_copy_sha256 "$cache")")
+            grep -h 'warmup-planner: bundle' "$dir"/server.log "$dir"/stderr.txt > "$dir/oci_pull.txt" 2>/dev/null
+        fi
     fi
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
@@ -306,6 +330,43 @@ run_part() {
     else
         say "$part: done"
     fi
+}
+
+# --- issue 47: the bundle through an OCI registry (BUNDLE_VIA=oci) ----------------------------------------
+oci_ref() { echo "oci://127.0.0.1:$REGISTRY_PORT/warmup/$SERIES:build"; }
+
+start_registry() {  # the CNCF registry of the setup's registry part, on loopback, storage of its own
+    local bin=$VLLM_SITE/bin/docker-registry i
+    [ -x "$bin" ] || { echo "no $bin: install the setup's registry part" > "$1/oci_push.txt"; return 1; }
+    rm -rf "$ROOT/registry" && mkdir -p "$ROOT/registry/storage"
+    printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
+        "$ROOT/registry/storage" "$REGISTRY_PORT" > "$ROOT/registry/config.yml"
+    "$bin" serve "$ROOT/registry/config.yml" > "$ROOT/registry/registry.log" 2>&1 &
+    REGISTRY_PID=$!
+    for i in $(seq 100); do
+        python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$REGISTRY_PORT/v2/', timeout=1)" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "the registry did not answer on 127.0.0.1:$REGISTRY_PORT" > "$1/oci_push.txt"
+    return 1
+}
+
+stop_registry() { [ -n "${REGISTRY_PID:-}" ] && kill "$REGISTRY_PID" 2>/dev/null; REGISTRY_PID=""; return 0; }
+
+push_bundle() {  # `warmup bundle push` as a user runs it; OCI_PROOF: what run.json says of it
+    local t0 t1 pinned
+    t0=$(date +%s.%N)
+    PYTHONPATH="$PYPATH" python3 -m executor.cli bundle push "$BUNDLE_FILE" "$(oci_ref)" > "$1/oci_push.txt" 2>&1 || return 1
+    t1=$(date +%s.%N)
+    pinned=$(head -n1 "$1/oci_push.txt")
+    OCI_PROOF=(bundle_via=oci oci_reference="$(oci_ref)" oci_pinned="$pinned"
+               push_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')")
+}
+
+node_copy_sha256() {  # the node's pulled copy (vllm_bridge/bundle_source.py: under vLLM's cache root)
+    local f
+    for f in "$1"/vllm/warmup_bundles/oci/*.bundle; do [ -f "$f" ] && sha256sum "$f" | cut -c1-64 && return; done
+    echo none
 }
 
 # The building machine's caches, out of the run's sight (issue 43 item 5): each foreign building root
@@ -379,9 +440,9 @@ pack() {
 main() {
     say "model $MODEL (tensor_parallel_size $TP$([ "$EP" = 1 ] && echo ", expert parallel"), $MODE mode, series $SERIES), parts: ${PART_LIST[*]}, root $ROOT, results $RESULTS$([ "$DRY_RUN" = 1 ] && echo ', DRY RUN: nothing runs')"
     if [ "$DRY_RUN" = 1 ]; then
-        show bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) $([ "$MLA" = 1 ] && echo mla)
+        show bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) $([ "$MLA" = 1 ] && echo mla) $([ "$BUNDLE_VIA" = oci ] && echo registry)
     else
-        bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) $([ "$MLA" = 1 ] && echo mla) \
+        bash bench/vllm_gpu_setup.sh check core ext py plugin $([ "$WITH_FLASHINFER" = 1 ] && echo fi) $([ "$MLA" = 1 ] && echo mla) $([ "$BUNDLE_VIA" = oci ] && echo registry) \
             || { say "vLLM is not installed here (see bench/vllm_gpu_setup.sh): stopping"; return 1; }
     fi
     do_or_show env PYTHONPATH="$PYPATH" python3 -m compileall -q -j 0 planner executor kernel_model vllm_bridge bench

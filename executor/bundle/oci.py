@@ -80,7 +80,7 @@ def _client(ref: Reference, plain_http: bool, environ=os.environ):
 
     registry = Registry(hostname=ref.registry, insecure=plain_http or ref.plain_http())
     registry.send_unbounded = registry.session.request  # _request bounds each request by the deadline
-    container = registry.get_container(f"{ref.registry}/{ref.repository}")
+    container = registry.get_container(ref.repository)  # the registry is the hostname: oras would take a dotless one for a namespace
     registry.auth.load_configs(container, configs=_auth_files(environ))
     user, password = environ.get("ORAS_USER"), environ.get("ORAS_PASS")
     if user and password:
@@ -174,7 +174,7 @@ def push(path: str, ref: Reference, annotations: dict, *, timeout_s: float = 600
     """The bundle file as one artifact at `ref` (a tag, or none: by digest only); the reference
     pinned to the manifest's digest."""
     if ref.digest:
-        raise PlanError(f"push to {ref}: a digest is what the push makes; give a tag or none")
+        raise PlanError("push: a digest is what the push makes; give a tag or none", file=str(ref))
     deadline = time.monotonic() + timeout_s
     blob_digest, size = _sha256_of(path)
     registry, container = _client(ref, plain_http, environ)
@@ -248,14 +248,14 @@ def _manifest(registry, container, ref: Reference, deadline: float) -> tuple[Ref
     _expect(response, (200,), f"GET {url}")
     body = response.content
     if len(body) > MANIFEST_LIMIT:
-        raise PlanError(f"{ref}: refused: its manifest is {len(body)} bytes (a bundle's is one layer)")
+        raise PlanError(f"refused: its manifest is {len(body)} bytes (a bundle's is one layer)", file=str(ref))
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
     if ref.digest and digest != ref.digest:
-        raise PlanError(f"{ref}: refused: the registry's manifest has digest {digest}, not the one asked for")
+        raise PlanError(f"refused: the registry's manifest has digest {digest}, not the one asked for", file=str(ref))
     try:
         manifest = json.loads(body)
     except ValueError:
-        raise PlanError(f"{ref}: refused: its manifest is not JSON") from None
+        raise PlanError(f"refused: its manifest is not JSON", file=str(ref)) from None
     return ref.pinned(digest), manifest
 
 
@@ -265,11 +265,11 @@ def bundle_layer(ref: Reference, manifest: dict) -> dict:
               and layer.get("mediaType") == LAYER_MEDIA_TYPE]
     if len(layers) != 1:
         kinds = sorted({str(layer.get("mediaType")) for layer in manifest.get("layers") or [] if isinstance(layer, dict)})
-        raise PlanError(f"{ref}: refused: not a warmup bundle artifact (layers: {', '.join(kinds) or 'none'}; "
-                        f"a bundle has one {LAYER_MEDIA_TYPE})")
+        raise PlanError(f"refused: not a warmup bundle artifact (layers: {', '.join(kinds) or 'none'}; "
+                        f"a bundle has one {LAYER_MEDIA_TYPE})", file=str(ref))
     layer = layers[0]
     if not isinstance(layer.get("size"), int) or not str(layer.get("digest", "")).startswith("sha256:"):
-        raise PlanError(f"{ref}: refused: its bundle layer has no sha256 digest and size")
+        raise PlanError(f"refused: its bundle layer has no sha256 digest and size", file=str(ref))
     return layer
 
 
@@ -318,6 +318,6 @@ def _stream_blob(registry, container, ref: Reference, layer: dict, f, deadline: 
         raise RegistryError(f"GET {url}: ended after {size} of {layer['size']} bytes")
     digest = "sha256:" + h.hexdigest()
     if size != layer["size"] or digest != layer["digest"]:
-        raise PlanError(f"{ref}: refused: the registry's blob is {'over ' if size > layer['size'] else ''}{size} bytes "
+        raise PlanError(f"refused: the registry's blob is {'over ' if size > layer['size'] else ''}{size} bytes "
                         f"with sha256 {digest[7:19]}..., the manifest names {layer['size']} bytes "
-                        f"{layer['digest'][7:19]}... (a tampered or corrupted blob)")
+                        f"{layer['digest'][7:19]}... (a tampered or corrupted blob)", file=str(ref))

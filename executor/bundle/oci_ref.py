@@ -88,4 +88,4 @@ def _split_tag(rest: str) -> tuple[str, str | None]:
 
 
 def _bad(value: str, where: str, why: str) -> PlanError:
-    return PlanError(f"{where} {value!r}: {why}")
+    return PlanError(f"not a valid {where}: {why}", file=value)

@@ -88,6 +88,13 @@ def test_a_bad_reference_is_one_line(text, why):
         oci_ref.parse(text)
 
 
+def test_a_registry_host_without_a_dot_is_the_host_not_a_namespace():
+    client, container = oci._client(oci_ref.parse("oci://registry:5000/org/team/b:v1"), False)
+    assert container.get_blob_url("sha256:x") == "registry:5000/v2/org/team/b/blobs/sha256:x"
+    client, container = oci._client(oci_ref.parse("oci://localhost/b"), False)
+    assert container.manifest_url("v1") == "localhost/v2/b/manifests/v1" and client.prefix == "http"
+
+
 def test_loopback_registries_speak_plain_http_others_tls():
     assert oci_ref.parse("oci://localhost:5000/r").plain_http()
     assert oci_ref.parse("oci://127.0.0.1/r").plain_http()
