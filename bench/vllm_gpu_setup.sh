@@ -165,7 +165,7 @@ part_files() {
         plugin) echo "vllm_bridge/plugin.py" ;;
         fi) echo "flashinfer/__init__.py flashinfer/data/csrc pynvml.py tabulate" ;;
         mla) echo "vllm/_flashmla_C.abi3.so vllm/_flashmla_extension_C.abi3.so" ;;
-        registry) echo "oras/__init__.py bin/docker-registry" ;;
+        registry) echo "oras/__init__.py jsonschema/__init__.py registry-bin/docker-registry" ;;
         *) return 1 ;;
     esac
 }
@@ -298,20 +298,23 @@ pack_fi() {
     echo "fi: $(du -h "$PARTS_DIR/fi/part.tar.xz" | cut -f1)"
 }
 
-# The registry part (issue 47): the ORAS client the plugin pulls oci:// bundles with, and the CNCF
-# distribution registry's binary from Debian's docker-registry package (the GPU machine has no network
-# and maybe no dpkg: the binary is taken out of the .deb here).
-REGISTRY_WHEELS=(oras==0.2.43)
+# The registry part (issue 47): the ORAS client the plugin pulls oci:// bundles with, with the
+# dependencies the GPU image lacks (jsonschema and its own: found there, 2026-11-28, when the first
+# push said "No module named 'jsonschema'"; requests and urllib3 are in the image), and the CNCF
+# distribution registry's binary from Debian's docker-registry package, taken out of the .deb here (the
+# GPU machine has no network and maybe no dpkg) into registry-bin/, where no later `pip --target
+# --upgrade` of a wheel with scripts replaces it (a wheel's bin/ would: seen there the same day).
+REGISTRY_WHEELS=(oras==0.2.43 jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.36.2 rpds-py==0.27.1)
 pack_registry() {
     [ -f "$PARTS_DIR/registry/part.tar.xz" ] && [ -z "${FORCE:-}" ] && { echo "registry: kept (FORCE=1 rebuilds)"; return; }
     local stage
     stage=$(mktemp -d)
-    mkdir -p "$stage/wheels" "$stage/deb" "$stage/bin" "$PARTS_DIR/registry"
-    python3 -m pip download -q --no-deps --only-binary=:all: -d "$stage/wheels" "${REGISTRY_WHEELS[@]}" >&2 \
+    mkdir -p "$stage/wheels" "$stage/deb" "$stage/registry-bin" "$PARTS_DIR/registry"
+    python3 -m pip download -q --no-deps "${PY[@]}" -d "$stage/wheels" "${REGISTRY_WHEELS[@]}" >&2 \
         && (cd "$stage/deb" && apt-get download docker-registry >/dev/null 2>&1) \
         && dpkg-deb -x "$stage"/deb/docker-registry_*.deb "$stage/deb/root" \
-        && cp "$stage/deb/root/usr/bin/docker-registry" "$stage/bin/" \
-        || { echo "registry: pip download oras or apt-get download docker-registry failed" >&2; rm -rf "$stage"; return 1; }
+        && cp "$stage/deb/root/usr/bin/docker-registry" "$stage/registry-bin/" \
+        || { echo "registry: pip download or apt-get download docker-registry failed" >&2; rm -rf "$stage"; return 1; }
     rm -rf "$stage/deb"
     tar cf - -C "$stage" . | xz -1 -T0 > "$PARTS_DIR/registry/part.tar.xz" || { rm -rf "$stage"; return 1; }
     rm -rf "$stage"

@@ -336,7 +336,7 @@ run_part() {
 oci_ref() { echo "oci://127.0.0.1:$REGISTRY_PORT/warmup/$SERIES:build"; }
 
 start_registry() {  # the CNCF registry of the setup's registry part, on loopback, storage of its own
-    local bin=$VLLM_SITE/bin/docker-registry i
+    local bin=$VLLM_SITE/registry-bin/docker-registry i
     [ -x "$bin" ] || { echo "no $bin: install the setup's registry part" > "$1/oci_push.txt"; return 1; }
     rm -rf "$ROOT/registry" && mkdir -p "$ROOT/registry/storage"
     printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
