@@ -123,9 +123,11 @@ def _pinned(ref, environ):
     if SERVER in environ and ref.digest:
         return ref  # a child: the API server pinned it
     environ.setdefault(SERVER, f"{os.getpid()}-{time.time_ns()}")
+    asked = time.monotonic()
     pinned, _ = oci.resolve(ref, timeout_s=RESOLVE_TIMEOUT_S, plain_http=plain_http(environ), environ=environ)
     environ["WARMUP_BUNDLE"] = str(pinned)
-    log.info("warmup-planner: bundle %s is %s; the node's copy is fetched in the background", ref, pinned.digest)
+    log.info("warmup-planner: bundle %s is %s (the registry answered in %.2f s); the node's copy is fetched in "
+             "the background", ref, pinned.digest, time.monotonic() - asked)
     return pinned
 
 

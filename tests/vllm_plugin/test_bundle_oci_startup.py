@@ -70,8 +70,9 @@ def test_the_tag_is_pinned_in_one_line_and_the_node_copy_pulled_once(started):
     assert pulled["error"] is None and pulled["stock"] == STOCK
     lines = messages(pulled)
     digest = pinned.rsplit("@", 1)[1]
-    assert f"warmup-planner: bundle oci://{address}/warmup/llama:v1 is {digest}; the node's copy is fetched " \
-           "in the background" in lines
+    [pinned_line] = [line for line in lines if f" is {digest} (the registry answered in " in line]
+    assert pinned_line.startswith(f"warmup-planner: bundle oci://{address}/warmup/llama:v1 is {digest} ")
+    assert pinned_line.endswith("; the node's copy is fetched in the background")
     copy = root / "pulled" / "vllm" / "warmup_bundles" / "oci" / f"{digest.replace(':', '-')}.bundle"
     assert [line for line in lines if " pulled to " in line] == [
         line for line in lines if line.startswith(f"warmup-planner: bundle {pinned} pulled to {copy} (")]
