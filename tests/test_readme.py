@@ -99,7 +99,7 @@ def test_every_measured_figure_is_in_one_table_with_date_card_and_part():
     parts = set(result_parts())
     for row in rows:
         date, card, _what, result, part = [cell.strip() for cell in row.strip("|").split("|")]
-        assert re.fullmatch(r"2026-11-\d\d(/\d\d)?", date) and card in ("H100", "H200", "2x H100", "CPU"), row
+        assert re.fullmatch(r"2026-11-\d\d(/\d\d)?", date) and card in ("H100", "H200", "2x H100", "4x H200", "CPU"), row
         assert result and all(p.strip() in parts for p in part.split(",")), (part, sorted(parts))
     # a figure of seconds against stock, or a ratio, appears nowhere else
     rest = README.replace(table, "")
