@@ -7,7 +7,7 @@ Usage: python3 .ci/readme_vllm_path.py README.md [--vllm-path PATHS]
 A command's expected exit code is the README's own `# exit N` comment, else 0. Placeholders are
 the README's: /models/Llama-3.1-8B-FP8 becomes a directory holding the Llama fixture's config.json,
 /path/to/vllm/.../configs the configs directory of the vLLM in --vllm-path. Skipped, and said:
-`vllm serve` (a GPU), `warmup bundle build` (a GPU) and `install` (its bundle), and the commands
+`vllm serve` (a GPU), `warmup bundle build` (a GPU), `install`, `push` and `pull` (its bundle), and the commands
 that need vLLM itself (`--from-vllm`, the MoE tables) when --vllm-path is not given.
 """
 
@@ -40,8 +40,10 @@ def commands(readme: str) -> list[str]:
 def why_skipped(command: str, vllm_path: str | None) -> str | None:
     if "vllm serve" in command:
         return "starts vLLM on a GPU"
-    if command.startswith("warmup bundle build") or command.startswith("warmup bundle install"):
+    if command.startswith(("warmup bundle build", "warmup bundle install")):
         return "builds on a GPU, or installs what a GPU built"
+    if command.startswith(("warmup bundle push", "warmup bundle pull")):
+        return "pushes what a GPU built to a registry, or pulls it (tests/executor/test_bundle_oci.py runs both)"
     if ("--from-vllm" in command or MOE_CONFIGS in command) and not vllm_path:
         return "needs vLLM installed (--vllm-path)"
     return None
