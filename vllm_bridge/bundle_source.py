@@ -78,7 +78,9 @@ def for_process(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os
     key = (os.getpid(), value)
     if key not in _STARTED:
         _STARTED[key] = source = start(value, timeout_s, environ)
-        _STARTED[(os.getpid(), environ.get("WARMUP_BUNDLE") or None)] = source  # as pinned, for this process
+        pinned = environ.get("WARMUP_BUNDLE") if SERVER in environ else None
+        if value and pinned and pinned != value:  # start pinned an oci:// tag: the same source by either name
+            _STARTED[(os.getpid(), pinned)] = source
     return _STARTED[key]
 
 

@@ -161,3 +161,14 @@ def test_a_pull_timeout_that_is_no_number_of_seconds_is_refused(value):
     with pytest.raises(PluginError, match="WARMUP_BUNDLE_PULL_TIMEOUT_S must be a positive number of seconds"):
         Settings.from_env({"WARMUP_BUNDLE": "x", "WARMUP_BUNDLE_PULL_TIMEOUT_S": value})
     assert Settings.from_env({"WARMUP_BUNDLE_PULL_TIMEOUT_S": "30"}).pull_timeout_s == 30.0
+
+
+def test_one_source_per_process_and_value_and_none_is_no_bundle(tmp_path, monkeypatch):
+    """A process's sources are kept by value: a start without WARMUP_BUNDLE after one with it (tests,
+    an offline LLM made twice) gets no bundle, not the earlier one's."""
+    make_bundle(tmp_path / "b.warmup")
+    monkeypatch.setattr(bundle_source, "_STARTED", {})
+    assert bundle_source.for_process(str(tmp_path / "b.warmup"), 60, {}).wait()[0] == str(tmp_path / "b.warmup")
+    assert bundle_source.for_process(None, 60, {}).wait() == (None, None)
+    assert bundle_source.for_process(str(tmp_path / "b.warmup"), 60, {}) is bundle_source.for_process(
+        str(tmp_path / "b.warmup"), 60, {})
