@@ -295,7 +295,7 @@ def test_deepseek_v3_tp8():
     assert attn["scale"] == pytest.approx(192 ** -0.5 * mscale ** 2)
     assert attn["scale"] == pytest.approx(0.1352, abs=1e-4)
     assert (attn["num_heads"], attn["num_kv_heads"], attn["head_size"], attn["head_size_v"], attn["count"],
-            attn["backend"]) == (16, 1, 576, 512, 61, "FLASHMLA")
+            attn["backend"]) == (16, 1, 576, 512, 61, "FLASH_ATTN_MLA")   # a 64-token page is a multiple of 16
     assert e["kv_cache"] == {"num_blocks": 65536, "groups": [{"block_size": 64, "kind": "full_attention"}]}
     assert e["scheduler"] == {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
     assert e["device"] == {"name": "H200", "num_sms": 132, "capability": "9.0"}
@@ -304,7 +304,9 @@ def test_deepseek_v3_tp8():
 
 def test_deepseek_v3_defaults_and_expert_parallel():
     e = engine("deepseek-v3", tp=8, gpu="H200", enable_expert_parallel=True)
-    assert e["kv_cache"]["groups"] == [{"block_size": 64, "kind": "full_attention"}]   # MLA default
+    # vLLM's page: FLASH_ATTN_MLA, first on SM 9.0, takes its default 16 (part AE's live vLLM picked it)
+    assert e["kv_cache"]["groups"] == [{"block_size": 16, "kind": "full_attention"}]
+    assert only(e["model"]["attention"])["backend"] == "FLASH_ATTN_MLA"
     moe = only(e["model"]["moe"])
     assert (moe["num_experts"], moe["intermediate_size"]) == (32, 2048)
     # shared experts stay tensor-parallel
@@ -439,9 +441,9 @@ def test_num_blocks_estimate_llama():
     assert e["kv_cache"]["num_blocks"] == int(free // per_block) // 16 * 16
     assert e["kv_cache"]["num_blocks"] % 16 == 0
     assert "estimate" in e["description"]
-    # MLA: 61 layers * 64 tokens * 576 * 2 bytes per block
+    # MLA: 61 layers * 16 tokens * 576 * 2 bytes per block
     ds = engine("deepseek-v3", tp=8, gpu="H200")
-    assert 8000 < ds["kv_cache"]["num_blocks"] < 16000
+    assert 32000 < ds["kv_cache"]["num_blocks"] < 64000
     # does not fit: refused (it used to get 16 blocks and pass every check); see test_memory_fit.py
     with pytest.raises(HFConfigError, match="the weights do not fit: 626.8 GiB per rank"):
         engine("deepseek-v3", tp=1, gpu="L40S")
@@ -476,6 +478,17 @@ def test_names_and_description():
     hf["_name_or_path"] = "Qwen/Qwen3-8B"
     assert engine_from_hf(hf, tp=2)["name"] == "Qwen3-8B-tp2-h100"
     assert engine_from_hf(hf, name="mine")["name"] == "mine"
+
+
+@pytest.mark.parametrize("gpu, block_size, backend, page", [
+    ("H200", None, "FLASH_ATTN_MLA", 16), ("H200", 64, "FLASH_ATTN_MLA", 64), ("H200", 8, "TRITON_MLA", 8),
+    ("B200", None, "FLASHINFER_MLA", 32), ("B200", 64, "FLASHINFER_MLA", 64), ("B200", 16, "TRITON_MLA", 16)])
+def test_the_mla_backend_and_page_are_vllms_first_that_takes_them(gpu, block_size, backend, page):
+    """vLLM 0.25.0's and 0.33.0's order for dense MLA (platforms/cuda.py): FLASHINFER_MLA first on SM 10.x
+    (pages of 32 or 64; with none given vLLM takes its smallest, 32), FLASH_ATTN_MLA on SM 9.x (multiples
+    of 16; none given: vLLM's 16), TRITON_MLA where neither takes the page."""
+    e = engine("deepseek-v3", tp=8, gpu=gpu, **({"block_size": block_size} if block_size else {}))
+    assert (only(e["model"]["attention"])["backend"], e["kv_cache"]["groups"][0]["block_size"]) == (backend, page)
 
 
 def test_key_order():

@@ -268,7 +268,7 @@ def test_deepseek_v2_lite_mla_without_q_compression():
         "gate": (64, 2048, 26, NONE), "shared_experts.gate_up_proj": (2 * 2 * 1408, 2048, 26, NONE),
         "shared_experts.down_proj": (2048, 2 * 1408, 26, NONE), "lm_head": (102400, 2048, 1, NONE)}
     mscale = 0.1 * 0.707 * __import__("math").log(40) + 1  # yarn_get_mscale(40, mscale_all_dim 0.707)
-    assert attention(e) == [(16, 1, 576, round(192 ** -0.5 * mscale ** 2, 6), 0.0, FULL, 27, "FLASHMLA")]
+    assert attention(e) == [(16, 1, 576, round(192 ** -0.5 * mscale ** 2, 6), 0.0, FULL, 27, "FLASH_ATTN_MLA")]
 
 
 def test_gpt_oss_mxfp4_experts_sinks_and_alternating_windows():

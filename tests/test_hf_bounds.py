@@ -124,20 +124,20 @@ def test_ignore_memory_warns_loudly_and_says_so_in_the_engine(tmp_path, capsys):
     code, _, err = run(capsys, "engine", "--from-hf", DEEPSEEK, "--tp", "8", "--ignore-memory", "-o", str(out))
     assert code == 0
     assert err.startswith("warmup: warning: the weights do not fit: 79.3 GiB per rank") and err.count("\n") == 1
-    assert "writing num_blocks 2560 (one max_model_len request)" in err
+    assert "writing num_blocks 10240 (one max_model_len request)" in err
     text = out.read_text()
-    assert "  num_blocks: 2560\n" in text  # 163,840 tokens of max_model_len in blocks of 64
+    assert "  num_blocks: 10240\n" in text  # 163,840 tokens of max_model_len in blocks of 16 (FLASH_ATTN_MLA's)
     assert "--tp 8 --ignore-memory` from" in text and "vLLM would refuse this configuration" in text
     assert run(capsys, "validate", str(out))[0] == 0
 
 
 def test_a_kv_cache_short_of_one_request_is_refused(tmp_path, capsys):
-    # Fits at 163,840 tokens (the shipped engine); 2^24 tokens need 262,144 blocks of 64.
+    # Fits at 163,840 tokens (the shipped engine); 2^24 tokens need 1,048,576 blocks of 16.
     path = config(tmp_path, "deepseek-v3", max_position_embeddings=1 << 24)
     code, _, err = run(capsys, "engine", "--from-hf", path, "--tp", "8", "--gpu", "H200")
     assert code == 2
     assert "the KV cache does not hold one request of max_model_len 16777216" in err
-    assert "where one request needs 262144 (vLLM refuses to start); lower --max-model-len to at most" in err
+    assert "where one request needs 1048576 (vLLM refuses to start); lower --max-model-len to at most" in err
     code, out, _ = run(capsys, "engine", "--from-hf", path, "--tp", "8", "--gpu", "H200", "--max-model-len", "131072")
     assert code == 0 and "max_model_len: 131072" in out
 

@@ -112,7 +112,7 @@ def test_mla_refuses_a_kv_cache_dtype_its_backends_do_not_take(capsys):
     code, out, err = run(capsys, "engine", "--from-hf", DEEPSEEK, "--tp", "8", "--gpu", "H200",
                          "--kv-cache-dtype", "fp8_e5m2")
     assert code == 2 and out == "" and err == (
-        f"warmup: error: {DEEPSEEK}: --kv-cache-dtype fp8_e5m2: FLASHMLA, the MLA attention backend of this "
+        f"warmup: error: {DEEPSEEK}: --kv-cache-dtype fp8_e5m2: FLASH_ATTN_MLA, the MLA attention backend of this "
         "model, takes auto, float16, bfloat16, fp8, fp8_e4m3; vLLM refuses it\n")
 
 

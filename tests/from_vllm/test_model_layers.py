@@ -167,9 +167,9 @@ KNOWN = {
     ("0.33", "gemma-3-27b-it", "backend"):
         "vLLM 0.33.0 picks TRITON_FLASH_ATTN for the multimodal prefix, a backend the engine schema does not name",
 }
-# MLA layers: vLLM 0.25.0 and 0.33.0 take FLASH_ATTN_MLA first on SM 9.0 (platforms/cuda.py), a backend
-# the engine schema does not name; --from-hf writes FLASHMLA (its kernels are ahead of time either way).
-MLA_BACKENDS = {"FLASHMLA": "FLASH_ATTN_MLA", "TRITON_MLA": "FLASH_ATTN_MLA"}
+# MLA layers: vLLM 0.25.0 and 0.33.0 take FLASH_ATTN_MLA first on SM 9.0 (platforms/cuda.py), and so does
+# --from-hf (planner/engine/hf/attention.py mla_backend); its kernels are ahead of time in vLLM's wheel.
+MLA_BACKENDS: dict = {}
 
 needs_vllm = pytest.mark.skipif(not RELEASES, reason="WARMUP_VLLM_ENVS not set (tests/vllm_parity/setup_vllm.sh)")
 pytestmark = needs_vllm

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from .attention import attention_and_kv_groups
+from .attention import attention_and_kv_groups, default_block_size
 from .choices import vllm_choices
 from .device import Gpu, resolve_gpu
 from .decoder import decoder_layers
@@ -57,7 +57,7 @@ def _description(source: str, model: Model, flags: Flags, gpu: Gpu, block_size: 
         ("--max-num-seqs", flags.max_num_seqs, None),
         ("--max-num-batched-tokens", flags.max_num_batched_tokens, None),
         ("--num-blocks", flags.num_blocks, None),
-        ("--block-size", block_size, model.default_block_size),
+        ("--block-size", block_size, default_block_size(model, gpu)),
         ("--speculative-method", flags.speculative_method, None),
         ("--num-speculative-tokens", flags.num_speculative_tokens, None),
         ("--kv-cache-dtype", model.kv_cache_dtype, "auto")) if value != default]
@@ -139,7 +139,7 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     check_fp8_blocks(ctx, layers, quant, par)
     linear = linear_entries(ctx, layers, quant, layout.layers) + [lm_head(text, model, par.tp)]
     moe = moe_entries(layers, quant, layout.layers, device.capability)
-    block_size = flags.block_size if flags.block_size is not None else model.default_block_size
+    block_size = flags.block_size if flags.block_size is not None else default_block_size(model, device)
     attention, kv_groups = attention_and_kv_groups(text, model, layers.attention, device, block_size)
     num_blocks, unfit = flags.num_blocks, None
     if num_blocks is None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .device import Gpu
 from .layers import AttentionShape
 from .layouts import Layout
-from .model import MLA_BLOCK_SIZE, Model
+from .model import DEFAULT_BLOCK_SIZE, Model
 from .source import HFConfig
 
 
@@ -79,6 +79,27 @@ def _dense_backend(model: Model, shape: AttentionShape, major: int) -> str:
     return "TRITON_ATTN"
 
 
+def mla_backend(major: int, block_size: int) -> str:
+    """vLLM's first dense MLA backend that takes the layer: 0.25.0's and 0.33.0's order on CUDA
+    (platforms/cuda.py, use_mla): on SM 10.x FLASHINFER_MLA first (pages of 32 or 64 tokens); elsewhere
+    FLASH_ATTN_MLA (FlashAttention 3: SM 9.x, pages a multiple of 16), FLASHMLA (SM 9.0 and later, pages
+    of 64), TRITON_MLA. What each needs compiles ahead of time (vLLM's wheel): nothing is planned for it."""
+    if major == 10 and block_size in (32, 64):
+        return "FLASHINFER_MLA"
+    if major == 9 and block_size % 16 == 0:
+        return "FLASH_ATTN_MLA"
+    if major >= 9 and block_size == 64:
+        return "FLASHMLA"
+    return "TRITON_MLA"
+
+
+def default_block_size(model: Model, gpu: Gpu) -> int:
+    """vLLM's page when --block-size is not given: its default, 16, where the backend takes it, else the
+    backend's smallest (AttentionBackend.get_preferred_block_size): FLASHINFER_MLA's 32 on SM 10.x."""
+    major = int(gpu.capability.split(".")[0])
+    return 32 if model.mla and major == 10 else DEFAULT_BLOCK_SIZE
+
+
 def _attention_backend(ctx: HFConfig, model: Model, shape: AttentionShape, gpu: Gpu,
                        block_size: int) -> tuple[str, int | None, list]:
     """(vLLM attention backend, sliding window, per-layer sliding flags)."""
@@ -86,8 +107,7 @@ def _attention_backend(ctx: HFConfig, model: Model, shape: AttentionShape, gpu: 
     if not model.mla:
         window, sliding = _sliding_layers(ctx, model.layout, model.num_layers)
         return _dense_backend(model, shape, major), window, sliding
-    # FlashMLA needs Hopper or later and its own page size; vLLM falls back to Triton MLA
-    backend = "FLASHMLA" if block_size == MLA_BLOCK_SIZE and major >= 9 else "TRITON_MLA"
+    backend = mla_backend(major, block_size)
     if model.kv_cache_dtype not in _MLA_KV_CACHE:
         raise ctx.fail(f"--kv-cache-dtype {model.kv_cache_dtype}: {backend}, the MLA attention backend of this "
                        f"model, takes {', '.join(_MLA_KV_CACHE)}; vLLM refuses it")

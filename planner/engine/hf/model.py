@@ -24,7 +24,6 @@ from .source import MAX_LEN_KEYS, HFConfig
 MM_PREFIX_LM_MODELS = ("bagel", "gemma3", "molmo2", "moondream3", "paligemma", "umm")
 
 
-MLA_BLOCK_SIZE = 64         # FlashMLA's page size
 DEFAULT_BLOCK_SIZE = 16
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # Bytes of one KV-cache value, times 16 (nvfp4: half a byte plus an fp8 scale per 16 values); auto: the model's
@@ -57,10 +56,6 @@ class Model:
         """Bytes of `values` KV-cache values in the cache's dtype (rounded up)."""
         per_16 = _KV_BYTES_X16.get(self.kv_cache_dtype, 16 * self.dtype_bytes)
         return cdiv(values * per_16, 16)
-
-    @property
-    def default_block_size(self) -> int:
-        return MLA_BLOCK_SIZE if self.mla else DEFAULT_BLOCK_SIZE
 
 
 def architecture(ctx: HFConfig) -> tuple[str, Layout]:
