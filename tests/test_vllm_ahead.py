@@ -83,6 +83,42 @@ def test_modules_a_bundle_holds_are_not_built_ahead(h100, caplog, monkeypatch, t
     assert ahead.bundled_modules(None) == set()
 
 
+def test_a_bundle_named_by_its_directory_or_a_registry_is_read_through_its_local_file(h100, caplog, monkeypatch,
+                                                                                     tmp_path):
+    """WARMUP_BUNDLE as a directory (an image volume) or an oci:// reference: the modules its local file
+    holds are not built ahead either (on the H200, part AD, the oci:// start built both for nothing)."""
+    from executor.bundle import archive
+    from planner.errors import PlanError
+    from vllm_bridge import bundle_source
+
+    manifest = archive.Manifest(archive.FORMAT, "", "", "", {}, [archive.FileRecord(
+        "flashinfer_jit/sampling/sampling.so", "0" * 64, 1)], [], {}, origin=archive.VLLM)
+
+    def read_manifest(path):  # as the real one: a directory or a reference is no readable bundle
+        if not os.path.isfile(path):
+            raise PlanError("not a readable warmup bundle", file=path)
+        return manifest
+
+    monkeypatch.setattr(archive, "read_manifest", read_manifest)
+    monkeypatch.setattr(ahead, "prebuilt_cache_installed", lambda: True)
+    monkeypatch.setattr(bundle_source, "_STARTED", {})
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "b.warmup").write_text("a bundle (its manifest stood in for)")
+    launched = []
+    args = types.SimpleNamespace(model=h100, revision=None, tensor_parallel_size=1, max_model_len=4096)
+    ahead.start(args, Settings("vllm-0.25-plugin", bundle=str(volume)),
+                launch=lambda gens, arch, t: launched.append(gens) or 1).join(30)
+    assert launched == [["flashinfer.jit.gemm:gen_fp8_blockscale_gemm_sm90_module"]]
+    pulled = bundle_source.Source("oci://r.example/w@sha256:" + "a" * 64, str(volume / "b.warmup"))
+    monkeypatch.setattr(bundle_source, "for_process", lambda value, timeout_s: pulled)
+    monkeypatch.setattr(ahead, "_started", threading.Event())
+    launched.clear()
+    ahead.start(args, Settings("vllm-0.25-plugin", bundle=pulled.value),
+                launch=lambda gens, arch, t: launched.append(gens) or 1).join(30)
+    assert launched == [["flashinfer.jit.gemm:gen_fp8_blockscale_gemm_sm90_module"]]
+
+
 def test_no_config_on_disk_starts_nothing_in_one_line(h100, caplog, tmp_path):
     args = types.SimpleNamespace(model=str(tmp_path / "empty"), revision=None, tensor_parallel_size=1,
                                  max_model_len=None)

@@ -26,6 +26,7 @@ import threading
 
 from planner.errors import PlanError, one_line
 
+from . import bundle_source
 from .flashinfer_waits import prebuilt_cache_installed
 
 log = logging.getLogger("vllm.warmup_planner")
@@ -95,7 +96,9 @@ def _plan_and_build(request: Request, settings, launch) -> None:
     except Exception as e:  # noqa: BLE001 - an optimisation: the pool builds them
         log.info("warmup-planner: FlashInfer's modules are not built ahead (%s: %s)", type(e).__name__, one_line(e))
         return
-    held = bundled_modules(settings.bundle)
+    # the bundle's local file: WARMUP_BUNDLE may be a directory or an oci:// reference, fetched by now
+    # (register waited for it before vLLM resolved the model)
+    held = bundled_modules(bundle_source.for_process(settings.bundle, settings.pull_timeout_s).local_path())
     if held & {m.name for m in modules}:  # placed where FlashInfer loads them once the worker installs the bundle
         log.info("warmup-planner: FlashInfer's modules %s are not built ahead: WARMUP_BUNDLE holds them",
                  ", ".join(sorted(held & {m.name for m in modules})))

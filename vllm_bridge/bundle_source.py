@@ -52,6 +52,12 @@ class Source:
                 return None
         return None if self.cause else self.path
 
+    def local_path(self) -> str | None:
+        """The file if it is here now (no waiting): None while a pull goes on, or with no bundle."""
+        if self.thread is not None and self.thread.is_alive():
+            return None
+        return None if self.cause else self.path
+
     def wait(self) -> tuple[str | None, float | None]:
         """For the install at load_model: (the file, or None: no bundle, said in one line; the
         seconds this call waited for the pull, None where nothing is pulled)."""
