@@ -62,6 +62,13 @@
 #   3 carry [".vllm/py", ".vllm/plugin", ".vllm/fi", ".vllm/mla"]  bash bench/vllm_gpu_setup.sh check core ext && bash bench/vllm_gpu_setup.sh install py plugin fi mla && bash bench/vllm_gpu_setup.sh check core ext py plugin fi mla
 #   4 carry []   MODE=server WITH_FLASHINFER=1 MODEL=deepseek-v3-5l TP=4 PARTS="stock-cold" bash bench/vllm_startup_proof.sh
 #   5 carry []   MODE=server WITH_FLASHINFER=1 MODEL=deepseek-v3-5l TP=4 PARTS="plugin-cold" bash bench/vllm_startup_proof.sh
+# Issue 48 item 4 (not yet run): the TP 4 start's bundle on another four-GPU lease. Lease 1, after its
+# three install calls: PARTS="bundle-build" (same variables), then `python3 bench/bundle_proof.py split
+# $ROOT/bundles/<series>.warmup $OUT/bundle --budget 60` in the same call (a DeepSeek TP 4 start filled
+# 335 MiB of vLLM's cache and 165 MiB of Inductor's in part AE: expect several calls of `split --first N`,
+# each bringing out what the tool returns, 8 files and 64 MiB at most). Lease 2 (a fresh four-GPU lease of
+# the same card): the install calls, calls that carry the parts into .vllm/bundle_in (64 MiB each, with the
+# repository), then BUNDLE_IN=.vllm/bundle_in [BUNDLE_VIA=oci] PARTS="bundle-cold" with the same variables.
 # EP=1 adds --enable-expert-parallel (a series <model>-tp4-ep of its own): vLLM 0.25 then runs the block-FP8
 # MoE on FlashInfer's CUTLASS MoE (a JIT-built module, not planned), or without FlashInfer on DeepGEMM's grouped GEMM.
 # Results as below, under runs/<series>-serve/<part>/: result.json (bench/vllm_serve_trace.py),
