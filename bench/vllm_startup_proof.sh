@@ -67,8 +67,9 @@
 # $ROOT/bundles/<series>.warmup $OUT/bundle --budget 60` in the same call (a DeepSeek TP 4 start filled
 # 335 MiB of vLLM's cache and 165 MiB of Inductor's in part AE: expect several calls of `split --first N`,
 # each bringing out what the tool returns, 8 files and 64 MiB at most). Lease 2 (a fresh four-GPU lease of
-# the same card): the install calls, calls that carry the parts into .vllm/bundle_in (64 MiB each, with the
-# repository), then BUNDLE_IN=.vllm/bundle_in [BUNDLE_VIA=oci] PARTS="bundle-cold" with the same variables.
+# the same card): the install calls, then calls that each carry one folder of parts, .vllm/bundle_in_K
+# (a carried path replaces the one there: one folder per call), and copy it to /tmp/bundle_in, then
+# BUNDLE_IN=/tmp/bundle_in [BUNDLE_VIA=oci] PARTS="bundle-cold" with the same variables.
 # EP=1 adds --enable-expert-parallel (a series <model>-tp4-ep of its own): vLLM 0.25 then runs the block-FP8
 # MoE on FlashInfer's CUTLASS MoE (a JIT-built module, not planned), or without FlashInfer on DeepGEMM's grouped GEMM.
 # Results as below, under runs/<series>-serve/<part>/: result.json (bench/vllm_serve_trace.py),
