@@ -14,9 +14,11 @@ manifest or blob whose bytes do not match their digest).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
+from planner.errors import PlanError
 from planner.output import check_writable
 
 from ..report import EXIT_FAILED, EXIT_OK
@@ -35,9 +37,20 @@ def add_commands(cmds) -> list:
     for p in (push, pull):
         p.add_argument("--plain-http", action="store_true",
                        help="speak HTTP, not HTTPS, to the registry (loopback registries always are)")
-        p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="S",
+        p.add_argument("--timeout", type=seconds, default=TIMEOUT_S, metavar="S",
                        help=f"give up after S seconds (default {TIMEOUT_S:.0f})")
     return [push, pull]
+
+
+def seconds(text: str) -> float:
+    """--timeout: a positive number of seconds (argparse says the rest in one line, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def annotations_of(manifest: archive.Manifest) -> dict:
@@ -62,6 +75,8 @@ def cmd_push(args) -> int:
 
 def cmd_pull(args) -> int:
     ref = oci_ref.parse(args.reference)
+    if args.output == "-":
+        raise PlanError("-o -: a bundle is a binary archive; name a file")
     check_writable(args.output)
     try:
         pulled = oci.pull(ref, args.output, timeout_s=args.timeout, plain_http=args.plain_http)

@@ -291,6 +291,9 @@ def test_cli_push_and_pull_print_the_pinned_reference(tmp_path, registry):
     (["pull", "oci://REG/w:missing", "-o", "OUT"], 1, "not in the registry"),
     (["pull", "oci://127.0.0.1:1/w:v1", "-o", "OUT"], 1, "cannot be reached"),
     (["pull", "oci://REG/w:v1", "-o", "TMP"], 2, "cannot write"),
+    (["pull", "oci://REG/w:v1", "-o", "-"], 2, "a bundle is a binary archive; name a file"),
+    (["pull", "oci://REG/w:v1", "-o", "OUT", "--timeout", "0"], 2, "must be a positive number of seconds"),
+    (["push", "BUNDLE", "oci://REG/w:v1", "--timeout", "soon"], 2, "must be a positive number of seconds"),
 ])
 def test_cli_failures_are_one_line_with_the_exit_code(tmp_path, registry, argv, code, why):
     bundle = tmp_path / "b.warmup"
