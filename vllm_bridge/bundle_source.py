@@ -102,7 +102,10 @@ def start(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os.envir
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts without the bundle
         environ["WARMUP_BUNDLE"] = ""  # the children inherit no bundle, and say nothing
         return _failed(value, cause_of(e))
-    return _fetch_in_background(ref, timeout_s, environ, cache_dir)
+    try:
+        return _fetch_in_background(ref, timeout_s, environ, cache_dir)
+    except Exception as e:  # noqa: BLE001 - a cache root it cannot use, a thread it cannot start
+        return _failed(str(ref), cause_of(e))
 
 
 def _local(value: str | None) -> Source:

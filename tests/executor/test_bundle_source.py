@@ -172,3 +172,15 @@ def test_one_source_per_process_and_value_and_none_is_no_bundle(tmp_path, monkey
     assert bundle_source.for_process(None, 60, {}).wait() == (None, None)
     assert bundle_source.for_process(str(tmp_path / "b.warmup"), 60, {}) is bundle_source.for_process(
         str(tmp_path / "b.warmup"), 60, {})
+
+
+def test_a_fetch_that_cannot_start_is_one_line_not_a_stopped_vllm(tmp_path, registry, caplog, monkeypatch):
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    push(bundle, f"oci://{registry.address}/w:v1")
+    monkeypatch.setattr(bundle_source, "_cache_dir", lambda: (_ for _ in ()).throw(OSError(30, "Read-only file system")))
+    environ = {"WARMUP_BUNDLE": f"oci://{registry.address}/w:v1"}
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert bundle_source.start(environ["WARMUP_BUNDLE"], 60, environ).wait() == (None, None)
+    [line] = warnings(caplog)
+    assert "not installed, vLLM starts without it: OSError: [Errno 30] Read-only file system" in line
