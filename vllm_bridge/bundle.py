@@ -121,7 +121,7 @@ def install_early(path: str | None, stage: bool = True) -> dict | None:
         return None
     finally:
         if stage:  # an oci:// bundle is checked by the thread that fetched it
-            _prepare_unless_in_place(path)
+            prepare_unless_in_place(path)
     if placed.families and any(p.new for p in placed.families.values()):
         log.info("warmup-planner: bundle %s, before vLLM resolves the model: %s", path, placed.describe())
     _log_problems(placed)
@@ -134,7 +134,7 @@ def _log_problems(placed) -> None:
         log.warning("warmup-planner: bundle: %s", line)
 
 
-def _prepare_unless_in_place(path: str) -> None:
+def prepare_unless_in_place(path: str) -> None:
     """The members checked in a background thread while vLLM starts (the install waits for it),
     unless this node's caches hold the bundle already (a rank started after another placed it)."""
     from executor.bundle import archive, staging, startup, usage

@@ -41,6 +41,9 @@ class Source:
         self.started = time.monotonic()
         self.thread: threading.Thread | None = None
 
+    def _file(self) -> str | None:
+        return None if self.cause else self.path
+
     def wait_early(self) -> str | None:
         """For the install before vLLM resolves the model: the file if the pull is done within
         EARLY_WAIT_S (else None, one info line: the pull goes on, the rest installs at load_model)."""
@@ -50,13 +53,13 @@ class Source:
                 log.info("warmup-planner: bundle %s still being fetched after %.0f s: vLLM resolves the model "
                          "itself; the rest is installed at load_model", self.value, EARLY_WAIT_S)
                 return None
-        return None if self.cause else self.path
+        return self._file()
 
     def local_path(self) -> str | None:
         """The file if it is here now (no waiting): None while a pull goes on, or with no bundle."""
         if self.thread is not None and self.thread.is_alive():
             return None
-        return None if self.cause else self.path
+        return self._file()
 
     def wait(self) -> tuple[str | None, float | None]:
         """For the install at load_model: (the file, or None: no bundle, said in one line; the
@@ -69,7 +72,7 @@ class Source:
             if self.thread.is_alive() and not self.cause:
                 self.cause = f"not on this node after {self.timeout_s:.0f} s (WARMUP_BUNDLE_PULL_TIMEOUT_S)"
         say_not_installed(self)
-        return (None if self.cause else self.path), waited
+        return self._file(), waited
 
 
 _STARTED: dict = {}  # (pid, WARMUP_BUNDLE's value) -> Source: a forked child starts its own
@@ -167,21 +170,13 @@ def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None) 
             log.info("warmup-planner: bundle %s pulled to %s (%.1f MiB in %.2f s, sha256 checked)",
                      fetched.pulled.reference, fetched.path, fetched.pulled.size / 2**20,
                      time.monotonic() - source.started)
-        _stage(fetched.path)
+        from .bundle import prepare_unless_in_place
+
+        prepare_unless_in_place(fetched.path)  # the members checked while vLLM starts, as for a file bundle
 
     source.thread = threading.Thread(target=run, name="warmup-bundle-pull", daemon=True)
     source.thread.start()
     return source
-
-
-def _stage(path: str) -> None:
-    """The members checked into their staging directory while vLLM starts (as for a file bundle)."""
-    from executor.bundle import staging
-
-    try:
-        staging.prepare(path)
-    except Exception:  # noqa: BLE001 - the install checks again and refuses in one line
-        pass
 
 
 def _cache_dir() -> str:

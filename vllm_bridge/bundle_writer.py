@@ -30,7 +30,6 @@ class Writer:
         self.out, self.listed, self.ready = out, listed, ready
         self.listed_s = time.monotonic() - ready  # what the listing took, on the critical path
         self.cancel = threading.Event()
-        self.written: str | None = None
         self.thread = threading.Thread(target=self._run, name="warmup-planner-bundle", daemon=True)
 
     def start(self) -> Writer:
@@ -52,7 +51,6 @@ class Writer:
         except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
             log.warning("warmup-planner: no bundle written: %s", cause_of(e))
         else:
-            self.written = self.out
             done = time.monotonic()
             log.info("warmup-planner: bundle %s written %.1f s after ready, in %.1f s beside vLLM (its files listed "
                      "at ready in %.2f s): %s", self.out, done - self.ready, done - started, self.listed_s,
@@ -61,11 +59,6 @@ class Writer:
             with _lock:
                 if self in _writers:
                     _writers.remove(self)
-
-    def wait(self, timeout: float | None = None) -> str | None:
-        """The path written, once the writer is done (None: none written, or still writing)."""
-        self.thread.join(timeout)
-        return self.written
 
     def finish(self, timeout: float) -> None:
         """Wait `timeout` s for the bundle, then stop its writer (CANCEL_WAIT_S more for it to go)."""

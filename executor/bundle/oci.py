@@ -25,10 +25,12 @@ import json
 import os
 import tempfile
 import time
+from contextlib import nullcontext
 from typing import NamedTuple
 
 from planner.errors import PlanError, WriteError
 
+from . import archive
 from .oci_ref import Reference
 
 ARTIFACT_TYPE = "application/vnd.warmup-planner.bundle.v1"
@@ -176,7 +178,8 @@ def push(path: str, ref: Reference, annotations: dict, *, timeout_s: float = 600
     if ref.digest:
         raise PlanError("push: a digest is what the push makes; give a tag or none", file=str(ref))
     deadline = time.monotonic() + timeout_s
-    blob_digest, size = _sha256_of(path)
+    hexdigest, st = archive.sha256_file(path, stat=True)
+    blob_digest, size = "sha256:" + hexdigest, st.st_size
     registry, container = _client(ref, plain_http, environ)
     _upload_blob(registry, container, path, blob_digest, size, deadline)
     _upload_blob(registry, container, None, EMPTY_CONFIG["digest"], 2, deadline, data=b"{}")
@@ -187,15 +190,6 @@ def push(path: str, ref: Reference, annotations: dict, *, timeout_s: float = 600
                         headers={"Content-Type": MANIFEST_MEDIA_TYPE})
     _expect(response, (200, 201), f"PUT {url}")
     return Pushed(ref.pinned(digest), blob_digest, size)
-
-
-def _sha256_of(path: str) -> tuple[str, int]:
-    h, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return "sha256:" + h.hexdigest(), size
 
 
 def _upload_blob(registry, container, path: str | None, digest: str, size: int, deadline: float,
@@ -209,13 +203,9 @@ def _upload_blob(registry, container, path: str | None, digest: str, size: int, 
     location = _upload_location(registry, started)
     separator = "&" if "?" in location else "?"
     headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
-    if data is not None:
+    with open(path, "rb") if data is None else nullcontext(data) as body:  # the file streamed, or the bytes
         done = _request(registry, "PUT", f"{location}{separator}digest={digest}", deadline,
-                        data=data, headers=headers)
-    else:
-        with open(path, "rb") as f:
-            done = _request(registry, "PUT", f"{location}{separator}digest={digest}", deadline,
-                            data=f, headers=headers)
+                        data=body, headers=headers)
     _expect(done, (201,), f"PUT blob {digest}")
 
 
@@ -255,7 +245,7 @@ def _manifest(registry, container, ref: Reference, deadline: float) -> tuple[Ref
     try:
         manifest = json.loads(body)
     except ValueError:
-        raise PlanError(f"refused: its manifest is not JSON", file=str(ref)) from None
+        raise PlanError("refused: its manifest is not JSON", file=str(ref)) from None
     return ref.pinned(digest), manifest
 
 
@@ -269,7 +259,7 @@ def bundle_layer(ref: Reference, manifest: dict) -> dict:
                         f"a bundle has one {LAYER_MEDIA_TYPE})", file=str(ref))
     layer = layers[0]
     if not isinstance(layer.get("size"), int) or not str(layer.get("digest", "")).startswith("sha256:"):
-        raise PlanError(f"refused: its bundle layer has no sha256 digest and size", file=str(ref))
+        raise PlanError("refused: its bundle layer has no sha256 digest and size", file=str(ref))
     return layer
 
 
