@@ -501,6 +501,13 @@ class Monitor:
                 + (f" {event['repr']}" if event.get("repr") else "")
                 + ". This is a latency spike in serving; extend the warmup plan to cover it.")
 
+    def finding(self, event: dict) -> None:
+        """Something after the seal that is no compile but that a later plan should cover (a launch
+        that ran a generic Triton variant, executor.triton_generic): recorded and appended to the
+        JSONL log as a miss is, never raised, in any mode."""
+        if self.sealed:
+            self._record(event)
+
     def _poll(self) -> None:
         """Step boundary: attach libraries imported since, and poll those without hooks."""
         if not self.installed:

@@ -40,6 +40,10 @@ class Release(NamedTuple):
     deep_gemm_import: str = "_import_deep_gemm"
     # vLLM's Triton top-k/top-p sampler (vllm_bridge.triton warms it where the plan asks)
     sampler_module: str = "vllm.v1.sample.ops.topk_topp_triton"
+    # vLLM's JIT monitor, started at the end of compile_or_warm_up_model: the generic Triton variants
+    # (executor.triton_generic) are built and sealed right before it starts watching
+    jit_monitor_module: str = "vllm.utils.jit_monitor"
+    jit_monitor_activate: str = "activate"
     # Start-up fixes later vLLM releases made that this one lacks (the row's missing_start_up_fixes)
     missing_fixes: tuple = ()
 
