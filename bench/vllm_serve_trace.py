@@ -290,7 +290,13 @@ SAMPLING = (("greedy", {"temperature": 0.0}),
             ("min-p+repetition", {"temperature": 0.7, "min_p": 0.05, "repetition_penalty": 1.1}),
             # no tokenizer (--skip-tokenizer-init): logprobs name their tokens by id
             ("logprobs", {"temperature": 0.9, "logprobs": 5, "return_tokens_as_token_ids": True}),
-            ("penalties", {"temperature": 0.6, "presence_penalty": 0.5, "frequency_penalty": 0.5}))
+            ("penalties", {"temperature": 0.6, "presence_penalty": 0.5, "frequency_penalty": 0.5}),
+            # temperature alone: with FlashInfer's sampler on, vLLM 0.25's V2 sampler takes Triton's Gumbel
+            # path for it (FlashInfer's only where some request uses top-k/top-p and none is greedy or seeded)
+            ("temperature", {"temperature": 0.6}))
+# Issue 53: after the concurrent requests, one request of each kind alone in its batch, the last an n=2
+# at temperature 0.6 (alone, it compiled vLLM's _gumbel_sample_kernel after ready on an odd vocabulary)
+LAST_ALONE = ("n>1 alone", {"temperature": 0.6, "n": 2})
 
 
 def completions(n: int, seed: int, model: str, max_model_len: int) -> list[dict]:
@@ -313,11 +319,37 @@ def completions(n: int, seed: int, model: str, max_model_len: int) -> list[dict]
     return out
 
 
+def trace(n: int, seed: int, model: str, max_model_len: int) -> list[dict]:
+    """n requests: completions, then (where n leaves room for them) the ones sent alone."""
+    tail = alone(0, seed, model, max_model_len)
+    if n < len(tail) + 2:
+        return completions(n, seed, model, max_model_len)
+    head = completions(n - len(tail), seed, model, max_model_len)
+    return head + [{**item, "i": len(head) + item["i"]} for item in tail]
+
+
+def alone(start: int, seed: int, model: str, max_model_len: int) -> list[dict]:
+    """One request of each kind of SAMPLING, then LAST_ALONE, each to be sent alone (the same list
+    for a given seed): prompt lengths that are no multiple of 16, a few new tokens each."""
+    rng = random.Random(seed + 1)
+    out = []
+    for i, (kind, params) in enumerate(SAMPLING + (LAST_ALONE,), start):
+        length = min(max_model_len - 8, 16 * rng.randint(1, 60) + rng.randint(1, 15))
+        body = {"model": model, "prompt": [rng.randrange(100, 30000) for _ in range(length)],
+                "max_tokens": rng.randint(2, 8), "ignore_eos": True, "return_token_ids": True, **params}
+        if kind == "seeded":
+            body["seed"] = rng.randrange(2**31)
+        if kind == "n>1":
+            body["n"] = 2
+        out.append({"i": i, "kind": kind, "alone": True, "body": body})
+    return out
+
+
 def send(port: int, item: dict, deadline: float, timeout: float) -> dict:
     """One completion: its status, latency and what came back (or why not)."""
     body = item["body"]
     rec = {"i": item["i"], "kind": item["kind"], "prompt_len": len(body["prompt"]), "max_tokens": body["max_tokens"],
-           "n": body.get("n", 1)}
+           "n": body.get("n", 1), **({"alone": True} if item.get("alone") else {})}
     left = deadline - time.time()
     if left < 1.0:
         return {**rec, "status": None, "not_sent": True, "error": "not sent: the run's deadline"}
@@ -347,10 +379,13 @@ def returned(data: bytes) -> dict:
 
 
 def run_requests(port: int, items: list[dict], concurrency: int, deadline: float, timeout: float) -> list[dict]:
-    """The first request alone (its latency is the first request's), then the rest concurrently."""
+    """The first request alone (its latency is the first request's), then the rest concurrently
+    but those marked ``alone``, which go one at a time at the end."""
+    together = [item for item in items[1:] if not item.get("alone")]
     records = [send(port, items[0], deadline, timeout)]
     with concurrent.futures.ThreadPoolExecutor(max(1, concurrency)) as pool:
-        records += list(pool.map(lambda item: send(port, item, deadline, timeout), items[1:]))
+        records += list(pool.map(lambda item: send(port, item, deadline, timeout), together))
+    records += [send(port, item, deadline, timeout) for item in items[1:] if item.get("alone")]
     return records
 
 
@@ -621,23 +656,29 @@ def serve_and_measure(args, proc, port: int, log: ServerLog, caches: dict, deadl
 
 
 def measure_requests(args, port: int, deadline: float, log: ServerLog) -> None:
-    items = completions(args.requests, args.seed, args.model_dir, args.max_model_len)
+    items = trace(args.requests, args.seed, args.model_dir, args.max_model_len)
     start = time.time()
     records = run_requests(port, items, args.concurrency, deadline, args.request_timeout)
     end = time.time()
     with open(os.path.join(args.out, "http_requests.jsonl"), "w") as f:
         for rec in records:
             f.write(json.dumps(rec) + "\n")
-    first, rest = records[0], [r for r in records[1:] if "start" in r]
+    first = records[0]
+    together = [r for r in records[1:] if not r.get("alone")]
+    lone = [r for r in records[1:] if r.get("alone")]
     RESULT.update(first_request_s=first.get("latency_s"), first_request_done_at=first.get("end"),
                   trace_s=round(end - start, 3), http=http_summary(records), engine_steps=None)
-    phases = [{"name": "first request", "start": first.get("start", start), "end": first.get("end", start)}]
-    if rest:
-        phases.append({"name": f"HTTP requests ({len(rest)}, {args.concurrency} at a time)",
-                       "start": min(r["start"] for r in rest), "end": max(r["end"] for r in rest)})
-    REQUEST_PHASES[:] = phases
+    phases = [({"name": "first request", "start": first.get("start", start), "end": first.get("end", start)},
+               [first])]
+    for name, group in ((f"HTTP requests ({len(together)}, {args.concurrency} at a time)", together),
+                        (f"HTTP requests alone ({len(lone)}, one at a time)", lone)):
+        sent = [r for r in group if "start" in r]
+        if sent:
+            phases.append(({"name": name, "start": min(r["start"] for r in sent),
+                            "end": max(r["end"] for r in sent)}, group))
+    REQUEST_PHASES[:] = [p for p, _ in phases]
     note_log(log)
-    RESULT["batches"] = [batch(p, [records[0]] if i == 0 else records[1:], log) for i, p in enumerate(phases)]
+    RESULT["batches"] = [batch(p, group, log) for p, group in phases]
 
 
 def batch(phase: dict, records: list, log: ServerLog) -> dict:

@@ -240,9 +240,10 @@ def test_requests_mix_sampling_and_count_failures(stock_run):
     assert http["ok"] == 300 - len(top_k) and http["by_status"] == {"200": 300 - len(top_k), "500": len(top_k)}
     assert http["by_kind"]["top-k"]["ok"] == 0 and http["by_kind"]["greedy"]["ok"] == http["by_kind"]["greedy"]["sent"]
     assert all(r["status"] == 500 for r in top_k)
-    assert len(http["by_kind"]) == 9 and min(v["sent"] for v in http["by_kind"].values()) >= 33
+    assert len(http["by_kind"]) == 11 and http["by_kind"]["n>1 alone"]["sent"] == 1
+    assert min(v["sent"] for k, v in http["by_kind"].items() if k != "n>1 alone") >= 29
     # what went over the wire: every kind of sampling, n of 2-4, seeds, logprobs, prompt lengths
-    assert sum(b["temperature"] == 0.0 for b in sent) >= 33
+    assert sum(b["temperature"] == 0.0 for b in sent) >= 29
     assert any("top_p" in b and "top_k" in b for b in sent) and any("min_p" in b for b in sent)
     assert {b.get("n", 1) for b in sent} == {1, 2, 3, 4}
     assert len({b["seed"] for b in sent if "seed" in b}) >= 30
@@ -252,7 +253,13 @@ def test_requests_mix_sampling_and_count_failures(stock_run):
     ok = [r for r in records if r["status"] == 200]
     assert all(r["choices"] == r["n"] and r["tokens"] == r["n"] * r["max_tokens"] for r in ok)
     assert result["first_request_s"] == records[0]["latency_s"] and result["trace_s"] > 0
-    assert [b["requests"] for b in result["batches"]] == [1, 299]
+    assert [b["requests"] for b in result["batches"]] == [1, 288, 11]
+    # issue 53: one request of each kind alone, after the concurrent ones, the last an n=2 at temperature 0.6
+    lone = [r for r in records if r.get("alone")]
+    assert [r["kind"] for r in lone][-1] == "n>1 alone" and len({r["kind"] for r in lone}) == 11
+    assert (sent[-1]["n"], sent[-1]["temperature"], "top_p" in sent[-1]) == (2, 0.6, False)
+    assert min(r["start"] for r in lone) >= max(r["end"] for r in records[1:] if not r.get("alone"))
+    assert all(a["end"] <= b["start"] for a, b in zip(lone, lone[1:])), "one at a time"
 
 
 def test_the_jit_monitor_lines_and_the_caches_after_ready(stock_run):
@@ -285,7 +292,8 @@ def test_phases_are_read_from_the_log(stock_run, tmp_path):
     assert phases["API server up (app, uvicorn)"]["end"] == pytest.approx(result["ready_at"], abs=1e-3)
     assert phases["engine start (imports, device)"]["start"] == pytest.approx(result["process_start"], abs=1e-3)
     assert phases["weights"]["end"] <= phases["memory profile"]["end"] <= result["ready_at"]
-    assert any(n.startswith("HTTP requests (299, 16 at a time)") for n in phases)
+    assert any(n.startswith("HTTP requests (288, 16 at a time)") for n in phases)
+    assert any(n.startswith("HTTP requests alone (11, one at a time)") for n in phases)
     assert result["plugin_active"] is False and result["plugin_lines"] == 0
     text = (out / "server.log").read_text()
     assert " err " in text and " out " in text and "Application startup complete." in text
@@ -416,7 +424,8 @@ def test_plot_draws_server_runs_side_by_side(stock_run, tmp_path):
     names = {b["name"] for b in lay["bars"]}
     assert {"weights", "DeepGEMM warmup", "CUDA graphs", "API server up (app, uvicorn)"} <= names
     assert plot.category("API server up (app, uvicorn)")[0] == "engine start (imports, device, API server)"
-    assert plot.category("HTTP requests (299, 16 at a time)")[0] == "requests after ready"
+    assert plot.category("HTTP requests (288, 16 at a time)")[0] == "requests after ready"
+    assert plot.category("HTTP requests alone (11, one at a time)")[0] == "requests after ready"
     assert plot.category("init engine (profile, KV cache, warmup)")[0] == "init engine (profile, KV cache, warmup)"
     assert plot.category("start to ready (first /health 200)")[0].startswith("start to ready")
     assert {r["run"] for r in lay["rows"]} == {"stock-cold", "plugin-cold"}
