@@ -38,7 +38,6 @@ def offline(monkeypatch, tmp_path):
     from triton.runtime.driver import driver
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton"), raising=False)
     before = driver._active  # None until a first use: no GPU here, so no default driver either
     use_offline_driver(90)
     compiled = []
