@@ -93,9 +93,10 @@ def constexpr_value(entry):
 class GenericVariants:
     """The generic-variant closure of one process (see the module docstring)."""
 
-    def __init__(self, on_generic=None, threads: int = 8):
+    def __init__(self, on_generic=None, threads: int = 8, load: bool = True):
         self.on_generic = on_generic or (lambda use: None)
         self.threads = max(1, int(threads))
+        self.load = load  # load each generic variant and build its launcher at close (a GPU process)
         self.reason: str | None = None  # why nothing is patched, if so
         self.uses: list[GenericUse] = []
         self._seen: dict[tuple, Seen] = {}
@@ -245,11 +246,29 @@ class GenericVariants:
                     except Exception as e:  # noqa: BLE001 - one variant that will not pack: the rest go on
                         result.failed.append((kernel_name(s.fn), f"{type(e).__name__}: {e}"))
         for s, key, future in futures:
-            if key in s.fn.device_caches[s.device][0]:
+            cache = s.fn.device_caches[s.device][0]
+            error = (_future_error(future) or "not compiled") if key not in cache else self._load(cache, key)
+            if error is None:
                 result.built += 1
             else:
-                error = _future_error(future)
-                result.failed.append((kernel_name(s.fn), error or "not compiled"))
+                result.failed.append((kernel_name(s.fn), error))
+
+    def _load(self, cache: dict, key: str) -> str | None:
+        """The variant loaded on the device and its launcher built now, before ready: Triton does
+        both at a variant's first launch, and the launcher is a C module the host compiler builds
+        (per signature: the generic variant's differs from the variants seen). A variant that will
+        not load (out of resources) leaves the cache: a miss then compiles, as without this."""
+        if not self.load:
+            return None
+        kernel = cache[key]
+        try:
+            kernel = kernel.result() if hasattr(kernel, "result") else kernel
+            kernel._init_handles()
+            cache[key] = kernel
+            return None
+        except Exception as e:  # noqa: BLE001 - that variant only
+            del cache[key]
+            return f"{type(e).__name__}: {e}"
 
     @staticmethod
     def _submit(s: Seen, key: str, generic: list, pack_args, do_compile):

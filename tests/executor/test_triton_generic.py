@@ -53,7 +53,7 @@ def offline(monkeypatch, tmp_path):
 @pytest.fixture
 def closure():
     uses = []
-    c = GenericVariants(on_generic=uses.append, threads=2)
+    c = GenericVariants(on_generic=uses.append, threads=2, load=False)  # no device to load on here
     assert c.install(), c.reason
     c.uses_seen = uses
     yield c
@@ -138,3 +138,19 @@ def test_generic_entry(entry, generic):
 def test_declared_constexprs_keep_their_value():
     spec = [("constexpr", 1), ("constexpr", 1), ("constexpr", True)]
     assert generic_specialization(spec, [False, True, True]) == [("i32", ""), ("constexpr", 1), ("constexpr", True)]
+
+
+def test_a_generic_variant_that_will_not_load_is_dropped_and_its_misses_compile(offline):
+    """close() loads each generic variant and builds its launcher (Triton would at the first launch,
+    after ready); here there is no device to load on, the way a variant out of resources fails."""
+    c = GenericVariants(threads=1, load=True)
+    assert c.install(), c.reason
+    try:
+        launch(n_cols=64)
+        result = c.close()
+        assert result.built == 0 and [k for k, _ in result.failed] == ["_scale_rows"]
+        c.seal()
+        launch(n_cols=50)
+        assert offline.count("_scale_rows") == 3 and c.uses == []
+    finally:
+        c.uninstall()
