@@ -2,7 +2,10 @@
 
 Each batch step of the plan becomes the scheduler output vLLM's own scheduler would send, built
 with vLLM's classes (vllm.v1.core.sched.output): a Prefill step is ``scheduled_new_reqs``
-(NewRequestData with the plan's block ids), a Decode step ``scheduled_cached_reqs``
+(NewRequestData with the plan's block ids and num_computed_tokens: a prefix-cache hit's cached
+tokens, as the scheduler's NewRequestData.from_request takes them from the request; the whole
+prompt in prompt_token_ids and prefill_token_ids, so a prompt longer than the scheduled tokens is a
+chunked prefill the runner continues), a Decode step ``scheduled_cached_reqs``
 (CachedRequestData: computed tokens, new block ids) with ``scheduled_spec_decode_tokens``, a
 Cleanup step ``finished_req_ids``. They go through the worker's ``execute_model`` (as vLLM's own
 warmup_kernels does, so pipeline parallelism is handled by vLLM), a Sample step through
@@ -101,7 +104,7 @@ class VllmWorkerRunner:
             own = vllm_sampling_params(r.sampling_params) if r.sampling_params else params
             reqs.append(NewRequestData(req_id=r.req_id, prompt_token_ids=prompt, mm_features=[],
                                        sampling_params=own, pooling_params=None,
-                                       block_ids=_lists(r.block_ids), num_computed_tokens=0,
+                                       block_ids=_lists(r.block_ids), num_computed_tokens=r.num_computed_tokens,
                                        lora_request=None, prefill_token_ids=prompt))
         out.scheduled_new_reqs = reqs
         out.num_scheduled_tokens = {r.req_id: r.num_scheduled_tokens for r in step.requests}

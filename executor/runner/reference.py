@@ -252,8 +252,9 @@ class ReferenceRunner:
             raise ValueError(f"new request {e.req_id!r} has no prompt_token_ids")
         if not self.free_slots:
             raise ValueError(f"request {e.req_id!r}: more than max_num_seqs={self.max_num_seqs} requests")
+        # num_computed_tokens > 0: a prefix-cache hit, whose first blocks hold KV another request computed.
         req = Request(e.req_id, self.free_slots.pop(), list(prompt), list(prompt),
-                      [[] for _ in range(self.num_groups)], self._params(e.sampling_params))
+                      [[] for _ in range(self.num_groups)], self._params(e.sampling_params), e.num_computed_tokens)
         self.requests[e.req_id] = req
         added_ids.append(e.req_id)
         self._append_blocks(req, e.block_ids)

@@ -153,20 +153,33 @@ def plain(record) -> dict:
 
 class NewRequest(NamedTuple):
     """A request a prefill step adds (vLLM's NewRequestData): its tokens and block ids per
-    KV-cache group. Serving traces give each its own prompt and sampling params."""
+    KV-cache group. Serving traces give each its own prompt and sampling params.
+
+    ``num_computed_tokens``: the prompt tokens whose KV the request already holds when it is
+    added, a prefix-cache hit (vLLM's scheduler sets NewRequestData.num_computed_tokens to the
+    hit, whole blocks, and block_ids starts with the cached blocks). Its num_scheduled_tokens
+    count from there; a prompt longer than both is a chunked prefill that continues as a
+    CachedRequest."""
 
     req_id: str
     num_scheduled_tokens: int
     block_ids: tuple            # one tuple of block ids per KV-cache group
     prompt_token_ids: tuple | None = None
     sampling_params: dict | None = None
+    num_computed_tokens: int = 0
 
-    OMIT = ("prompt_token_ids", "sampling_params")  # written only when set
+    OMIT = ("prompt_token_ids", "sampling_params")  # written only when set; num_computed_tokens when > 0
 
     def to_dict(self) -> dict:  # by hand: a prefill holds thousands of these
         out = {"req_id": self.req_id, "num_scheduled_tokens": self.num_scheduled_tokens,
                "block_ids": [list(ids) for ids in self.block_ids]}
-        return out if self.prompt_token_ids is None and self.sampling_params is None else {**out, **plain(self)}
+        if self.num_computed_tokens:
+            out["num_computed_tokens"] = self.num_computed_tokens
+        if self.prompt_token_ids is not None:
+            out["prompt_token_ids"] = list(self.prompt_token_ids)
+        if self.sampling_params is not None:
+            out["sampling_params"] = thaw(self.sampling_params)
+        return out
 
 
 class CachedRequest(NamedTuple):

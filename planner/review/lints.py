@@ -138,7 +138,8 @@ def _add(step, running: dict, scheduled: list, problems: list) -> None:
     for r in step.requests:
         if r.req_id in running:
             problems.append(f"request {r.req_id} is added again while it is running")
-        state = Running(r.num_scheduled_tokens, [list(g) for g in r.block_ids])
+        # A prefix-cache hit arrives with its cached tokens computed (NewRequestData.num_computed_tokens).
+        state = Running(r.num_computed_tokens + r.num_scheduled_tokens, [list(g) for g in r.block_ids])
         running[r.req_id] = state
         scheduled.append((r, state))
 
@@ -242,32 +243,48 @@ def null_block(plan, engine):
 @lint("E104", "block-reused", ERROR, needs_engine=False,
       explanation="""A running request owns its KV blocks: two requests holding the same block id (or one
       holding it twice) write over each other's KV. vLLM's block pool never hands out a block in use; a
-      block becomes free only when the request holding it finishes.""",
+      block becomes free only when the request holding it finishes. The one exception is a prefix-cache
+      hit: a new request with num_computed_tokens > 0 starts with the cached blocks a running request
+      computed, which the pool shares by reference count (KVCacheManager.get_computed_blocks).""",
       fix="""Give every request its own block ids; reuse an id only after a cleanup step finished the request
-      that held it.""")
+      that held it, or as the leading blocks of a prefix-cache hit.""")
 def block_reused(plan, engine):
-    owner: dict[int, str] = {}
+    owners: dict[int, list[str]] = {}  # block id -> the running requests that hold it
     for step in plan.steps:
         if isinstance(step, Cleanup):
             done = set(step.finished_req_ids)
-            owner = {b: r for b, r in owner.items() if r not in done}
+            left = ((b, [r for r in held if r not in done]) for b, held in owners.items())
+            owners = {b: held for b, held in left if held}
             continue
         if not isinstance(step, BATCHES):
             continue
         reused = []
         for r, groups in step_block_ids(step):
+            hit = isinstance(step, Prefill) and r.num_computed_tokens > 0
             for ids in groups:
-                for b in ids:
-                    if b in owner:
-                        reused.append((b, owner[b], r.req_id))
-                    else:
-                        owner[b] = r.req_id
+                shared = cached_prefix(ids, owners) if hit else 0
+                for i, b in enumerate(ids):
+                    held = owners.setdefault(b, [])
+                    if r.req_id in held or (held and i >= shared):
+                        reused.append((b, r.req_id if r.req_id in held else held[0], r.req_id))
+                    held.append(r.req_id)
         if reused:
             b, first, second = reused[0]
             who = "again" if first == second else f"while {first} holds it"
             ids = examples(sorted({x[0] for x in reused}))
             yield step.id, (f"{count(len(reused), 'block id')} handed out twice ({ids}); e.g. block {b} goes "
                                f"to {second} {who}")
+
+
+def cached_prefix(block_ids, owners: dict) -> int:
+    """How many leading blocks of a prefix-cache hit other running requests hold: the cached
+    blocks it shares with them."""
+    n = 0
+    for b in block_ids:
+        if not owners.get(b):
+            break
+        n += 1
+    return n
 
 
 @lint("E105", "block-out-of-range", ERROR, needs_engine=True,
@@ -366,7 +383,8 @@ def _batch_problems(rep: Replayed):
                             f"requests schedule {total}")
     if isinstance(step, Prefill):
         prompt = len(step.prompt_token_ids)
-        over = [r.req_id for r in step.requests if r.num_scheduled_tokens > prompt]
+        over = [r.req_id for r in step.requests
+                if r.num_computed_tokens + r.num_scheduled_tokens > len(r.prompt_token_ids or step.prompt_token_ids)]
         if over:
             yield step.id, (f"{count(len(over), 'request')} ({examples(over, 2)}) schedule more tokens "
                             f"than the {prompt}-token prompt")

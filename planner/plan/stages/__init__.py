@@ -12,6 +12,7 @@ import importlib
 
 HANDLERS = {  # stage kind -> (module, function)
     "synthetic_batches": ("batches", "expand"),
+    "serving_paths": ("serving_paths", "expand"),
     "deep_gemm": ("deep_gemm", "expand"),
     "triton_gemm": ("triton_gemm", "expand"),
     "flashinfer_autotune": ("autotune", "expand_flashinfer"),

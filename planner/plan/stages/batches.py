@@ -141,6 +141,7 @@ def sampling_features(p: dict) -> list[str]:
         ("top_k", p.get("top_k", 0) > 0),
         ("top_p", p.get("top_p", 1.0) < 1.0),
         ("min_p", p.get("min_p", 0.0) > 0),
+        ("seed", p.get("seed") is not None),
         ("frequency_penalty", p.get("frequency_penalty", 0.0) != 0),
         ("presence_penalty", p.get("presence_penalty", 0.0) != 0),
         ("repetition_penalty", p.get("repetition_penalty", 1.0) != 1.0),
