@@ -167,20 +167,67 @@ def _nearest_folder(folder: str) -> str:
 
 
 def _replace(target: str, text: str, mode: int) -> None:
-    """A temporary file in the target's directory, renamed over it once complete."""
-    folder = os.path.dirname(target)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+    """The text written into a replacement of `target` (``replacement``)."""
+    with replacement(target, mode) as f:
+        f.write(text)
+
+
+@contextmanager
+def replacement(target: str, mode: int, binary: bool = False):
+    """A file to write that becomes `target` whole when the block ends without an error, and
+    nothing otherwise. On Linux it is an unnamed file in the target's directory (O_TMPFILE): a
+    process killed while writing (a server that dies while it packs its bundle) leaves nothing
+    behind, since the kernel drops a file no name points at; elsewhere a hidden temporary file
+    beside the target, removed on any error but not on a kill."""
+    folder = os.path.dirname(target) or "."
+    fd, tmp = _unnamed_file(folder, mode), None
+    if fd is None:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             os.fchmod(f.fileno(), mode)
-            f.write(text)
+            yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+            if tmp is None:
+                _name_unnamed(f.fileno(), target)
+        if tmp is not None:
+            os.replace(tmp, target)
     except BaseException:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _unnamed_file(folder: str, mode: int) -> int | None:
+    """A writable file in `folder` with no name (Linux's O_TMPFILE), or None where the OS or the
+    file system has none, or /proc (through which it gets its name) is not mounted."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        return os.open(folder, flag | os.O_WRONLY | os.O_CLOEXEC, mode)
+    except OSError:  # EOPNOTSUPP (the file system), EISDIR (a kernel without it), ...
+        return None
+
+
+def _name_unnamed(fd: int, target: str) -> None:
+    """The unnamed file becomes `target`. linkat cannot replace a file, so it takes a hidden name
+    for the instant between the link and the rename."""
+    folder = os.path.dirname(target) or "."
+    hidden = f".{os.path.basename(target)}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        # a dir fd makes Python call linkat(..., AT_SYMLINK_FOLLOW): the open file itself, not the
+        # /proc link (plain link(2), its default, would try to link the symlink: EXDEV)
+        os.link(f"/proc/self/fd/{fd}", hidden, dst_dir_fd=dir_fd, follow_symlinks=True)
+        try:
+            os.replace(hidden, os.path.basename(target), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            os.unlink(hidden, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
 
 
 # --- stdout -------------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ def test_a_failed_rename_keeps_the_old_file_and_is_exit_2(tmp_path, capsys, monk
     path = tmp_path / "p.yaml"
     path.write_text("old\n")
 
-    def denied(src, dst):
+    def denied(src, dst, **dir_fds):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(os, "replace", denied)
@@ -350,3 +350,61 @@ def test_a_failed_stdout_write_in_process_names_stdout(capsys, monkeypatch):
     assert main(["plan", "triton", "-e", ENGINE]) == 2
     assert capsys.readouterr().err == "warmup: error: stdout: cannot write: No space left on device\n"
     assert isinstance(sys.stdout, Full)  # the command's stand-in for stdout is gone with it
+
+
+# --- a writer killed while writing leaves nothing (issue 53 item 4: a dying server's bundle) -------------
+
+KILLED_WRITER = """
+import os, sys, time
+from planner.output import replacement
+with replacement(sys.argv[1], 0o644, binary=True) as f:
+    f.write(b"x" * 4096)
+    f.flush()
+    print("writing", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("unnamed", [True, False])
+def test_a_writer_killed_mid_write_leaves_nothing_where_the_file_was_asked_for(tmp_path, unnamed):
+    import signal
+    import subprocess
+
+    from planner import output
+
+    if unnamed:  # Linux's, on tmpfs, ext4, xfs and btrfs alike
+        fd = output._unnamed_file(str(tmp_path), 0o644)
+        assert fd is not None, "no O_TMPFILE here"
+        os.close(fd)
+    target = tmp_path / "b.warmup"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    script = KILLED_WRITER if unnamed else KILLED_WRITER.replace(
+        "from planner.output import replacement", "from planner import output\noutput._unnamed_file = "
+        "lambda folder, mode: None\nfrom planner.output import replacement")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(target)], stdout=subprocess.PIPE, env=env)
+    assert proc.stdout.readline() == b"writing\n"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    if unnamed:
+        assert left == [], "nothing, not even a hidden temporary file"
+    else:  # the fallback: a hidden temporary file the kill left, never the target itself
+        assert "b.warmup" not in left and all(n.startswith(".b.warmup.") for n in left)
+
+
+@pytest.mark.parametrize("unnamed", [True, False])
+def test_a_replacement_is_whole_with_its_mode_or_absent_on_an_error(tmp_path, monkeypatch, unnamed):
+    from planner import output
+
+    if not unnamed:
+        monkeypatch.setattr(output, "_unnamed_file", lambda folder, mode: None)
+    target = tmp_path / "out.yaml"
+    target.write_text("old")
+    with output.replacement(str(target), 0o640) as f:
+        f.write("new")
+    assert target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o640
+    with pytest.raises(RuntimeError):
+        with output.replacement(str(target), 0o640) as f:
+            f.write("half")
+            raise RuntimeError("the writer failed")
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.yaml"]

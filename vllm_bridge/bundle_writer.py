@@ -61,7 +61,9 @@ class Writer:
                     _writers.remove(self)
 
     def finish(self, timeout: float) -> None:
-        """Wait `timeout` s for the bundle, then stop its writer (CANCEL_WAIT_S more for it to go)."""
+        """Wait `timeout` s for the bundle, then stop its writer (CANCEL_WAIT_S more for it to go). A
+        writer still stuck, or a process killed, leaves no file: the bundle is written into an unnamed
+        file that only gets its name once complete (planner.output.replacement)."""
         self.thread.join(timeout)
         if not self.thread.is_alive():
             return
@@ -69,7 +71,7 @@ class Writer:
         self.thread.join(CANCEL_WAIT_S)
         if self.thread.is_alive():  # stuck in a read or a write: the thread's own line never comes
             log.warning("warmup-planner: no bundle written: the process exits while %s is still being written "
-                        "(%.0f s waited); its temporary file may be left beside it", self.out,
+                        "(%.0f s waited); nothing of it is left there", self.out,
                         timeout + CANCEL_WAIT_S)
 
 

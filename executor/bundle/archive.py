@@ -23,10 +23,10 @@ import os
 import shutil
 import stat
 import tarfile
-import tempfile
 from typing import NamedTuple
 
 from planner.errors import PlanError, WriteError
+from planner.output import replacement
 
 from ..caches.deep_gemm import KernelRecord
 from ..caches.family import PLAN, VLLM
@@ -119,17 +119,12 @@ def write_bundle(out: str, manifest: Manifest, sources: dict, first: tuple = (),
 
 
 def _replace(target: str, manifest: Manifest, sources: dict, first: tuple, cancelled=None) -> None:
-    """A temporary file beside `target`, renamed over it once complete (an existing file's mode kept)."""
+    """The tar written into a replacement of `target` (planner.output.replacement: complete or
+    absent, also when the process dies while writing), an existing file's mode kept."""
     existing = os.stat(target).st_mode if os.path.exists(target) else None
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), stat.S_IMODE(existing) if existing is not None else 0o666 & ~_umask())
-            _write_tar(f, manifest, sources, first, cancelled)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    mode = stat.S_IMODE(existing) if existing is not None else 0o666 & ~_umask()
+    with replacement(target, mode, binary=True) as f:
+        _write_tar(f, manifest, sources, first, cancelled)
 
 
 def _write_tar(f, manifest: Manifest, sources: dict, first: tuple, cancelled=None) -> None:
