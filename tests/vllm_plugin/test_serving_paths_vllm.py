@@ -1,0 +1,68 @@
+"""serving_paths' steps as vLLM 0.25.0 receives them, on CPU (tests/vllm_plugin/serving_paths_probe.py):
+vLLM's own classes and functions say which sampler and attention paths each step takes.
+
+Like the plugin tests: WARMUP_VLLM_ENVS (tests/vllm_parity/setup_vllm.sh) names the releases;
+without 0.25 these tests skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from planner.plan.stages.serving_paths import decode_threshold
+from tests.vllm_parity.test_parity import RELEASES
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PLAN, ENGINE = "vllm-0.25-plugin", "deepseek-v3-fp8-tp8-h200"  # an MLA engine
+# The skip reasons tests/skip_policy.py allows.
+pytestmark = pytest.mark.skipif("0.25" not in RELEASES, reason=(
+    "WARMUP_VLLM_ENVS has no 0.25 release" if RELEASES else "WARMUP_VLLM_ENVS not set") + " (tests/vllm_parity/setup_vllm.sh)")
+
+
+@pytest.fixture(scope="module")
+def facts():
+    env = {**os.environ, "PYTHONPATH": RELEASES.get("0.25", ""), "VLLM_LOGGING_LEVEL": "ERROR"}
+    env.pop("WARMUP_PLAN", None)
+    run = subprocess.run([sys.executable, os.path.join(HERE, "serving_paths_probe.py"), PLAN, ENGINE],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout)
+    return out["thresholds"], {s["id"].split("/", 1)[1]: s for s in out["steps"]}
+
+
+def test_the_planners_decode_threshold_is_the_largest_vllm_declares(facts):
+    thresholds, _ = facts
+    assert max(thresholds.values()) == decode_threshold(0) == thresholds["FlashAttnMLAMetadataBuilder"]
+
+
+def test_sampling_modes_reach_vllm_as_its_sampling_types(facts):
+    _, steps = facts
+    kinds = {name: [r["sampling_type"] for r in steps[f"{name}-prefill"]["new"]]
+             for name in ("greedy", "temperature", "top-k", "seed", "mixed", "n2")}
+    assert kinds == {"greedy": ["GREEDY"], "temperature": ["RANDOM"], "top-k": ["RANDOM"],
+                     "seed": ["RANDOM_SEED"], "mixed": ["GREEDY", "RANDOM"], "n2": ["RANDOM", "RANDOM"]}
+    assert all(r["n"] == 1 for r in steps["n2-prefill"]["new"])  # the children of n = 2
+    assert steps["logprobs-prefill"]["new"][0]["logprobs"] == 5
+    assert steps["prompt-logprobs-prefill"]["new"][0]["prompt_logprobs"] == 5
+    assert all(steps[f"{m}-decode"]["split"]["num_decodes"] == 1 for m in ("greedy", "seed", "penalties"))
+
+
+def test_long_chunked_and_prefix_hit_take_mlas_prefill_and_context_paths(facts):
+    _, steps = facts
+    assert steps["long-prefill-prefill"]["split"] == {"num_decodes": 0, "num_prefills": 1, "prefills_with_context": []}
+    first = steps["chunked-prefill-prefill"]["new"][0]
+    assert first["num_computed_tokens"] == 0 and steps["chunked-prefill-prefill"]["num_scheduled_tokens"][
+        first["req_id"]] < first["prefill_len"]  # a partial prefill: Model Runner V2's is_prefilling
+    assert steps["chunked-prefill-prefill-2"]["split"]["prefills_with_context"] == [first["req_id"]]
+    assert steps["chunked-prefill-prefill-2"]["cached"][0]["num_output_tokens"] == 0
+    donor = steps["prefix-hit-prefill"]["new"][0]
+    hit = steps["prefix-hit-prefill-hit"]["new"][0]
+    assert hit["num_computed_tokens"] > 0 and hit["prefill_len"] == hit["prompt_len"]
+    assert steps["prefix-hit-prefill-hit"]["split"]["prefills_with_context"] == [hit["req_id"]]
+    shared = hit["num_computed_tokens"] // 64  # the engine's block size
+    assert hit["block_ids"][0][:shared] == donor["block_ids"][0][:shared]
