@@ -582,6 +582,19 @@ def note_log(log: ServerLog) -> None:
     init = next((p for p in parsed["phases"] if p["name"].startswith("init engine")), None)
     RESULT["init_engine_s"] = round(init["end"] - init["start"], 3) if init else None
     RESULT["plugin_lines"] = sum(e["what"] == "plugin" for e in parsed["events"])
+    RESULT.update(generic_variants(parsed["events"]))
+
+
+GENERIC_RUN = re.compile(r"warmup-planner: rank \d+: (?P<kernel>\S+) ran its generic Triton variant after ready")
+
+
+def generic_variants(events: list) -> dict:
+    """The plugin's generic Triton variants (executor/triton_generic.py): the kernels whose launches
+    after ready ran one in place of a compile (a finding, no compile), and the line that says how
+    many were built before ready."""
+    runs = sorted({m["kernel"] for e in events if (m := GENERIC_RUN.search(e["line"]))})
+    built = next((e["line"] for e in events if "generic Triton variants built" in e["line"]), None)
+    return {"generic_variant_runs": runs, "generic_variants_line": built}
 
 
 def plugin_active() -> bool:

@@ -523,3 +523,17 @@ def test_the_tripwire_records_every_attempt_on_the_watched_paths_in_every_proces
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     events = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
     assert events == [f"open {watched / 'f'}", f"open {watched / 'gone'}", f"os.listdir {watched}"]
+
+
+def test_the_generic_variant_lines_are_read_from_the_log():
+    trace = load("vllm_serve_trace")
+    events = [{"what": "plugin", "line": "INFO warmup-planner: rank 0: 12 generic Triton variants built or loaded "
+                                         "in 1.5 s for the 30 variants compiled before ready (18 needed none); ..."},
+              {"what": "plugin", "line": "WARNING warmup-planner: rank 0: _gumbel_sample_kernel ran its generic Triton "
+                                         "variant after ready (a value class no warmup launch had: k); nothing compiled"},
+              {"what": "plugin", "line": "WARNING warmup-planner: rank 1: _gumbel_sample_kernel ran its generic Triton "
+                                         "variant after ready (...)"}]
+    found = trace.generic_variants(events)
+    assert found["generic_variant_runs"] == ["_gumbel_sample_kernel"]
+    assert "12 generic Triton variants built" in found["generic_variants_line"]
+    assert trace.generic_variants([]) == {"generic_variant_runs": [], "generic_variants_line": None}
