@@ -142,11 +142,13 @@ def test_stage_on_every_shipped_engine(name):
 @pytest.mark.parametrize("name", builtin_engines())
 def test_the_mirror_is_the_plugin_plan_without_the_stage(name):
     """The plugin's plan is the mirror plus what vLLM 0.25 leaves cold: the sampler kernels, DeepGEMM
-    behind FlashInfer's kernel (after the mirror's stages) and, on the V1 runner, the synthetic batches."""
+    behind FlashInfer's kernel (after the mirror's stages), the serving paths and, on the V1 runner,
+    the synthetic batches."""
     engine = load_engine(name)
     plugin = steps_of("vllm-0.25-plugin", engine)
     v2 = model_runner("0.25.0", engine.facts)[0] == "v2"
-    added = ("sampler_kernels", "deep_gemm_flashinfer", "flashinfer_jit") + (() if v2 else ("warmup_kernels",))
+    added = ("sampler_kernels", "deep_gemm_flashinfer", "flashinfer_jit", "serving_paths") + (
+        () if v2 else ("warmup_kernels",))
     assert steps_of("vllm-0.25", engine) == [s for s in plugin if s.stage not in added]
     stages = [s.stage for s in plugin]
     assert stages[-1] in ("sampler_kernels", "deep_gemm_flashinfer", "flashinfer_jit") and "sampler_kernels" in stages
