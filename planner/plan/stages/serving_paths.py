@@ -89,7 +89,8 @@ def child_req_id(index: int, parent: str) -> str:
 
 
 class Skip(Exception):
-    """A sequence this engine cannot hold: its reason goes to the plan's not_modelled list."""
+    """A sequence left out for this engine (its limits, or KV groups the stage does not model): its
+    reason goes to the plan's not_modelled list."""
 
 
 def expand(scope: Scope) -> list:
@@ -120,9 +121,9 @@ def expand(scope: Scope) -> list:
 
 def skipped_gap(skipped: list[str]) -> dict:
     return {"family": SKIPPED,
-            "why": "the engine cannot hold these sequences of the stage: " + "; ".join(skipped),
-            "action": "check the first requests of these kinds with vLLM's JIT monitor "
-                      "(--jit-monitor-mode warn) and extend the plan for what compiles"}
+            "why": "the stage leaves these sequences out for this engine: " + "; ".join(skipped),
+            "action": "check the first requests of these kinds with vLLM's JIT monitor; `warmup absorb` names "
+                      "what they compiled"}
 
 
 class Paths:
