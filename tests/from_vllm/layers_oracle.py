@@ -2,7 +2,8 @@
 
 Run by tests/from_vllm/test_model_layers.py in a subprocess whose sys.path holds one vLLM release
 (`python layers_oracle.py OUT.json < cases.json`). Each case names a model directory (a
-config.json, nothing else) and a tensor-parallel size. vLLM resolves the config as `vllm serve`
+config.json, nothing else), a tensor-parallel size and, where given, a data-parallel size and
+expert parallelism. vLLM resolves the config as `vllm serve`
 does (EngineArgs -> VllmConfig, its transformers config class filling the defaults a config.json
 leaves out), picks the model class from its registry, and builds it under torch.device("meta"):
 every parallel linear, fused-MoE layer and attention layer is vLLM's own, sharded as on rank 0 of
@@ -111,6 +112,15 @@ def stand_ins() -> None:
         if not hasattr(torch.ops._C, name):
             setattr(torch.ops._C, name, AnyOp(name))
     torch.cuda.Stream = torch.cuda.Event = NoStream
+    # Under expert parallelism vLLM logs the expert map (fused_moe/expert_map_manager.py,
+    # ExpertMapManager.get_compressed_map_string), reading values a meta tensor has not: a log line,
+    # nothing a layer's shape reads
+    # vLLM 0.25.0's Marlin MoE sizes its workspace by the SM count when GPTQ experts are built
+    # (platforms/cuda.py num_compute_units asks torch.cuda): the stand-in H100's 132
+    from vllm.platforms import current_platform
+    type(current_platform).num_compute_units = classmethod(lambda cls, device_id=0: 132)
+    from vllm.model_executor.layers.fused_moe import expert_map_manager
+    expert_map_manager.ExpertMapManager.get_compressed_map_string = lambda self: "(meta device)"
     if importlib.util.find_spec("torchvision") is None:
         for name in IMAGE_PROCESSORS:
             sys.modules[name] = Permissive(name)
@@ -141,7 +151,8 @@ def vllm_config(case: dict):
     args = EngineArgs(model=case["dir"], tensor_parallel_size=case["tp"], max_model_len=case.get("max_model_len"),
                       skip_tokenizer_init=True, enforce_eager=True, num_gpu_blocks_override=1024,
                       trust_remote_code=case.get("trust_remote_code", False), load_format="dummy",
-                      dtype=case.get("dtype", "auto"))
+                      dtype=case.get("dtype", "auto"), data_parallel_size=case.get("dp", 1),
+                      enable_expert_parallel=case.get("ep", False))
     return args.create_engine_config(UsageContext.OPENAI_API_SERVER)
 
 
@@ -158,6 +169,10 @@ def layers(case: dict) -> dict:
     for name in ("_PP", "_DP", "_EP", "_DCP", "_PCP", "_EPLB"):
         if hasattr(parallel_state, name):
             setattr(parallel_state, name, Group(1))
+    dp = case.get("dp", 1)  # data parallelism: rank 0 of dp groups, experts over tp * dp ranks with EP
+    parallel_state._DP = Group(dp)
+    if case.get("ep"):
+        parallel_state._EP = Group(tp * dp)
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.utils.torch_utils import set_default_torch_dtype
 

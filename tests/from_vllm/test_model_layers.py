@@ -32,7 +32,7 @@ from collections import Counter
 
 import pytest
 
-from planner.engine.hf import engine_from_hf
+from planner.engine.hf import HFConfigError, engine_from_hf
 from planner.engine.hf.layouts import LAYOUTS, role
 from tests.from_vllm.test_from_vllm import without_flashinfer
 from tests.vllm_parity.test_parity import RELEASES
@@ -53,6 +53,8 @@ FIXTURES_BY_ARCHITECTURE = {
     "qwen3-8b": "Qwen3",
     "qwen3-8b-fp8-block-ct": "compressed-tensors FP8 by block",
     "qwen1.5-moe-a2.7b-chat": "Qwen2-MoE, shared expert and its gate",
+    "qwen1.5-moe-a2.7b-chat-gptq-int4": "GPTQ MoE: the router left in 16 bits; experts on Marlin at tp 1, on "
+                                        "MoeWNA16 at tp 2 (704 per rank is not whole groups of 128)",
     "qwen3-30b-a3b-fp8": "Qwen3-MoE, its quantized router left out by the checkpoint",
     "mixtral-8x7b": "Mixtral, block_sparse_moe",
     "deepseek-v2-lite-chat": "DeepSeek-V2, MLA without q compression, shared experts",
@@ -75,6 +77,23 @@ FIXTURES_BY_ARCHITECTURE = {
     "starcoder2-15b": "Starcoder2 on the Transformers backend, non-gated c_fc / c_proj",
     "gpt-oss-20b": "GPT-OSS, MXFP4 experts, sinks, alternating sliding windows",
     "exaone-3.5-7.8b-instruct": "EXAONE, transformer.h layers, num_layers",
+}
+# fixture -> what it proves, built at tp 1 only (9 heads: no tp 2)
+TP1_ONLY = {"smollm-135m": "a float32 checkpoint, served in bfloat16 by --dtype auto (_resolve_auto_dtype)"}
+# case -> (fixture, tp, dp, what it proves): expert parallelism over tp x dp ranks, sequence-parallel MoE
+SEQUENCE_PARALLEL = {
+    "deepseek-v2-lite-chat-dp2-ep": ("deepseek-v2-lite-chat", 2, 2, "DeepSeek's shared experts whole on every rank"),
+    "qwen1.5-moe-a2.7b-chat-dp2-ep": ("qwen1.5-moe-a2.7b-chat", 2, 2, "Qwen2-MoE's shared expert still split over tp"),
+}
+AWQ_G128 = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+GPTQ_G128 = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False}
+# case -> (fixture, quantization_config, tp, refused, what): Granite's down_proj at tp 8 has K = 1600, not
+# whole groups of 128
+GROUPS = {
+    "granite-3.1-8b-awq-tp8": ("granite-3.1-8b-instruct", AWQ_G128, 8, True,
+                               "AWQ whose per-rank K is not whole groups: AutoAWQLinearMethod refuses it"),
+    "granite-3.1-8b-gptq-tp8": ("granite-3.1-8b-instruct", GPTQ_G128, 8, False,
+                                "GPTQ whose per-rank K is not whole groups: Machete takes it on SM 9.0"),
 }
 TPS = (1, 2)
 # MLA and 256 experts at the TP of issue 48's start-up (vllm serve on four GPUs): 32 heads, 64-wide experts
@@ -109,6 +128,8 @@ VARIANTS = {
         "bits": 4, "group_size": 128, "quant_method": "awq", "version": "gemm", "zero_point": True,
         "modules_to_not_convert": ["layers.3.mlp"]}, "awq by substring"),
     "llama-ct-ignore-regex": ("llama-3.1-8b-instruct-fp8-static", None, "compressed-tensors by `re:`"),
+    "qwen3-moe-gptq": ("qwen3-30b-a3b-fp8", GPTQ_G128,
+                       "GPTQ leaves Qwen3-MoE's router, which vLLM hands the quant_config, in 16 bits"),
 }
 
 # Remote-code config classes (the Hub repositories' configuration_*.py): stand-ins that hold the
@@ -155,7 +176,11 @@ class ExaoneConfig(PretrainedConfig):
 # does not list them (AutoGPTQConfig.maybe_update_config); the probe has no weights, so its copy lists
 # what the checkpoint quantizes: every linear of the decoder layers (what --from-hf assumes).
 GPTQ_MODULES = [["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"], ["self_attn.o_proj"],
-                ["mlp.up_proj", "mlp.gate_proj"], ["mlp.down_proj"]]
+                ["mlp.up_proj", "mlp.gate_proj"], ["mlp.down_proj"],
+                # an MoE checkpoint's experts and shared expert; its router (mlp.gate) and shared_expert_gate
+                # stay in 16 bits
+                ["mlp.experts"], ["mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj"],
+                ["mlp.shared_expert.down_proj"]]
 
 # (release, fixture, what) -> why vLLM's layer differs from the engine, which follows vLLM 0.25.0's
 # model code (one engine serves both release plans).
@@ -177,6 +202,10 @@ pytestmark = needs_vllm
 
 def load(fixture: str) -> dict:
     """A fixture's config.json, or a variant's: its fixture with the variant's quantization_config."""
+    if fixture in SEQUENCE_PARALLEL:
+        return load(SEQUENCE_PARALLEL[fixture][0])
+    if fixture in GROUPS:
+        return {**load(GROUPS[fixture][0]), "quantization_config": dict(GROUPS[fixture][1])}
     if fixture in VARIANTS:
         base, quant, _ = VARIANTS[fixture]
         config = load(base)
@@ -193,8 +222,21 @@ def remote_code(fixture: str):
     return REMOTE_CODE.get(VARIANTS[fixture][0] if fixture in VARIANTS else fixture)
 
 
+def parallel(fixture: str) -> dict:
+    """The data parallelism and expert parallelism a case runs with (SEQUENCE_PARALLEL), else none."""
+    if fixture in SEQUENCE_PARALLEL:
+        return {"dp": SEQUENCE_PARALLEL[fixture][2], "enable_expert_parallel": True}
+    return {}
+
+
+def max_len(fixture: str) -> int:
+    """4096 tokens, or the model's own limit where shorter (SmolLM-135M's 2048)."""
+    return min(4096, load(fixture).get("max_position_embeddings") or 4096)
+
+
 def engine(fixture: str, tp: int) -> dict:
-    return engine_from_hf(load(fixture), tp=tp, num_blocks=1024, max_model_len=4096, source=fixture + ".json")
+    return engine_from_hf(load(fixture), tp=tp, num_blocks=1024, max_model_len=max_len(fixture),
+                          source=fixture + ".json", **parallel(fixture))
 
 
 def model_dir(tmp: str, fixture: str) -> str:
@@ -218,9 +260,11 @@ def model_dir(tmp: str, fixture: str) -> str:
 def built(request, tmp_path_factory):
     """(release, {(fixture, tp): vLLM's layers}) for one release, from one oracle subprocess."""
     version, tmp = request.param, str(tmp_path_factory.mktemp("layers"))
-    keys = cases()
-    probes = [{"dir": model_dir(tmp, fixture), "tp": tp, "max_model_len": 4096,
-               "dtype": engine(fixture, 1)["model"]["dtype"], "trust_remote_code": remote_code(fixture) is not None}
+    keys = cases() + refused_cases()
+    # --dtype auto, as `vllm serve` resolves it (test_dtype_is_vllms compares the dtype)
+    probes = [{"dir": model_dir(tmp, fixture), "tp": tp, "max_model_len": max_len(fixture), "dtype": "auto",
+               "dp": parallel(fixture).get("dp", 1), "ep": bool(parallel(fixture)),
+               "trust_remote_code": remote_code(fixture) is not None}
               for fixture, tp in keys]
     out = os.path.join(tmp, "layers.json")
     # without FlashInfer, whose allreduce fusion asserts libcudart at tp > 1 (test_from_vllm.without_flashinfer)
@@ -238,7 +282,8 @@ def built(request, tmp_path_factory):
 # vLLM's quant method of a layer (layers_oracle.quant_of) -> the engine's quant method
 _QUANT = (("Unquantized", "none"), ("Fp8LinearMethod/block", "fp8"), ("Fp8MoEMethod/block", "fp8"),
           ("W8A8Fp8/block", "fp8"), ("W8A8Fp8/channel", "fp8_per_channel"), ("W8A8Fp8/tensor", "fp8_per_tensor"),
-          ("Fp8LinearMethod", "fp8_per_tensor"), ("AutoAWQ", "awq"), ("AutoGPTQ", "gptq"), ("Mxfp4", "mxfp4"))
+          ("Fp8LinearMethod", "fp8_per_tensor"), ("AutoAWQ", "awq"), ("AutoGPTQ", "gptq"), ("MoeWNA16", "moe_wna16"),
+          ("Mxfp4", "mxfp4"))
 
 
 def quant(vllm_method: str) -> str:
@@ -267,7 +312,15 @@ def engine_linears(e: dict) -> Counter:
 
 
 def cases():
-    return [(f, tp) for f in [*FIXTURES_BY_ARCHITECTURE, *VARIANTS] for tp in TPS] + [(f, 4) for f in TP4]
+    """(case, tp) of every case that vLLM builds and --from-hf plans."""
+    return ([(f, tp) for f in [*FIXTURES_BY_ARCHITECTURE, *VARIANTS] for tp in TPS] + [(f, 4) for f in TP4]
+            + [(f, 1) for f in TP1_ONLY] + [(f, SEQUENCE_PARALLEL[f][1]) for f in SEQUENCE_PARALLEL]
+            + [(f, GROUPS[f][2]) for f in GROUPS if not GROUPS[f][3]])
+
+
+def refused_cases():
+    """(case, tp) of the cases vLLM refuses to build, and --from-hf too."""
+    return [(f, GROUPS[f][2]) for f in GROUPS if GROUPS[f][3]]
 
 
 def test_every_layout_has_a_fixture_here():
@@ -332,7 +385,8 @@ def test_from_vllm_config_gives_the_engine_of_the_config_json(built, fixture):
 def test_gpt_oss_attention_has_sinks_in_vllm(built):
     """The layout's sinks (GPT-OSS) are vLLM's: every attention layer has them, no other model's does."""
     _, layers = built
-    for (fixture, tp), got in layers.items():
+    for key in cases():  # the refused cases built nothing
+        fixture, got = key[0], layers[key]
         sinks = {row[-1] for row in got["attention"]}
         assert sinks == {LAYOUTS[load(fixture)["architectures"][0]].sinks}, fixture
 
@@ -346,3 +400,21 @@ def test_multimodal_model_builds_a_vision_tower(built):
         assert {"vision_tower", "multi_modal_projector", "language_model"} <= set(got["children"])
         tower = [row for row in got["linears"] if row[0].startswith("vision_tower.")]
         assert tower and not decoder_linears({"linears": tower})
+
+
+@pytest.mark.parametrize("fixture, tp", cases(), ids=[f"{f}-tp{tp}" for f, tp in cases()])
+def test_dtype_is_vllms(built, fixture, tp):
+    """The model dtype is the one `--dtype auto` resolves (a float32 checkpoint in bfloat16)."""
+    _, layers = built
+    assert engine(fixture, tp)["model"]["dtype"] == layers[(fixture, tp)]["hf_config"]["torch_dtype"]
+
+
+@pytest.mark.parametrize("fixture, tp", refused_cases(), ids=[f"{f}-tp{tp}" for f, tp in refused_cases()])
+def test_what_vllm_refuses_from_hf_refuses(built, fixture, tp):
+    """vLLM fails to build the model, and --from-hf refuses it in one line naming the layer."""
+    _, layers = built
+    assert "error" in layers[(fixture, tp)], layers[(fixture, tp)].get("linears")
+    with pytest.raises(HFConfigError, match=r"down_proj in layer \d+ has K = 1600 per rank") as e:
+        engine(fixture, tp)
+    assert "\n" not in str(e.value)
+

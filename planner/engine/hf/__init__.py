@@ -35,6 +35,7 @@ Modules, in the order engine_from_hf uses them
     deepseek.py      multi-head latent attention (a kv_lora_rank: DeepSeek-V2, -V3)
     quantization.py  quantization_config: none, fp8, awq, gptq, mxfp4; vLLM's rules for ignored modules
     compressed_tensors.py  compressed-tensors' FP8 W8A8 schemes (by tensor, channel or block)
+    wna16.py         AWQ and GPTQ groups split by tp: linears vLLM refuses, experts on MoeWNA16 (`moe_wna16`)
     entries.py       the engine's linear and moe entries, counted over the layers; lm_head
     attention.py     attention entries and KV-cache groups: sliding windows, the attention backend
     memory.py        one rank's weights and the KV-cache size estimate (num_blocks); what does not fit

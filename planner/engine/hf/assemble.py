@@ -137,8 +137,9 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     speculative = speculative_config(text, flags)
     layers = decoder_layers(text, model, par)
     check_fp8_blocks(ctx, layers, quant, par)
-    linear = linear_entries(ctx, layers, quant, layout.layers) + [lm_head(text, model, par.tp)]
-    moe = moe_entries(layers, quant, layout.layers, device.capability)
+    linear = (linear_entries(ctx, layers, quant, layout.layers, par.tp, device.capability)
+              + [lm_head(text, model, par.tp)])
+    moe = moe_entries(ctx, layers, quant, layout.layers, device.capability)
     block_size = flags.block_size if flags.block_size is not None else default_block_size(model, device)
     attention, kv_groups = attention_and_kv_groups(text, model, layers.attention, device, block_size)
     num_blocks, unfit = flags.num_blocks, None

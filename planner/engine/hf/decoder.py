@@ -10,7 +10,9 @@ Every decoder layer runs attention, then a dense MLP or an MoE block:
   qwen3_moe.py), each key's default keeping every layer MoE; the experts are
   moe_intermediate_size wide where the config has it, else intermediate_size (Mixtral, GPT-OSS);
 * shared experts: shared_expert_intermediate_size wide with a one-output shared_expert_gate
-  (Qwen2-MoE), or n_shared_experts x moe_intermediate_size (DeepSeek);
+  (Qwen2-MoE), or n_shared_experts x moe_intermediate_size (DeepSeek), split over tp; DeepSeek's
+  whole on every rank under sequence-parallel MoE (expert parallelism with tp > 1 and dp > 1:
+  flags.Parallel.sequence_parallel_moe, layouts.MoeLayout.shared_sequence_parallel);
 * a dense MLP of intermediate_size elsewhere, gated or not as the layout says.
 """
 
@@ -51,8 +53,23 @@ def _moe_layers(ctx: HFConfig, num_layers: int, num_experts: int) -> list[bool]:
             for i in range(num_layers)]
 
 
-def _shared_experts(ctx: HFConfig, moe: MoeLayout, hidden: int, tp: int) -> list[Linear]:
-    """The shared experts beside the routed ones (module docstring): a dense MLP, tensor-parallel."""
+def _replicated(linears: list[Linear]) -> list[Linear]:
+    """Linears built with disable_tp: whole on every rank."""
+    for lin in linears:
+        lin.mode, lin.split_parts = "replicated", [False] * len(lin.parts or [lin.n])
+    return linears
+
+
+def _shared_experts(ctx: HFConfig, moe: MoeLayout, hidden: int, par: Parallel) -> list[Linear]:
+    """The shared experts beside the routed ones (module docstring): a dense MLP, tensor-parallel,
+    or whole on every rank where the layout's shared experts follow sequence-parallel MoE."""
+    if moe.shared_sequence_parallel and par.sequence_parallel_moe:
+        return _replicated(_shared_mlp(ctx, moe, hidden, 1))
+    return _shared_mlp(ctx, moe, hidden, par.tp)
+
+
+def _shared_mlp(ctx: HFConfig, moe: MoeLayout, hidden: int, tp: int) -> list[Linear]:
+    """The shared experts' MLP, split over `tp` ranks."""
     shared = f"{moe.block}.{moe.shared}"
     up, down = Fused(f"{shared}.gate_up_proj", (f"{shared}.gate_proj", f"{shared}.up_proj")), f"{shared}.down_proj"
     if ctx.get("shared_expert_intermediate_size"):
@@ -75,7 +92,7 @@ def _moe_block(ctx: HFConfig, layout: Layout, key: str, count: int, hidden: int,
     """An MoE layer's linears (the router, the shared experts) and its routed experts."""
     inter_key = "moe_intermediate_size" if ctx.get("moe_intermediate_size") is not None else "intermediate_size"
     router, experts = routed_experts(ctx, layout.moe, count, key, inter_key, hidden, par)
-    return [router] + _shared_experts(ctx, layout.moe, hidden, par.tp), experts
+    return [router] + _shared_experts(ctx, layout.moe, hidden, par), experts
 
 
 def decoder_layers(ctx: HFConfig, model: Model, par: Parallel) -> DecoderLayers:

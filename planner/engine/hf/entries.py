@@ -11,6 +11,7 @@ from .layers import DecoderLayers
 from .model import Model
 from .quantization import QuantConfig, linear_quant, moe_quant, padded_experts
 from .source import HFConfig
+from .wna16 import check_linear_groups, experts_quant
 
 
 VOCAB_PADDING = 64  # vLLM DEFAULT_VOCAB_PADDING_SIZE
@@ -27,13 +28,16 @@ def _name_unquantized(entries: list[dict]) -> list[dict]:
     return entries
 
 
-def linear_entries(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig, prefix: str) -> list[dict]:
+def linear_entries(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig, prefix: str, tp: int = 1,
+                   capability: str = "9.0") -> list[dict]:
     """One entry per (role, shape, quantization), counting the layers that have it (`prefix`: the
-    decoder layers' module prefix, where a checkpoint's ignore list names them)."""
+    decoder layers' module prefix, where a checkpoint's ignore list names them); an AWQ or GPTQ
+    layer whose per-rank K is not whole groups refused where vLLM's kernels do (wna16.py)."""
     groups: dict = {}
     for i, lins in enumerate(layers.linears):
         for lin in lins:
             q = linear_quant(ctx, lin, i, quant, prefix)
+            check_linear_groups(ctx, lin, i, q, quant, tp, capability)
             key = (lin.role, lin.n, lin.k, tuple(sorted((k, str(v)) for k, v in q.items())))
             if key not in groups:
                 groups[key] = {"name": lin.role, "n": lin.n, "k": lin.k, "count": 0, "quant": q}
@@ -53,14 +57,15 @@ def lm_head(ctx: HFConfig, model: Model, tp: int) -> dict:
             "quant": {"method": "none"}}
 
 
-def moe_entries(layers: DecoderLayers, quant: QuantConfig, prefix: str, capability: str) -> list[dict]:
+def moe_entries(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig, prefix: str, capability: str) -> list[dict]:
     """One entry per (experts, intermediate size, quantization), counting the layers; the sizes as
-    vLLM allocates them on a GPU of `capability` (padded_experts)."""
+    vLLM allocates them on a GPU of `capability` (padded_experts); AWQ and GPTQ experts that
+    Marlin's MoE GEMM does not take run vLLM's MoeWNA16 (wna16.py)."""
     groups: dict = {}
     for i, moe in enumerate(layers.moes):
         if moe is None:
             continue
-        q = moe_quant(moe, i, quant, prefix)
+        q = experts_quant(ctx, moe, moe_quant(moe, i, quant, prefix), quant, i)
         hidden, inter = padded_experts(moe.hidden_size, moe.intermediate_size, q, capability)
         key = (moe.num_experts, inter, q["method"])
         if key not in groups:

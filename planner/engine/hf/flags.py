@@ -20,6 +20,13 @@ class Parallel:
     dp: int
     ep: bool  # --enable-expert-parallel
 
+    @property
+    def sequence_parallel_moe(self) -> bool:
+        """vLLM's ParallelConfig.use_sequence_parallel_moe (config/parallel.py, 0.25.0 and 0.33.0):
+        expert parallelism over tp > 1 and dp > 1 ranks with an all2all backend that shards the
+        tokens (the default, allgather_reducescatter, is one); no pipeline parallelism (the engine's)."""
+        return self.ep and self.tp > 1 and self.dp > 1
+
 
 @dataclass
 class Flags:

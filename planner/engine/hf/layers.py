@@ -32,6 +32,7 @@ class Linear:
     parts: list[int] | None = None         # per-rank output partitions of merged GEMMs (None: [n])
     split_parts: list[bool] | None = None  # which parts TP splits (None: all)
     quantizable: bool = True
+    router: bool = False      # an MoE block's router (gate), which no GPTQ checkpoint quantizes
 
     @property
     def role(self) -> str:
@@ -150,7 +151,8 @@ def routed_experts(ctx: HFConfig, moe: MoeLayout, num_experts: int, experts_key:
     else:
         local, inter = num_experts, ctx.div(inter, inter_key, ranks, flag)
     router = f"{moe.block}.{moe.router}"
-    gate = Linear(router, [router], num_experts, hidden, "replicated", quantizable=moe.router_quantized)
+    gate = Linear(router, [router], num_experts, hidden, "replicated", quantizable=moe.router_quantized,
+                  router=True)
     return gate, FusedMoE(f"{moe.block}.experts", local, top_k, hidden, inter)
 
 

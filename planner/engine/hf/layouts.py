@@ -60,6 +60,9 @@ class MoeLayout:
     router: str = "gate"
     router_quantized: bool = False  # the model hands the router its quant_config (Qwen3-MoE does)
     shared: str = "shared_experts"  # DeepSeek's shared_experts, Qwen2-MoE's shared_expert
+    # the shared experts are whole on every rank under sequence-parallel MoE (Parallel.sequence_parallel_moe):
+    # deepseek_v2.py builds DeepseekV2MLP with is_sequence_parallel (disable_tp); qwen2_moe.py does not
+    shared_sequence_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,8 +144,8 @@ LAYOUTS: dict[str, Layout] = {
                                   defaults=QWEN),
     "MixtralForCausalLM": Layout("mixtral.py", moe=MoeLayout(block="block_sparse_moe")),
     # deepseek_v2.py serves both; kv_lora_rank makes the attention MLA (deepseek.py)
-    "DeepseekV2ForCausalLM": Layout("deepseek_v2.py", moe=MoeLayout()),
-    "DeepseekV3ForCausalLM": Layout("deepseek_v2.py", moe=MoeLayout()),
+    "DeepseekV2ForCausalLM": Layout("deepseek_v2.py", moe=MoeLayout(shared_sequence_parallel=True)),
+    "DeepseekV3ForCausalLM": Layout("deepseek_v2.py", moe=MoeLayout(shared_sequence_parallel=True)),
     # gpt_oss.py: attn.qkv_proj / attn.o_proj with sinks, a router beside the experts in every layer
     "GptOssForCausalLM": Layout("gpt_oss.py", qkv=_qkv("attn"), o_proj="attn.o_proj", sinks=True,
                                 moe=MoeLayout(router="router")),

@@ -1,6 +1,7 @@
 """vLLM's ModelConfig, as the config.json gives it: the architecture and its layout (layouts.py;
 one without is refused, refusal.py), the language model's config (text_config for a multimodal
-model, with the config class's defaults), the hidden size, layers and vocabulary, the dtype,
+model, with the config class's defaults), the hidden size, layers and vocabulary, the dtype
+(`--dtype auto`'s: a float32 checkpoint is served in bfloat16, auto_dtype),
 max_model_len (--max-model-len may lower the config's own limit, not raise it), and the KV
 cache's dtype (--kv-cache-dtype, vLLM's CacheConfig.cache_dtype: every attention layer's; `auto`
 is the model dtype).
@@ -83,12 +84,34 @@ def language_config(ctx: HFConfig, layout: Layout) -> HFConfig:
     return HFConfig(with_defaults(config, layout), ctx.source)
 
 
-def _dtype(ctx: HFConfig) -> str:
-    raw = ctx.get("torch_dtype", ctx.get("dtype")) or "bfloat16"
+# vLLM's _FLOAT16_NOT_SUPPORTED_MODELS (config/model.py, 0.25.0 and 0.33.0; 0.25.0 also plamo2,
+# which --from-hf does not plan): model types `--dtype auto` never serves in float16.
+FLOAT16_NOT_SUPPORTED_MODELS = ("gemma2", "gemma3", "gemma3_text", "glm4")
+
+
+def _config_dtype(ctx: HFConfig) -> str:
+    """The checkpoint's dtype: torch_dtype (or dtype); none given is transformers' float32."""
+    raw = ctx.get("torch_dtype", ctx.get("dtype")) or "float32"
     dtype = _DTYPE_ALIASES.get(str(raw).replace("torch.", ""))
     if dtype is None:
-        raise ctx.fail(f"torch_dtype {raw!r} is not supported (bfloat16, float16, float32)")
+        raise ctx.fail(f"torch_dtype {raw!r} is not supported (bfloat16, float16, float32)", "torch_dtype")
     return dtype
+
+
+def auto_dtype(config_dtype: str, model_type) -> str:
+    """The dtype `--dtype auto` serves (vLLM's _resolve_auto_dtype, config/model.py, 0.25.0 and
+    0.33.0): a float32 checkpoint is downcast to the platform's first supported dtype, bfloat16 on
+    every GPU the planner knows (CudaPlatform.supported_dtypes from SM 8.0); a model type of
+    FLOAT16_NOT_SUPPORTED_MODELS gets bfloat16 for a float16 checkpoint too."""
+    if config_dtype == "float32" or (config_dtype == "float16" and model_type in FLOAT16_NOT_SUPPORTED_MODELS):
+        return "bfloat16"
+    return config_dtype
+
+
+def _dtype(ctx: HFConfig, top: HFConfig) -> str:
+    """The model dtype vLLM serves with `--dtype auto`; `top`: the whole config.json, whose
+    model_type vLLM keys the float16 rule by."""
+    return auto_dtype(_config_dtype(ctx), top.get("model_type"))
 
 
 def _max_model_len(ctx: HFConfig, flag: int | None) -> tuple[int, int | None]:
@@ -118,7 +141,7 @@ def model_config(ctx: HFConfig, top: HFConfig, architecture: str, layout: Layout
     hidden = ctx.pos_int("hidden_size")
     num_layers = ctx.pos_int("num_hidden_layers")
     vocab = ctx.pos_int("vocab_size")
-    dtype = _dtype(ctx)
+    dtype = _dtype(ctx, top)
     mm_prefix = bool(top.get("is_mm_prefix_lm", top.get("model_type") in MM_PREFIX_LM_MODELS))
     return Model(architecture, layout, hidden, num_layers, vocab, dtype,
                  *_bounded_context(ctx, _max_model_len(ctx, flags.max_model_len)), flags.kv_cache_dtype,

@@ -23,7 +23,9 @@ the layout declares (layouts.py): fp8 names them exactly (is_layer_skipped, matc
 awq by substring (skip_with_substr), compressed-tensors exactly or by a `re:` regular expression
 (should_ignore_layer); gptq names the modules it does quantize (modules_in_block_to_quantize, by
 substring; vLLM reads the safetensors headers where the config lists none, and --from-hf, which
-has no weights, takes every decoder linear as quantized). A fused linear is skipped where its own
+has no weights, takes every decoder linear as quantized but an MoE router: GPTQ leaves the gate in
+16 bits, so Qwen3-MoE's router, which vLLM hands the quant_config, is unquantized there). A fused
+linear is skipped where its own
 vLLM name is listed or all its checkpoint modules are; some but not all is refused, as vLLM
 refuses it. An MoE layer's experts are skipped where an entry naming experts contains their name.
 """
@@ -53,6 +55,7 @@ class QuantConfig:
     match: str = "exact"        # exact | regex | substring | include (module docstring)
     weight_bits: int = 16       # of a quantized weight, for the memory estimate
     linears: bool = True        # False: the method quantizes the experts only (mxfp4)
+    group_size: int = -1        # awq, gptq: weights per scale along K (-1: one group per channel)
 
     @property
     def block(self) -> list[int] | None:
@@ -106,17 +109,17 @@ def _int_bits(ctx: HFConfig, qc: dict, method: str, allowed: tuple) -> tuple[int
 
 def _awq(ctx: HFConfig, qc: dict) -> QuantConfig:
     """AutoAWQConfig: Marlin/Machete where check_marlin_supported takes 4-bit weights with zero points."""
-    bits, _ = _int_bits(ctx, qc, "awq", (4,))
+    bits, group = _int_bits(ctx, qc, "awq", (4,))
     if qc.get("zero_point") is False:
         raise refuse_quantization(ctx, "awq without zero_point: vLLM's AWQ Marlin needs zero points, and falls "
                                        "back to AWQ's Triton kernels, which the engine config cannot name")
     entry = {"method": "awq"}
-    return QuantConfig(entry, entry, _names(ctx, qc, "modules_to_not_convert"), "substring", bits)
+    return QuantConfig(entry, entry, _names(ctx, qc, "modules_to_not_convert"), "substring", bits, group_size=group)
 
 
 def _gptq(ctx: HFConfig, qc: dict) -> QuantConfig:
     """AutoGPTQConfig: symmetric 4- or 8-bit weights (TYPE_MAP), on Machete or Marlin."""
-    bits, _ = _int_bits(ctx, qc, "gptq", (4, 8))
+    bits, group = _int_bits(ctx, qc, "gptq", (4, 8))
     if qc.get("sym", True) is not True:
         raise refuse_quantization(ctx, "gptq with sym false: vLLM's AutoGPTQConfig takes symmetric weights only")
     if qc.get("lm_head"):
@@ -130,7 +133,7 @@ def _gptq(ctx: HFConfig, qc: dict) -> QuantConfig:
     if not isinstance(listed, list) or not all(isinstance(x, str) for x in listed):
         raise ctx.fail("quantization_config.modules_in_block_to_quantize must be a list of module names")
     entry = {"method": "gptq"}
-    return QuantConfig(entry, entry, list(listed), "include", bits)
+    return QuantConfig(entry, entry, list(listed), "include", bits, group_size=group)
 
 
 def _compressed_tensors(ctx: HFConfig, qc: dict) -> QuantConfig:
@@ -179,8 +182,8 @@ def _skipped(ctx: HFConfig, lin: Linear, prefix: str, layer: int, quant: QuantCo
     """Whether vLLM leaves the linear unquantized: its own name or all its shards listed (gptq: not
     listed), some but not all refused as vLLM refuses them."""
     if quant.match == "include":
-        if not quant.patterns:  # vLLM reads the safetensors headers: every decoder linear is quantized
-            return False
+        if not quant.patterns:  # vLLM reads the safetensors headers (AutoGPTQConfig.maybe_update_config):
+            return lin.router   # every decoder linear is quantized there but the MoE router, left in 16 bits
         shards = [not _listed(prefix + m, quant) for m in lin.modules]
     else:
         if len(lin.modules) > 1 and _listed(prefix + lin.name, quant):
