@@ -140,10 +140,13 @@ def test_qwen2_sliding_window_used_from_max_window_layers():
     hf.update(use_sliding_window=True, sliding_window=4096, max_window_layers=20)
     e = engine_from_hf(hf)
     assert not list(VALIDATOR.iter_errors(e))
-    full, sliding = e["model"]["attention"]
-    assert (full["count"], full["sliding_window"]) == (20, [-1, -1])
-    assert (sliding["count"], sliding["sliding_window"], sliding["kv_cache_group"]) == (8, [4095, 0], 1)
-    assert [g["kind"] for g in e["kv_cache"]["groups"]] == ["full_attention", "sliding_window"]
+    # vLLM's groups hold as many layers as the smaller kind (kv_cache_utils.py,
+    # _get_kv_cache_groups_uniform_page_size): 20 full layers are three groups of 7, 7 and 6
+    attention = e["model"]["attention"]
+    assert [(a["name"], a["count"], a["sliding_window"], a.get("kv_cache_group", 0)) for a in attention] == [
+        ("attn", 7, [-1, -1], 0), ("attn_2", 7, [-1, -1], 1), ("attn_3", 6, [-1, -1], 2),
+        ("attn_sliding", 8, [4095, 0], 3)]
+    assert [g["kind"] for g in e["kv_cache"]["groups"]] == ["full_attention"] * 3 + ["sliding_window"]
 
 
 def test_qwen3_8b():
@@ -603,3 +606,19 @@ def test_qwen3_moe_experts_under_transformers_5_name():
     with pytest.raises(HFConfigError) as e:
         engine_from_hf({**renamed, "num_local_experts": 129}, tp=2, enable_expert_parallel=True)
     assert e.value.reason == "num_local_experts (129) is not divisible by --tp 2 with --enable-expert-parallel"
+
+
+@pytest.mark.parametrize("full, sliding, groups, full_groups", [
+    (8, 24, [8, 8, 8, 8], 1),           # Cohere2's 3:1: the fewest layers of a kind make a group
+    (8, 40, [8] * 6, 1),                # Gemma 3's 5:1
+    (21, 21, [21, 21], 1),              # Gemma 2's 1:1
+    (13, 12, [13, 12], 1),              # under 1.5 times the fewest: the most make a group
+    (20, 8, [7, 7, 6, 8], 3),           # layers[i::3] of 20
+    (0, 32, [32], 0), (32, 0, [32], 1),
+])
+def test_kv_cache_groups_split_as_vllm_splits_them(full, sliding, groups, full_groups):
+    from planner.engine.hf.attention import _kv_cache_groups
+
+    made = _kv_cache_groups(4096, [False] * full + [True] * sliding)
+    assert [g.num_layers for g in made] == groups
+    assert [g.kind for g in made] == ["full_attention"] * full_groups + ["sliding_window"] * (len(groups) - full_groups)

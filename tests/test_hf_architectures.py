@@ -110,9 +110,11 @@ def test_cohere2_every_fourth_layer_is_full():
     # transformers' Cohere2Config: layer i slides where (i + 1) % sliding_window_pattern (4)
     e = engine("c4ai-command-r7b-12-2024")
     scale = round(128 ** -0.5, 6)
-    assert attention(e) == [(32, 8, 128, scale, 0.0, FULL, 8, "FLASH_ATTN"),
-                            (32, 8, 128, scale, 0.0, [4095, 0], 24, "FLASH_ATTN")]
-    assert [g["kind"] for g in e["kv_cache"]["groups"]] == ["full_attention", "sliding_window"]
+    # vLLM's KV-cache groups hold as many layers as the smaller kind: 8 full, then 24 sliding in three
+    # groups of 8 (kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size), each its own block table
+    assert attention(e) == [(32, 8, 128, scale, 0.0, FULL, 8, "FLASH_ATTN")] + \
+        [(32, 8, 128, scale, 0.0, [4095, 0], 8, "FLASH_ATTN")] * 3
+    assert [g["kind"] for g in e["kv_cache"]["groups"]] == ["full_attention"] + ["sliding_window"] * 3
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,8 +149,9 @@ def test_gemma2_27b_scale_is_query_pre_attn_scalar_not_head_dim():
 def test_gemma3_text_every_sixth_layer_is_full():
     e = engine("gemma-3-1b-it")
     # 26 layers: (i + 1) % 6 == 0 for i = 5, 11, 17, 23 are full
-    assert attention(e) == [(4, 1, 256, 0.0625, 0.0, FULL, 4, "FLASH_ATTN"),
-                            (4, 1, 256, 0.0625, 0.0, [511, 0], 22, "FLASH_ATTN")]
+    # 22 sliding layers in groups of the 4 full ones: layers[i::6], 4, 4, 4, 4, 3, 3
+    assert attention(e) == [(4, 1, 256, 0.0625, 0.0, FULL, 4, "FLASH_ATTN")] + \
+        [(4, 1, 256, 0.0625, 0.0, [511, 0], n, "FLASH_ATTN") for n in (4, 4, 4, 4, 3, 3)]
     assert linears(e)["qkv_proj"][:2] == ((4 + 2 * 1) * 256, 1152)
 
 
@@ -163,8 +166,8 @@ def test_gemma3_multimodal_plans_its_language_model_from_text_config():
     assert linears(e) == {"qkv_proj": ((16 + 2 * 8) * 256, 3840, 48, NONE), "o_proj": (3840, 16 * 256, 48, NONE),
                           "gate_up_proj": (2 * 15360, 3840, 48, NONE), "down_proj": (3840, 15360, 48, NONE),
                           "lm_head": (262208, 3840, 1, NONE)}
-    assert attention(e) == [(16, 8, 256, 0.0625, 0.0, FULL, 8, "TRITON_ATTN"),
-                            (16, 8, 256, 0.0625, 0.0, [1023, 0], 40, "TRITON_ATTN")]
+    assert attention(e) == [(16, 8, 256, 0.0625, 0.0, FULL, 8, "TRITON_ATTN")] + \
+        [(16, 8, 256, 0.0625, 0.0, [1023, 0], 8, "TRITON_ATTN")] * 5
     big = engine("gemma-3-27b-it", tp=2)  # query_pre_attn_scalar 168, head_dim 128
     assert {a[3] for a in attention(big)} == {round(168 ** -0.5, 6)}
 

@@ -30,7 +30,8 @@ from planner.schema import load_schema
 from planner.yamlio import Document
 
 __all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernel_counts", "kernels_mismatch",
-           "live_block_fp8_linears", "live_linear_kernels", "shapes_mismatch", "with_live_linears"]
+           "live_block_fp8_linears", "live_kv_cache", "live_linear_kernels", "shapes_mismatch", "with_live_kv_cache",
+           "with_live_linears"]
 
 
 def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
@@ -309,6 +310,65 @@ def with_live_linears(engine: Engine, live: dict) -> Engine | None:
                                  "quant": {"method": "fp8", "weight_block_size": block}, "kernel": kernel}
                                 for n, k, kernel, layers in missing]
     return engine_from_document(Document(data=data, file=f"{engine.file} and the loaded model's layers"))
+
+
+# --- the live KV cache: vLLM's groups and blocks, known once it has sized the cache ---------------------
+
+# vLLM's KVCacheSpec classes (vllm/v1/kv_cache_interface.py) by the engine's group kind; the first
+# match in a class's method order wins, so MLA's and every other full-attention spec are full_attention
+LIVE_KV_KINDS = (("SlidingWindowSpec", "sliding_window"), ("ChunkedLocalAttentionSpec", "chunked_local"),
+                 ("MambaSpec", "mamba"), ("CrossAttentionSpec", "cross_attention"),
+                 ("FullAttentionSpec", "full_attention"))
+
+
+def live_kv_cache(model_runner) -> dict | None:
+    """{"num_blocks": n, "groups": [{"block_size", "kind"}, ...]} of the KV cache vLLM allocated
+    (the model runner's kv_cache_config, set before compile_or_warm_up_model), None before it is.
+    A spec of a kind the engine schema has no name for is ValueError."""
+    config = getattr(model_runner, "kv_cache_config", None)
+    if config is None:
+        return None
+    groups = [{"block_size": int(g.kv_cache_spec.block_size), "kind": _live_kind(g.kv_cache_spec)}
+              for g in config.kv_cache_groups]
+    return {"num_blocks": int(config.num_blocks), "groups": groups}
+
+
+def _live_kind(spec) -> str:
+    names = [cls.__name__ for cls in type(spec).__mro__]
+    for name, kind in LIVE_KV_KINDS:
+        if name in names:
+            return kind
+    raise ValueError(f"vLLM's KV-cache group spec {type(spec).__name__} has no engine kind")
+
+
+def kv_cache_mismatch(facts: EngineFacts, live: dict) -> str | None:
+    """One line where the engine's KV-cache groups are not vLLM's: their count, block sizes and
+    kinds, in any order (a batch hands each group the blocks its kind and block size need, so the
+    order of groups alike changes nothing; vLLM orders kinds by their first layer)."""
+    mine = [(g.block_size, g.kind) for g in facts.kv_cache.groups]
+    theirs = [(g["block_size"], g["kind"]) for g in live["groups"]]
+    if sorted(mine) == sorted(theirs):
+        return None
+    def show(groups):
+        return ", ".join(f"{kind} {size}" for size, kind in groups)
+    return (f"vLLM's KV cache has {len(theirs)} groups ({show(theirs)}), the engine config "
+            f"{len(mine)} ({show(mine)})")
+
+
+def with_live_kv_cache(engine: Engine, live: dict) -> Engine | None:
+    """`engine` with vLLM's allocated KV cache: its block count, and its groups where they differ
+    (a group the engine lacks gets the kind and block size vLLM gave it); None when nothing differs.
+    The plan's batches then give every group block ids that exist (PlanError where the result is no
+    valid engine config)."""
+    kv = engine.facts.kv_cache
+    groups_differ = kv_cache_mismatch(engine.facts, live) is not None
+    if not groups_differ and kv.num_blocks == live["num_blocks"]:
+        return None
+    data = copy.deepcopy(engine.data)
+    data["kv_cache"]["num_blocks"] = live["num_blocks"]
+    if groups_differ:
+        data["kv_cache"]["groups"] = [dict(g) for g in live["groups"]]
+    return engine_from_document(Document(data=data, file=f"{engine.file} and vLLM's allocated KV cache"))
 
 
 def _description(data: dict, model_config, cache_config) -> str:

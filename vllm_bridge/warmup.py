@@ -61,7 +61,7 @@ from .log_lines import LogProgress, device_lane_line, summary_line
 from .releases import Release
 from .settings import PluginError, Settings, rank_of, with_rank
 from .step_aside import cause_of, step_aside, strict_error
-from .worker_plan import check_live_layers, derive_engine, make_plan, plugin_plan
+from .worker_plan import check_live_kv_cache, check_live_layers, derive_engine, make_plan, plugin_plan
 
 log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format
 
@@ -174,6 +174,16 @@ class WorkerWarmup:
             log.warning("warmup-planner: %s", why)
         return why
 
+    def check_live_kv_cache(self) -> str | None:
+        """Before the plan runs: the KV cache vLLM allocated against the engine config the plan was
+        made for, the plan made again for it where they differ (worker_plan.check_live_kv_cache);
+        a difference in its groups is one warning line, returned."""
+        runner = getattr(self.worker, "model_runner", None)
+        why, self.engine, self.expanded = check_live_kv_cache(runner, self.settings, self.engine, self.expanded)
+        if why:
+            log.warning("warmup-planner: rank %d: %s", self.rank, why)
+        return why
+
     def _note(self, line: str) -> None:
         log.warning("warmup-planner: rank %d: %s", self.rank, line)
 
@@ -233,6 +243,8 @@ class WorkerWarmup:
     def warm_up(self, original):
         """vLLM's compile_or_warm_up_model with the plan in place of what it models; returns its value."""
         self.monitor.install()  # already, unless load_model was not ours to wrap
+        if not self.fallback:
+            self.check_live_kv_cache()
         try:
             result = self._run_vllm_method(original)
         except BaseException:

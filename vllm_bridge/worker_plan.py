@@ -162,3 +162,28 @@ def _replan_with(live: dict, why: str, settings: Settings, engine, expanded) -> 
                          grown, remade)
     return LiveCheck(f"{why}; the plan is made again with them: {count(len(added), 'step')} more "
                      f"({', '.join(added)}), run before ready in vLLM's process", grown, remade)
+
+
+# --- before the warmup: the KV cache vLLM allocated against the engine config ----------------------------
+
+def check_live_kv_cache(model_runner, settings: Settings, engine, expanded) -> LiveCheck:
+    """The KV cache vLLM allocated (its block count, its groups) against the engine config's, made
+    before vLLM sized it: the plan's batches hand out block ids per group, and a group the engine
+    lacks (vLLM splits layers of two kinds into groups of equal size) failed every batch step. Where
+    they differ the plan is made again for vLLM's KV cache; `why` is said only for the groups (the
+    block count differs at every start: the engine's was an estimate)."""
+    from .engine import kv_cache_mismatch, live_kv_cache, with_live_kv_cache
+
+    try:
+        live = live_kv_cache(model_runner)
+        grown = with_live_kv_cache(engine, live) if live is not None else None
+    except Exception as e:  # noqa: BLE001 - a check: the plan runs as it was
+        return LiveCheck(f"vLLM's KV cache could not be read ({type(e).__name__}: {one_line(e)})", engine, expanded)
+    if grown is None:
+        return LiveCheck(None, engine, expanded)
+    why = kv_cache_mismatch(engine.facts, live)
+    try:
+        remade = make_plan(settings, grown)
+    except PlanError as e:  # a saved expanded plan, made for the engine it names
+        return LiveCheck(why and f"{why}; the plan stays as it was ({one_line(e)})", engine, expanded)
+    return LiveCheck(why and f"{why}; the plan is made again for vLLM's KV cache", grown, remade)

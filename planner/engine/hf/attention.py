@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernel_model.arith import cdiv
+
 from .device import Gpu
 from .layers import AttentionShape
 from .layouts import Layout
@@ -115,20 +117,30 @@ def _attention_backend(ctx: HFConfig, model: Model, shape: AttentionShape, gpu: 
 
 
 def _kv_cache_groups(window: int | None, sliding: list[bool]) -> list[_KvCacheGroup]:
-    """Full-attention layers first, then sliding-window ones: one KV-cache group per kind."""
-    groups = []
+    """vLLM's KV-cache groups of a model with full and sliding-window layers of one page size
+    (_get_kv_cache_groups_uniform_page_size: vllm/v1/core/kv_cache_utils.py in 0.25.0, kv_cache_planning.py in 0.33.0):
+    every group holds the same number of layers, the fewest layers of a kind, or the most where
+    that is under 1.5 times the fewest; a kind of n layers is then cdiv(n, size) groups, the i-th
+    its layers[i::groups]. So 8 full and 24 sliding layers (Cohere2's 3:1) are four groups, each
+    with its own block table: a batch must give each of them block ids. Full-attention groups are
+    written first (vLLM orders kinds by their first layer: the groups are the same, in another
+    order, and a batch's block ids are alike for both kinds: stages/batches.BlockCounter)."""
     n_full = sliding.count(False)
-    if n_full:
-        groups.append(_KvCacheGroup("full_attention", [-1, -1], n_full))
-    if len(sliding) - n_full:
-        groups.append(_KvCacheGroup("sliding_window", [window - 1, 0], len(sliding) - n_full))
+    kinds = [(kind, n) for kind, n in (("full_attention", n_full), ("sliding_window", len(sliding) - n_full)) if n]
+    fewest, most = min(n for _, n in kinds), max(n for _, n in kinds)
+    size = most if most < 1.5 * fewest else fewest
+    groups = []
+    for kind, n in kinds:
+        num_groups = cdiv(n, size)
+        span = [-1, -1] if kind == "full_attention" else [window - 1, 0]
+        groups += [_KvCacheGroup(kind, span, len(range(i, n, num_groups))) for i in range(num_groups)]
     return groups
 
 
-def _attention_entry(shape: AttentionShape, group: _KvCacheGroup, index: int, softcap: float,
+def _attention_entry(shape: AttentionShape, group: _KvCacheGroup, index: int, name: str, softcap: float,
                      backend: str, kv_cache_dtype: str) -> dict:
     """The attention entry of one KV-cache group's layers (`index`: the group's, written past the first)."""
-    entry = {"name": "attn" if index == 0 else "attn_sliding",
+    entry = {"name": name,
              "num_heads": shape.num_heads, "num_kv_heads": shape.num_kv_heads, "head_size": shape.head_size}
     if shape.head_size_v is not None:
         entry["head_size_v"] = shape.head_size_v
@@ -139,6 +151,19 @@ def _attention_entry(shape: AttentionShape, group: _KvCacheGroup, index: int, so
     return entry
 
 
+def _attention_names(groups: list[_KvCacheGroup]) -> list[str]:
+    """attn for the full-attention layers (or every layer, where all are of one kind), attn_sliding
+    for the sliding-window ones beside them; a kind split over several groups numbers the rest
+    (attn_2, attn_sliding_2, ...)."""
+    mixed = len({g.kind for g in groups}) > 1
+    names, seen = [], {}
+    for group in groups:
+        base = "attn_sliding" if mixed and group.kind == "sliding_window" else "attn"
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}_{seen[base]}")
+    return names
+
+
 def attention_and_kv_groups(ctx: HFConfig, model: Model, shape: AttentionShape, gpu: Gpu,
                             block_size: int) -> tuple[list[dict], list[dict]]:
     """(attention entries, kv_cache groups): one of each per KV-cache group."""
@@ -147,6 +172,6 @@ def attention_and_kv_groups(ctx: HFConfig, model: Model, shape: AttentionShape, 
     if softcap < 0:
         raise ctx.fail(f"attn_logit_softcapping must be >= 0, got {softcap!r}", "attn_logit_softcapping")
     groups = _kv_cache_groups(window, sliding)
-    attention = [_attention_entry(shape, group, i, softcap, backend, model.kv_cache_dtype)
-                 for i, group in enumerate(groups)]
+    attention = [_attention_entry(shape, group, i, name, softcap, backend, model.kv_cache_dtype)
+                 for i, (group, name) in enumerate(zip(groups, _attention_names(groups)))]
     return attention, [{"block_size": block_size, "kind": group.kind} for group in groups]
