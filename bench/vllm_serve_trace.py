@@ -717,6 +717,18 @@ def dry_run(args) -> None:
           f"({args.concurrency} at a time, kinds: {', '.join(k for k, _ in SAMPLING)}); then SIGINT to the group")
 
 
+DEFAULT_MAX_MODEL_LEN = 4096
+
+
+def default_max_model_len(config_path: str) -> int:
+    """4096, or the model's own limit where it is lower (vLLM refuses a longer --max-model-len)."""
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    config = config.get("text_config", config)
+    limit = config.get("max_position_embeddings")
+    return min(DEFAULT_MAX_MODEL_LEN, int(limit)) if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_MODEL_LEN
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -728,7 +740,8 @@ def main() -> None:
                         help="the model directory to reuse (config.json copied there if missing)")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="default: 4096, or the model's max_position_embeddings where fewer (vLLM refuses more)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
@@ -749,6 +762,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.requests < 1:
         parser.error("--requests: at least 1 (the first request is timed alone)")
+    if args.max_model_len is None:
+        args.max_model_len = default_max_model_len(args.config)
     if args.dry_run:
         dry_run(args)
         return

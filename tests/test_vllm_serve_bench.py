@@ -537,3 +537,11 @@ def test_the_generic_variant_lines_are_read_from_the_log():
     assert found["generic_variant_runs"] == ["_gumbel_sample_kernel"]
     assert "12 generic Triton variants built" in found["generic_variants_line"]
     assert trace.generic_variants([]) == {"generic_variant_runs": [], "generic_variants_line": None}
+
+
+def test_the_default_max_model_len_is_the_models_limit_where_lower(tmp_path):
+    trace = load("vllm_serve_trace")
+    small, big = tmp_path / "small.json", tmp_path / "big.json"
+    small.write_text('{"max_position_embeddings": 2048}')
+    big.write_text('{"text_config": {"max_position_embeddings": 131072}}')
+    assert trace.default_max_model_len(str(small)) == 2048 and trace.default_max_model_len(str(big)) == 4096
