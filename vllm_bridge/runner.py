@@ -67,6 +67,8 @@ class VllmWorkerRunner:
         self.model_runner = worker.model_runner
         self._params = sampling_params_by_prefill(steps)
         self._last_req_ids: list[str] = []
+        self._prompts: dict[str, list[int]] = {}   # req_id -> its prompt's token ids
+        self._scheduled_before: set[str] = set()    # what the previous step scheduled (vLLM's prev_step_scheduled_req_ids)
         self.cudagraph_memory_bytes: int | None = None  # what capture_model returned, for vLLM's log
 
     # --- execute_model: Prefill, Decode, Cleanup -------------------------------------------------------
@@ -92,6 +94,7 @@ class VllmWorkerRunner:
             out.num_common_prefix_blocks = list(step.num_common_prefix_blocks)
         if hasattr(out, "num_spec_tokens_to_schedule"):
             out.num_spec_tokens_to_schedule = self._num_spec_steps()
+        self._scheduled_before = set(out.num_scheduled_tokens)  # as the scheduler keeps it for the next step
         return out
 
     def _new_requests(self, out, step) -> None:
@@ -102,6 +105,7 @@ class VllmWorkerRunner:
         for r in step.requests:
             prompt = list(r.prompt_token_ids or step.prompt_token_ids)
             own = vllm_sampling_params(r.sampling_params) if r.sampling_params else params
+            self._prompts[r.req_id] = prompt
             reqs.append(NewRequestData(req_id=r.req_id, prompt_token_ids=prompt, mm_features=[],
                                        sampling_params=own, pooling_params=None,
                                        block_ids=_lists(r.block_ids), num_computed_tokens=r.num_computed_tokens,
@@ -119,11 +123,25 @@ class VllmWorkerRunner:
         cached.num_computed_tokens = [r.num_computed_tokens for r in reqs]
         cached.num_output_tokens = [1 if r.num_output_tokens is None else r.num_output_tokens for r in reqs]
         cached.new_block_ids = [None if r.new_block_ids is None else _lists(r.new_block_ids) for r in reqs]
+        if hasattr(cached, "all_token_ids") and not self._v2_model_runner():
+            cached.all_token_ids = self._all_token_ids(reqs, cached.num_output_tokens)
         out.scheduled_cached_reqs = cached
         out.num_scheduled_tokens = {r.req_id: r.num_scheduled_tokens for r in reqs}
         # Draft tokens are placeholders, as in vLLM's own warmup: [0] * num_spec_tokens.
         out.scheduled_spec_decode_tokens = {r.req_id: [0] * r.num_spec_tokens for r in reqs if r.num_spec_tokens}
         self._last_req_ids = list(cached.req_ids)
+
+    def _all_token_ids(self, reqs, num_output_tokens) -> dict:
+        """What vLLM's scheduler sends the V1 runner for a running request the previous step did not
+        schedule (Scheduler._make_cached_request_data: req.all_token_ids, prompt and outputs): the V1
+        runner re-adds it to its batch from them (with async scheduling it reads them, a KeyError
+        without). A prefix-cache hit scheduled alone leaves its donor out of a step: serving_paths
+        has such a step. The outputs are placeholders, as the plan's prompts are."""
+        return {r.req_id: self._prompts.get(r.req_id, []) + [0] * n
+                for r, n in zip(reqs, num_output_tokens) if r.req_id not in self._scheduled_before}
+
+    def _v2_model_runner(self) -> bool:
+        return bool(getattr(self.worker.vllm_config, "use_v2_model_runner", False))
 
     def _num_spec_steps(self) -> int:
         spec = getattr(self.worker.vllm_config, "speculative_config", None)
@@ -177,3 +195,5 @@ class VllmWorkerRunner:
 
     def close(self) -> None:
         self._last_req_ids = []
+        self._prompts.clear()
+        self._scheduled_before = set()

@@ -69,7 +69,8 @@ def describe(step, out, threshold: int) -> dict:
             "logprobs": r.sampling_params.logprobs, "prompt_logprobs": r.sampling_params.prompt_logprobs}
            for r in out.scheduled_new_reqs]
     c = out.scheduled_cached_reqs
-    cached = [{"req_id": r, "num_computed_tokens": n, "num_output_tokens": o}
+    cached = [{"req_id": r, "num_computed_tokens": n, "num_output_tokens": o,
+               "all_token_ids": len(c.all_token_ids[r]) if r in c.all_token_ids else None}
               for r, n, o in zip(c.req_ids, c.num_computed_tokens, c.num_output_tokens)]
     fact = {"id": step.id, "class": f"{type(out).__module__}.{type(out).__name__}", "new": new, "cached": cached,
             "num_scheduled_tokens": dict(out.num_scheduled_tokens), "finished": sorted(out.finished_req_ids),
@@ -90,7 +91,12 @@ def main() -> None:
     thresholds = declared_thresholds()
     threshold = max(thresholds.values())
     facts = [describe(s, runner.scheduler_output(s), threshold) for s in steps if s.runner_method == "execute_model"]
-    json.dump({"thresholds": thresholds, "steps": facts}, sys.stdout)
+    # Model Runner V2's scheduler sends no all_token_ids (Scheduler._make_cached_request_data)
+    v2 = VllmWorkerRunner(NS(model_runner=NS(), vllm_config=NS(speculative_config=None, use_v2_model_runner=True)),
+                          steps)
+    v2_sent = sum(len(v2.scheduler_output(s).scheduled_cached_reqs.all_token_ids) for s in steps
+                  if s.runner_method == "execute_model")
+    json.dump({"thresholds": thresholds, "steps": facts, "v2_all_token_ids": v2_sent}, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ pytestmark = pytest.mark.skipif("0.25" not in RELEASES, reason=(
     "WARMUP_VLLM_ENVS has no 0.25 release" if RELEASES else "WARMUP_VLLM_ENVS not set") + " (tests/vllm_parity/setup_vllm.sh)")
 
 
+FACTS_V2: list = []  # how many all_token_ids the same steps send to Model Runner V2
+
+
 @pytest.fixture(scope="module")
 def facts():
     env = {**os.environ, "PYTHONPATH": RELEASES.get("0.25", ""), "VLLM_LOGGING_LEVEL": "ERROR"}
@@ -32,6 +35,7 @@ def facts():
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout)
+    FACTS_V2.append(out["v2_all_token_ids"])
     return out["thresholds"], {s["id"].split("/", 1)[1]: s for s in out["steps"]}
 
 
@@ -66,3 +70,14 @@ def test_long_chunked_and_prefix_hit_take_mlas_prefill_and_context_paths(facts):
     assert steps["prefix-hit-prefill-hit"]["split"]["prefills_with_context"] == [hit["req_id"]]
     shared = hit["num_computed_tokens"] // 64  # the engine's block size
     assert hit["block_ids"][0][:shared] == donor["block_ids"][0][:shared]
+
+
+def test_a_running_request_the_previous_step_left_out_comes_with_its_tokens(facts):
+    """The V1 runner re-adds such a request from CachedRequestData.all_token_ids (with async
+    scheduling it reads them: on the H200 the prefix hit's decode failed with a KeyError without)."""
+    _, steps = facts
+    donor, hit = steps["prefix-hit-decode"]["cached"]
+    assert donor["req_id"].endswith("donor_") and donor["all_token_ids"] == 529 + 1  # prompt and one output
+    assert hit["all_token_ids"] is None, "the hit was scheduled in the step before"
+    assert all(r["all_token_ids"] is None for r in steps["greedy-decode"]["cached"])
+    assert FACTS_V2 == [0], "Model Runner V2 is sent none"
