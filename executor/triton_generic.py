@@ -245,6 +245,7 @@ class GenericVariants:
                         futures.append((s, key, self._submit(s, key, generic, pack_args, do_compile)))
                     except Exception as e:  # noqa: BLE001 - one variant that will not pack: the rest go on
                         result.failed.append((kernel_name(s.fn), f"{type(e).__name__}: {e}"))
+        self._build_launchers([s.fn.device_caches[s.device][0].get(key) for s, key, _ in futures])
         for s, key, future in futures:
             cache = s.fn.device_caches[s.device][0]
             error = (_future_error(future) or "not compiled") if key not in cache else self._load(cache, key)
@@ -252,6 +253,23 @@ class GenericVariants:
                 result.built += 1
             else:
                 result.failed.append((kernel_name(s.fn), error))
+
+    def _build_launchers(self, kernels: list) -> None:
+        """Each variant's launcher built beforehand, in the pool: a C module per signature that the
+        host compiler builds into Triton's cache (a subprocess, so the builds overlap), where the
+        serial _load then finds it. A build that fails here fails again in _load, which says it."""
+        if not self.load:
+            return
+        from triton.runtime.driver import driver
+
+        def build(kernel) -> None:
+            try:
+                kernel = kernel.result() if hasattr(kernel, "result") else kernel
+                driver.active.launcher_cls(kernel.src, kernel.metadata)
+            except Exception:  # noqa: BLE001 - said by _load
+                pass
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="warmup-launcher") as pool:
+            list(pool.map(build, [k for k in kernels if k is not None]))
 
     def _load(self, cache: dict, key: str) -> str | None:
         """The variant loaded on the device and its launcher built now, before ready: Triton does
