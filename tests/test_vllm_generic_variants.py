@@ -16,7 +16,8 @@ from executor.triton_generic import CloseResult, GenericUse
 from planner.api import expand, load_engine, load_plan
 from vllm_bridge.releases import RELEASES
 from vllm_bridge.settings import Settings
-from vllm_bridge.warmup import WorkerWarmup, generic_line
+from vllm_bridge.generic_variants import built_line
+from vllm_bridge.warmup import WorkerWarmup
 
 
 class Closure:
@@ -74,13 +75,13 @@ def test_the_generic_variants_are_built_and_sealed_before_vllms_monitor_starts(v
     original = module.activate
     s = state()
     s.fallback = "a rank stepped aside"  # vLLM's own method, whole: the order holds there too
-    s.generic = Closure(order)
+    s.generics.variants = Closure(order)
     with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
         assert s.warm_up(vllm_method(module)) == "ready"
     assert order == ["close", "seal", ("activate", "error")]
     assert module.activate is original, "vLLM's monitor module is left as it was"
     lines = [r.getMessage() for r in caplog.records if "generic Triton variants" in r.getMessage()]
-    assert lines == ["warmup-planner: " + generic_line(s.generic_closed, 0)]
+    assert lines == ["warmup-planner: " + built_line(s.generics.closed, 0)]
     assert "generic Triton variants" in [p["phase"] for p in s.phases.rows]
 
 
@@ -88,7 +89,7 @@ def test_a_release_without_vllms_monitor_seals_them_at_the_end_of_the_warmup():
     order = []
     s = state()
     s.fallback = "no plan"
-    s.generic = Closure(order)
+    s.generics.variants = Closure(order)
     assert s.warm_up(lambda: "ready") == "ready"
     assert order == ["close", "seal"] and s.monitor.sealed
 
@@ -97,7 +98,7 @@ def test_a_build_that_fails_is_one_line_and_vllm_serves(vllm_monitor, caplog):
     module, order = vllm_monitor
     s = state()
     s.fallback = "no plan"
-    s.generic = Closure(order, error=RuntimeError("ptxas died"))
+    s.generics.variants = Closure(order, error=RuntimeError("ptxas died"))
     with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
         assert s.warm_up(vllm_method(module)) == "ready"
     assert order == ["close", "uninstall", ("activate", "error")]
@@ -110,7 +111,7 @@ def test_a_launch_that_ran_a_generic_variant_is_a_finding_not_a_compile(tmp_path
     s.monitor.seal()
     use = GenericUse("_gumbel_sample_kernel", "[('i32', '')]{...}", "[('i32', '')]{generic}")
     with caplog.at_level(logging.WARNING, logger="vllm.warmup_planner"):
-        s._ran_generic(use)
+        s.generics.ran(use)
     (line,) = [r.getMessage() for r in caplog.records]
     assert "_gumbel_sample_kernel ran its generic Triton variant after ready" in line and "nothing compiled" in line
     (event,) = [json.loads(x) for x in (tmp_path / "after-ready.jsonl").read_text().splitlines()]
@@ -119,7 +120,7 @@ def test_a_launch_that_ran_a_generic_variant_is_a_finding_not_a_compile(tmp_path
 
 
 def test_the_line_names_what_failed_to_build():
-    line = generic_line(CloseResult(seen=4, built=2, already=1, failed=[("_k", "CompilationError: x")],
+    line = built_line(CloseResult(seen=4, built=2, already=1, failed=[("_k", "CompilationError: x")],
                                     seconds=1.25), 3)
     assert line.startswith("rank 3: 2 generic Triton variants built or loaded in 1.2 s for the 4 variants")
     assert line.endswith("; 1 failed to build (_k: CompilationError: x)")

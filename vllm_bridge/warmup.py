@@ -57,6 +57,7 @@ from planner.output import check_writable
 from . import phases as ph
 from .executor_options import FLASHINFER_JIT, local_ranks, options_for, precompile_jobs, use_vllm_deep_gemm_cache
 from .flashinfer_waits import FlashInferWaits, prebuilt_line
+from .generic_variants import WorkerGenerics
 from .log_lines import LogProgress, device_lane_line, summary_line
 from .releases import Release
 from .settings import PluginError, Settings, rank_of, with_rank
@@ -89,7 +90,6 @@ class WorkerWarmup:
 
     def __init__(self, worker, release: Release, settings: Settings, engine, expanded):
         from executor.jit_monitor import Monitor
-        from executor.triton_generic import GenericVariants
 
         self.worker, self.release, self.settings = worker, release, settings
         self.engine, self.expanded = engine, expanded
@@ -103,8 +103,7 @@ class WorkerWarmup:
         self.runner = None
         self.report = None
         self.flashinfer_waits = FlashInferWaits()
-        self.generic = GenericVariants(on_generic=self._ran_generic)
-        self.generic_closed = None  # CloseResult once the generic variants are built (before ready)
+        self.generics = WorkerGenerics(self.rank, self.monitor, self.phases)
 
     @classmethod
     def prepare(cls, worker, release: Release, settings: Settings) -> "WorkerWarmup":
@@ -127,7 +126,7 @@ class WorkerWarmup:
     def start(self) -> None:
         """Install the monitor and start the pool, before vLLM loads the weights (they need none)."""
         self.monitor.install()
-        self._install_generic()
+        self.generics.install()
         jobs = precompile_jobs(self.settings, local_ranks(self.worker.vllm_config))
         if jobs > 1:
             self._start_pool(jobs)
@@ -143,12 +142,6 @@ class WorkerWarmup:
         if families:
             log.info("warmup-planner: not in the plan (vLLM's own warmup, or nothing, covers them): %s",
                      "; ".join(families))
-
-    def _install_generic(self) -> None:
-        """From here to ready, every Triton variant this process compiles or loads is recorded
-        (executor.triton_generic): its generic variant is built before vLLM's monitor starts."""
-        if not self.generic.install():
-            log.info("warmup-planner: rank %d: no generic Triton variants: %s", self.rank, self.generic.reason)
 
     def _start_pool(self, jobs: int) -> None:
         from executor.run import start_precompile
@@ -227,7 +220,7 @@ class WorkerWarmup:
         waits uninstalled."""
         self.abandon(why)
         self.monitor.uninstall()
-        self.generic.uninstall()
+        self.generics.uninstall()
         self.flashinfer_waits.uninstall()
 
     def _give_up(self, why: str) -> None:
@@ -251,13 +244,13 @@ class WorkerWarmup:
             self.phases.end()
             self.withdraw("not needed: vLLM's warmup failed")  # the worker does not start: nothing to watch
             raise
-        self.close_generic()  # already, where vLLM started its own monitor (redirected)
+        self.generics.close()  # already, where vLLM started its own monitor
         self.monitor.seal()  # stays installed: what compiles from here on is logged as after ready
         self._finish_report()
         return result
 
     def _run_vllm_method(self, original):
-        with self._generic_before_vllm_monitor():
+        with self.generics.before_vllm_monitor(self.release):
             if self.fallback:
                 with self.phases.phase("warmup (vLLM's own, the plugin's fallback)"):
                     return original()
@@ -266,19 +259,6 @@ class WorkerWarmup:
                 result = original()
             self.phases.end()
             return result
-
-    @contextlib.contextmanager
-    def _generic_before_vllm_monitor(self):
-        """vLLM's JIT monitor, started at the end of its method, starts once the generic variants are
-        built (their compiles are the warmup's, and in its error mode would raise after it)."""
-        monitor = _module_or_none(self.release.jit_monitor_module)
-        activate = getattr(monitor, self.release.jit_monitor_activate, None)
-        if activate is None:  # a release without it: sealed at warm_up's end, nothing watches before
-            yield
-            return
-        # vLLM imports it inside the method: the module's attribute is what it calls
-        with swapped(monitor, self.release.jit_monitor_activate, self._generic_then(activate)):
-            yield
 
     @contextlib.contextmanager
     def redirected(self):
@@ -293,38 +273,6 @@ class WorkerWarmup:
             stack.enter_context(swapped(module, self.release.batches_hook, batches))
             stack.enter_context(swapped(model_runner, self.release.capture_method, self._captured(capture)))
             yield
-
-    # --- the generic Triton variants: built before ready, run after it in place of a compile ---
-
-    def _generic_then(self, activate):
-        """vLLM's JIT monitor starts once the generic variants are built and sealed."""
-        def generic_then_activate(*args, **kwargs):
-            self.close_generic()
-            return activate(*args, **kwargs)
-        return generic_then_activate
-
-    def close_generic(self) -> None:
-        """Build (or load) the generic variant of every Triton variant this process used, then
-        seal: from here a launch of a value class no warmup saw runs one (once per process)."""
-        if self.generic_closed is not None or not self.generic.installed:
-            return
-        try:
-            with self.phases.phase("generic Triton variants"):
-                self.generic_closed = self.generic.close()
-        except Exception as e:  # noqa: BLE001 - an optimisation of ours: vLLM serves, misses compile as before
-            self.generic.uninstall()
-            log.warning("warmup-planner: rank %d: the generic Triton variants were not built: %s", self.rank,
-                        cause_of(e))
-            return
-        self.generic.seal()
-        log.info("warmup-planner: %s", generic_line(self.generic_closed, self.rank))
-
-    def _ran_generic(self, use) -> None:
-        """A launch after ready ran a generic variant: no compile, a finding for the next plan."""
-        log.warning("warmup-planner: rank %d: %s ran its generic Triton variant after ready (a value class no "
-                    "warmup launch had: %s); nothing compiled", self.rank, use.kernel, use.key)
-        self.monitor.finding({"backend": "Triton", "event": "generic variant run", "kernel": use.kernel,
-                              "key": use.key, "generic_key": use.generic_key})
 
     def _plan_then_vllm(self, kernel_warmup):
         def plan_then_vllm(worker, *args, **kwargs):
@@ -460,24 +408,6 @@ class WorkerWarmup:
         if self.settings.strict:
             raise strict_error(why)
         log.warning("warmup-planner: %s", why)
-
-
-def generic_line(result, rank: int) -> str:
-    """One line of vLLM's log: the generic variants built before ready, and those that failed."""
-    line = (f"rank {rank}: {result.built} generic Triton variants built or loaded in {result.seconds:.1f} s "
-            f"for the {result.seen} variants compiled before ready ({result.already} needed none); a launch "
-            "after ready in a value class no warmup saw runs one instead of compiling")
-    if result.failed:
-        kernels = sorted({kernel for kernel, _ in result.failed})
-        line += f"; {len(result.failed)} failed to build ({', '.join(kernels)}: {result.failed[0][1]})"
-    return line
-
-
-def _module_or_none(name: str):
-    try:
-        return importlib.import_module(name)
-    except Exception:  # noqa: BLE001 - a release without it: the generic variants are sealed at warm_up's end
-        return None
 
 
 def check_report_path(settings: Settings, rank: int) -> None:
