@@ -34,7 +34,7 @@ def test_every_expression_name_reads_fields_the_schema_has(name):
         assert schema_node(path) is not None
 
 
-@pytest.mark.parametrize("spec", FROM_HF_FLAGS, ids=lambda spec: spec.flag)
+@pytest.mark.parametrize("spec", [spec for spec in FROM_HF_FLAGS if spec.field], ids=lambda spec: spec.flag)
 def test_every_from_hf_flag_sets_a_schema_field_within_its_bounds(spec):
     node = schema_node(tuple(spec.field.split(".")))
     if spec.choices:  # the flag takes exactly the field's names
@@ -45,6 +45,16 @@ def test_every_from_hf_flag_sets_a_schema_field_within_its_bounds(spec):
         if bound is None and "$ref" in node:
             bound = SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[-1]].get("maximum")
         assert bound is None or spec.bound <= bound, (spec.flag, bound, spec.bound)
+
+
+def test_the_one_flag_of_no_engine_field_names_a_supported_release():
+    """--vllm-release sets no field: it says which vLLM's model code the shapes follow, one of the
+    release table's rows (planner/engine/releases.py)."""
+    from planner.engine.releases import supported
+
+    fieldless = [spec for spec in FROM_HF_FLAGS if spec.field is None]
+    assert [spec.flag for spec in fieldless] == ["--vllm-release"]
+    assert fieldless[0].choices == tuple(supported())
 
 
 def test_the_flags_are_the_commands_and_the_refused_ones_under_from_vllm():

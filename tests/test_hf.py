@@ -207,10 +207,11 @@ def test_qwen3_moe_tp2_and_expert_parallel():
     assert only(ep8["model"]["moe"])["num_experts"] == 16                 # 128/(4*2)
 
 
-def test_qwen3_moe_fp8_block_shard_refused_like_vllm():
-    # 768 / 4 = 192 is not a multiple of the 128 block (vLLM issue #25292)
-    with pytest.raises(HFConfigError, match=r"moe_intermediate_size = 192 .*block_n 128"):
-        engine_from_hf(load("qwen3-30b-a3b-fp8"), tp=4)
+def test_qwen3_moe_fp8_block_shard_refused_like_vllm_025():
+    # 768 / 4 = 192 is not a multiple of the 128 block (vLLM issue #25292); vLLM 0.33.0 refines the
+    # blocks instead (tests/test_hf_vllm_rules.py)
+    with pytest.raises(HFConfigError, match=r"moe_intermediate_size = 192 .*block_n 128.*--vllm-release 0.33.0"):
+        engine_from_hf(load("qwen3-30b-a3b-fp8"), tp=4, vllm_release="0.25.0")
 
 
 def test_qwen3_moe_mlp_only_layers_and_sparse_step():
@@ -561,9 +562,10 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
     # HFConfigError.as_plan_error; ..vllm_choices: the release defaults --from-hf writes (stdlib
     # only, checked below), through .facts: the typed engine record and a layer's quantization
     # (stdlib only too); kernel_model: its arith module's cdiv, the one ceiling division (stdlib
-    # only; the package __init__ is a docstring)
+    # only; the package __init__ is a docstring); ..releases: the release table, whose rows say what
+    # each release's model code builds (stdlib and ..vllm_choices only, checked below)
     outside = {"__future__", "dataclasses", "math", "os", "re", "...yamlio", "...limits", "...errors",
-               "..vllm_choices", "kernel_model"}
+               "..vllm_choices", "..releases", "kernel_model"}
     siblings = {"." + module for module in modules if module != "__init__"}
     for module in modules:
         imported = imported_names(os.path.join(HF_PACKAGE, module + ".py")) - siblings
@@ -577,6 +579,8 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
         imports = {"." * node.level + (node.module or "") for node in ast.walk(tree)
                    if isinstance(node, ast.ImportFrom)}
         assert imports <= allowed and not [node for node in ast.walk(tree) if isinstance(node, ast.Import)], module
+    assert imported_names(os.path.join(ROOT, "planner", "engine", "releases.py")) == {
+        "__future__", "sys", "typing", ".vllm_choices"}
 
 
 def test_shipped_engines_match_regen_script():

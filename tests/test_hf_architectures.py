@@ -20,6 +20,7 @@ from jsonschema import Draft202012Validator
 
 from planner.engine.config import engine_from_document
 from planner.engine.hf import LAYOUTS, HFConfigError, engine_from_hf
+from planner.engine.releases import VLLM_RELEASES
 from planner.plan.authored import load_plan
 from planner.plan.expand import expand
 from planner.plan.stages.gaps import MULTIMODAL_ENCODER
@@ -106,15 +107,23 @@ def test_olmo2_and_cohere_compute_head_dim():
     assert linears(engine_from_hf(hf, num_blocks=64))["qkv_proj"][0] == 96 * 128
 
 
-def test_cohere2_every_fourth_layer_is_full():
-    # transformers' Cohere2Config: layer i slides where (i + 1) % sliding_window_pattern (4)
-    e = engine("c4ai-command-r7b-12-2024")
+@pytest.mark.parametrize("release, left", [("0.25.0", 4095), ("0.33.0", 4096)])
+def test_cohere2_every_fourth_layer_is_full(release, left):
+    # transformers' Cohere2Config: layer i slides where (i + 1) % sliding_window_pattern (4); vLLM 0.25.0's
+    # commandr.py gives those layers sliding_window (4096 tokens: (4095, 0)), 0.33.0's sliding_window + 1
+    e = engine("c4ai-command-r7b-12-2024", vllm_release=release)
     scale = round(128 ** -0.5, 6)
     # vLLM's KV-cache groups hold as many layers as the smaller kind: 8 full, then 24 sliding in three
     # groups of 8 (kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size), each its own block table
     assert attention(e) == [(32, 8, 128, scale, 0.0, FULL, 8, "FLASH_ATTN")] + \
-        [(32, 8, 128, scale, 0.0, [4095, 0], 8, "FLASH_ATTN")] * 3
+        [(32, 8, 128, scale, 0.0, [left, 0], 8, "FLASH_ATTN")] * 3
     assert [g["kind"] for g in e["kv_cache"]["groups"]] == ["full_attention"] + ["sliding_window"] * 3
+
+
+def test_cohere2_window_is_the_newest_releases_by_default_and_other_models_keep_theirs():
+    assert engine("c4ai-command-r7b-12-2024") == engine("c4ai-command-r7b-12-2024", vllm_release="0.33.0")
+    for fixture in ("mistral-7b-v0.1", "gemma-2-9b-it"):  # no release adds a token to their windows
+        assert engine(fixture, vllm_release="0.25.0")["model"] == engine(fixture, vllm_release="0.33.0")["model"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,6 +271,32 @@ def test_qwen2_moe_shared_expert_and_its_gate():
                                   "intermediate_size": 1408 // 2, "count": 24, "quant": {"method": NONE}}]
 
 
+def test_granite_moe_experts_in_block_sparse_moe():
+    # granitemoe.py: GraniteMoeMoE in every layer, 40 experts 512 wide split over tp, the gate unquantized;
+    # head_dim = 1536 // 24 = 64, the scale config.attention_multiplier (1/64)
+    e = engine("granite-3.0-3b-a800m-instruct", tp=2)
+    assert linears(e) == {"qkv_proj": ((12 + 2 * 4) * 64, 1536, 32, NONE), "o_proj": (1536, 12 * 64, 32, NONE),
+                          "gate": (40, 1536, 32, NONE), "lm_head": (49216 // 2, 1536, 1, NONE)}
+    assert [(m["num_experts"], m["top_k"], m["hidden_size"], m["intermediate_size"], m["count"])
+            for m in e["model"]["moe"]] == [(40, 8, 1536, 256, 32)]
+    assert attention(e) == [(12, 4, 64, 0.015625, 0.0, FULL, 32, "FLASH_ATTN")]
+
+
+def test_granite_moe_scale_defaults_to_granitemoeconfigs():
+    hf = {k: v for k, v in load("granite-3.0-3b-a800m-instruct").items() if k != "attention_multiplier"}
+    assert engine_from_hf(hf, num_blocks=4096)["model"]["attention"][0]["scale"] == 1.0
+
+
+def test_phimoe_experts_and_its_window_on_every_layer():
+    # phimoe.py: PhiMoE in every layer, 16 experts 6400 wide (top 2), head_dim 4096 // 32; no per-layer
+    # window, so every layer takes CacheConfig.sliding_window (131072 tokens)
+    e = engine("phi-3.5-moe-instruct", tp=2, max_model_len=4096)
+    assert linears(e) == {"qkv_proj": ((16 + 2 * 4) * 128, 4096, 32, NONE), "o_proj": (4096, 16 * 128, 32, NONE),
+                          "gate": (16, 4096, 32, NONE), "lm_head": (32064 // 2, 4096, 1, NONE)}
+    assert [(m["num_experts"], m["top_k"], m["intermediate_size"]) for m in e["model"]["moe"]] == [(16, 2, 3200)]
+    assert attention(e) == [(16, 4, 128, round(128 ** -0.5, 6), 0.0, [131071, 0], 32, "FLASH_ATTN")]
+
+
 def test_deepseek_v2_lite_mla_without_q_compression():
     e = engine("deepseek-v2-lite-chat")
     assert linears(e) == {
@@ -299,10 +334,12 @@ PLANNED = {f: {} for f in (
     "qwen1.5-moe-a2.7b-chat", "qwen3-30b-a3b-fp8", "deepseek-v2-lite-chat", "gemma-7b-it", "gemma-2-9b-it",
     "gemma-3-1b-it", "gemma-3-12b-it", "phi-4", "phi-3-mini-4k-instruct", "granite-3.1-8b-instruct",
     "c4ai-command-r7b-12-2024", "olmo-2-1124-7b-instruct", "internlm2_5-7b-chat", "glm-4-9b-0414", "gpt-oss-20b",
-    "exaone-3.5-7.8b-instruct")}
+    "exaone-3.5-7.8b-instruct", "granite-3.0-3b-a800m-instruct")}
 PLANNED.update({"mixtral-8x7b": {"tp": 2}, "deepseek-v3": {"tp": 8, "gpu": "H200"}, "gemma-2-27b-it": {"tp": 2},
                 "gemma-3-27b-it": {"tp": 2}, "c4ai-command-r-v01": {"tp": 4}, "starcoder2-15b": {"tp": 2},
-                "mistral-nemo-instruct-2407-fp8-dynamic": {"max_model_len": 32768}})
+                "mistral-nemo-instruct-2407-fp8-dynamic": {"max_model_len": 32768}, "phi-3.5-moe-instruct": {"tp": 2}})
+# the release each plan mirrors: the engine follows its model code
+RELEASE_OF = {row.plan: version for version, row in VLLM_RELEASES.items()}
 
 
 def test_every_layout_is_planned_here():
@@ -313,7 +350,7 @@ def test_every_layout_is_planned_here():
 @pytest.mark.parametrize("fixture", sorted(PLANNED))
 @pytest.mark.parametrize("plan", ["vllm-0.25", "vllm-0.33"])
 def test_each_architecture_plans(fixture, plan):
-    data = engine_from_hf(load(fixture), source=f"{fixture}.json", **PLANNED[fixture])
+    data = engine_from_hf(load(fixture), source=f"{fixture}.json", vllm_release=RELEASE_OF[plan], **PLANNED[fixture])
     expanded = expand(load_plan(plan), engine_from_document(Document(data=data, file=f"{fixture}.yaml")))
     assert expanded.steps
     families = [gap["family"] for gap in expanded.not_modelled]

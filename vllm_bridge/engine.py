@@ -49,7 +49,8 @@ def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
         max_model_len=model_config.max_model_len, num_blocks=_num_blocks(cache_config),
         block_size=getattr(cache_config, "block_size", None), **_parallel_flags(vllm_config.parallel_config),
         **_scheduler_flags(vllm_config.scheduler_config),
-        model_runner="v2" if vllm_config.use_v2_model_runner else "v1")  # vLLM's own answer, not `auto`
+        model_runner="v2" if vllm_config.use_v2_model_runner else "v1",  # vLLM's own answer, not `auto`
+        vllm_release=getattr(sys.modules.get("vllm"), "__version__", None))  # the shapes of the vLLM that runs
     data["speculative"] = _speculative(vllm_config.speculative_config)
     data["compilation"] = _compilation(vllm_config)
     _apply_attention_backend(data, getattr(vllm_config, "attention_config", None))

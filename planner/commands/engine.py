@@ -52,8 +52,9 @@ def cmd_engine(args) -> int:
     given = [f"--{flag.replace('_', '-')}" for flag in HF_ONLY_FLAGS
              if getattr(args, flag) is not None and getattr(args, flag) is not False]
     if given:
+        installed = " (--from-vllm follows the installed vLLM's release)" if "--vllm-release" in given else ""
         raise PlanError(f"{', '.join(given)} belong to --from-hf; with --from-vllm give vLLM's own flags "
-                        "after `--` (e.g. --tensor-parallel-size)", file="--from-vllm")
+                        f"after `--` (e.g. --tensor-parallel-size){installed}", file="--from-vllm")
     return engine_source("vllm")(args)
 
 
@@ -82,7 +83,8 @@ def _from_hf(args) -> int:
             max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf),
             ignore_memory=_warn if args.ignore_memory else None, speculative_method=args.speculative_method,
             num_speculative_tokens=args.num_speculative_tokens, kv_cache_dtype=args.kv_cache_dtype,
-            fp8_linear_kernel=args.fp8_linear_kernel, model_runner=args.model_runner, sampler=args.sampler)
+            fp8_linear_kernel=args.fp8_linear_kernel, model_runner=args.model_runner, sampler=args.sampler,
+            vllm_release=args.vllm_release)
     except hf.HFConfigError as e:  # at the key's line, as every other bad input
         raise e.as_plan_error(args.from_hf, text) from None
     text = hf.engine_to_yaml(engine)

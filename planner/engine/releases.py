@@ -8,6 +8,9 @@ against it). Supporting a new release is its row here plus its plan file (plans/
 - the plan schema's `vllm_release` (planner/plan/authored.py refuses a release with no row),
 - the start-up choices a plan of the release makes for an engine's `auto` (model_runner, sampler
   below; the rules themselves are planner/engine/vllm_choices.py's),
+- what the release's model code builds where releases differ (`warmup engine --from-hf
+  --vllm-release`, and the installed release for `--from-vllm` and the plugin: planner/engine/hf
+  applies the rows' model-build facts, each rule there citing vLLM's code),
 - the vLLM plugin's release lookup (vllm_bridge/releases.py keys the names it patches by the
   row's version, and the plugin refuses any other version), `warmup engine --from-vllm`,
 - tests/vllm_parity/setup_vllm.sh (`python -m planner.engine.releases setup`) and the parity tests,
@@ -38,6 +41,12 @@ class VllmRelease(NamedTuple):
     upstream_fixes: tuple = ()
     # start-up fixes later releases made that this one lacks, which the plugin applies (vllm_bridge/fixes.py)
     missing_start_up_fixes: tuple = ()
+    # Model-build facts where releases differ (planner/engine/hf/attention.py, quantization.py):
+    # the architectures whose sliding layers the model code gives sliding_window + 1 tokens
+    sliding_window_plus_one: tuple = ()
+    # Fp8MoEMethod refines checkpoint blocks a tensor-parallel shard splits to finer square blocks
+    # (fused_moe/oracle/fp8.py, refine_fp8_moe_block_shape); without it vLLM refuses that shard
+    fp8_moe_block_refine: bool = False
 
 
 def _rows(*rows: VllmRelease) -> dict:
@@ -52,7 +61,11 @@ VLLM_RELEASES = _rows(
                 upstream_fixes=(("flashinfer_deep_gemm", "vLLM PR #49467, after 0.25"),),
                 # its Model Runner V2 captures CUDA graphs with the garbage collector running
                 missing_start_up_fixes=("gc_freeze_capture",)),
-    VllmRelease("0.33.0", "vllm-0.33", v1_reason_033, default_linear_kernel, flashinfer_sampler_033),
+    VllmRelease("0.33.0", "vllm-0.33", v1_reason_033, default_linear_kernel, flashinfer_sampler_033,
+                # commandr.py CohereAttention: Cohere2's sliding layers see [pos - sliding_window, pos]
+                sliding_window_plus_one=("Cohere2ForCausalLM",),
+                # quantization/fp8.py Fp8MoEMethod.__init__ -> resolve_fp8_moe_weight_block_shape
+                fp8_moe_block_refine=True),
 )
 
 

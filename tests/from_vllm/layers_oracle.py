@@ -207,6 +207,22 @@ def quant_of(module) -> str:
     return name
 
 
+def moe_block_shape(module) -> list | None:
+    """The scale blocks block-FP8 experts run with: Fp8MoEMethod.moe_block_shape where the release
+    adapts the checkpoint's blocks to the tensor-parallel shard (0.33.0's
+    resolve_fp8_moe_weight_block_shape), else the checkpoint's weight_block_size; None: not block FP8."""
+    method = module.quant_method
+    block = getattr(method, "moe_block_shape", None) or getattr(method, "weight_block_size", None)
+    return None if block is None else [int(b) for b in block]
+
+
+def moe_backend(module) -> str | None:
+    """The FP8 MoE backend vLLM selected for block-FP8 experts (Fp8MoEMethod.fp8_backend, 0.33.0's
+    select_fp8_moe_backend); None where the method has none."""
+    backend = getattr(module.quant_method, "fp8_backend", None)
+    return None if backend is None else str(getattr(backend, "value", backend))
+
+
 def attention_of(module) -> list:
     """heads, KV heads, head size, scale, soft cap, sliding window, backend, sinks."""
     impl = module.impl
@@ -233,7 +249,8 @@ def read(model) -> dict:
             heads.append([name, kind, module.num_embeddings_per_partition, module.embedding_dim])
         elif hasattr(module, "local_num_experts") and hasattr(module, "intermediate_size_per_partition"):
             moes.append([name, module.local_num_experts, module.top_k, module.hidden_size,
-                         module.intermediate_size_per_partition, quant_of(module)])
+                         module.intermediate_size_per_partition, quant_of(module), moe_block_shape(module),
+                         moe_backend(module)])
         elif all(hasattr(module, a) for a in ("impl", "num_heads", "head_size")):  # Attention, MLAAttention
             attention.append([name, *attention_of(module)])
     # the Transformers modeling backend keeps its Attention layers beside the module tree

@@ -4,12 +4,14 @@ plans, in vLLM 0.25 and 0.33 (WARMUP_VLLM_ENVS, as tests/vllm_parity).
 For each release, one subprocess (layers_oracle.py) builds vLLM's own model class for each fixture
 of tests/fixtures/hf on the meta device, at tensor-parallel sizes 1 and 2 (and 4 for the DeepSeek fixtures, TP4), and reports every
 parallel linear (output and input size per partition, quant method), fused-MoE layer (experts,
-top_k, width, quant method), attention layer (heads, KV heads, head size, scale, soft cap, sliding
+top_k, width, quant method, the FP8 blocks it runs and its FP8 MoE backend), attention layer (heads, KV heads, head size, scale, soft cap, sliding
 window, backend, sinks) and the vocabulary of the LM head. The engine --from-hf derives from the
 same config.json must list exactly those: every linear entry's N, K, count and quantization, the
 experts, and one attention entry per kind of layer. VARIANTS give fixtures ignore lists, so that each
 quantization method's rule for the modules it leaves unquantized meets vLLM's on each layout's names.
-The config dict vLLM loaded (what `--from-vllm` and the plugin derive from) must give the same engine.
+The engine is derived for the release that builds the layers (--vllm-release): where the releases'
+model code differs (Cohere2's window, FP8 experts a shard splits: RELEASE_SHARDS), each release's is
+checked. The config dict vLLM loaded (what `--from-vllm` and the plugin derive from) must give the same engine.
 A layout declaration (planner/engine/hf/layouts.py) or a shape rule that disagrees with vLLM's model
 code fails here, by name.
 
@@ -35,6 +37,7 @@ import pytest
 from planner.engine.hf import HFConfigError, engine_from_hf
 from planner.engine.hf.layouts import LAYOUTS, role
 from tests.from_vllm.test_from_vllm import without_flashinfer
+from planner.engine.releases import supported
 from tests.vllm_parity.test_parity import RELEASES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,6 +80,10 @@ FIXTURES_BY_ARCHITECTURE = {
     "starcoder2-15b": "Starcoder2 on the Transformers backend, non-gated c_fc / c_proj",
     "gpt-oss-20b": "GPT-OSS, MXFP4 experts, sinks, alternating sliding windows",
     "exaone-3.5-7.8b-instruct": "EXAONE, transformer.h layers, num_layers",
+    "granite-3.0-3b-a800m-instruct": "GraniteMoE, block_sparse_moe, head_dim from hidden / heads, attention_multiplier",
+    "phi-3.5-moe-instruct": "PhiMoE, block_sparse_moe, CacheConfig's window on every layer (its longrope factor "
+                            "lists left out: they shape no layer)",
+    "qwen3-coder-30b-a3b-instruct-fp8": "Qwen3-Coder FP8 (Qwen3-MoE), block FP8 experts in whole blocks at tp 1, 2",
 }
 # fixture -> what it proves, built at tp 1 only (9 heads: no tp 2)
 TP1_ONLY = {"smollm-135m": "a float32 checkpoint, served in bfloat16 by --dtype auto (_resolve_auto_dtype)"}
@@ -98,6 +105,9 @@ GROUPS = {
 TPS = (1, 2)
 # MLA and 256 experts at the TP of issue 48's start-up (vllm serve on four GPUs): 32 heads, 64-wide experts
 TP4 = ("deepseek-v2-lite-chat", "deepseek-v3", "deepseek-v3-5l")
+# (fixture, tp) -> {release: the blocks its FP8 experts run, None where vLLM refuses the shard}: 768 / 4 = 192
+# per rank, not whole 128-blocks; 0.33.0's refine_fp8_moe_block_shape (fused_moe/oracle/fp8.py) takes 64x64
+RELEASE_SHARDS = {("qwen3-coder-30b-a3b-instruct-fp8", 4): {"0.25": None, "0.33": [64, 64]}}
 
 FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 # variant -> (fixture, the quantization_config it is given, what it proves): which modules each
@@ -182,11 +192,8 @@ GPTQ_MODULES = [["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"], ["
                 ["mlp.experts"], ["mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj"],
                 ["mlp.shared_expert.down_proj"]]
 
-# (release, fixture, what) -> why vLLM's layer differs from the engine, which follows vLLM 0.25.0's
-# model code (one engine serves both release plans).
+# (release, fixture, what) -> why vLLM's layer differs from the engine derived for that release.
 KNOWN = {
-    ("0.33", "c4ai-command-r7b-12-2024", "window"):
-        "vLLM 0.33.0's commandr.py gives Cohere2's sliding layers sliding_window + 1 (4097), 0.25.0 sliding_window",
     ("0.33", "gemma-3-12b-it", "backend"):
         "vLLM 0.33.0 picks TRITON_FLASH_ATTN for the multimodal prefix, a backend the engine schema does not name",
     ("0.33", "gemma-3-27b-it", "backend"):
@@ -234,9 +241,15 @@ def max_len(fixture: str) -> int:
     return min(4096, load(fixture).get("max_position_embeddings") or 4096)
 
 
-def engine(fixture: str, tp: int) -> dict:
+def full_version(release: str) -> str:
+    """'0.33' (WARMUP_VLLM_ENVS) -> '0.33.0', its row of planner/engine/releases.py."""
+    return next(v for v in supported() if v.startswith(release + "."))
+
+
+def engine(fixture: str, tp: int, release: str) -> dict:
+    """The engine --from-hf derives for the vLLM `release` ('0.25', '0.33') that built the layers."""
     return engine_from_hf(load(fixture), tp=tp, num_blocks=1024, max_model_len=max_len(fixture),
-                          source=fixture + ".json", **parallel(fixture))
+                          source=fixture + ".json", vllm_release=full_version(release), **parallel(fixture))
 
 
 def model_dir(tmp: str, fixture: str) -> str:
@@ -260,7 +273,7 @@ def model_dir(tmp: str, fixture: str) -> str:
 def built(request, tmp_path_factory):
     """(release, {(fixture, tp): vLLM's layers}) for one release, from one oracle subprocess."""
     version, tmp = request.param, str(tmp_path_factory.mktemp("layers"))
-    keys = cases() + refused_cases()
+    keys = cases() + refused_cases() + list(RELEASE_SHARDS)
     # --dtype auto, as `vllm serve` resolves it (test_dtype_is_vllms compares the dtype)
     probes = [{"dir": model_dir(tmp, fixture), "tp": tp, "max_model_len": max_len(fixture), "dtype": "auto",
                "dp": parallel(fixture).get("dp", 1), "ep": bool(parallel(fixture)),
@@ -334,7 +347,7 @@ def test_linears_are_vllms(built, fixture, tp):
     version, layers = built
     got = layers[(fixture, tp)]
     assert "error" not in got, got.get("traceback")
-    e = engine(fixture, tp)
+    e = engine(fixture, tp, version)
     assert engine_linears(e) == decoder_linears(got), (version, fixture, tp)
     head = next(x for x in e["model"]["linear"] if x["name"] == "lm_head")
     vocab = {n for name, kind, n, k in got["vocab"] if k == head["k"]}
@@ -343,12 +356,37 @@ def test_linears_are_vllms(built, fixture, tp):
 
 @pytest.mark.parametrize("fixture, tp", cases(), ids=[f"{f}-tp{tp}" for f, tp in cases()])
 def test_experts_are_vllms(built, fixture, tp):
-    _, layers = built
-    got = layers[(fixture, tp)]
-    vllm = Counter((e, top_k, h, i, quant(m)) for _, e, top_k, h, i, m in got["moes"])
-    ours = Counter({(m["num_experts"], m["top_k"], m["hidden_size"], m["intermediate_size"], m["quant"]["method"]):
-                    m["count"] for m in engine(fixture, tp)["model"]["moe"]})
-    assert ours == vllm
+    version, layers = built
+    assert engine_experts(engine(fixture, tp, version)) == vllm_experts(layers[(fixture, tp)])
+
+
+def vllm_experts(got: dict) -> Counter:
+    """(experts, top_k, hidden, width, quant, FP8 blocks) -> layers, of vLLM's fused-MoE layers."""
+    return Counter((e, top_k, h, i, quant(m), block and tuple(block)) for _, e, top_k, h, i, m, block, _ in got["moes"])
+
+
+def engine_experts(e: dict) -> Counter:
+    return Counter({(m["num_experts"], m["top_k"], m["hidden_size"], m["intermediate_size"], m["quant"]["method"],
+                     tuple(m["quant"].get("weight_block_size", ())) or None): m["count"] for m in e["model"]["moe"]})
+
+
+@pytest.mark.parametrize("fixture, tp", list(RELEASE_SHARDS), ids=[f"{f}-tp{tp}" for f, tp in RELEASE_SHARDS])
+def test_fp8_experts_a_shard_splits_are_each_releases(built, fixture, tp):
+    """0.25.0 refuses block-FP8 experts whose per-rank width is not whole blocks, and --from-hf for it
+    too; 0.33.0 refines the blocks and runs them on Triton, and the engine for it has those blocks."""
+    version, layers = built
+    got, blocks = layers[(fixture, tp)], RELEASE_SHARDS[(fixture, tp)][version]
+    if blocks is None:
+        assert "not divisible by weight quantization block_n = 128" in got["error"], got.get("moes")
+        with pytest.raises(HFConfigError, match=r"moe_intermediate_size = \d+ per rank is not divisible") as e:
+            engine(fixture, tp, version)
+        assert "\n" not in str(e.value)
+        return
+    assert "error" not in got, got.get("traceback")
+    assert {(tuple(block), backend) for *_, block, backend in got["moes"]} == {(tuple(blocks), "TRITON")}
+    e = engine(fixture, tp, version)
+    assert engine_experts(e) == vllm_experts(got)
+    assert engine_linears(e) == decoder_linears(got)
 
 
 @pytest.mark.parametrize("fixture, tp", cases(), ids=[f"{f}-tp{tp}" for f, tp in cases()])
@@ -358,13 +396,11 @@ def test_attention_is_vllms(built, fixture, tp):
     got = layers[(fixture, tp)]
     vllm = Counter()
     for _, heads, kv, size, scale, cap, window, backend, _ in got["attention"]:
-        if (version, fixture, "window") in KNOWN and window is not None:
-            window -= 1
         if (version, fixture, "backend") in KNOWN:
             backend = "TRITON_ATTN"
         vllm[(heads, kv, size, round(scale, 9), cap, -1 if window is None else window - 1, backend)] += 1
     ours = Counter()
-    for a in engine(fixture, tp)["model"]["attention"]:
+    for a in engine(fixture, tp, version)["model"]["attention"]:
         backend = MLA_BACKENDS.get(a["backend"], a["backend"])
         ours[(a["num_heads"], a["num_kv_heads"], a["head_size"], round(a["scale"], 9), a["logits_soft_cap"],
               a["sliding_window"][0], backend)] += a["count"]
@@ -375,10 +411,11 @@ def test_attention_is_vllms(built, fixture, tp):
 def test_from_vllm_config_gives_the_engine_of_the_config_json(built, fixture):
     """`--from-vllm` and the plugin derive the engine from the config vLLM loaded (transformers' to_dict,
     every default filled in, layer_types computed): the same model as --from-hf's from the file."""
-    _, layers = built
+    version, layers = built
     loaded = layers[(fixture, 2)]["hf_config"]
-    ours = engine(fixture, 2)["model"]
-    theirs = engine_from_hf(loaded, tp=2, num_blocks=1024, max_model_len=4096)["model"]
+    ours = engine(fixture, 2, version)["model"]
+    theirs = engine_from_hf(loaded, tp=2, num_blocks=1024, max_model_len=4096,
+                            vllm_release=full_version(version))["model"]
     assert theirs == ours
 
 
@@ -405,16 +442,16 @@ def test_multimodal_model_builds_a_vision_tower(built):
 @pytest.mark.parametrize("fixture, tp", cases(), ids=[f"{f}-tp{tp}" for f, tp in cases()])
 def test_dtype_is_vllms(built, fixture, tp):
     """The model dtype is the one `--dtype auto` resolves (a float32 checkpoint in bfloat16)."""
-    _, layers = built
-    assert engine(fixture, tp)["model"]["dtype"] == layers[(fixture, tp)]["hf_config"]["torch_dtype"]
+    version, layers = built
+    assert engine(fixture, tp, version)["model"]["dtype"] == layers[(fixture, tp)]["hf_config"]["torch_dtype"]
 
 
 @pytest.mark.parametrize("fixture, tp", refused_cases(), ids=[f"{f}-tp{tp}" for f, tp in refused_cases()])
 def test_what_vllm_refuses_from_hf_refuses(built, fixture, tp):
     """vLLM fails to build the model, and --from-hf refuses it in one line naming the layer."""
-    _, layers = built
+    version, layers = built
     assert "error" in layers[(fixture, tp)], layers[(fixture, tp)].get("linears")
     with pytest.raises(HFConfigError, match=r"down_proj in layer \d+ has K = 1600 per rank") as e:
-        engine(fixture, tp)
+        engine(fixture, tp, version)
     assert "\n" not in str(e.value)
 

@@ -96,6 +96,12 @@ Sharding follows vLLM
   ``auto`` (not written), each release's own choice for the model, decided for the plan of
   that release; ``--model-runner v1|v2`` pins it (VLLM_USE_V2_MODEL_RUNNER) (choices.py).
 
+* Where the releases' model code differs, the shapes follow ``--vllm-release`` (``vllm_release``:
+  a row of planner/engine/releases.py, default the newest; ``--from-vllm`` and the plugin pass the
+  installed vLLM's): vLLM 0.33.0 gives Cohere2's sliding layers ``sliding_window + 1`` tokens
+  (commandr.py; attention.py), and refines the blocks of block-FP8 experts whose per-rank width is
+  not whole blocks (refine_fp8_moe_block_shape; quantization.py), which 0.25.0 refuses.
+
 KV-cache size estimate (when ``num_blocks`` is not given)
 ---------------------------------------------------------
 A rough upper bound of what vLLM's memory profiling finds, with

@@ -17,6 +17,7 @@ from .memory import GPU_MEMORY_UTILIZATION, estimate_num_blocks
 from .model import Model, architecture, language_config, model_config
 from .quantization import check_fp8_blocks, quant_config
 from .scheduler import scheduler_config
+from ..releases import newest
 from .source import HFConfig, config_error
 from .speculative import speculative_config
 
@@ -60,7 +61,8 @@ def _description(source: str, model: Model, flags: Flags, gpu: Gpu, block_size: 
         ("--block-size", block_size, default_block_size(model, gpu)),
         ("--speculative-method", flags.speculative_method, None),
         ("--num-speculative-tokens", flags.num_speculative_tokens, None),
-        ("--kv-cache-dtype", model.kv_cache_dtype, "auto")) if value != default]
+        ("--kv-cache-dtype", model.kv_cache_dtype, "auto"),
+        ("--vllm-release", flags.release.version, newest())) if value != default]
     if par.ep:
         given.append("--enable-expert-parallel")
     if unfit:
@@ -110,7 +112,8 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
                    name: str | None = None, source: str = "config.json", ignore_memory=None,
                    speculative_method: str | None = None, num_speculative_tokens: int | None = None,
                    kv_cache_dtype: str | None = None, fp8_linear_kernel: str | None = None,
-                   model_runner: str | None = None, sampler: str | None = None) -> dict:
+                   model_runner: str | None = None, sampler: str | None = None,
+                   vllm_release: str | None = None) -> dict:
     """The engine config (a dict valid against schemas/engine.schema.json) of one rank.
 
     Raises HFConfigError, naming the config key or flag, when the config cannot
@@ -121,6 +124,9 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     `ignore_memory`, a function taking a warning, turns the last refusal into that warning.
     `fp8_linear_kernel`, `model_runner` and `sampler` say what vLLM chooses where its defaults do not hold
     (planner/engine/vllm_choices.py: by default FlashInfer installed, and each release's runner).
+    `vllm_release` is the vLLM release whose model code the shapes follow where releases differ (a
+    version of planner/engine/releases.py; None: the newest): Cohere2's sliding window, and block-FP8
+    experts a tensor-parallel shard splits (attention.py, quantization.py).
     """
     if not isinstance(hf, dict):
         raise config_error(source, f"expected a JSON object, got {type(hf).__name__}")
@@ -128,7 +134,8 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     flags = check_flags(source, tp=tp, dp=dp, ep=enable_expert_parallel, max_num_seqs=max_num_seqs,
                         max_num_batched_tokens=max_num_batched_tokens, num_blocks=num_blocks,
                         block_size=block_size, max_model_len=max_model_len, speculative_method=speculative_method,
-                        num_speculative_tokens=num_speculative_tokens, kv_cache_dtype=kv_cache_dtype)
+                        num_speculative_tokens=num_speculative_tokens, kv_cache_dtype=kv_cache_dtype,
+                        vllm_release=vllm_release)
     par, device = flags.parallel, resolve_gpu(gpu, source)
     arch, layout = architecture(ctx)
     quant = quant_config(ctx)
@@ -136,12 +143,13 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     model = model_config(text, ctx, arch, layout, flags)
     speculative = speculative_config(text, flags)
     layers = decoder_layers(text, model, par)
-    check_fp8_blocks(ctx, layers, quant, par)
+    check_fp8_blocks(ctx, layers, quant, par, flags.release)
     linear = (linear_entries(ctx, layers, quant, layout.layers, par.tp, device.capability)
               + [lm_head(text, model, par.tp)])
-    moe = moe_entries(ctx, layers, quant, layout.layers, device.capability)
+    moe = moe_entries(ctx, layers, quant, layout.layers, device.capability, par, flags.release)
     block_size = flags.block_size if flags.block_size is not None else default_block_size(model, device)
-    attention, kv_groups = attention_and_kv_groups(text, model, layers.attention, device, block_size)
+    attention, kv_groups = attention_and_kv_groups(text, model, layers.attention, device, block_size,
+                                                   flags.release)
     num_blocks, unfit = flags.num_blocks, None
     if num_blocks is None:
         num_blocks, unfit = estimate_num_blocks(text, model, layers, linear, moe, device, block_size, par,

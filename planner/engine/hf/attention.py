@@ -11,8 +11,10 @@ Which layers slide, by rule from the config (as vLLM reads the transformers conf
   Gemma-2, 6 for Gemma-3, 4 for Cohere2);
 * else, with a sliding_window, every layer slides (Mistral-7B-v0.1, Phi-3-mini-4k, Starcoder2):
   vLLM gives a model that is not interleaved CacheConfig.sliding_window (engine/arg_utils.py).
-A window of w tokens is vLLM's (w - 1, 0). The soft cap is attn_logit_softcapping (Gemma-2;
-gemma3.py passes none, and its configs give none).
+A window of w tokens is vLLM's (w - 1, 0); where the release's model code passes sliding_window + 1
+(the row's sliding_window_plus_one in planner/engine/releases.py: vLLM 0.33.0's commandr.py for
+Cohere2, whose layers see [pos - sliding_window, pos]), w is one more than the config's. The soft cap
+is attn_logit_softcapping (Gemma-2; gemma3.py passes none, and its configs give none).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 from kernel_model.arith import cdiv
 
+from ..releases import VllmRelease
 from .device import Gpu
 from .layers import AttentionShape
 from .layouts import Layout
@@ -55,6 +58,14 @@ def _sliding_layers(ctx: HFConfig, layout: Layout, num_layers: int) -> tuple[int
     if pattern:
         return window, [(i + 1) % pattern != 0 for i in range(num_layers)]
     return window, [True] * num_layers
+
+
+def vllm_window(window: int | None, model: Model, release: VllmRelease) -> int | None:
+    """The window vLLM's sliding layers get: the config's, plus one token where the release's model
+    code adds it (module docstring; 0.25.0's commandr.py passes config.sliding_window)."""
+    if window is not None and model.architecture in release.sliding_window_plus_one:
+        return window + 1
+    return window
 
 
 # KV-cache dtypes of the engine schema each backend takes (supported_kv_cache_dtypes, vLLM 0.33):
@@ -103,12 +114,12 @@ def default_block_size(model: Model, gpu: Gpu) -> int:
 
 
 def _attention_backend(ctx: HFConfig, model: Model, shape: AttentionShape, gpu: Gpu,
-                       block_size: int) -> tuple[str, int | None, list]:
+                       block_size: int, release: VllmRelease) -> tuple[str, int | None, list]:
     """(vLLM attention backend, sliding window, per-layer sliding flags)."""
     major = int(gpu.capability.split(".")[0])
     if not model.mla:
         window, sliding = _sliding_layers(ctx, model.layout, model.num_layers)
-        return _dense_backend(model, shape, major), window, sliding
+        return _dense_backend(model, shape, major), vllm_window(window, model, release), sliding
     backend = mla_backend(major, block_size)
     if model.kv_cache_dtype not in _MLA_KV_CACHE:
         raise ctx.fail(f"--kv-cache-dtype {model.kv_cache_dtype}: {backend}, the MLA attention backend of this "
@@ -165,9 +176,10 @@ def _attention_names(groups: list[_KvCacheGroup]) -> list[str]:
 
 
 def attention_and_kv_groups(ctx: HFConfig, model: Model, shape: AttentionShape, gpu: Gpu,
-                            block_size: int) -> tuple[list[dict], list[dict]]:
-    """(attention entries, kv_cache groups): one of each per KV-cache group."""
-    backend, window, sliding = _attention_backend(ctx, model, shape, gpu, block_size)
+                            block_size: int, release: VllmRelease) -> tuple[list[dict], list[dict]]:
+    """(attention entries, kv_cache groups): one of each per KV-cache group; `release`: the vLLM
+    release whose model code the sliding window follows."""
+    backend, window, sliding = _attention_backend(ctx, model, shape, gpu, block_size, release)
     softcap = ctx.number(ctx.get("attn_logit_softcapping") or 0.0, "attn_logit_softcapping")
     if softcap < 0:
         raise ctx.fail(f"attn_logit_softcapping must be >= 0, got {softcap!r}", "attn_logit_softcapping")

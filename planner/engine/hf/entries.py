@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from kernel_model.arith import cdiv
 
+from ..releases import VllmRelease
+from .flags import Parallel
 from .layers import DecoderLayers
 from .model import Model
-from .quantization import QuantConfig, linear_quant, moe_quant, padded_experts
+from .quantization import QuantConfig, linear_quant, moe_quant, padded_experts, with_experts_block
 from .source import HFConfig
 from .wna16 import check_linear_groups, experts_quant
 
@@ -57,15 +59,18 @@ def lm_head(ctx: HFConfig, model: Model, tp: int) -> dict:
             "quant": {"method": "none"}}
 
 
-def moe_entries(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig, prefix: str, capability: str) -> list[dict]:
+def moe_entries(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig, prefix: str, capability: str,
+                par: Parallel, release: VllmRelease) -> list[dict]:
     """One entry per (experts, intermediate size, quantization), counting the layers; the sizes as
     vLLM allocates them on a GPU of `capability` (padded_experts); AWQ and GPTQ experts that
-    Marlin's MoE GEMM does not take run vLLM's MoeWNA16 (wna16.py)."""
+    Marlin's MoE GEMM does not take run vLLM's MoeWNA16 (wna16.py); block-FP8 experts in the blocks
+    the release runs them with (quantization.experts_block)."""
     groups: dict = {}
     for i, moe in enumerate(layers.moes):
         if moe is None:
             continue
-        q = experts_quant(ctx, moe, moe_quant(moe, i, quant, prefix), quant, i)
+        q = with_experts_block(experts_quant(ctx, moe, moe_quant(moe, i, quant, prefix), quant, i), moe, quant,
+                               par, release)
         hidden, inter = padded_experts(moe.hidden_size, moe.intermediate_size, q, capability)
         key = (moe.num_experts, inter, q["method"])
         if key not in groups:

@@ -1,14 +1,17 @@
 """vLLM's command-line flags as engine_from_hf takes them, each checked against the engine
 schema's bound of the field it sets: the parallelism (tp, dp, expert parallelism), the scheduler's
-and the cache's sizes, max_model_len, the speculative method and its draft tokens, the KV-cache dtype.
+and the cache's sizes, max_model_len, the speculative method and its draft tokens, the KV-cache dtype;
+and the vLLM release whose model code the shapes follow (--vllm-release: a row of
+planner/engine/releases.py, the newest by default), the one flag that sets no engine field.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_BLOCKS, MAX_SEQS, MAX_SPECULATIVE_TOKENS,
                        MAX_TOKENS, MODEL_RUNNERS, SAMPLERS, SPECULATIVE_METHODS)
+from ..releases import VLLM_RELEASES, VllmRelease, newest, supported
 from .source import config_error, short_repr
 
 
@@ -41,6 +44,8 @@ class Flags:
     speculative_method: str | None = None
     num_speculative_tokens: int | None = None
     kv_cache_dtype: str = "auto"
+    # the vLLM release whose model code the shapes follow, where releases differ (--vllm-release)
+    release: VllmRelease = field(default_factory=lambda: VLLM_RELEASES[newest()])
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,8 @@ class FlagSpec:
     arguments say these things) and each flag's check all read this one row."""
 
     flag: str                     # "--max-num-seqs"
-    field: str                    # the engine field it sets, as the schema names it
+    field: str | None             # the engine field it sets, as the schema names it (None: --vllm-release,
+                                  # which says which vLLM builds the model, and sets no field of its own)
     help: str
     bound: int | None = None      # a count: the engine schema's bound for the field
     choices: tuple[str, ...] = ()  # a name: the engine schema's values for the field
@@ -109,6 +115,10 @@ FROM_HF_FLAGS: tuple[FlagSpec, ...] = (
              "write the engine config even when the estimate says the model does not fit the GPU (weights over "
              "the memory budget, or no KV room for one max_model_len request): a loud warning, and num_blocks "
              "for one such request, instead of exit 2", switch=True),
+    FlagSpec("--vllm-release", None,
+             f"the vLLM release whose model code the shapes follow where releases differ: {', '.join(supported())} "
+             f"(default the newest, {newest()}, which warmup-planner's `vllm` extra installs)",
+             choices=tuple(supported()), metavar="VERSION"),
 )
 _SPECS = {spec.flag: spec for spec in FROM_HF_FLAGS}
 
@@ -127,14 +137,16 @@ def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
 def _flag_choice(value, flag: str, source: str):
     if value is None or (isinstance(value, str) and value in _SPECS[flag].choices):
         return value
+    table = "schemas/engine.schema.json" if _SPECS[flag].field else "planner/engine/releases.py"
     raise config_error(source, f"{flag} {short_repr(value)} is not one of {', '.join(_SPECS[flag].choices)} "
-                               "(schemas/engine.schema.json)")
+                               f"({table})")
 
 
 def check_flags(source: str, *, tp, dp, ep, max_num_seqs, max_num_batched_tokens, num_blocks,
                 block_size, max_model_len, speculative_method=None, num_speculative_tokens=None,
-                kv_cache_dtype=None) -> Flags:
-    """The flags, each checked (`ep`: --enable-expert-parallel); the KV-cache dtype `auto` where not given."""
+                kv_cache_dtype=None, vllm_release=None) -> Flags:
+    """The flags, each checked (`ep`: --enable-expert-parallel); the KV-cache dtype `auto` where not given,
+    the newest release where none is."""
     parallel = Parallel(_flag_int(tp, "--tp", source, allow_none=False),
                         _flag_int(dp, "--dp", source, allow_none=False), bool(ep))
     return Flags(parallel,
@@ -145,7 +157,8 @@ def check_flags(source: str, *, tp, dp, ep, max_num_seqs, max_num_batched_tokens
                  _flag_int(max_model_len, "--max-model-len", source),
                  _flag_choice(speculative_method, "--speculative-method", source),
                  _draft_tokens(speculative_method, num_speculative_tokens, source),
-                 _flag_choice(kv_cache_dtype, "--kv-cache-dtype", source) or "auto")
+                 _flag_choice(kv_cache_dtype, "--kv-cache-dtype", source) or "auto",
+                 VLLM_RELEASES[_flag_choice(vllm_release, "--vllm-release", source) or newest()])
 
 
 def _draft_tokens(method, k, source: str) -> int | None:

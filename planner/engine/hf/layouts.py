@@ -143,6 +143,14 @@ LAYOUTS: dict[str, Layout] = {
     "Qwen3MoeForCausalLM": Layout("qwen3_moe.py", moe=MoeLayout(router_quantized=True, shared="shared_expert"),
                                   defaults=QWEN),
     "MixtralForCausalLM": Layout("mixtral.py", moe=MoeLayout(block="block_sparse_moe")),
+    # granitemoe.py: GraniteMoeMoE at block_sparse_moe in every layer, its gate unquantized (0.25.0's
+    # ReplicatedLinear with quant_config=None, 0.33.0's GateLinear); head_dim = hidden_size // heads;
+    # the scale is config.attention_multiplier (GraniteMoeConfig's default 1.0)
+    "GraniteMoeForCausalLM": Layout("granitemoe.py", head_dim_key=False, moe=MoeLayout(block="block_sparse_moe"),
+                                    defaults={"attention_multiplier": 1.0}),
+    # phimoe.py: PhiMoE at block_sparse_moe in every layer, its gate unquantized; head_dim from the config
+    # (PhiMoEConfig: hidden_size // heads where not given); no per-layer window: CacheConfig.sliding_window
+    "PhiMoEForCausalLM": Layout("phimoe.py", moe=MoeLayout(block="block_sparse_moe")),
     # deepseek_v2.py serves both; kv_lora_rank makes the attention MLA (deepseek.py)
     "DeepseekV2ForCausalLM": Layout("deepseek_v2.py", moe=MoeLayout(shared_sequence_parallel=True)),
     "DeepseekV3ForCausalLM": Layout("deepseek_v2.py", moe=MoeLayout(shared_sequence_parallel=True)),

@@ -28,15 +28,24 @@ has no weights, takes every decoder linear as quantized but an MoE router: GPTQ 
 linear is skipped where its own
 vLLM name is listed or all its checkpoint modules are; some but not all is refused, as vLLM
 refuses it. An MoE layer's experts are skipped where an entry naming experts contains their name.
+
+Block-FP8 experts whose per-rank width tensor parallelism leaves not whole checkpoint blocks: vLLM
+0.25.0 refuses them (validate_fp8_block_shape_moe), 0.33.0's Fp8MoEMethod refines the blocks to the
+finest square block of at least 32 that divides them (refine_fp8_moe_block_shape), which only its
+Triton fused-MoE takes: Qwen3-30B-A3B's 768-wide experts at tp 4, 192 per rank, run 64x64 blocks.
+The release row says which (planner/engine/releases.py, fp8_moe_block_refine); compressed-tensors'
+MoE method does not refine.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from kernel_model.arith import cdiv
 
+from ..releases import VLLM_RELEASES, VllmRelease, supported
 from .compressed_tensors import compressed_tensors
 from .flags import Parallel
 from .layers import DecoderLayers, FusedMoE, Linear
@@ -56,6 +65,7 @@ class QuantConfig:
     weight_bits: int = 16       # of a quantized weight, for the memory estimate
     linears: bool = True        # False: the method quantizes the experts only (mxfp4)
     group_size: int = -1        # awq, gptq: weights per scale along K (-1: one group per channel)
+    moe_block_refine: bool = False  # Fp8MoEMethod (quant_method fp8): the release may refine split blocks
 
     @property
     def block(self) -> list[int] | None:
@@ -94,7 +104,7 @@ def _fp8(ctx: HFConfig, qc: dict) -> QuantConfig:
             or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
         raise ctx.fail(f"quantization_config.weight_block_size must be two positive integers, got {block!r}")
     entry = {"method": "fp8", "weight_block_size": [block[0], block[1]]}
-    return QuantConfig(entry, entry, ignored, "exact", 8)
+    return QuantConfig(entry, entry, ignored, "exact", 8, moe_block_refine=True)
 
 
 def _int_bits(ctx: HFConfig, qc: dict, method: str, allowed: tuple) -> tuple[int, int]:
@@ -248,8 +258,52 @@ def _check_block(ctx: HFConfig, what: str, value: int, block: int, dim: str, hin
             f"block_{dim} {block}; vLLM refuses this shard{hint}")
 
 
-def check_fp8_blocks(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig, par: Parallel) -> None:
-    """Refuse what vLLM refuses: a sharded N (or K) that is not a whole number of blocks."""
+def refine_fp8_moe_block_shape(block: list[int], width: int, hidden: int, moe_tp: int) -> list[int] | None:
+    """vLLM 0.33.0's refine_fp8_moe_block_shape (fused_moe/oracle/fp8.py): experts `width` wide per rank
+    (intermediate_size_per_partition) that are not whole blocks of N, or of K where the MoE is split
+    over `moe_tp` > 1 ranks, take square blocks of gcd(block_n, block_k, width, hidden_size) where that
+    is at least 32; None where no refinement is needed or none is possible."""
+    block_n, block_k = block
+    if width % block_n == 0 and (moe_tp == 1 or width % block_k == 0):
+        return None
+    refine = math.gcd(block_n, block_k, width, hidden)
+    return [refine, refine] if refine >= 32 else None
+
+
+def _moe_tp(par: Parallel) -> int:
+    """The ranks vLLM's FusedMoEConfig splits an expert over (tp_size): tp x dp, or 1 under expert parallelism."""
+    return 1 if par.ep else par.tp * par.dp
+
+
+def experts_block(quant: QuantConfig, moe: FusedMoE, par: Parallel, release: VllmRelease) -> list[int] | None:
+    """The blocks vLLM runs block-FP8 experts with: refined where the release's Fp8MoEMethod refines
+    blocks a shard splits (resolve_fp8_moe_weight_block_shape, moe_backend auto), else the checkpoint's."""
+    if quant.block is None or not (quant.moe_block_refine and release.fp8_moe_block_refine):
+        return quant.block
+    refined = refine_fp8_moe_block_shape(quant.block, moe.intermediate_size, moe.hidden_size, _moe_tp(par))
+    return refined or quant.block
+
+
+def with_experts_block(entry: dict, moe: FusedMoE, quant: QuantConfig, par: Parallel, release: VllmRelease) -> dict:
+    """The experts' quant entry with the blocks vLLM runs them with (experts_block)."""
+    if "weight_block_size" not in entry:
+        return entry
+    return {**entry, "weight_block_size": experts_block(quant, moe, par, release)}
+
+
+def _refining_release(quant: QuantConfig, moe: FusedMoE, par: Parallel) -> str:
+    """The hint of a refused expert shard: the supported release whose Fp8MoEMethod refines it, if any."""
+    for version in supported():
+        row = VLLM_RELEASES[version]
+        if experts_block(quant, moe, par, row) != quant.block:
+            return f", or --vllm-release {version}, whose Fp8MoEMethod refines the blocks"
+    return ""
+
+
+def check_fp8_blocks(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig, par: Parallel,
+                     release: VllmRelease) -> None:
+    """Refuse what vLLM refuses: a sharded N (or K) that is not a whole number of blocks, of experts
+    whose blocks the release does not refine (experts_block)."""
     block = quant.block
     if not block:
         return
@@ -260,8 +314,10 @@ def check_fp8_blocks(ctx: HFConfig, layers: DecoderLayers, quant: QuantConfig, p
                     _check_block(ctx, f"{lin.role} output partition", part, block[0], "n")
             elif lin.mode == "row":
                 _check_block(ctx, f"{lin.role} input", lin.k, block[1], "k")
-    hint = "" if par.ep else " (try --enable-expert-parallel)"
     for moe in dict.fromkeys(moe for moe in layers.moes if moe is not None):
+        if experts_block(quant, moe, par, release) != block:
+            continue  # refined: the release's Triton fused-MoE takes the finer blocks
+        hint = "" if par.ep else f" (try --enable-expert-parallel{_refining_release(quant, moe, par)})"
         _check_block(ctx, "moe_intermediate_size", moe.intermediate_size, block[0], "n", hint)
-        if par.tp * par.dp > 1 and not par.ep:
+        if _moe_tp(par) > 1:
             _check_block(ctx, "moe_intermediate_size", moe.intermediate_size, block[1], "k", hint)
