@@ -133,7 +133,7 @@ def modules_ahead(request: Request, settings) -> tuple[list, str]:
     from planner.engine.config import engine_from_document
     from planner.yamlio import Document
 
-    from .engine import gpu_of_device_name
+    from .engine import gpu_of_device_name, installed_release
     from .worker_plan import config_path, make_plan
 
     path = config_path(request.model, request.revision)
@@ -144,7 +144,7 @@ def modules_ahead(request: Request, settings) -> tuple[list, str]:
         config = json.load(f)
     data = hf.engine_from_hf(config, gpu=gpu_of_device_name(name), tp=request.tp, source=path,
                              max_model_len=request.max_model_len, sampler=sampler_ahead(),
-                             ignore_memory=lambda warning: None)
+                             vllm_release=installed_release(), ignore_memory=lambda warning: None)
     expanded = make_plan(settings, engine_from_document(Document(data=data, file=f"<{path}, ahead>")))
     modules = [m for step in expanded.steps if getattr(step, "backend", None) == FLASHINFER_JIT
                for m in step.call_values()]

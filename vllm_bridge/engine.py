@@ -29,7 +29,7 @@ from planner.engine.facts import quant_of
 from planner.schema import load_schema
 from planner.yamlio import Document
 
-__all__ = ["engine_from_vllm_config", "gpu_of_device_name", "kernel_counts", "kernels_mismatch",
+__all__ = ["engine_from_vllm_config", "gpu_of_device_name", "installed_release", "kernel_counts", "kernels_mismatch",
            "live_block_fp8_linears", "live_kv_cache", "live_linear_kernels", "shapes_mismatch", "with_live_kv_cache",
            "with_live_linears"]
 
@@ -50,7 +50,7 @@ def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
         block_size=getattr(cache_config, "block_size", None), **_parallel_flags(vllm_config.parallel_config),
         **_scheduler_flags(vllm_config.scheduler_config),
         model_runner="v2" if vllm_config.use_v2_model_runner else "v1",  # vLLM's own answer, not `auto`
-        vllm_release=getattr(sys.modules.get("vllm"), "__version__", None))  # the shapes of the vLLM that runs
+        vllm_release=installed_release())
     data["speculative"] = _speculative(vllm_config.speculative_config)
     data["compilation"] = _compilation(vllm_config)
     _apply_attention_backend(data, getattr(vllm_config, "attention_config", None))
@@ -59,6 +59,11 @@ def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
     data["description"] = _description(data, model_config, cache_config)
     data = {key: data[key] for key in load_schema("engine")["properties"] if key in data}  # schema order
     return engine_from_document(Document(data=data, file=f"<VllmConfig of {source}>"))
+
+
+def installed_release() -> str | None:
+    """The version of the vLLM this process imported (the shapes are that release's), None without one."""
+    return getattr(sys.modules.get("vllm"), "__version__", None)
 
 
 def _hf_config_dict(model_config) -> dict:
