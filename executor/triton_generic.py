@@ -69,11 +69,8 @@ class CloseResult:
 
 
 def _freeze(value):
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, tuple):
-        return tuple(_freeze(v) for v in value)
-    return value
+    """The binder's entries as tuples all the way down (a tuple argument's are nested), hashable."""
+    return tuple(_freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def kernel_name(fn) -> str:
