@@ -12,14 +12,13 @@ manifest against the reference's digest, the blob against the manifest's), every
 timeout and the whole transfer a deadline (oras retries a failed request for two minutes: not
 here, a node must step aside in bounded time), and the file is written whole or not at all.
 
-Credentials as the registry tools read them: docker's config (``$DOCKER_CONFIG/config.json``,
-else ``~/.docker/config.json``, with its credential helpers), podman's and skopeo's
-``REGISTRY_AUTH_FILE``, and ``ORAS_USER``/``ORAS_PASS`` from the environment.
+Credentials as the registry tools read them, given as the registry's challenge asks (Basic, or a
+Bearer token from its token service): executor/bundle/oci_auth.py. A refusal is "authentication
+failed" with the registry's answer (exit 1), never "cannot be reached".
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -31,6 +30,7 @@ from typing import NamedTuple
 from planner.errors import PlanError, WriteError
 
 from . import archive
+from . import oci_auth
 from .oci_ref import Reference
 
 ARTIFACT_TYPE = "application/vnd.warmup-planner.bundle.v1"
@@ -69,53 +69,55 @@ class Pulled(NamedTuple):
 # --- the client ---------------------------------------------------------------------------------
 
 def _client(ref: Reference, plain_http: bool, environ=os.environ):
-    """An oras Registry for this reference's registry, with timeouts on every request, no retries
-    of its own and the credentials the registry tools would use."""
+    """An oras Registry for this reference's registry (its session and URLs), with the credentials
+    the registry tools would use; the requests and their authorization are ours (_request)."""
     try:
         import oras.provider
     except ImportError:
         raise RegistryError("oci:// needs the oras client: pip install 'warmup-planner[registry]'") from None
 
-    class Registry(oras.provider.Registry):
-        # oras retries each request five times over two minutes: a deadline is ours to keep
-        do_request = oras.provider.Registry.do_request.__wrapped__
-
-    registry = Registry(hostname=ref.registry, insecure=plain_http or ref.plain_http())
-    registry.send_unbounded = registry.session.request  # _request bounds each request by the deadline
+    registry = oras.provider.Registry(hostname=ref.registry, insecure=plain_http or ref.plain_http())
     container = registry.get_container(ref.repository)  # the registry is the hostname: oras would take a dotless one for a namespace
-    registry.auth.load_configs(container, configs=_auth_files(environ))
-    user, password = environ.get("ORAS_USER"), environ.get("ORAS_PASS")
-    if user and password:
-        registry.auth.set_basic_auth(user, password)
+    registry.warmup_auth = oci_auth.Session(ref.registry, oci_auth.credentials(ref.registry, environ))
     return registry, container
 
 
-def _auth_files(environ) -> list[str]:
-    """docker's config where DOCKER_CONFIG moves it (oras reads only ~/.docker/config.json), and
-    REGISTRY_AUTH_FILE (podman, skopeo, buildah)."""
-    files = []
-    if environ.get("DOCKER_CONFIG"):
-        files.append(os.path.join(environ["DOCKER_CONFIG"], "config.json"))
-    if environ.get("REGISTRY_AUTH_FILE"):
-        files.append(environ["REGISTRY_AUTH_FILE"])
-    return [f for f in files if os.path.isfile(f)]
+def _request(registry, method: str, url: str, deadline: float, data=None, headers=None, stream=False):
+    """One request, answering the registry's challenge once (Basic or Bearer, as it asks): not
+    oras' do_request, which retries for minutes and reads every challenge as a token's."""
+    auth = registry.warmup_auth
+    full = f"{registry.prefix}://{url}"
+    response = _send(registry, method, full, deadline, data=data, headers=auth.apply(headers), stream=stream)
+    if response.status_code != 401:
+        return _refused(response, auth)
+    response.close()
+    try:
+        auth.answer(response, lambda realm, params, h: _send(registry, "GET", realm, deadline, params=params, headers=h))
+    except oci_auth.AuthFailed as e:
+        raise RegistryError(f"{method} {url}: {e}") from None
+    if hasattr(data, "seek"):
+        data.seek(0)  # the refused request may have read some of a streamed body
+    return _refused(_send(registry, method, full, deadline, data=data, headers=auth.apply(headers), stream=stream), auth)
 
 
-def _request(registry, method: str, url: str, deadline: float, **kw):
+def _refused(response, auth):
+    """A 401 after the challenge was answered, or a 403: the registry refused these credentials."""
+    if response.status_code in (401, 403):
+        raise RegistryError(f"{response.request.method} {response.url.split('://', 1)[-1]}: {auth.failure(response)}")
+    return response
+
+
+def _send(registry, method: str, url: str, deadline: float, **kw):
+    """requests, bounded: each request by the time left before the deadline."""
     _check_deadline(deadline, url)
     import requests
 
-    left = max(0.1, deadline - time.monotonic())  # no request outlives the deadline (oras sets no timeout)
-    registry.session.request = functools.partial(registry.send_unbounded,
-                                                 timeout=(min(CONNECT_TIMEOUT_S, left), min(READ_TIMEOUT_S, left)))
-
+    left = max(0.1, deadline - time.monotonic())
     try:
-        response = registry.do_request(f"{registry.prefix}://{url}", method, **kw)
+        return registry.session.request(method, url, timeout=(min(CONNECT_TIMEOUT_S, left), min(READ_TIMEOUT_S, left)),
+                                        verify=registry._tls_verify, **kw)
     except requests.RequestException as e:
-        raise RegistryError(f"{method} {url}: {_why(e)}") from None
-    except ValueError as e:  # oras: "Cannot respond to request for authentication."
-        raise RegistryError(f"{method} {url}: {e}") from None
-    return response
+        raise RegistryError(f"{method} {url.split('://', 1)[-1]}: {_why(e)}") from None
 
 
 def _why(e: Exception) -> str:
@@ -146,13 +148,8 @@ def _check_deadline(deadline: float, what: str) -> None:
 
 def _expect(response, ok: tuple, what: str) -> None:
     if response.status_code not in ok:
-        detail = ""
-        try:
-            errors = response.json().get("errors") or []
-            detail = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict))
-        except ValueError:
-            pass
-        raise RegistryError(f"{what}: HTTP {response.status_code}{(' (' + detail + ')') if detail else ''}")
+        said = oci_auth.detail(response, "")
+        raise RegistryError(f"{what}: HTTP {response.status_code}{(' (' + said + ')') if said else ''}")
 
 
 # --- push ---------------------------------------------------------------------------------------
@@ -282,6 +279,7 @@ def _download(registry, container, ref: Reference, layer: dict, out: str, deadli
     try:
         with os.fdopen(fd, "wb") as f:
             _stream_blob(registry, container, ref, layer, f, deadline)
+        _check_is_bundle(tmp, ref)
         os.replace(tmp, out)
     except OSError as e:  # the network's are RegistryError by now: this is the disk's
         os.unlink(tmp)
@@ -289,6 +287,15 @@ def _download(registry, container, ref: Reference, layer: dict, out: str, deadli
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _check_is_bundle(path: str, ref: Reference) -> None:
+    """The layer's bytes matched their digest; they must also be a bundle: an artifact typed as
+    ours whose layer is some other file (pushed by hand with `oras push`) is refused, not installed."""
+    try:
+        archive.read_manifest(path)
+    except PlanError as e:
+        raise PlanError(f"refused: its bundle layer is not a warmup bundle ({e.message})", file=str(ref)) from None
 
 
 def _stream_blob(registry, container, ref: Reference, layer: dict, f, deadline: float) -> None:

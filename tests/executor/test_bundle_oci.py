@@ -16,17 +16,18 @@ import time
 
 import pytest
 
-from executor.bundle import archive, oci, oci_ref, sources
+from executor.bundle import archive, oci, oci_auth, oci_ref, sources
 from executor.bundle.archive import FORMAT, FileRecord, Manifest
 from planner.errors import PlanError
-from registry_server import RegistryServer, free_port
+from registry_server import RegistryServer, free_port, serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture
-def registry(tmp_path):
-    server = RegistryServer(str(tmp_path / "registry")).start()
+@pytest.fixture(params=["open", "basic"])
+def registry(request, tmp_path, monkeypatch):
+    """The CNCF registry without and with HTTP Basic auth (htpasswd): every test of it runs against both."""
+    server = serve(request.param, str(tmp_path), monkeypatch)
     yield server
     server.kill()
 
@@ -194,10 +195,29 @@ def test_an_artifact_that_is_no_bundle_is_refused(tmp_path, registry):
     oci._upload_blob(registry_client, container, None, oci.EMPTY_CONFIG["digest"], 2, time.monotonic() + 30, data=b"{}")
     body = oci.artifact_manifest(blob, other.stat().st_size, "notes.txt", {}).replace(
         oci.LAYER_MEDIA_TYPE.encode(), b"text/plain")
-    registry_client.do_request(f"http://{container.manifest_url('notes')}", "PUT", data=body,
-                               headers={"Content-Type": oci.MANIFEST_MEDIA_TYPE})
+    oci._request(registry_client, "PUT", container.manifest_url("notes"), time.monotonic() + 30, data=body,
+                 headers={"Content-Type": oci.MANIFEST_MEDIA_TYPE})
     with pytest.raises(PlanError, match="not a warmup bundle artifact .layers: text/plain"):
         oci.pull(ref, str(tmp_path / "p.warmup"))
+
+
+def test_a_bundle_typed_artifact_whose_layer_is_no_bundle_is_refused_exit_2(tmp_path, registry):
+    """What `oras push REF notes.txt:application/vnd.warmup-planner.bundle.v1.tar` makes: the layer's
+    bytes match their digest, and are still no bundle."""
+    other = tmp_path / "notes.txt"
+    other.write_text("not a bundle")
+    ref = oci_ref.parse(f"oci://{registry.address}/w:typed")
+    client, container = oci._client(ref, False)
+    blob, deadline = "sha256:" + sha(other), time.monotonic() + 30
+    oci._upload_blob(client, container, str(other), blob, other.stat().st_size, deadline)
+    oci._upload_blob(client, container, None, oci.EMPTY_CONFIG["digest"], 2, deadline, data=b"{}")
+    oci._request(client, "PUT", container.manifest_url("typed"), deadline,
+                 data=oci.artifact_manifest(blob, other.stat().st_size, "notes.txt", {}),
+                 headers={"Content-Type": oci.MANIFEST_MEDIA_TYPE})
+    done = run_cli("pull", str(ref), "-o", str(tmp_path / "p.warmup"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "refused: its bundle layer is not a warmup bundle (not a readable warmup bundle (not a tar archive))" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "p.warmup").exists()
 
 
 def test_a_registry_going_away_mid_pull_is_one_line_no_file_and_a_later_pull_works(tmp_path, registry, monkeypatch):
@@ -226,7 +246,7 @@ def test_a_registry_going_away_mid_pull_is_one_line_no_file_and_a_later_pull_wor
     assert time.monotonic() - started < 30
     assert "\n" not in str(caught.value) and ("broken off" in str(caught.value) or "ended after" in str(caught.value))
     assert os.listdir(out) == []
-    RegistryServer(str(tmp_path / "registry"), port=registry.port).start()  # same storage, back again
+    RegistryServer(str(tmp_path / "registry"), port=registry.port, auth=registry.auth).start()  # same storage, back again
     try:
         oci.pull(pushed.reference, str(out / "p.warmup"))
         assert sha(out / "p.warmup") == sha(bundle)
@@ -260,14 +280,15 @@ def test_a_registry_that_never_answers_gives_up_at_the_deadline(tmp_path, monkey
     assert time.monotonic() - started < 5
 
 
-def test_credentials_come_from_docker_config_and_the_environment(tmp_path, monkeypatch):
+def test_credentials_come_from_docker_config_and_the_environment(tmp_path):
     config = tmp_path / "docker"
     config.mkdir()
     (config / "config.json").write_text(json.dumps({"auths": {"reg.example:5000": {"auth": "YTpi"}}}))
-    client, _ = oci._client(oci_ref.parse("oci://reg.example:5000/r"), False, {"DOCKER_CONFIG": str(config)})
-    assert client.auth._basic_auth == "YTpi"  # base64("a:b")
-    client, _ = oci._client(oci_ref.parse("oci://reg.example:5000/r"), False, {"ORAS_USER": "u", "ORAS_PASS": "p"})
-    assert client.auth._basic_auth == "dTpw"  # base64("u:p")
+    found = oci_auth.credentials("reg.example:5000", {"DOCKER_CONFIG": str(config)})
+    assert (found.user, found.password, found.source) == ("a", "b", str(config / "config.json"))  # base64("a:b")
+    assert oci_auth.credentials("other:5000", {"DOCKER_CONFIG": str(config)}) is None
+    found = oci_auth.credentials("reg.example:5000", {"DOCKER_CONFIG": str(config), "ORAS_USER": "u", "ORAS_PASS": "p"})
+    assert (found.user, found.password, found.source) == ("u", "p", "ORAS_USER/ORAS_PASS")
 
 
 # --- the command line ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from executor.bundle import oci, oci_ref
-from registry_server import RegistryServer, free_port
+from registry_server import PASSWORD, free_port, serve
 from test_bundle_oci import make_bundle, push, sha
 from vllm_bridge import bundle_source
 from vllm_bridge.settings import PluginError, Settings
@@ -23,9 +23,10 @@ from vllm_bridge.settings import PluginError, Settings
 LOGGER = "vllm.warmup_planner"
 
 
-@pytest.fixture
-def registry(tmp_path):
-    server = RegistryServer(str(tmp_path / "registry")).start()
+@pytest.fixture(params=["open", "basic"])
+def registry(request, tmp_path, monkeypatch):
+    """The CNCF registry without and with HTTP Basic auth; `server.environ` has the credentials."""
+    server = serve(request.param, str(tmp_path), monkeypatch)
     yield server
     server.kill()
 
@@ -38,7 +39,7 @@ def test_the_first_process_pins_a_tag_and_the_node_copy_is_the_pushed_bytes(tmp_
     bundle = tmp_path / "b.warmup"
     make_bundle(bundle)
     pushed = push(bundle, f"oci://{registry.address}/warmup/llama:v1")
-    environ = {"WARMUP_BUNDLE": f"oci://{registry.address}/warmup/llama:v1"}
+    environ = {**registry.environ, "WARMUP_BUNDLE": f"oci://{registry.address}/warmup/llama:v1"}
     with caplog.at_level(logging.INFO, logger=LOGGER):
         source = bundle_source.start(environ["WARMUP_BUNDLE"], 60, environ, str(tmp_path / "cache"))
         path, waited = source.wait()
@@ -56,7 +57,7 @@ def test_a_child_takes_the_pinned_reference_and_finds_the_node_copy(tmp_path, re
     bundle = tmp_path / "b.warmup"
     make_bundle(bundle)
     push(bundle, f"oci://{registry.address}/w:v1")
-    environ = {"WARMUP_BUNDLE": f"oci://{registry.address}/w:v1"}
+    environ = {**registry.environ, "WARMUP_BUNDLE": f"oci://{registry.address}/w:v1"}
     first = bundle_source.start(environ["WARMUP_BUNDLE"], 60, environ, str(tmp_path / "cache"))
     assert first.wait()[0] is not None
     push(tmp_path / "b.warmup", f"oci://{registry.address}/w:v1")  # the same bytes; a child must not ask anyway
@@ -90,7 +91,7 @@ def test_a_pull_broken_off_is_said_once_by_the_process_that_met_it(tmp_path, reg
     make_bundle(bundle)
     pushed = push(bundle, f"oci://{registry.address}/w:v1")
     monkeypatch.setattr(oci, "LAYER_MEDIA_TYPE", "application/other")  # this pull finds no bundle layer
-    environ = {"WARMUP_BUNDLE": f"oci://{registry.address}/w:v1"}
+    environ = {**registry.environ, "WARMUP_BUNDLE": f"oci://{registry.address}/w:v1"}
     with caplog.at_level(logging.INFO, logger=LOGGER):
         first = bundle_source.start(environ["WARMUP_BUNDLE"], 60, environ, str(tmp_path / "cache"))
         first.thread.join(30)
@@ -179,8 +180,28 @@ def test_a_fetch_that_cannot_start_is_one_line_not_a_stopped_vllm(tmp_path, regi
     make_bundle(bundle)
     push(bundle, f"oci://{registry.address}/w:v1")
     monkeypatch.setattr(bundle_source, "_cache_dir", lambda: (_ for _ in ()).throw(OSError(30, "Read-only file system")))
-    environ = {"WARMUP_BUNDLE": f"oci://{registry.address}/w:v1"}
+    environ = {**registry.environ, "WARMUP_BUNDLE": f"oci://{registry.address}/w:v1"}
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert bundle_source.start(environ["WARMUP_BUNDLE"], 60, environ).wait() == (None, None)
     [line] = warnings(caplog)
     assert "not installed, vLLM starts without it: OSError: [Errno 30] Read-only file system" in line
+
+
+@pytest.fixture
+def basic_registry(tmp_path, monkeypatch):
+    server = serve("basic", str(tmp_path), monkeypatch)
+    yield server
+    server.kill()
+
+
+def test_credentials_the_registry_refuses_are_one_line_that_says_so(tmp_path, basic_registry, caplog):
+    registry = basic_registry
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    push(bundle, f"oci://{registry.address}/w:v1")
+    environ = {**registry.environ, "ORAS_PASS": PASSWORD + "-wrong", "WARMUP_BUNDLE": f"oci://{registry.address}/w:v1"}
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert bundle_source.start(environ["WARMUP_BUNDLE"], 60, environ, str(tmp_path / "cache")).wait() == (None, None)
+    [line] = warnings(caplog)
+    assert "not installed, vLLM starts without it" in line and f"authentication failed: {registry.address} refused" in line
+    assert "UNAUTHORIZED" in line and "user 'alice' from ORAS_USER/ORAS_PASS" in line and "cannot be reached" not in line
