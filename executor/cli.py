@@ -25,7 +25,7 @@ from planner import api
 from planner.cli import Parser
 from planner.engine.facts import EngineFacts
 from planner.errors import PlanError
-from planner.output import check_writable
+from planner.output import check_outputs, check_writable
 from planner.plan.steps import FAMILIES
 from planner.tables.kernel_configs import table_path
 from planner.words import did_you_mean
@@ -104,12 +104,11 @@ def cmd_execute(args) -> int:
     runner missing here) or skipped. With --jobs N (default: the CPU cores, at most 32) the
     plan's distinct variants are first compiled in N worker processes sharing the disk caches;
     the summary then shows what the workers compiled ("pool") and the speed-up."""
-    if args.report:
-        try:  # a report path that cannot be written is refused before the run, not after it
-            check_writable(args.report)
-        except PlanError as e:
-            print(f"warmup: error: {e}", file=sys.stderr)
-            return EXIT_INVALID
+    try:  # an output that cannot be written, or that is an input, is refused before the run, not after it
+        check_run_outputs(args, [args.plan, args.engine, args.source_plan])
+    except PlanError as e:
+        print(f"warmup: error: {e}", file=sys.stderr)
+        return EXIT_INVALID
     # The report written is the last of these: one of input refused before a plan is loaded (its
     # error, no plan), then the plan's own, built by _execute once the plan and options are known.
     reports = [Report(options={"argv": sys.argv[1:]})]
@@ -120,6 +119,14 @@ def cmd_execute(args) -> int:
         written = not args.report or _write_report(reports[-1], args.report)
     # A report that could not be written is a refused write (exit 2), unless the run already failed worse.
     return code if written or code not in (0, 1) else EXIT_INVALID
+
+
+def check_run_outputs(args, inputs) -> None:
+    """Every output flag against every input (WriteError, exit 2): the plan and engine files, and
+    for the report and the JIT log also the FlashInfer cache, which the run reads before it saves."""
+    files = [f for f in inputs if f]
+    check_outputs({"--flashinfer-cache": args.flashinfer_cache}, files)
+    check_outputs({"--report": args.report, "--jit-log": args.jit_log}, [*files, *filter(None, [args.flashinfer_cache])])
 
 
 def _run(args, reports: list) -> int:
@@ -196,7 +203,8 @@ def parse_inject(items: list[str]) -> dict:
 
 
 def load_input(args):
-    """(expanded plan, Engine, source description): plan first, or load and check an expanded file."""
+    """(expanded plan, Engine, source description, the files read): plan first, or load and check
+    an expanded file."""
     target = api.load_target(args.plan)
     installed = dg_install.find_install()
     deep_gemm = installed.label() if installed is not None else None  # the DeepGEMM this run would use
@@ -204,13 +212,13 @@ def load_input(args):
         engine, plan = _sources_of(target.expanded, args, target.path)
         api.check_fresh(target.expanded, engine, plan, file=target.path, deep_gemm=deep_gemm)
         return target.expanded, engine, {"kind": "expanded plan", "file": target.path,
-                                         "freshness": "planner.api.check_fresh"}
+                                         "freshness": "planner.api.check_fresh"}, [target.path, *api.input_files(plan, engine)]
     if not args.engine:
         raise PlanError("--engine is required to plan and execute a plan (or pass an expanded plan file)",
                         file=args.plan)
     engine = api.load_engine(args.engine)
     return (api.expand(target.plan, engine, deep_gemm), engine,
-            {"kind": "plan", "plan": args.plan, "engine": args.engine})
+            {"kind": "plan", "plan": args.plan, "engine": args.engine}, api.input_files(target.plan, engine))
 
 
 def _sources_of(expanded, args, path: str):
@@ -235,7 +243,14 @@ def _execute(args, reports: list) -> int:
         if value < 0:
             raise PlanError(f"{flag} must be >= 0, got {value}")
     device = args.device or ("cpu" if args.dry_run else "cuda")
-    expanded, engine, source = load_input(args)
+    expanded, engine, source, inputs = load_input(args)
+    # The plans a plan extends are inputs too, known once it is loaded.
+    try:
+        check_outputs({"--report": args.report}, inputs)
+    except PlanError:
+        args.report = None  # refused: the report must not be written over that input after all
+        raise
+    check_run_outputs(args, inputs)
     if not args.dry_run:
         _check_table_folder(expanded, engine.facts)
     unknown = sorted(set(inject) - {s.id for s in expanded.steps})

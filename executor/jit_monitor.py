@@ -44,6 +44,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from planner.output import append_line
+
 from . import dg_install
 
 log = logging.getLogger("executor.jit_monitor")
@@ -493,8 +495,7 @@ class Monitor:
             self.post_seal_events.append(event)
         if self.jsonl_path:
             try:
-                with open(self.jsonl_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(event, default=str, sort_keys=True) + "\n")
+                append_line(self.jsonl_path, json.dumps(event, default=str, sort_keys=True))
             except OSError as e:
                 log.warning("cannot append to %s: %s", self.jsonl_path, e)
         return (f"{event['backend']} {event['event']} after warmup was sealed: {event.get('kernel')}"

@@ -1,9 +1,9 @@
 """Write what a command made where `-o` says, as shell redirection would: all or nothing.
 
-`emit` writes to stdout or a file; `write_atomic` replaces a file whole (the executor's reports,
-manifests and caches use it too); `check_output` and `check_writable` refuse a target before
-anything is written, `check_output` also one that is an input of the command (`-o` never writes
-over what the command reads). `-o -` is stdout, as for most Unix tools. `named_stdout_errors`
+`open_output` is the one writer of every file the tool writes (`write_atomic` for a text,
+`append_line` for a log it adds to); `check_output` (`check_outputs` for all of a command's output
+flags) and `check_writable` refuse a target before anything is written, `check_output` also one
+that is an input of the command (no output flag writes over what the command reads). `-o -` is stdout, as for most Unix tools. `named_stdout_errors`
 makes a failed write to stdout (a full disk, a closed descriptor) one line naming stdout.
 """
 
@@ -61,8 +61,25 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str] = ()) -> None:
         target, _ = _output_target(name)
     except OSError as e:
         raise WriteError(name, e.strerror or str(e)) from None
-    if not os.path.isdir(os.path.dirname(target)):
-        folder = os.path.dirname(target if os.path.islink(name) else name)
+    _check_folder(name, target)
+
+
+def check_outputs(outputs: dict, inputs: Iterable[str] = ()) -> None:
+    """check_output for each of a command's output flags ({flag: path or None}; None: not given),
+    before anything runs: every one against every input, none of them stdout."""
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        if os.fspath(path) == STDOUT:
+            raise WriteError(STDOUT, f"{flag} names a file (- is stdout only for -o of a text output)")
+        check_output(path, inputs)
+
+
+def _check_folder(name: str, target: str) -> None:
+    """The writer never creates a directory (`> out/p.yaml` does not make `out/` either): a
+    missing one is refused, naming the folder as it was given."""
+    if not os.path.isdir(os.path.dirname(target) or "."):
+        folder = os.path.dirname(target if os.path.islink(name) else name) or "."
         raise WriteError(name, f"directory {folder} does not exist (create it first)")
 
 
@@ -93,41 +110,77 @@ def _regular_file_id(path: str | os.PathLike) -> tuple | None:
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` at `path` the way shell redirection (`>`) would, all or nothing where it can.
+    """Write `text` at `path` the way shell redirection (`>`) would: see open_output."""
+    with open_output(path) as f:
+        f.write(text)
 
-    The one writer of the project's output files (`-o`, `--report`, tuned kernel tables, the
-    precompile manifest). `-o` is how scripts throw output away (`-o /dev/null`), so:
+
+@contextmanager
+def open_output(path: str | os.PathLike, binary: bool = False):
+    """The one writer of every file the tool writes (`-o`, `--report`, the FlashInfer cache, the
+    bundle built or pulled, the executor's manifests and tables): a file object to write, for a
+    text or for a stream (a download checks its digest as it writes, and raises to keep nothing).
+
+    `-o` is how scripts throw output away (`-o /dev/null`), so, as `>` does:
 
     * a symlink is followed: its target is written, and the link stays a link;
     * a target that exists and is not a regular file (a character device, a FIFO) is opened and
       written, never replaced: renaming over /dev/null would delete the device node;
-    * a regular file, or a missing one, is written to a temporary file in the same directory
-      and renamed over it: readers see the old file or the new one, never a partial one, and a
-      failed write leaves the old file as it was. An existing file keeps its mode. Missing
-      directories above it are created.
+    * a regular file, or a missing one, is written into a replacement (see ``replacement``): it
+      appears whole when the block ends without an error, or not at all, also when the process is
+      killed. An existing file keeps its mode; a new one gets a plain open()'s (0666 less the umask);
+    * a missing directory above it is refused, never created.
 
-    Every failure raises WriteError (exit 2 at the command line) naming the path and the reason.
+    Every failure to write raises WriteError (exit 2 at the command line) naming the path and the
+    reason; an error of the block itself (a digest that does not match) propagates as it is.
     """
     name = os.fspath(path)
     try:
         target, existing = _output_target(name)
         if existing is not None and not stat.S_ISREG(existing.st_mode):
-            with open(target, "w", encoding="utf-8") as f:  # a device or a pipe: write through it
-                f.write(text)
-            return
-        # An existing file keeps its mode; a new one gets the mode a plain open() would give
-        # (mkstemp makes 0600, but plans, tables and manifests are read by other users).
-        mode = stat.S_IMODE(existing.st_mode) if existing is not None else 0o666 & ~_umask()
-        folder = os.path.dirname(target)
-        os.makedirs(folder, exist_ok=True)
-        _replace(target, text, mode)
+            stream = open(target, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+        else:
+            _check_folder(name, target)
+            # mkstemp would make 0600, but plans, reports and bundles are read by other users.
+            mode = stat.S_IMODE(existing.st_mode) if existing is not None else 0o666 & ~_umask()
+            stream = replacement(target, mode, binary)
+        with stream as f:
+            yield f
     except OSError as e:
+        if isinstance(e, WriteError):
+            raise
+        raise WriteError(name, e.strerror or str(e)) from None
+
+
+def read_back(f) -> str | None:
+    """A path to read back what `f` (from open_output, flushed) holds before it is named: a check
+    of the whole file (is the download a bundle?) before it appears. None for a device or a FIFO,
+    which stream on and cannot be read back."""
+    found = os.fstat(f.fileno())
+    return f"/proc/self/fd/{f.fileno()}" if stat.S_ISREG(found.st_mode) and os.path.isdir("/proc/self/fd") else None
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line to `path` (`>>`): a log a run adds to as it goes (--jit-log), so neither
+    atomic nor replaced; a symlink, a FIFO or a device is written through, a new file gets a plain
+    open()'s mode, and a missing directory is refused (WriteError naming the path)."""
+    name = os.fspath(path)
+    try:
+        target, _ = _output_target(name)
+        _check_folder(name, target)
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(line if line.endswith("\n") else line + "\n")
+    except OSError as e:
+        if isinstance(e, WriteError):
+            raise
         raise WriteError(name, e.strerror or str(e)) from None
 
 
 def check_writable(path: str | os.PathLike) -> None:
-    """Refuse now what write_atomic would refuse at the end (a command that runs for minutes
-    before writing its report should fail before it starts, not after)."""
+    """Refuse now what write_atomic would refuse at the end, for a file in a folder its writer
+    makes itself (the tuned tables: a run that tunes for minutes should fail before it starts,
+    not after); a file a command's flag names goes through check_output instead, which also
+    refuses a missing folder and an input of the command."""
     name = os.fspath(path)
     try:
         target, existing = _output_target(name)
@@ -164,12 +217,6 @@ def _nearest_folder(folder: str) -> str:
     if not os.path.isdir(probe):
         raise NotADirectoryError(errno.ENOTDIR, f"{probe} is not a directory")
     return probe
-
-
-def _replace(target: str, text: str, mode: int) -> None:
-    """The text written into a replacement of `target` (``replacement``)."""
-    with replacement(target, mode) as f:
-        f.write(text)
 
 
 @contextmanager

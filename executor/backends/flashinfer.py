@@ -29,8 +29,8 @@ What runs inside the context:
   when something new was tuned, saves it on exit, merged with what is on disk, through
   ``tempfile.mkstemp`` in the same directory and ``os.replace`` (atomic);
 * older versions with ``load_configs``/``save_configs`` only: loaded before, and saved after
-  through a temporary file in the same directory and ``os.replace``, so that a crash leaves
-  the old file or the new one, never half of one;
+  through planner.output's writer (atomic_save_configs), so that a crash leaves the old file
+  or the new one, never half of one;
 * versions without either: tuned in memory, and the details say why nothing was saved.
 
 ``cache: memory``: the results live in this process only.
@@ -43,7 +43,6 @@ FlashInfer, no GPU or a GPU below SM90 make the step `unavailable` with the reas
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -53,6 +52,7 @@ import tempfile
 import time
 
 from planner.engine.queries import fp8_shapes
+from planner.output import write_atomic
 
 from .base import BaseBackend, Unavailable, torch_cuda_available
 
@@ -83,21 +83,17 @@ def _file_state(path: str | None):
 
 
 def atomic_save_configs(tuner, path: str) -> None:
-    """``tuner.save_configs`` into a temporary file of the same directory, then ``os.replace``."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".warmup-autotune-", suffix=".tmp")
-    os.close(fd)
-    try:
-        os.unlink(tmp)  # some save_configs merge with a file already there: give them none
-        tuner.save_configs(tmp)
-        with open(tmp) as f:
-            json.load(f)  # never replace a good cache with a file that does not parse
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """``tuner.save_configs`` into a private temporary folder (it writes by name, and some merge
+    with a file already there: it gets none), checked to parse, then written at `path` by the one
+    writer of every output (planner.output.write_atomic: whole, through a link or into a device,
+    the mode kept)."""
+    with tempfile.TemporaryDirectory(prefix="warmup-autotune-") as folder:
+        saved = os.path.join(folder, "configs.json")
+        tuner.save_configs(saved)
+        with open(saved, encoding="utf-8") as f:
+            text = f.read()
+        json.loads(text)  # never replace a good cache with a file that does not parse
+    write_atomic(path, text)
 
 
 class _ProfileCounter:
@@ -208,8 +204,10 @@ class FlashInferBackend(BaseBackend):
             return None, False
         device_name = (torch.cuda.get_device_name(self.device)
                        if str(self.device).startswith("cuda") else str(self.device))
-        path = getattr(self.options, "flashinfer_cache", None) or default_cache_path(version, device_name)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        path = getattr(self.options, "flashinfer_cache", None)
+        if path is None:  # the default's folder is ours to make; a given file's was checked to exist
+            path = default_cache_path(version, device_name)
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         details["cache_file"] = path
         native = "cache" in inspect.signature(fi_autotuner.autotune).parameters
         details["cache_api"] = ("autotune(cache=...)" if native else

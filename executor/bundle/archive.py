@@ -21,12 +21,11 @@ import io
 import json
 import os
 import shutil
-import stat
 import tarfile
 from typing import NamedTuple
 
-from planner.errors import PlanError, WriteError
-from planner.output import replacement
+from planner.errors import PlanError, WriteError  # noqa: F401 - WriteError: what write_bundle raises (open_output)
+from planner.output import open_output
 
 from ..caches.deep_gemm import KernelRecord
 from ..caches.family import PLAN, VLLM
@@ -99,31 +98,17 @@ def sha256_file(path: str, stat: bool = False):
 
 
 def write_bundle(out: str, manifest: Manifest, sources: dict, first: tuple = (), cancelled=None) -> None:
-    """Write the tar the way `-o` writes every file (planner/output.py's write_atomic): a symlink
-    is written through, a device or a FIFO that exists (`-o /dev/null`) is written and never
-    replaced, a regular file appears complete or not at all; a failed write is WriteError (exit
-    2) naming the file. `sources` maps each member to its file on disk; the families `first` come
-    first in the tar, where a reader that wants only them stops early (verify_members' `only`).
-    Each member is written as the manifest lists it: a file whose size or sha256 is no longer the
-    manifest's (written since it was hashed) is PlanError, one line, and nothing is written;
-    `cancelled()` true stops the writing between blocks (Cancelled; nothing is written)."""
-    target = os.path.realpath(out)
-    try:
-        if os.path.exists(target) and not os.path.isfile(target):
-            with open(target, "wb") as f:
-                _write_tar(f, manifest, sources, first, cancelled)
-        else:
-            _replace(target, manifest, sources, first, cancelled)
-    except OSError as e:
-        raise WriteError(out, e.strerror or str(e)) from None
-
-
-def _replace(target: str, manifest: Manifest, sources: dict, first: tuple, cancelled=None) -> None:
-    """The tar written into a replacement of `target` (planner.output.replacement: complete or
-    absent, also when the process dies while writing), an existing file's mode kept."""
-    existing = os.stat(target).st_mode if os.path.exists(target) else None
-    mode = stat.S_IMODE(existing) if existing is not None else 0o666 & ~_umask()
-    with replacement(target, mode, binary=True) as f:
+    """Write the tar through the one writer of every output (planner.output.open_output): a
+    symlink is written through, a device or a FIFO that exists (`-o /dev/null`) is written and
+    never replaced, a regular file appears complete or not at all (also when the process dies
+    while writing) with the mode `>` gives it, a missing directory is refused; a failed write is
+    WriteError (exit 2) naming the file. `sources` maps each member to its file on disk; the
+    families `first` come first in the tar, where a reader that wants only them stops early
+    (verify_members' `only`). Each member is written as the manifest lists it: a file whose size
+    or sha256 is no longer the manifest's (written since it was hashed) is PlanError, one line,
+    and nothing is written; `cancelled()` true stops the writing between blocks (Cancelled;
+    nothing is written)."""
+    with open_output(out, binary=True) as f:
         _write_tar(f, manifest, sources, first, cancelled)
 
 
@@ -171,12 +156,6 @@ def _add_as_listed(tar, record: FileRecord, path: str, cancelled) -> None:
             raise
     if reader.sha.hexdigest() != record.sha256:
         raise PlanError("was written after it was hashed; a bundle packs each file whole", file=path)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def read_manifest(path: str) -> Manifest:

@@ -37,7 +37,7 @@ import tempfile
 from planner import api
 from planner.cli import run_guarded
 from planner.errors import PlanError
-from planner.output import check_writable
+from planner.output import check_outputs
 from planner.plan.steps import Keyed
 
 from .. import dg_install, precompile
@@ -134,6 +134,7 @@ def plan_roots(args) -> CacheRoots:
 
 
 def cmd_install(args) -> int:
+    check_outputs({"--flashinfer-cache": args.flashinfer_cache}, [args.bundle])  # never over the bundle read
     if archive.read_manifest(args.bundle).origin == archive.VLLM:
         return install_startup(args)
     if args.target == "bundle":
@@ -176,8 +177,8 @@ def cmd_verify(args) -> int:
     manifest = archive.read_manifest(args.bundle)
     if manifest.origin == archive.VLLM:
         return verify_startup(args, manifest)
-    if args.report:
-        check_writable(args.report)  # refused before the install and the run, not after them
+    # refused before the install and the run, not after them; the bundle is the command's input
+    check_outputs({"--report": args.report}, [args.bundle])
     work = tempfile.mkdtemp(prefix="warmup-bundle-verify-")
     try:
         roots = ops.fresh_roots(work)

@@ -19,7 +19,7 @@ import json
 import sys
 
 from planner.errors import PlanError
-from planner.output import check_writable
+from planner.output import check_output
 
 from ..report import EXIT_FAILED, EXIT_OK
 from . import archive, oci, oci_ref
@@ -77,7 +77,7 @@ def cmd_pull(args) -> int:
     ref = oci_ref.parse(args.reference)
     if args.output == "-":
         raise PlanError("-o -: a bundle is a binary archive; name a file")
-    check_writable(args.output)
+    check_output(args.output)  # a missing directory refused before the download, not after it
     try:
         pulled = oci.pull(ref, args.output, timeout_s=args.timeout, plain_http=args.plain_http)
     except oci.RegistryError as e:

@@ -22,12 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from contextlib import nullcontext
 from typing import NamedTuple
 
-from planner.errors import PlanError, WriteError
+from planner.errors import PlanError
+from planner.output import open_output, read_back
 
 from . import archive
 from . import oci_auth
@@ -273,20 +273,13 @@ def pull(ref: Reference, out: str, *, timeout_s: float = 300.0, plain_http: bool
 
 
 def _download(registry, container, ref: Reference, layer: dict, out: str, deadline: float) -> None:
-    directory = os.path.dirname(os.path.abspath(out))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(out)}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            _stream_blob(registry, container, ref, layer, f, deadline)
-        _check_is_bundle(tmp, ref)
-        os.replace(tmp, out)
-    except OSError as e:  # the network's are RegistryError by now: this is the disk's
-        os.unlink(tmp)
-        raise WriteError(out, e.strerror or str(e)) from None
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    # planner.output's one writer: whole or nothing, a link written through, a device or FIFO
+    # never replaced, the mode as `>` gives it, a missing directory refused (WriteError, exit 2)
+    with open_output(out, binary=True) as f:
+        _stream_blob(registry, container, ref, layer, f, deadline)
+        f.flush()
+        if (written := read_back(f)) is not None:  # a device or FIFO streams on: nothing to read
+            _check_is_bundle(written, ref)
 
 
 def _check_is_bundle(path: str, ref: Reference) -> None:

@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from planner import api
 from planner import output as planner_output
 from planner.errors import PlanError, WriteError
-from planner.output import check_writable
 
 from .. import precompile
 from ..caches import deep_gemm
@@ -110,9 +109,9 @@ def ready_to_build(plan: str, engine: str, out: str, report_path: str | None) ->
     Failed, exit 1): one line before any work, rather than a warmup whose every step fails."""
     loaded_plan, loaded_engine = api.load_plan(plan), api.load_engine(engine)
     api.expand(loaded_plan, loaded_engine)
-    check_output(out, api.input_files(loaded_plan, loaded_engine))
-    if report_path is not None:
-        check_writable(report_path)
+    inputs = api.input_files(loaded_plan, loaded_engine)
+    check_output(out, inputs)
+    planner_output.check_outputs({"--report": report_path}, inputs)
     fp = environment.measure()
     problem = environment.device_problem(fp)
     if problem:

@@ -51,6 +51,7 @@ def save_table_atomic(path: str | os.PathLike, table: Mapping[int, Mapping[str, 
     for config in table.values():
         validate_config(config)
     payload = {str(m): {k: int(table[m][k]) for k in CONFIG_KEYS} for m in sorted(table)}
+    os.makedirs(Path(path).parent, exist_ok=True)  # the tables' folder is ours: the writer makes none
     write_atomic(Path(path), json.dumps(payload, indent=2) + "\n")
 
 

@@ -6,6 +6,7 @@ pulled once by whichever process comes first (executor/bundle/sources.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -156,6 +157,7 @@ def test_a_tampered_blob_is_refused_and_nothing_written(tmp_path, registry):
     with open(stored, "wb") as f:
         f.write(data)
     out = tmp_path / "out" / "p.warmup"
+    out.parent.mkdir()  # the pull makes no directory, as `>` makes none
     with pytest.raises(PlanError, match="a tampered or corrupted blob"):
         oci.pull(pushed.reference, str(out))
     assert os.listdir(out.parent) == []
@@ -228,14 +230,20 @@ def test_a_registry_going_away_mid_pull_is_one_line_no_file_and_a_later_pull_wor
     out = tmp_path / "out"
     out.mkdir()
 
+    arrived, writer = threading.Event(), oci.open_output
+
+    @contextlib.contextmanager
+    def noting_bytes(path, binary=False):  # the file being written has no name to watch: its writes say
+        with writer(path, binary) as f:
+            write = f.write
+            f.write = lambda chunk: (arrived.set(), write(chunk))[1]
+            yield f
+
+    monkeypatch.setattr(oci, "open_output", noting_bytes)
+
     def kill_once_bytes_arrive():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            parts = [e for e in os.scandir(out) if e.name.endswith(".part")]
-            if parts and parts[0].stat().st_size > 0:
-                registry.kill()
-                return
-            time.sleep(0.001)
+        if arrived.wait(30):
+            registry.kill()
 
     killer = threading.Thread(target=kill_once_bytes_arrive)
     killer.start()

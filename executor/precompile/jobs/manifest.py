@@ -93,6 +93,7 @@ def update_manifest(path: str | None, add: dict, fp: dict | None = None, deep_ge
     doc = {"format": MANIFEST_FORMAT, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "fingerprint": fp, "deep_gemm_cache": _deep_gemm_cache_id(deep_gemm_root),
            "keys": {b: sorted(k) for b, k in sorted(merged.items())}}
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # the cache's folder: the writer makes none
     write_atomic(path, json.dumps(doc, indent=1) + "\n")
     return sum(len(k) for k in merged.values())
 
