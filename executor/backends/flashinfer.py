@@ -204,10 +204,9 @@ class FlashInferBackend(BaseBackend):
             return None, False
         device_name = (torch.cuda.get_device_name(self.device)
                        if str(self.device).startswith("cuda") else str(self.device))
-        path = getattr(self.options, "flashinfer_cache", None)
-        if path is None:  # the default's folder is ours to make; a given file's was checked to exist
-            path = default_cache_path(version, device_name)
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        path = getattr(self.options, "flashinfer_cache", None) or default_cache_path(version, device_name)
+        # a cache folder of ours (the default's, a bundle's); `execute --flashinfer-cache` refused a missing one
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         details["cache_file"] = path
         native = "cache" in inspect.signature(fi_autotuner.autotune).parameters
         details["cache_api"] = ("autotune(cache=...)" if native else
