@@ -3,6 +3,11 @@
 bench/vllm_serve_trace.py's in server mode) as one PNG.
 
     python3 bench/plot_startup_timeline.py RUNS/stock-cold/result.json RUNS/plugin-cold/result.json -o timeline.png
+    python3 bench/plot_startup_timeline.py TIMELINE_DIR_A TIMELINE_DIR_B -o timeline.png
+
+A directory (or a timeline.<role>.<pid>.json file) is the plugin's start-up timeline of one start
+(vllm_bridge/timeline.py, merged by bench/startup_timeline.py): one run per process (API server,
+engine core, workers), all on the clock of the start's first process, one bar per phase.
 
 One time axis, in seconds from each run's process start; per run a group of rows with its phases
 as coloured bars (the outer phases on top, what runs inside them on the rows below, by nesting:
@@ -31,17 +36,19 @@ CATEGORIES = [
     ("LLM() to ready (the whole engine start)", "#e4e4e4", ("LLM() to ready",)),
     ("start to ready (the whole server start)", "#e4e4e4", ("start to ready",)),
     ("engine start (imports, device, API server)", "#9e9e9e",
-     ("import vllm", "import vLLM worker", "init device", "engine start", "API server")),
+     ("import vllm", "import vLLM worker", "init device", "engine start", "API server", "process start",
+      "engine config")),
     ("init engine (profile, KV cache, warmup)", "#f2f2f2", ("init engine",)),
-    ("weights", "#8c564b", ("weights",)),
+    ("weights", "#8c564b", ("weights", "load_model", "Worker.load_model")),
     ("torch.compile", "#9467bd", ("torch.compile",)),
-    ("profile run / memory profile", "#ff7f0e", ("profile run", "memory profile")),
+    ("profile run / memory profile", "#ff7f0e", ("profile run", "memory profile", "Worker.determine_available_memory")),
     ("DeepGEMM", "#d62728", ("DeepGEMM warmup", "plan: deep_gemm")),
     ("CUDA graphs", "#2ca02c", ("CUDA graphs", "plan: cudagraph")),
     ("synthetic batches", "#1f77b4", ("synthetic batches", "plan: warmup_kernels")),
-    ("plugin plan / pool", "#17becf", ("plugin", "precompile", "plan:")),
+    ("plugin plan / pool", "#17becf", ("plugin", "precompile", "plan:", "generic Triton variants")),
     ("kernel_warmup / FlashInfer autotune", "#e377c2", ("kernel_warmup", "FlashInfer autotune")),
-    ("compile_or_warm_up_model", "#bcbd22", ("compile_or_warm_up_model", "warmup (")),
+    ("compile_or_warm_up_model", "#bcbd22", ("compile_or_warm_up_model", "Worker.compile_or_warm_up_model",
+                                             "warmup (", "warmup before", "warmup after")),
     ("KV cache allocation", "#7f7f7f", ("KV cache allocation",)),
     ("requests after ready", "#c7c7c7", ("first request", "batch ", "trace", "HTTP requests")),
 ]
@@ -238,15 +245,47 @@ def draw_legend(ax, lay: dict, height: float, Patch, modes: set) -> None:
               ncol=min(6, len(handles)), fontsize=8, frameon=False)
 
 
+def timeline_runs(path: str) -> list[tuple[str, dict]]:
+    """One start's timeline (bench/startup_timeline.py reads it) as runs of layout(): one per
+    process, each on the start's clock (the first process's start), its ready where it has one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("startup_timeline", os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "startup_timeline.py"))
+    merge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(merge)
+    start = merge.load_start(path)
+    name = os.path.basename(os.path.abspath(path if os.path.isdir(path) else os.path.dirname(path)))
+    runs = []
+    for doc in start["processes"]:
+        marks = doc["marks"]
+        result = {"arm": doc["role"], "process_start": start["t0"],
+                  "phases": [{"name": m["phase"], "start": m["start"], "end": m["end"]}
+                             for m in marks if m["end"] > m["start"]]}
+        ready = [m["start"] for m in marks if m["phase"] == "ready"]
+        if ready:
+            result["ready_at"] = ready[-1]
+        runs.append((f"{name}: {doc['role']} ({doc['pid']})", result))
+    return runs
+
+
+def is_timeline(path: str) -> bool:
+    return os.path.isdir(path) or os.path.basename(path).startswith("timeline.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", nargs="+", help="result.json files (e.g. stock-cold's, then plugin-cold's)")
+    parser.add_argument("results", nargs="+", help="result.json files (e.g. stock-cold's, then plugin-cold's), "
+                        "or the plugin's timeline directories")
     parser.add_argument("-o", "--out", default="startup_timeline.png")
     parser.add_argument("--title")
     parser.add_argument("--until", choices=("all", "ready"), default="all")
     args = parser.parse_args()
     runs = []
     for path in args.results:
+        if is_timeline(path):
+            runs += timeline_runs(path)
+            continue
         with open(path) as f:
             result = json.load(f)
         runs.append((run_label(result, path), result))

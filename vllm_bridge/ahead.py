@@ -26,7 +26,7 @@ import threading
 
 from planner.errors import PlanError, one_line
 
-from . import bundle_source
+from . import bundle_source, timeline
 from .flashinfer_waits import prebuilt_cache_installed
 
 log = logging.getLogger("vllm.warmup_planner")
@@ -68,8 +68,11 @@ def start(engine_args, settings, launch=None) -> threading.Thread | None:
         return None
     _started.set()
     request = Request.of(engine_args)
-    thread = threading.Thread(target=_plan_and_build, args=(request, settings, launch or build_ahead),
-                              name="warmup-build-ahead", daemon=True)
+    def timed() -> None:  # beside vLLM's start, in the API server's timeline
+        with timeline.span("plugin: plan ahead (FlashInfer's modules)", timeline.PLUGIN, background=True):
+            _plan_and_build(request, settings, launch or build_ahead)
+
+    thread = threading.Thread(target=timed, name="warmup-build-ahead", daemon=True)
     thread.start()
     return thread
 

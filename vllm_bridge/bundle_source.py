@@ -21,6 +21,7 @@ import os
 import threading
 import time
 
+from . import timeline
 from .settings import PULL_TIMEOUT_S
 from .step_aside import cause_of
 
@@ -174,7 +175,11 @@ def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None) 
 
         prepare_unless_in_place(fetched.path)  # the members checked while vLLM starts, as for a file bundle
 
-    source.thread = threading.Thread(target=run, name="warmup-bundle-pull", daemon=True)
+    def timed() -> None:  # beside vLLM's start, in this process's timeline
+        with timeline.span("plugin: bundle pull", timeline.PLUGIN, background=True, reference=str(ref)):
+            run()
+
+    source.thread = threading.Thread(target=timed, name="warmup-bundle-pull", daemon=True)
     source.thread.start()
     return source
 

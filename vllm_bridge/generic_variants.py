@@ -17,6 +17,7 @@ import logging
 
 from executor.triton_generic import GenericVariants
 
+from . import timeline
 from .step_aside import cause_of
 
 log = logging.getLogger("vllm.warmup_planner")
@@ -63,7 +64,7 @@ class WorkerGenerics:
         if self.closed is not None or not self.variants.installed:
             return
         try:
-            with self.phases.phase("generic Triton variants"):
+            with self.phases.phase("generic Triton variants", timeline.PLUGIN):
                 self.closed = self.variants.close()
         except Exception as e:  # noqa: BLE001 - an optimisation of ours: vLLM serves, misses compile as before
             self.variants.uninstall()

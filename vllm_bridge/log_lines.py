@@ -8,8 +8,10 @@ counts add up: each compile is counted in one row (vllm_bridge.phases), and the 
 from __future__ import annotations
 
 import logging
+import time
 
 from . import phases as ph
+from . import timeline
 
 log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format
 
@@ -66,9 +68,10 @@ class LogProgress:
 
     def __init__(self, report, kernels: dict | None = None):
         self.report, self.kernels = report, kernels
+        self.stage_started: float | None = None
 
     def stage_start(self, name: str, steps: int, calls: int) -> None:
-        pass
+        self.stage_started = time.time()  # the stage's mark on the start-up timeline, at its end
 
     def step_start(self, step) -> None:
         pass
@@ -86,6 +89,9 @@ class LogProgress:
         records = [r for r in self.report.steps if r.stage == summary["stage"]]
         for row in ph.stage_rows(records, writes_deep_gemm, self.kernels):
             log.info(ph.stage_line(row))
+        if self.stage_started is not None:
+            timeline.mark(f"plan: {summary['stage']}", self.stage_started, time.time(), timeline.PLUGIN)
+            self.stage_started = None
 
     def precompile(self, summary: dict) -> None:
         pass  # the barrier logged it

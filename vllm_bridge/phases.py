@@ -27,6 +27,8 @@ from executor.caches.registry import monitored
 from executor.jit_monitor import StepCounts
 from planner.plan.steps import Keyed
 
+from . import timeline
+
 COUNTED = tuple(f.monitor for f in monitored())  # how the monitor counts each family's compiles (its module)
 KINDS = tuple(m.kind for m in COUNTED)
 QUIET_WHEN_ZERO = ("flashinfer",)  # said in vLLM's log only where it happened: most servers build none
@@ -71,28 +73,30 @@ class Phases:
         self._open: tuple[str, float] | None = None
 
     @contextlib.contextmanager
-    def phase(self, name: str):
-        self.begin(name)
+    def phase(self, name: str, owner: str = timeline.VLLM):
+        self.begin(name, owner)
         try:
             yield
         finally:
             self.end()
 
-    def begin(self, name: str) -> None:
+    def begin(self, name: str, owner: str = timeline.VLLM) -> None:
+        """`owner`: whose work the phase is on the start-up timeline (vLLM's, or the plugin's own)."""
         self.end()  # at most one phase at a time
         self.monitor.begin_step(name)
-        self._open = (name, time.time())
+        self._open = (name, time.time(), owner)
 
     def end(self) -> dict | None:
         if self._open is None:
             return None
-        name, start = self._open
+        name, start, owner = self._open
         self._open = None
         counts = self.monitor.end_step()
         row = {"phase": name, "start": start, "end": time.time(),
                **counts_by_kind(counts.as_dict() if counts is not None else None)}
         row["wall_s"] = round(row["end"] - start, 3)
         self.rows.append(row)
+        timeline.mark(name, start, row["end"], owner, compiled=row["compiled"])
         return row
 
 

@@ -33,6 +33,7 @@ fails: one warning line naming the cause, and vLLM's methods run as they would w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -40,8 +41,9 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import time
 
-from . import ahead, bundle, bundle_source, fixes
+from . import ahead, bundle, bundle_source, fixes, timeline
 from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
 from .step_aside import StepAside, Verdict, agree, cause_of, step_aside
@@ -53,7 +55,18 @@ STATE = "_warmup_planner"               # on a worker: its WorkerWarmup, or its 
 
 def register() -> None:
     settings = _settings(os.environ)
-    if settings is None or not settings.active:
+    if settings is None:
+        return
+    if timeline.begin(settings) is None:  # no timeline asked for: nothing timed
+        _register(settings)
+        return
+    with timeline.span("plugin: register", timeline.PLUGIN):
+        _register(settings)
+    timeline.watch_engine_args()  # after ahead's wrapper: vLLM's config and the plan ahead's start, timed
+
+
+def _register(settings: Settings) -> None:
+    if not settings.active:
         return
     import vllm
 
@@ -68,10 +81,17 @@ def register() -> None:
         return
     patch_worker(release, settings)
     fixes.apply_fixes(release.missing_fixes, after_import)  # where the model runner is imported: workers
-    source = bundle_source.for_process(settings.bundle, settings.pull_timeout_s)  # an oci:// pull starts here
-    bundle.install_early(source.wait_early(), stage=source.thread is None)  # vLLM resolves the model next
+    with _timed_bundle("plugin: bundle pin", settings):
+        source = bundle_source.for_process(settings.bundle, settings.pull_timeout_s)  # an oci:// pull starts here
+    with _timed_bundle("plugin: bundle install (model info)", settings):
+        bundle.install_early(source.wait_early(), stage=source.thread is None)  # vLLM resolves the model next
     if settings.plan:
         ahead.watch_engine_args(settings)  # the pool's long poles start once vLLM names the model
+
+
+def _timed_bundle(phase: str, settings: Settings):
+    """A bundle's step as a mark of the timeline, where a bundle is asked for (else no mark)."""
+    return timeline.span(phase, timeline.PLUGIN) if settings.bundle else contextlib.nullcontext()
 
 
 def _settings(environ) -> Settings | None:
@@ -187,21 +207,43 @@ def unpatch_worker(release: Release) -> None:
 def _load_model(original, release: Release, settings: Settings):
     @functools.wraps(original)
     def load_model(self, *args, **kwargs):
-        state = _prepared(self, release, settings)  # before the weights: a failure steps aside at once
-        _bundle_before_compile(self, settings)  # before the pool: it then finds the bundle's kernels
-        if runs_plan(state):
-            state = _started(self, state, settings)
-        if not runs_plan(state):  # no plan, or stepped aside: a bundle only, vLLM's method as it is
-            return original(self, *args, **kwargs)
-        try:
-            with state.phases.phase("load_model"):
-                result = original(self, *args, **kwargs)
-        except BaseException:
-            state.abandon("not needed: vLLM's load_model failed")
-            raise
-        state.check_live_kernels()
-        return result
+        with _method_span(self, "Worker.load_model"):
+            return _load_model_body(self, original, settings, release, args, kwargs)
     return load_model
+
+
+def _load_model_body(self, original, settings: Settings, release: Release, args, kwargs):
+    with _timed(bool(settings.plan), "plugin: engine and plan"):
+        state = _prepared(self, release, settings)  # before the weights: a failure steps aside at once
+    _bundle_before_compile(self, settings)  # before the pool: it then finds the bundle's kernels
+    if runs_plan(state):
+        with timeline.span("plugin: monitor and pool start", timeline.PLUGIN):
+            state = _started(self, state, settings)
+    if not runs_plan(state):  # no plan, or stepped aside: a bundle only, vLLM's method as it is
+        return original(self, *args, **kwargs)
+    try:
+        with state.phases.phase("load_model"):
+            result = original(self, *args, **kwargs)
+    except BaseException:
+        state.abandon("not needed: vLLM's load_model failed")
+        raise
+    with timeline.span("plugin: live layers checked", timeline.PLUGIN):
+        state.check_live_kernels()
+    return result
+
+
+@contextlib.contextmanager
+def _method_span(worker, name: str):
+    """One of vLLM's Worker methods as a mark of the timeline (vLLM's: the plugin's own marks nested
+    in it are its share), and the worker's rank on this process's timeline."""
+    timeline.set_rank(rank_of(worker))
+    with timeline.span(name):
+        yield
+
+
+def _timed(when: bool, phase: str):
+    """The plugin's own step as a mark of the timeline, where it does something (else no mark)."""
+    return timeline.span(phase, timeline.PLUGIN) if when else contextlib.nullcontext()
 
 
 def runs_plan(state) -> bool:
@@ -237,44 +279,67 @@ def _started(worker, state, settings: Settings):
 
 def _bundle_before_compile(worker, settings: Settings) -> None:
     if settings.machine_check:
-        bundle.check_machine(worker)  # before vLLM, or a bundle, reads the caches
-    path, waited_s = bundle_source.for_process(settings.bundle, settings.pull_timeout_s).wait()
-    bundle.install_before_compile(worker, path, waited_s)
-    bundle.record_roots(worker, settings.bundle_out)
+        with timeline.span("plugin: bundle machine check", timeline.PLUGIN):
+            bundle.check_machine(worker)  # before vLLM, or a bundle, reads the caches
+    with _timed(bool(settings.bundle), "plugin: bundle pull wait"):
+        path, waited_s = bundle_source.for_process(settings.bundle, settings.pull_timeout_s).wait()
+    with _timed(bool(path), "plugin: bundle install"):
+        bundle.install_before_compile(worker, path, waited_s)
+    with _timed(bool(settings.bundle_out), "plugin: bundle roots recorded"):
+        bundle.record_roots(worker, settings.bundle_out)
 
 
 def _determine_available_memory(original, release: Release, settings: Settings):
     @functools.wraps(original)
     def determine_available_memory(self, *args, **kwargs):
-        state = getattr(self, STATE, None)
-        if not runs_plan(state):
-            return original(self, *args, **kwargs)
-        # The device lane's processes, and their GPU memory, gone before vLLM measures (after its
-        # profile run, inside its memory profile); the compile lane goes on (vllm_bridge.warmup).
-        runner = self.model_runner
-        profile = getattr(runner, release.profile_method)
-        with state.phases.phase("profile run"), swapped(runner, release.profile_method,
-                                                        state.then_finish_device_lane(profile)):
-            return original(self, *args, **kwargs)
+        with _method_span(self, "Worker.determine_available_memory"):
+            return _determine_available_memory_body(self, original, release, args, kwargs)
     return determine_available_memory
+
+
+def _determine_available_memory_body(self, original, release: Release, args, kwargs):
+    state = getattr(self, STATE, None)
+    if not runs_plan(state):
+        return original(self, *args, **kwargs)
+    # The device lane's processes, and their GPU memory, gone before vLLM measures (after its
+    # profile run, inside its memory profile); the compile lane goes on (vllm_bridge.warmup).
+    runner = self.model_runner
+    profile = getattr(runner, release.profile_method)
+    with state.phases.phase("profile run"), swapped(runner, release.profile_method,
+                                                    state.then_finish_device_lane(profile)):
+        return original(self, *args, **kwargs)
 
 
 def _compile_or_warm_up_model(original, release: Release, settings: Settings):
     @functools.wraps(original)
     def compile_or_warm_up_model(self, *args, **kwargs):
-        state = _agreed(self, release, settings)
-        if not runs_plan(state):  # no plan, or stepped aside: vLLM's method as it is, a bundle's work after it
-            result = original(self, *args, **kwargs)
-            bundle.check_use(self)  # before packing, which reads every file
-            bundle.build_after_ready(self, settings.bundle_out, _origin(None))
-            return result
-        result = state.warm_up(lambda: original(self, *args, **kwargs))
-        uses = bundle.check_use(self)
-        if uses is not None:
-            state.amend_report("bundle_use", [dataclasses.asdict(u) for u in uses])
-        bundle.build_after_ready(self, settings.bundle_out, _origin(state))
+        with _method_span(self, "Worker.compile_or_warm_up_model"):
+            result = _compile_or_warm_up_model_body(self, original, release, settings, args, kwargs)
+        timeline.mark("ready", time.time(), what="compile_or_warm_up_model returned: the worker is ready")
         return result
     return compile_or_warm_up_model
+
+
+def _compile_or_warm_up_model_body(self, original, release: Release, settings: Settings, args, kwargs):
+    state = _agreed(self, release, settings)
+    if not runs_plan(state):  # no plan, or stepped aside: vLLM's method as it is, a bundle's work after it
+        result = original(self, *args, **kwargs)
+        _bundle_after_ready(self, settings, None)
+        return result
+    result = state.warm_up(lambda: original(self, *args, **kwargs))
+    _bundle_after_ready(self, settings, state)
+    return result
+
+
+def _bundle_after_ready(worker, settings: Settings, state) -> None:
+    """The install's use checked (before packing, which reads every file), into the report where a
+    plan ran; the start-up's caches listed for WARMUP_BUNDLE_OUT."""
+    with _timed(bool(settings.bundle), "plugin: bundle use checked"):
+        uses = bundle.check_use(worker)
+    if uses is not None and state is not None:
+        state.amend_report("bundle_use", [dataclasses.asdict(u) for u in uses])
+    with _timed(bool(settings.bundle_out), "plugin: bundle listed for packing"):
+        bundle.build_after_ready(worker, settings.bundle_out, _origin(state))
 
 
 def _agreed(worker, release: Release, settings: Settings):

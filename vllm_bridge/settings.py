@@ -37,6 +37,7 @@ class Settings(NamedTuple):
     bundle_out: str | None = None  # WARMUP_BUNDLE_OUT: the start-up's caches packed there once ready
     machine_check: bool = False    # an install made against a bundle's own fingerprint awaits this machine's check
     pull_timeout_s: float = PULL_TIMEOUT_S  # WARMUP_BUNDLE_PULL_TIMEOUT_S: longest wait for an oci:// bundle
+    timeline: str | None = None    # WARMUP_TIMELINE: the start-up timeline's directory (else the report's)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -46,7 +47,8 @@ class Settings(NamedTuple):
                    _seconds(environ.get("WARMUP_PRECOMPILE_TIMEOUT", "")),
                    environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None,
                    _machine_check_pending(environ),
-                   _seconds(environ.get("WARMUP_BUNDLE_PULL_TIMEOUT_S", ""), PULL_TIMEOUT_S, "WARMUP_BUNDLE_PULL_TIMEOUT_S"))
+                   _seconds(environ.get("WARMUP_BUNDLE_PULL_TIMEOUT_S", ""), PULL_TIMEOUT_S, "WARMUP_BUNDLE_PULL_TIMEOUT_S"),
+                   environ.get("WARMUP_TIMELINE") or None)
 
     @property
     def asked(self) -> bool:

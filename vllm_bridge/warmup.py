@@ -55,6 +55,7 @@ from planner.errors import PlanError, one_line
 from planner.output import check_writable
 
 from . import phases as ph
+from . import timeline
 from .executor_options import FLASHINFER_JIT, local_ranks, options_for, precompile_jobs, use_vllm_deep_gemm_cache
 from .flashinfer_waits import FlashInferWaits, prebuilt_line
 from .generic_variants import WorkerGenerics
@@ -201,7 +202,8 @@ class WorkerWarmup:
         pre = self.precompiler
         if pre is None or not pre.running:
             return
-        why = pre.finish_device_lane(self.settings.timeout_s)
+        with timeline.span("plugin: device lane wait", timeline.PLUGIN):
+            why = pre.finish_device_lane(self.settings.timeout_s)
         lane = pre.device_lane_wait
         self.waited_s = lane.get("waited_s")
         if why is None:
@@ -288,7 +290,8 @@ class WorkerWarmup:
     def _run_plan_or_step_aside(self) -> bool:
         """The plan's run; one that fails (not a step of it: those are in the report) steps aside."""
         try:
-            self.run_plan()
+            with timeline.span("plugin: plan", timeline.PLUGIN, plan=self.expanded.plan):
+                self.run_plan()
             return True
         except Exception as e:  # noqa: BLE001 - any failure of ours: vLLM's own warmup runs
             self._give_up(f"the plan's run failed ({cause_of(e)})")
