@@ -109,8 +109,12 @@ def _regular_file_id(path: str | os.PathLike) -> tuple | None:
     return (found.st_dev, found.st_ino) if stat.S_ISREG(found.st_mode) else None
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` at `path` the way shell redirection (`>`) would: see open_output."""
+def write_atomic(path: str | os.PathLike, text: str, make_folder: bool = False) -> None:
+    """Write `text` at `path` the way shell redirection (`>`) would: see open_output. `make_folder`:
+    the executor's own records (a precompile claim, the cost table) under a cache root it owns
+    create their folder first; a file the user named never does (open_output refuses it)."""
+    if make_folder:
+        os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
     with open_output(path) as f:
         f.write(text)
 

@@ -29,7 +29,7 @@ def take(claim: KeyClaim) -> tuple[str, object]:
         owner = {"host": HOST, "pid": os.getpid(), "process": claim.process, "gen": gen, "since": time.time()}
         path = os.path.join(claim.path, str(gen))
         temp = os.path.join(claim.path, f".{gen}.{HOST}.{os.getpid()}.tmp")
-        write_atomic(temp, json.dumps(owner))
+        write_atomic(temp, json.dumps(owner), make_folder=True)
         try:
             os.link(temp, path)  # fails when the generation exists: one taker each
         except FileExistsError:
@@ -72,7 +72,7 @@ class Held:
         try:
             if ok:
                 done = {**self.owner, "time": end or time.time(), "entries": sorted(entries or ())}
-                write_atomic(os.path.join(self.claim.path, DONE), json.dumps(done))
+                write_atomic(os.path.join(self.claim.path, DONE), json.dumps(done), make_folder=True)
             os.unlink(self.path)
         except Exception:  # noqa: BLE001 - a claim left behind is taken over by the bounds
             pass
