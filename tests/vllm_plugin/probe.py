@@ -325,6 +325,9 @@ def start_up_case(case) -> dict:
     out.update(lines=said.lines, stock=stock.calls,
                patched="_warmup_planner_originals" in vars(stock.worker_module.Worker),
                report_written=os.path.exists(case["env"].get("WARMUP_PLAN_REPORT") or "/nonexistent"))
+    if case["env"].get("WARMUP_TIMELINE"):  # issue 54: the marks this start-up's process wrote
+        folder = case["env"]["WARMUP_TIMELINE"]
+        out["timeline"] = [json.load(open(os.path.join(folder, name))) for name in sorted(os.listdir(folder))]
     if case.get("child"):
         out["child"] = forked(engine_core_register)
     return out
