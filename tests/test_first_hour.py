@@ -111,12 +111,16 @@ def test_a_relative_output_names_its_directory_as_given(tmp_path, capsys, monkey
         "out/plan.yaml: cannot write: directory out does not exist (create it first)"
 
 
-def test_library_writes_still_make_their_directories(tmp_path):
-    """Reports, tuned tables and the precompile manifest (write_atomic) make their folders; only -o,
-    which a user types, follows the shell."""
+def test_only_the_executors_own_records_make_their_directories(tmp_path):
+    """A file a user names (-o, --report, ...) follows the shell: a missing folder is refused (issue 55
+    item 2); the executor's own records under a cache root it owns (make_folder) create theirs."""
+    from planner.errors import WriteError
     from planner.output import write_atomic
 
-    write_atomic(tmp_path / "cache" / "m.json", "{}\n")
+    with pytest.raises(WriteError, match="does not exist"):
+        write_atomic(tmp_path / "out" / "r.json", "{}\n")
+    assert not (tmp_path / "out").exists()
+    write_atomic(tmp_path / "cache" / "m.json", "{}\n", make_folder=True)
     assert (tmp_path / "cache" / "m.json").read_text() == "{}\n"
 
 
