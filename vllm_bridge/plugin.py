@@ -81,17 +81,12 @@ def _register(settings: Settings) -> None:
         return
     patch_worker(release, settings)
     fixes.apply_fixes(release.missing_fixes, after_import)  # where the model runner is imported: workers
-    with _timed_bundle("plugin: bundle pin", settings):
+    with _timed(bool(settings.bundle), "plugin: bundle pin"):
         source = bundle_source.for_process(settings.bundle, settings.pull_timeout_s)  # an oci:// pull starts here
-    with _timed_bundle("plugin: bundle install (model info)", settings):
+    with _timed(bool(settings.bundle), "plugin: bundle install (model info)"):
         bundle.install_early(source.wait_early(), stage=source.thread is None)  # vLLM resolves the model next
     if settings.plan:
         ahead.watch_engine_args(settings)  # the pool's long poles start once vLLM names the model
-
-
-def _timed_bundle(phase: str, settings: Settings):
-    """A bundle's step as a mark of the timeline, where a bundle is asked for (else no mark)."""
-    return timeline.span(phase, timeline.PLUGIN) if settings.bundle else contextlib.nullcontext()
 
 
 def _settings(environ) -> Settings | None:
