@@ -47,10 +47,22 @@ def load_matrix(path: str = MATRIX) -> list[dict]:
     return models
 
 
+def spec(entry: dict) -> str:
+    """The row's speculative decoding as the proof script's SPEC (<method>:<k>), or ''."""
+    s = entry.get("speculative")
+    return f"{s['method']}:{int(s.get('num_speculative_tokens', 1))}" if s else ""
+
+
 def series(entry: dict) -> str:
     """The proof script's series name of a server run with FlashInfer (bench/vllm_startup_proof.sh)."""
     tp = int(entry.get("tp", 1))
-    return entry["model"] + ("" if tp == 1 else f"-tp{tp}") + "-fi-serve"
+    return entry["model"] + ("" if tp == 1 else f"-tp{tp}") + (f"-{spec(entry).replace(':', '')}" if spec(entry)
+                                                               else "") + "-fi-serve"
+
+
+def row_key(entry: dict) -> tuple:
+    """A matrix row: the model, its tensor-parallel size and its speculative decoding."""
+    return entry["model"], int(entry.get("tp", 1)), spec(entry)
 
 
 def is_mla(model: str) -> bool:
@@ -63,12 +75,13 @@ def is_mla(model: str) -> bool:
 
 def calls(models: list[dict], budget_s: float) -> list[list[dict]]:
     """The models in calls of at most `budget_s` (RUN_ESTIMATE_S a model), one machine kind per call
-    (a TP 2 model needs nvidia-h200-x2), in the matrix's order."""
+    (a TP 2 model needs nvidia-h200-x2) and one speculative config (one `run` command), in the
+    matrix's order."""
     out: list[list[dict]] = []
     for entry in models:
         last = out[-1] if out else None
         fits = last and len(last) * RUN_ESTIMATE_S + RUN_ESTIMATE_S <= budget_s
-        if fits and int(last[0].get("tp", 1)) == int(entry.get("tp", 1)):
+        if fits and row_key(last[0])[1:] == row_key(entry)[1:]:
             last.append(entry)
         else:
             out.append([entry])
@@ -82,7 +95,8 @@ def print_calls(models: list[dict], budget_s: float) -> None:
         names = ",".join(e["model"] for e in group)
         mla = any(is_mla(e["model"]) for e in group)
         print(f"# {kind}, after the installs (core; ext; py plugin fi{' mla' if mla else ''}): {names}")
-        print(f"python3 bench/vllm_matrix.py run --models {names}" + (f" --tp {tp}" if tp != 1 else ""))
+        print(f"python3 bench/vllm_matrix.py run --models {names}" + (f" --tp {tp}" if tp != 1 else "")
+              + (f" --spec {spec(group[0])}" if spec(group[0]) else ""))
 
 
 # --- run: on the GPU machine -----------------------------------------------------------------------------
@@ -97,7 +111,7 @@ def run(models: list[dict], parts: str, budget_s: float, dry_run: bool) -> int:
             print(f"[matrix] {left:.0f} s left in this call: not run here: {rest}", flush=True)
             return failed
         env = {"MODE": "server", "WITH_FLASHINFER": "1", "MODEL": entry["model"], "TP": str(entry.get("tp", 1)),
-               "PARTS": parts, "CALL_START": str(int(start)), "BUDGET_S": str(int(budget_s))}
+               "PARTS": parts, "CALL_START": str(int(start)), "BUDGET_S": str(int(budget_s)), "SPEC": spec(entry)}
         command = ["bash", os.path.join(HERE, "vllm_startup_proof.sh")] + (["--dry-run"] if dry_run else [])
         print(f"[matrix] {entry['model']} (tp {env['TP']}): " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
               + " " + " ".join(command), flush=True)
@@ -109,8 +123,9 @@ def run(models: list[dict], parts: str, budget_s: float, dry_run: bool) -> int:
 # --- table: one row per model --------------------------------------------------------------------------
 
 def find_runs(dirs: list[str]) -> dict:
-    """{(model, tp): {part: path}} of every <part>/result.json under the directories, by the model
-    directory and tensor-parallel size the run itself names; of two runs of a part, the later one."""
+    """{row_key: {part: path}} of every <part>/result.json under the directories, by the model
+    directory, tensor-parallel size and speculative config the run itself names; of two runs of a
+    part, the later one."""
     found: dict = {}
     for top in dirs:
         for path, _subdirs, files in sorted(os.walk(top)):
@@ -118,7 +133,10 @@ def find_runs(dirs: list[str]) -> dict:
                 continue
             r = load_json(os.path.join(path, "result.json"))
             model = os.path.basename(str(r.get("model_dir") or "").rstrip("/"))
-            key, part = (model, int(r.get("tensor_parallel_size") or 1)), os.path.basename(path)
+            sc = r.get("speculative_config") or {}
+            key = (model, int(r.get("tensor_parallel_size") or 1),
+                   f"{sc['method']}:{int(sc['num_speculative_tokens'])}" if sc else "")
+            part = os.path.basename(path)
             earlier = found.get(key, {}).get(part)
             if earlier is None or (r.get("script_start") or 0) >= (load_json(os.path.join(earlier, "result.json"))
                                                                    .get("script_start") or 0):
@@ -172,14 +190,14 @@ def table(dirs: list[str], models: list[dict]) -> list[str]:
             "(monitor / new cache files) | engine deaths | failed plan steps | generic variant runs | KV tokens "
             "(plugin / stock cold) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for entry in models:
-        parts = runs.get((entry["model"], int(entry.get("tp", 1))))
+        parts = runs.get(row_key(entry))
         if not parts or "plugin-cold" not in parts:
             continue
         f = facts(parts["plugin-cold"])
         stock = facts(parts["stock-cold"]) if "stock-cold" in parts else {}
         tp = int(entry.get("tp", 1))
         rows.append(" | ".join([
-            f"| {entry['model']}{'' if tp == 1 else f' (TP {tp})'}", ", ".join(entry.get("covers") or []),
+            f"| {entry['model']}{'' if tp == 1 else f' (TP {tp})'}{f' ({spec(entry)})' if spec(entry) else ''}", ", ".join(entry.get("covers") or []),
             "yes" if entry.get("aside") else "no", cell(f["ready_s"], " s") if f["ready_s"] is not None
             else f"not ready ({f['error']})", f"{cell(f['ok'])} / {cell(f['failed'])}",
             f"{cell(f['jit_after_ready'])} / {cell(f['files_after_ready'])}", str(f["engine_deaths"]),
@@ -197,6 +215,7 @@ def main() -> None:
     r = sub.add_parser("run", help="serve models of the matrix, one after the other (on the GPU machine)")
     r.add_argument("--models", required=True, help="comma-separated models of the matrix")
     r.add_argument("--tp", type=int, default=1, help="the tensor-parallel size of the matrix rows to run")
+    r.add_argument("--spec", default="", help="the speculative decoding of the matrix rows to run (<method>:<k>)")
     r.add_argument("--parts", default="plugin-cold", help="the proof script's PARTS for each model")
     r.add_argument("--budget-s", type=float, default=585.0)
     r.add_argument("--dry-run", action="store_true")
@@ -211,10 +230,11 @@ def main() -> None:
         print_calls([m for m in models if only is None or m["model"] in only], args.budget_s)
     elif args.command == "run":
         names = args.models.split(",")
-        chosen = [m for name in names for m in models if m["model"] == name and int(m.get("tp", 1)) == args.tp]
+        chosen = [m for name in names for m in models if row_key(m) == (name, args.tp, args.spec)]
         missing = sorted(set(names) - {m["model"] for m in chosen})
         if missing:
-            raise SystemExit(f"not in {args.matrix} at TP {args.tp}: {', '.join(missing)}")
+            raise SystemExit(f"not in {args.matrix} at TP {args.tp}{f' with {args.spec}' if args.spec else ''}: "
+                             f"{', '.join(missing)}")
         sys.exit(1 if run(chosen, args.parts, args.budget_s, args.dry_run) else 0)
     else:
         print("\n".join(table(args.dirs, models)))

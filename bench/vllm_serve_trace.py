@@ -111,7 +111,16 @@ def server_command(args, port: int | str) -> list[str]:
             "--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", str(args.max_model_len),
             "--gpu-memory-utilization", str(args.gpu_memory_utilization), "--seed", str(args.seed),
             "--tensor-parallel-size", str(args.tensor_parallel_size), "--jit-monitor-mode", args.jit_monitor_mode,
-            *(["--enable-expert-parallel"] if args.enable_expert_parallel else [])]
+            *(["--enable-expert-parallel"] if args.enable_expert_parallel else []),
+            *(["--speculative-config", json.dumps(speculative_config(args), sort_keys=True)]
+              if args.speculative_method else [])]
+
+
+def speculative_config(args) -> dict | None:
+    """vLLM's --speculative-config from the driver's flags, or None without speculative decoding."""
+    if not args.speculative_method:
+        return None
+    return {"method": args.speculative_method, "num_speculative_tokens": args.num_speculative_tokens}
 
 
 def server_env(arm: str) -> dict:
@@ -608,7 +617,7 @@ def plugin_active() -> bool:
 def run(args) -> None:
     RESULT.update(mode="server", arm=args.arm, config=os.path.basename(args.config), argv=sys.argv,
                   script_start=SCRIPT_START, tensor_parallel_size=args.tensor_parallel_size,
-                  enable_expert_parallel=args.enable_expert_parallel,
+                  enable_expert_parallel=args.enable_expert_parallel, speculative_config=speculative_config(args),
                   jit_monitor_mode=args.jit_monitor_mode, model_dir=args.model_dir,
                   env={k: os.environ.get(k) for k in (
                       "WARMUP_PLAN", "WARMUP_JOBS", "WARMUP_PLAN_REPORT", "WARMUP_JIT_LOG", "VLLM_PLUGINS",
@@ -747,6 +756,9 @@ def main() -> None:
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--enable-expert-parallel", action="store_true",
                         help="vLLM's --enable-expert-parallel: the experts sharded over the TP ranks (EP = TP)")
+    parser.add_argument("--speculative-method", default=None,
+                        help="vLLM's speculative method (e.g. mtp, for a model with MTP layers): --speculative-config")
+    parser.add_argument("--num-speculative-tokens", type=int, default=1)
     parser.add_argument("--jit-monitor-mode", choices=("error", "warn"), default="error",
                         help="vLLM's --jit-monitor-mode (error: a compile after warmup fails its requests)")
     parser.add_argument("--port", type=int, default=0, help="default: a free one")

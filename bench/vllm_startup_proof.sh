@@ -159,9 +159,16 @@ REGISTRY_PORT=${REGISTRY_PORT:-5000}
 OCI_PROOF=()
 EP=${EP:-0}   # 1: --enable-expert-parallel (vLLM 0.25: the experts sharded over the TP ranks, EP size = TP)
 case "$EP" in 0|1) ;; *) echo "EP=$EP: 0 or 1" >&2; exit 2 ;; esac
+# SPEC=<method>:<k> (server mode): vLLM's --speculative-config {"method": ..., "num_speculative_tokens": k},
+# e.g. mtp:1 (a model with MTP layers); a series <model>-<method><k> of its own
+SPEC=${SPEC:-}
+if [ -n "$SPEC" ]; then
+    [[ "$SPEC" =~ ^[a-z0-9_]+:[1-9][0-9]*$ ]] || { echo "SPEC=$SPEC: <method>:<k>, e.g. mtp:1" >&2; exit 2; }
+    [ "${MODE:-}" = server ] || { echo "SPEC=$SPEC needs MODE=server" >&2; exit 2; }
+fi
 WITH_FLASHINFER=${WITH_FLASHINFER:-0}
 # a tensor-parallel series, an expert-parallel one, one with FlashInfer, and the server mode's keep their own runs and caches
-SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")$([ "$EP" = 1 ] && echo "-ep")$([ "$WITH_FLASHINFER" = 1 ] && echo "-fi")$([ "$MODE" = server ] && echo "-serve")
+SERIES=$MODEL$([ "$TP" = 1 ] || echo "-tp$TP")$([ "$EP" = 1 ] && echo "-ep")$([ -n "$SPEC" ] && echo "-${SPEC/:/}")$([ "$WITH_FLASHINFER" = 1 ] && echo "-fi")$([ "$MODE" = server ] && echo "-serve")
 RUNS=$ROOT/runs/$SERIES
 MODEL_DIR=$ROOT/models/$MODEL
 BUNDLE_FILE=$ROOT/bundles/$SERIES.warmup   # bundle-build writes it (WARMUP_BUNDLE_OUT), bundle-cold installs it
@@ -292,6 +299,7 @@ run_part() {
                timeout --kill-after=20 "$limit" "${run[@]}" --config "$CONFIG" --arm "$arm"
                --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS" --tensor-parallel-size "$TP")
     [ "$EP" = 1 ] && cmd+=(--enable-expert-parallel)
+    [ -n "$SPEC" ] && cmd+=(--speculative-method "${SPEC%%:*}" --num-speculative-tokens "${SPEC##*:}")
     if [ "$DRY_RUN" = 1 ]; then
         show "${cmd[@]}" '>' "$dir/stdout.txt" '2>' "$dir/stderr.txt"
         if [ "$MODE" = server ]; then "${cmd[@]}" --dry-run; fi   # the server's own command, as the driver builds it
