@@ -126,6 +126,46 @@ def test_speculative_decoding_decodes_with_drafts_and_reserves_the_lookahead():
     assert findings == []
 
 
+def size_class(n: int) -> str:
+    return "1" if n == 1 else "2+"
+
+
+@pytest.mark.parametrize("speculative", [None, {"method": "mtp", "num_speculative_tokens": 2}])
+def test_batch_change_takes_every_pair_of_batch_size_classes_equal_and_unequal(speculative):
+    """update_num_computed_tokens_for_batch_change (V1 runner, async speculative decoding) is a
+    torch.compile(dynamic=True) graph of the previous and this batch's sizes, keyed by each size's
+    class (1 or more) and by whether they were equal: every pair must run before ready."""
+    engine = make_engine(**({"speculative": speculative} if speculative else {}))
+    steps = [s for s in paths(engine) if s.id.startswith(f"{STAGE}/batch-change-")]
+    sizes = [len(s.requests) for s in steps if isinstance(s, (Prefill, Decode))]
+    pairs = {(size_class(prev), size_class(cur), "equal" if prev == cur else "unequal")
+             for prev, cur in zip(sizes, sizes[1:])}
+    assert {("2+", "2+", "equal"), ("2+", "2+", "unequal"), ("2+", "1", "unequal"), ("1", "2+", "unequal")} <= pairs
+    assert sizes[-2:] == [2, 3] and sizes[1:4] == [3, 2, 1]  # the 2+ pairs unequal in both directions
+    k = speculative["num_speculative_tokens"] if speculative else 0
+    running: dict = {}
+    for step in steps:  # each decode continues its requests where the step before left them
+        if isinstance(step, Prefill):
+            running.update({r.req_id: r.num_scheduled_tokens for r in step.requests})
+        elif isinstance(step, Decode):
+            for r in step.requests:
+                assert (r.num_computed_tokens, r.num_scheduled_tokens, r.num_spec_tokens) == (running[r.req_id], 1 + k, k)
+                assert r.num_output_tokens == r.num_computed_tokens - 17 + 1
+                running[r.req_id] += 1 + k
+        elif isinstance(step, Cleanup):
+            for rid in step.finished_req_ids:
+                del running[rid]
+    assert not running
+
+
+def test_batch_change_is_left_out_and_named_below_three_sequences():
+    engine = make_engine(scheduler={"max_num_seqs": 2})
+    plan = expanded(engine)
+    assert not any(s.id.startswith(f"{STAGE}/batch-change-") for s in plan.steps)
+    assert any("batch-change (max_num_seqs 2 never holds a batch of 3)" in g["why"]
+               for g in plan.not_modelled if g["family"] == SKIPPED)
+
+
 def test_deterministic():
     engine = load_engine("deepseek-v3-fp8-tp8-h200")
     first = [s.to_dict() for s in paths(engine)]

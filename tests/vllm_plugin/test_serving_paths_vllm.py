@@ -81,3 +81,16 @@ def test_a_running_request_the_previous_step_left_out_comes_with_its_tokens(fact
     assert hit["all_token_ids"] is None, "the hit was scheduled in the step before"
     assert all(r["all_token_ids"] is None for r in steps["greedy-decode"]["cached"])
     assert FACTS_V2 == [0], "Model Runner V2 is sent none"
+
+
+def test_a_batch_that_shrinks_and_grows_reaches_vllm_with_each_running_requests_tokens(facts):
+    """batch-change: after a request finishes (a step that schedules nothing) the rest decode on,
+    re-added from their tokens; requests join while one waits, which comes back with its own."""
+    _, steps = facts
+    sizes = [len(steps[f"batch-change-{name}"]["num_scheduled_tokens"])
+             for name in ("prefill", "decode-3", "decode-2", "decode-1", "join", "decode")]
+    assert sizes == [3, 3, 2, 1, 2, 3]
+    assert [r["all_token_ids"] for r in steps["batch-change-decode-2"]["cached"]] == [17 + 2] * 2
+    waited, *joined = steps["batch-change-decode"]["cached"]
+    assert waited["req_id"] == "_warmup_change_0_" and waited["all_token_ids"] == 17 + 4
+    assert [r["all_token_ids"] for r in joined] == [None, None], "the joiners were scheduled in the step before"

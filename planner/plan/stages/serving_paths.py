@@ -24,7 +24,16 @@ So this stage schedules, as vLLM's scheduler would send them (vllm/v1/core/sched
   3. a chunked prefill: `prompt_len` tokens, then `long_prompt_len` more as a running request with
      num_computed_tokens > 0 and no output yet (num_output_tokens 0);
   4. a prefix-cache hit: a new request whose NewRequestData.num_computed_tokens is the whole blocks
-     a live donor has computed of the same prompt, and whose block_ids start with the donor's.
+     a live donor has computed of the same prompt, and whose block_ids start with the donor's;
+  5. requests leaving and joining a running batch: the batch goes 3 -> 3 -> 2 -> 1 -> 2 -> 3
+     requests. The V1 runner corrects num_computed_tokens under async speculative decoding in
+     `update_num_computed_tokens_for_batch_change` (vllm/v1/spec_decode/utils.py), a
+     torch.compile(dynamic=True) function of the previous batch's and this batch's sizes, and
+     Dynamo keys such a graph by each size's class (0/1 specialization: 1 or more) and by which
+     sizes were equal when it traced (duck sizing): a graph traced at equal sizes does not serve
+     unequal ones. Measured on an H200 (DeepSeek-V3 with MTP): the first batch of unequal sizes
+     after ready compiled it. The sequence gives every pair of classes, equal and unequal, in
+     both directions.
 Each sequence starts from an empty batch and ends with a cleanup of every request it added, so its
 block ids start again from 1 (block 0 is the null block). Blocks are what the scheduler reserves
 (batches.BlockCounter with the lookahead). A sequence the engine cannot hold (max_num_seqs,
@@ -138,7 +147,8 @@ class Paths:
         """(name, build) in plan order: the sampling modes, then the prefill paths."""
         out = [(name, lambda n=name, p=params: self.lone(n, p)) for name, params in SAMPLING_MODES]
         return out + [("n2", self.parallel_sampling), ("mixed", self.mixed), ("long-prefill", self.long_prefill),
-                      ("chunked-prefill", self.chunked_prefill), ("prefix-hit", self.prefix_hit)]
+                      ("chunked-prefill", self.chunked_prefill), ("prefix-hit", self.prefix_hit),
+                      ("batch-change", self.batch_change)]
 
     # --- the sequences ------------------------------------------------------------------------
 
@@ -195,6 +205,23 @@ class Paths:
                                                         num_computed_tokens=hit, donor=donor.req_id)])
         return seq.decode_all_and_finish()
 
+    def batch_change(self) -> list:
+        """Each step's batch size against the step before it, as a server's batch changes: 3 from
+        3 (equal), 2 from 3 (shrinks), 1 from 2 (to one), 2 from 1 (from one: requests join while
+        the running one waits), 3 from 2 (grows)."""
+        if self.names["max_num_seqs"] < 3:
+            raise Skip(f"max_num_seqs {self.names['max_num_seqs']} never holds a batch of 3")
+        seq = Sequence(self, "batch-change")
+        first = [seq.request(req_id(f"change_{i}"), self.prompt_len, DEFAULT) for i in range(3)]
+        seq.prefill("prefill", self.prompt_len, first)
+        seq.decode_running("decode-3")
+        for left, leaving in enumerate((first[2], first[1]), 1):  # one request finishes, the rest decode on
+            seq.finish(f"leave-{left}", [leaving.req_id])
+            seq.decode_running(f"decode-{len(seq.running)}")
+        joining = [seq.request(req_id(f"change_{i}"), self.prompt_len, DEFAULT) for i in (3, 4)]
+        seq.prefill("join", self.prompt_len, joining)
+        return seq.decode_all_and_finish()
+
     def full_attention_only(self, what: str) -> None:
         """Sliding-window groups hand a hit the null block for what left the window, and Mamba
         groups align chunks and hits to their own blocks (vllm/v1/core/single_type_kv_cache_manager.py):
@@ -245,11 +272,25 @@ class Sequence:
     def decode_all_and_finish(self) -> list:
         """One decode step of every running request (the drafts under speculative decoding), its
         sample, and the cleanup that finishes them all."""
-        k = self.scope.names["num_speculative_tokens"]
-        self.schedule("decode", [(r, 1 + k, k, 1) for r in self.running.values()])
-        self.steps.append(self.scope.new(Cleanup, f"{self.name}-cleanup", finished_req_ids=tuple(self.running)))
+        self.decode_running("decode")
+        self.finish("cleanup", list(self.running))
         self.check_blocks()
         return self.steps
+
+    def decode_running(self, step: str) -> None:
+        """One decode step of every running request: its last token and k drafts, as if the drafts
+        before were all accepted (the scheduler's num_computed_tokens runs ahead the same way)."""
+        k = self.scope.names["num_speculative_tokens"]
+        limit = self.scope.names["max_model_len"]
+        if any(r.computed + 1 + k > limit for r in self.running.values()):
+            raise Skip(f"a decode step past max_model_len {limit}")
+        self.schedule(step, [(r, 1 + k, k, r.num_output_tokens) for r in self.running.values()])
+
+    def finish(self, step: str, req_ids: list) -> None:
+        """The scheduler step that names these requests finished; the others keep running."""
+        self.steps.append(self.scope.new(Cleanup, f"{self.name}-{step}", finished_req_ids=tuple(req_ids)))
+        for rid in req_ids:
+            del self.running[rid]
 
     def schedule(self, step: str, entries: list) -> None:
         """A step of running requests: (request, tokens, drafts, output tokens so far) each."""
@@ -329,6 +370,12 @@ class Running:
         self.num_computed_tokens, self.scheduled, self.donor = num_computed_tokens, scheduled, donor
         self.computed = num_computed_tokens
         self.blocks: list = []
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Its output tokens once its prompt is computed: the prefill's sample, then 1 + k a decode
+        step (every draft accepted, as decode_running schedules them)."""
+        return self.computed - self.prompt_len + 1
 
 
 def sampling_features_of(params: list[dict]) -> tuple:
