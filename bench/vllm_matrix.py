@@ -172,8 +172,10 @@ def facts(part_dir: str) -> dict:
     http = r.get("http") or {}
     monitor = (r.get("compiles_after_ready") or {}).get("events")
     files = (r.get("cache_new_after_ready") or {}).get("files")
-    return {"ready_s": r.get("ready_s"), "ok": http.get("ok"), "failed": http.get("failed"),
-            "jit_after_ready": monitor, "files_after_ready": None if files is None else sum(files.values()),
+    ours = r.get("rank_events_after_ready")
+    return {"ready_s": None if r.get("ready_s") is None else round(r["ready_s"], 1),
+            "ok": http.get("ok"), "failed": http.get("failed"), "jit_after_ready": monitor,
+            "plugin_after_ready": None if ours is None else sum(int(e.get("events") or 0) for e in ours), "files_after_ready": None if files is None else sum(files.values()),
             "engine_deaths": engine_died(r),
             "kv_tokens": (r.get("kv_cache") or {}).get("kv_cache_size_tokens"),
             "failed_steps": failed_steps(part_dir), "generic_runs": r.get("generic_variant_runs") or [],
@@ -187,7 +189,7 @@ def cell(value, unit: str = "") -> str:
 def table(dirs: list[str], models: list[dict]) -> list[str]:
     runs = find_runs(dirs)
     rows = ["| model | covers | aside | ready (plugin cold) | HTTP ok / failed | compiles after ready "
-            "(monitor / new cache files) | engine deaths | failed plan steps | generic variant runs | KV tokens "
+            "(vLLM's monitor / the plugin's / new cache files) | engine deaths | failed plan steps | generic variant runs | KV tokens "
             "(plugin / stock cold) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for entry in models:
         parts = runs.get(row_key(entry))
@@ -200,7 +202,7 @@ def table(dirs: list[str], models: list[dict]) -> list[str]:
             f"| {entry['model']}{'' if tp == 1 else f' (TP {tp})'}{f' ({spec(entry)})' if spec(entry) else ''}", ", ".join(entry.get("covers") or []),
             "yes" if entry.get("aside") else "no", cell(f["ready_s"], " s") if f["ready_s"] is not None
             else f"not ready ({f['error']})", f"{cell(f['ok'])} / {cell(f['failed'])}",
-            f"{cell(f['jit_after_ready'])} / {cell(f['files_after_ready'])}", str(f["engine_deaths"]),
+            f"{cell(f['jit_after_ready'])} / {cell(f['plugin_after_ready'])} / {cell(f['files_after_ready'])}", str(f["engine_deaths"]),
             ", ".join(f["failed_steps"]) or "0", ", ".join(f["generic_runs"]) or "0",
             f"{cell(f['kv_tokens'])} / {cell(stock.get('kv_tokens'))} |"]))
     return rows

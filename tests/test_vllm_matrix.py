@@ -46,7 +46,8 @@ def run_dir(root, name, model, tp=1, ready=100.0, ok=300, died_at=None, failed_s
         "speculative_config": spec,
         "ready_s": ready, "http": {"ok": ok, "failed": 300 - ok}, "phases": phases, "log_marks": marks,
         "compiles_after_ready": {"events": 0}, "cache_new_after_ready": {"files": {"triton": 0}},
-        "kv_cache": {"kv_cache_size_tokens": 1000}, "generic_variant_runs": ["_k"] if tp == 2 else []}))
+        "kv_cache": {"kv_cache_size_tokens": 1000}, "generic_variant_runs": ["_k"] if tp == 2 else [],
+        "rank_events_after_ready": [{"rank": 0, "events": 2 if spec else 0}]}))
     steps = [{"id": "a", "status": "ok"}] + ([{"id": failed_step, "status": "failed"}] if failed_step else [])
     part.joinpath("plan_report.json").write_text(json.dumps({"steps": steps}))
 
@@ -62,8 +63,9 @@ def test_the_table_has_a_row_per_model_run_and_the_facts_of_the_latest_run(tmp_p
     assert set(by_model) == {"smollm-135m", "c4ai-command-r7b-12-2024", "deepseek-v3-5l (TP 2)",
                              "deepseek-v3-5l (mtp:1)"}  # the MTP run is not the plain TP 1 row
     assert by_model["deepseek-v3-5l (mtp:1)"][3] == "150.0 s"
-    assert by_model["smollm-135m"][3:7] == ["100.0 s", "300 / 0", "0 / 0", "0"]
-    assert by_model["c4ai-command-r7b-12-2024"][4:8] == ["0 / 300", "0 / 0", "1", "serving_paths/x"]
+    assert by_model["deepseek-v3-5l (mtp:1)"][5] == "0 / 2 / 0", "the plugin's monitor saw what vLLM's did not"
+    assert by_model["smollm-135m"][3:7] == ["100.0 s", "300 / 0", "0 / 0 / 0", "0"]
+    assert by_model["c4ai-command-r7b-12-2024"][4:8] == ["0 / 300", "0 / 0 / 0", "1", "serving_paths/x"]
     assert by_model["deepseek-v3-5l (TP 2)"][8] == "_k"
 
 
