@@ -24,8 +24,13 @@ then the rest of --requests over /v1/completions from --concurrency threads to 1
 prompts of mixed lengths (1-4000 tokens), mixed output lengths, and mixed sampling (greedy, top-p,
 top-k, top-p with top-k, seeded, n of 2-4, min-p with a repetition penalty, logprobs, presence and
 frequency penalties), the same list for both arms (seeded), bounded by --load-timeout and the
-run's --time-limit. Each request's status and latency go to http_requests.jsonl; a non-200 (a 5xx
+run's --time-limit. With --speculative-method, the kinds whose parameters vLLM 0.25 refuses under
+speculative decoding (min_p, logit_bias: HTTP 400) are left out (result.json's kinds_left_out), the
+request count unchanged. Each request's status and latency go to http_requests.jsonl; a non-200 (a 5xx
 from the JIT monitor in error mode, or a refused connection once the engine is dead) is a failure.
+With WARMUP_BUNDLE_OUT set (a bundle-build run), the driver then waits, within the run's deadline,
+for the plugin's line that says the bundle was written or why not (result.json's bundle_out): the
+bundle is packed in a daemon thread after ready, and the stop would end it unwritten.
 Then the server's process group gets SIGINT (Ctrl-C, what vLLM's shutdown handles), then SIGKILL
 after --stop-grace; leftover processes are recorded.
 
@@ -47,7 +52,8 @@ cache_new_after_ready, error), so that bench/vllm_startup_summary.py and
 bench/plot_startup_timeline.py read both; and its own: mode "server", ready_source, server
 (command, pid, rc, how it stopped, leftover pids), http (counts by status and kind, latencies,
 failures), vllm_jit_monitor (what vLLM's monitor said: its activation line, every line after it),
-log_events, cache_new_at_stop. compiles_after_ready counts what vLLM's JIT monitor reported after
+log_events, cache_new_at_stop, kinds_left_out, bundle_out (with WARMUP_BUNDLE_OUT: path, outcome,
+waited_s, line). compiles_after_ready counts what vLLM's JIT monitor reported after
 ready (triton, cutedsl, triton_autotune) and torch.compile's log lines after ready; deep_gemm and
 flashinfer stay None (vLLM's monitor does not watch them: the caches do).
 
@@ -308,14 +314,36 @@ SAMPLING = (("greedy", {"temperature": 0.0}),
 LAST_ALONE = ("n>1 alone", {"temperature": 0.6, "n": 2})
 
 
-def completions(n: int, seed: int, model: str, max_model_len: int) -> list[dict]:
-    """The requests' bodies, the same list for a given seed: token-id prompts (lengths as the
-    offline harness draws them, 1-4000 tokens), 1-64 new tokens, every kind of SAMPLING."""
+# vLLM 0.25 answers a request with either of these 400 when the server runs with --speculative-config
+# ("The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."):
+# a refusal by design, not an engine failure, so such kinds are left out of a speculative row's trace.
+REFUSED_WITH_SPECULATIVE = ("min_p", "logit_bias")
+
+
+def sampling_kinds(speculative: dict | None) -> tuple[tuple, dict]:
+    """(the kinds of SAMPLING to send, {kind left out: why}): all of them without speculative
+    decoding; with it, all but those whose parameters vLLM refuses (REFUSED_WITH_SPECULATIVE)."""
+    if not speculative:
+        return SAMPLING, {}
+    used, left_out = [], {}
+    for kind, params in SAMPLING:
+        refused = [p for p in REFUSED_WITH_SPECULATIVE if p in params]
+        if refused:
+            left_out[kind] = (f"its {' and '.join(refused)}: vLLM refuses {' and '.join(REFUSED_WITH_SPECULATIVE)} "
+                              "with speculative decoding (HTTP 400)")
+        else:
+            used.append((kind, params))
+    return tuple(used), left_out
+
+
+def completions(n: int, seed: int, model: str, max_model_len: int, kinds: tuple = SAMPLING) -> list[dict]:
+    """The requests' bodies, the same list for a given seed and kinds: token-id prompts (lengths as
+    the offline harness draws them, 1-4000 tokens), 1-64 new tokens, every kind of `kinds`."""
     rng = random.Random(seed)
-    kinds = [SAMPLING[i % len(SAMPLING)] for i in range(n)]
-    rng.shuffle(kinds)
+    drawn = [kinds[i % len(kinds)] for i in range(n)]
+    rng.shuffle(drawn)
     out = []
-    for i, (kind, params) in enumerate(kinds):
+    for i, (kind, params) in enumerate(drawn):
         max_tokens = rng.randint(1, 64)
         length = int(min(4000, max_model_len - max_tokens, max(1, rng.lognormvariate(5.5, 1.2))))
         body = {"model": model, "prompt": [rng.randrange(100, 30000) for _ in range(length)],
@@ -328,21 +356,21 @@ def completions(n: int, seed: int, model: str, max_model_len: int) -> list[dict]
     return out
 
 
-def trace(n: int, seed: int, model: str, max_model_len: int) -> list[dict]:
+def trace(n: int, seed: int, model: str, max_model_len: int, kinds: tuple = SAMPLING) -> list[dict]:
     """n requests: completions, then (where n leaves room for them) the ones sent alone."""
-    tail = alone(0, seed, model, max_model_len)
+    tail = alone(0, seed, model, max_model_len, kinds)
     if n < len(tail) + 2:
-        return completions(n, seed, model, max_model_len)
-    head = completions(n - len(tail), seed, model, max_model_len)
+        return completions(n, seed, model, max_model_len, kinds)
+    head = completions(n - len(tail), seed, model, max_model_len, kinds)
     return head + [{**item, "i": len(head) + item["i"]} for item in tail]
 
 
-def alone(start: int, seed: int, model: str, max_model_len: int) -> list[dict]:
-    """One request of each kind of SAMPLING, then LAST_ALONE, each to be sent alone (the same list
-    for a given seed): prompt lengths that are no multiple of 16, a few new tokens each."""
+def alone(start: int, seed: int, model: str, max_model_len: int, kinds: tuple = SAMPLING) -> list[dict]:
+    """One request of each kind of `kinds`, then LAST_ALONE, each to be sent alone (the same list
+    for a given seed and kinds): prompt lengths that are no multiple of 16, a few new tokens each."""
     rng = random.Random(seed + 1)
     out = []
-    for i, (kind, params) in enumerate(SAMPLING + (LAST_ALONE,), start):
+    for i, (kind, params) in enumerate(tuple(kinds) + (LAST_ALONE,), start):
         length = min(max_model_len - 8, 16 * rng.randint(1, 60) + rng.randint(1, 15))
         body = {"model": model, "prompt": [rng.randrange(100, 30000) for _ in range(length)],
                 "max_tokens": rng.randint(2, 8), "ignore_eos": True, "return_token_ids": True, **params}
@@ -675,10 +703,49 @@ def serve_and_measure(args, proc, port: int, log: ServerLog, caches: dict, deadl
     if args.arm == "plugin":
         RESULT["rank_events_after_ready"] = TRACE.rank_events(args.tensor_parallel_size)
     RESULT["server_alive_after_requests"] = proc.poll() is None
+    if os.environ.get("WARMUP_BUNDLE_OUT"):
+        # The plugin packs the bundle in a daemon thread after ready; the stop's SIGINT, then SIGKILL
+        # after --stop-grace, ends a bundle still being written (a DeepSeek-class one on an H200
+        # outlived both): wait here for its outcome line, within the run's deadline.
+        RESULT["bundle_out"] = wait_for_bundle(log, proc, os.environ["WARMUP_BUNDLE_OUT"], deadline)
+        write_result(args.out)
+
+
+# The bundle writer's one outcome line (vllm_bridge/bundle_writer.py; bundle.py's line when the
+# caches could not be recorded at load_model, in which case no writer starts and none other comes).
+BUNDLE_WRITTEN = re.compile(r"warmup-planner: bundle (?P<path>\S+) written [\d.]+ s after ready")
+BUNDLE_NOT_WRITTEN = re.compile(r"warmup-planner: (?:WARMUP_BUNDLE_OUT: )?no bundle (?:will be )?written")
+
+
+def bundle_outcome(lines: list) -> tuple[str, str] | None:
+    """("written" | "not written", the line) from the server's timed lines, or None before it came."""
+    for _, _, text in lines:
+        if BUNDLE_WRITTEN.search(text):
+            return "written", text
+        if BUNDLE_NOT_WRITTEN.search(text):
+            return "not written", text
+    return None
+
+
+def wait_for_bundle(log: ServerLog, proc, path: str, deadline: float, poll_s: float = 0.5) -> dict:
+    """Polls the server's log for the bundle's outcome line until it comes, the deadline passes,
+    or the server has exited (then one more look a poll later: the log's readers may lag the exit)."""
+    start, last_look = time.time(), False
+    while True:
+        found = bundle_outcome(log.snapshot())
+        if found or last_look or time.time() >= deadline:
+            break
+        last_look = proc.poll() is not None
+        time.sleep(max(0.0, min(poll_s, deadline - time.time())))
+    exited = proc.poll() is not None
+    outcome, line = found or (f"not seen: the server exited (rc {proc.returncode})" if exited
+                              else "not seen before the deadline", None)
+    return {"path": path, "outcome": outcome, "waited_s": round(time.time() - start, 3), "line": line}
 
 
 def measure_requests(args, port: int, deadline: float, log: ServerLog) -> None:
-    items = trace(args.requests, args.seed, args.model_dir, args.max_model_len)
+    kinds, RESULT["kinds_left_out"] = sampling_kinds(speculative_config(args))
+    items = trace(args.requests, args.seed, args.model_dir, args.max_model_len, kinds)
     start = time.time()
     records = run_requests(port, items, args.concurrency, deadline, args.request_timeout)
     end = time.time()
@@ -722,8 +789,12 @@ def dry_run(args) -> None:
     changes = [f"-u {k}" for k in sorted(set(os.environ) - set(env))]
     print("+ (server, in the driver's environment) env " + " ".join(changes + ["PYTHONUNBUFFERED=1"]) + " "
           + shlex.join(server_command(args, "<a free port>")))
+    kinds, left_out = sampling_kinds(speculative_config(args))
     print(f"+ (driver) wait for the first 200 from GET /health; then {args.requests} POST /v1/completions "
-          f"({args.concurrency} at a time, kinds: {', '.join(k for k, _ in SAMPLING)}); then SIGINT to the group")
+          f"({args.concurrency} at a time, kinds: {', '.join(k for k, _ in kinds)})"
+          + "".join(f"; {kind} left out ({why})" for kind, why in left_out.items())
+          + ("; then the bundle's outcome line (WARMUP_BUNDLE_OUT), until the deadline"
+             if os.environ.get("WARMUP_BUNDLE_OUT") else "") + "; then SIGINT to the group")
 
 
 DEFAULT_MAX_MODEL_LEN = 4096

@@ -14,12 +14,15 @@ summary's server rows and checks, the plot's layout, the proof script's dry run 
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from test_vllm_startup_bench import load  # the bench scripts loaded by path, once
@@ -35,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 RECORD = os.environ["FAKE_RECORD"]
 FAIL_TOP_K = int(os.environ.get("FAKE_FAIL_TOP_K", "0"))
 READY_DELAY = float(os.environ.get("FAKE_READY_DELAY", "0.6"))
+BUNDLE_DELAY = float(os.environ.get("FAKE_BUNDLE_DELAY", "0"))  # with WARMUP_BUNDLE_OUT: its line, after ready
+SPECULATIVE = "--speculative-config" in sys.argv
 LOCK = threading.Lock()
 
 
@@ -112,6 +117,10 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with LOCK, open(os.path.join(RECORD, "requests.jsonl"), "a") as f:
             f.write(json.dumps({**body, "prompt": len(body["prompt"])}) + "\n")
+        if SPECULATIVE and ("min_p" in body or "logit_bias" in body):  # vLLM 0.25's refusal
+            self.reply(400, {"error": {"message": "The min_p and logit_bias sampling parameters are not yet "
+                                                  "supported with speculative decoding.", "code": 400}})
+            return
         if FAIL_TOP_K and body.get("top_k") == FAIL_TOP_K:
             log("RuntimeError: Triton kernel JIT compilation during inference: _topk_topp_kernel. This causes a "
                 "latency spike; consider extending warmup to cover this shape/config.", "EngineCore_DP0", "ERROR")
@@ -143,6 +152,11 @@ def main():
         server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         log(f"Starting vLLM server on http://127.0.0.1:{port}")
         log("Application startup complete.")
+        if os.environ.get("WARMUP_BUNDLE_OUT"):  # the plugin's writer thread, its one outcome line
+            threading.Timer(BUNDLE_DELAY, log, (f"warmup-planner: bundle {os.environ['WARMUP_BUNDLE_OUT']} written "
+                                                f"{BUNDLE_DELAY:.1f} s after ready, in {BUNDLE_DELAY:.1f} s beside "
+                                                "vLLM (its files listed at ready in 0.01 s): 3 files",
+                                                "EngineCore_DP0")).start()
         server.serve_forever()
     except KeyboardInterrupt:
         log("[shutdown] API server: shutdown triggered")
@@ -545,3 +559,147 @@ def test_the_default_max_model_len_is_the_models_limit_where_lower(tmp_path):
     small.write_text('{"max_position_embeddings": 2048}')
     big.write_text('{"text_config": {"max_position_embeddings": 131072}}')
     assert trace.default_max_model_len(str(small)) == 2048 and trace.default_max_model_len(str(big)) == 4096
+
+
+# --- the bundle's outcome line (WARMUP_BUNDLE_OUT), waited for before the stop ----------------------------
+
+class GrowingLog:
+    """A ServerLog stand-in: snapshot() returns the lines given for that call and the calls before."""
+
+    def __init__(self, arrivals: dict):
+        self.arrivals, self.calls, self.lines = arrivals, 0, [(0.0, "out", "(APIServer) INFO Application startup")]
+
+    def snapshot(self) -> list:
+        self.calls += 1
+        self.lines += [(float(self.calls), "out", text) for text in self.arrivals.get(self.calls, [])]
+        return list(self.lines)
+
+
+class Server:
+    """A subprocess.Popen stand-in: running until `exits_after` calls of poll(), then rc 1."""
+
+    def __init__(self, exits_after: int | None = None):
+        self.exits_after, self.polls, self.returncode = exits_after, 0, None
+
+    def poll(self):
+        self.polls += 1
+        if self.exits_after is not None and self.polls > self.exits_after:
+            self.returncode = 1
+        return self.returncode
+
+
+WRITTEN = ("(EngineCore_DP0 pid=9) INFO 11-27 03:04:12 [bundle_writer.py:55] warmup-planner: bundle "
+           "/r/bundles/x.warmup written 41.3 s after ready, in 41.0 s beside vLLM (its files listed at ready "
+           "in 0.20 s): 812 files")
+NOT_WRITTEN = ("(EngineCore_DP0 pid=9) WARNING 11-27 03:04:12 [bundle_writer.py:52] warmup-planner: no bundle "
+               "written: a file listed at ready changed: /c/x.cubin")
+
+
+def test_the_bundle_wait_sees_the_written_line_after_some_polls():
+    trace = load("vllm_serve_trace")
+    # an install line of another kind first: not the writer's outcome
+    log = GrowingLog({2: ["warmup-planner: bundle /r/b.warmup, before vLLM resolves the model: placed"],
+                      4: [WRITTEN]})
+    got = trace.wait_for_bundle(log, Server(), "/r/bundles/x.warmup", time.time() + 5.0, poll_s=0.01)
+    assert got["outcome"] == "written" and got["line"] == WRITTEN and log.calls == 4
+    assert got["path"] == "/r/bundles/x.warmup" and 0.0 <= got["waited_s"] < 1.0
+
+
+def test_the_bundle_wait_sees_the_no_bundle_line():
+    trace = load("vllm_serve_trace")
+    log = GrowingLog({3: [NOT_WRITTEN]})
+    got = trace.wait_for_bundle(log, Server(), "/r/x.warmup", time.time() + 5.0, poll_s=0.01)
+    assert (got["outcome"], got["line"], log.calls) == ("not written", NOT_WRITTEN, 3)
+    early = "warmup-planner: WARMUP_BUNDLE_OUT: no bundle will be written: /r is not writable"  # at load_model
+    assert trace.wait_for_bundle(GrowingLog({1: [early]}), Server(), "/r/x.warmup", time.time() + 5.0,
+                                 poll_s=0.01)["outcome"] == "not written"
+
+
+def test_the_bundle_wait_ends_at_the_deadline():
+    trace = load("vllm_serve_trace")
+    log, start = GrowingLog({}), time.time()
+    got = trace.wait_for_bundle(log, Server(), "/r/x.warmup", start + 0.15, poll_s=0.02)
+    assert got == {"path": "/r/x.warmup", "outcome": "not seen before the deadline",
+                   "waited_s": got["waited_s"], "line": None}
+    assert 0.15 <= time.time() - start < 0.4 and log.calls > 3
+    past = trace.wait_for_bundle(GrowingLog({}), Server(), "/r/x.warmup", start - 1.0, poll_s=0.02)
+    assert past["outcome"] == "not seen before the deadline" and past["waited_s"] < 0.05
+
+
+def test_the_bundle_wait_ends_when_the_server_has_exited():
+    trace = load("vllm_serve_trace")
+    start = time.time()
+    got = trace.wait_for_bundle(GrowingLog({}), Server(exits_after=2), "/r/x.warmup", start + 30.0, poll_s=0.02)
+    assert got["outcome"] == "not seen: the server exited (rc 1)" and got["line"] is None
+    assert time.time() - start < 0.3
+    # the line read a poll after the exit (the log's readers lag it) still counts
+    late = trace.wait_for_bundle(GrowingLog({2: [WRITTEN]}), Server(exits_after=0), "/r/x.warmup", start + 30.0,
+                                 poll_s=0.02)
+    assert late["outcome"] == "written"
+
+
+# --- speculative decoding: the kinds vLLM refuses with it are not sent -----------------------------------
+
+def spec_args(method=None):
+    return argparse.Namespace(speculative_method=method, num_speculative_tokens=1)
+
+
+def test_a_speculative_trace_leaves_out_the_kinds_vllm_refuses_with_the_same_count():
+    trace = load("vllm_serve_trace")
+    kinds, left_out = trace.sampling_kinds(trace.speculative_config(spec_args("mtp")))
+    assert set(left_out) == {"min-p+repetition"} and "HTTP 400" in left_out["min-p+repetition"]
+    assert [k for k, _ in kinds] == [k for k, _ in trace.SAMPLING if k != "min-p+repetition"]
+    for n in (300, 5):
+        items = trace.trace(n, 0, "/m", 4096, kinds)
+        assert len(items) == n and [item["i"] for item in items] == list(range(n))
+        assert not any("min_p" in item["body"] or "logit_bias" in item["body"] for item in items)
+    sent = {item["kind"] for item in trace.trace(300, 0, "/m", 4096, kinds)}
+    assert sent == {k for k, _ in kinds} | {"n>1 alone"}
+
+
+def test_the_kinds_left_out_are_found_by_their_parameters(monkeypatch):
+    trace = load("vllm_serve_trace")
+    monkeypatch.setattr(trace, "SAMPLING", trace.SAMPLING + (("biased", {"temperature": 0.5, "logit_bias": {"7": 3}}),))
+    kinds, left_out = trace.sampling_kinds({"method": "ngram", "num_speculative_tokens": 3})
+    assert set(left_out) == {"min-p+repetition", "biased"} and "logit_bias" in left_out["biased"]
+    assert all("min_p" not in params and "logit_bias" not in params for _, params in kinds)
+
+
+def test_without_speculative_decoding_the_trace_is_unchanged():
+    trace = load("vllm_serve_trace")
+    kinds, left_out = trace.sampling_kinds(trace.speculative_config(spec_args()))
+    assert kinds == trace.SAMPLING and left_out == {}
+    for n, seed, max_model_len in ((300, 0, 4096), (300, 3, 512), (12, 0, 4096), (1, 5, 4096)):
+        assert trace.trace(n, seed, "/m", max_model_len, kinds) == trace.trace(n, seed, "/m", max_model_len,
+                                                                                trace.SAMPLING)
+    # the bodies as the driver sent them before kinds could be left out (a deliberate change of the
+    # trace updates this digest)
+    bodies = json.dumps(trace.trace(300, 0, "/m", 4096, kinds), sort_keys=True).encode()
+    assert hashlib.sha256(bodies).hexdigest() == "d160ce6e5d8b7edffddfb0e31bc92904721525524b33c411ed68d1534cd1cc85"
+
+
+def test_dry_run_shows_the_kinds_used(tmp_path):
+    cmd = [sys.executable, os.path.join(BENCH, "vllm_serve_trace.py"), "--config", CONFIG, "--arm", "plugin",
+           "--model-dir", str(tmp_path / "m"), "--out", str(tmp_path / "o"), "--dry-run"]
+    env = {k: v for k, v in os.environ.items() if k != "WARMUP_BUNDLE_OUT"}
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, check=True).stdout
+    spec = subprocess.run(cmd + ["--speculative-method", "mtp"], capture_output=True, text=True, timeout=60,
+                          env={**env, "WARMUP_BUNDLE_OUT": "/r/x.warmup"}, check=True).stdout
+    driver = [x for x in spec.splitlines() if x.startswith("+ (driver)")][0]
+    assert "min-p+repetition," not in driver and "min-p+repetition left out (its min_p" in driver
+    assert "the bundle's outcome line" in driver
+    assert "kinds: greedy" in plain and "min-p+repetition, logprobs" in plain and "left out" not in plain
+
+
+def test_a_speculative_bundle_build_run_waits_for_the_bundle_and_sends_no_refused_kind(tmp_path):
+    done, result, records, record, _ = run_driver(
+        tmp_path, "plugin", ["--requests", "40", "--concurrency", "8", "--speculative-method", "mtp"],
+        WARMUP_BUNDLE_OUT=str(tmp_path / "x.warmup"), FAKE_BUNDLE_DELAY="2.5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert result["http"]["ok"] == len(records) == 40 and result["http"]["failed"] == 0
+    assert "min-p+repetition" not in result["http"]["by_kind"]
+    assert set(result["kinds_left_out"]) == {"min-p+repetition"}
+    bundle = result["bundle_out"]
+    assert bundle["outcome"] == "written" and bundle["path"] == str(tmp_path / "x.warmup")
+    assert f"bundle {tmp_path / 'x.warmup'} written" in bundle["line"] and bundle["waited_s"] > 0.5
+    assert result["server"]["signal"] == "SIGINT"  # stopped after the line, not before it
