@@ -43,7 +43,7 @@ import os
 import sys
 import time
 
-from . import ahead, bundle, bundle_source, fixes, timeline
+from . import ahead, bundle, bundle_source, engine_core_start, fixes, timeline
 from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
 from .step_aside import StepAside, Verdict, agree, cause_of, step_aside
@@ -81,6 +81,7 @@ def _register(settings: Settings) -> None:
         return
     patch_worker(release, settings)
     fixes.apply_fixes(release.missing_fixes, after_import)  # where the model runner is imported: workers
+    engine_core_start.fork_engine_core(settings.engine_core_fork)  # before vLLM starts its engine core
     with _timed(bool(settings.bundle), "plugin: bundle pin"):
         source = bundle_source.for_process(settings.bundle, settings.pull_timeout_s)  # an oci:// pull starts here
     with _timed(bool(settings.bundle), "plugin: bundle install (model info)"):

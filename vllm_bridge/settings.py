@@ -38,6 +38,7 @@ class Settings(NamedTuple):
     machine_check: bool = False    # an install made against a bundle's own fingerprint awaits this machine's check
     pull_timeout_s: float = PULL_TIMEOUT_S  # WARMUP_BUNDLE_PULL_TIMEOUT_S: longest wait for an oci:// bundle
     timeline: str | None = None    # WARMUP_TIMELINE: the start-up timeline's directory (else the report's)
+    engine_core_fork: bool = False  # WARMUP_ENGINE_CORE_FORK: vLLM's engine core started by fork (engine_core_start)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -48,7 +49,7 @@ class Settings(NamedTuple):
                    environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None,
                    _machine_check_pending(environ),
                    _seconds(environ.get("WARMUP_BUNDLE_PULL_TIMEOUT_S", ""), PULL_TIMEOUT_S, "WARMUP_BUNDLE_PULL_TIMEOUT_S"),
-                   environ.get("WARMUP_TIMELINE") or None)
+                   environ.get("WARMUP_TIMELINE") or None, _flag(environ, "WARMUP_ENGINE_CORE_FORK"))
 
     @property
     def asked(self) -> bool:

@@ -43,6 +43,16 @@ _RECORDERS: dict = {}                    # pid -> Recorder: a process forked aft
 _LOCK = threading.Lock()
 
 
+def _fresh_lock_in_child() -> None:
+    """A process forked while another thread held the lock (the engine core forked from the API
+    server: vllm_bridge.engine_core_start) would wait for it forever: the child gets its own."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
+
+
 # --- where the process started ---------------------------------------------------------------------------
 
 def process_start_time(proc: str = "/proc", pid: str = "self") -> float | None:
