@@ -19,9 +19,33 @@ variant compiled without them (same types, same constexprs: ``kernel_model.speci
   A launch with a new type or constexpr has no generic stand-in and compiles as before, where
   the monitors see it.
 
-Triton 3.6 and 3.7 (``JITFunction._pack_args`` / ``_do_compile``, ``compute_cache_key``) are what
-this patches, on the class: the hot path (a cache hit) is untouched; both wrappers run on a miss
-only. Another Triton without them: ``install`` says why and nothing is patched.
+Ahead (``ahead=True``, the default): ``close()`` is on the cold start's critical path (16-26
+twins, 10-15 s on an H200: bench/RESULTS.md part AG), so each twin's build starts as soon as its
+variant is recorded, in a pool of ``threads`` threads ("warmup-generic-N") that overlaps the rest
+of the warmup (later plan stages, CUDA-graph capture). A job compiles the twin through Triton's own
+``_pack_args`` and ``_do_compile`` synchronously on its thread (``warmup=True``: no launch; it lands
+in the kernel's in-memory cache and Triton's disk cache) and builds its launcher; it never loads it
+on the device (``_init_handles``): the current CUDA device is per thread, so loading stays in
+``close()`` on the caller's thread. ``close()`` stops recording (no job is submitted after it),
+waits for the jobs still running, loads the twins built ahead (``CloseResult.ahead``), and builds
+the rest as before (a twin whose job failed, or that had none). A job's failure is never raised:
+its twin is built again at close, where a failure is recorded (``CloseResult.failed``).
+``uninstall()`` cancels the jobs not started and does not wait for those running (a compile cannot
+be interrupted; one that ends after it may be seen by a monitor, the hook knobs being restored).
+
+The JIT monitors never see a twin built ahead (``quiet_hooks``, the one place that decides it):
+they count compiles per step through Triton's process-wide hook knobs (``jit_cache_hook``,
+``jit_post_compile_hook``, ``compilation.listener``) into whatever step is running, on any thread
+(executor/jit_monitor.py), and a job runs while a plan step or one of vLLM's phases is that step.
+While installed with ahead on, those three knobs read None on a thread that builds a twin ahead
+(a thread-local flag) and read as set everywhere else, so the twins are in no step's counts (the
+number built ahead is ``CloseResult.ahead``, in the plugin's one line). The twins ``close()``
+builds itself go through the hooks as before, in the phase that runs it.
+
+Triton 3.6 and 3.7 (``JITFunction._pack_args`` / ``_do_compile``, ``compute_cache_key``, the hook
+knobs) are what this patches, on the classes: the hot path (a cache hit) is untouched; both
+wrappers run on a miss only. Another Triton without them: ``install`` says why and nothing is
+patched (without the hook knobs: nothing is built ahead).
 """
 
 from __future__ import annotations
@@ -29,12 +53,14 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 
 from kernel_model.specialization import generic_specialization
 
 ORIGINALS = "_warmup_planner_generic_originals"  # on JITFunction: {method name: Triton's function}
 NEEDED = ("_pack_args", "_do_compile")
+HOOKS = (("runtime", "jit_cache_hook"), ("runtime", "jit_post_compile_hook"), ("compilation", "listener"))
 
 
 @dataclass(frozen=True)
@@ -65,7 +91,8 @@ class CloseResult:
     built: int = 0
     already: int = 0
     failed: list = field(default_factory=list)  # (kernel, error) of a generic variant that would not compile
-    seconds: float = 0.0
+    seconds: float = 0.0    # close()'s own wall time (waiting for the jobs still running included)
+    ahead: int = 0          # of ``built``: compiled in the background during the warmup, loaded at close
 
 
 def _freeze(value):
@@ -87,20 +114,92 @@ def constexpr_value(entry):
     return cls if ty == "constexpr" else None
 
 
+# --- the JIT monitors do not see a twin built ahead ----------------------------------------------------
+
+_AHEAD = threading.local()  # .building: this thread builds a twin ahead (a job of the background pool)
+
+_UNSET = object()
+
+
+class _QuietHook:
+    """One of Triton's hook knobs (``HOOKS``), in its knobs class while a closure is installed: a data
+    descriptor that reads None on a thread building a twin ahead and, everywhere else, what was set
+    (Triton's knobs keep a set hook in the instance's ``__dict__``, which this reads and writes)."""
+
+    def __init__(self, name: str, previous):
+        self.name, self.previous = name, previous
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        if getattr(_AHEAD, "building", False):
+            return None
+        if hasattr(self.previous, "__set__"):  # a Triton whose knob is itself a descriptor
+            return self.previous.__get__(obj, objtype)
+        value = obj.__dict__.get(self.name, _UNSET)
+        return (None if self.previous is _UNSET else self.previous) if value is _UNSET else value
+
+    def __set__(self, obj, value) -> None:
+        if hasattr(self.previous, "__set__"):
+            self.previous.__set__(obj, value)
+        else:
+            obj.__dict__[self.name] = value
+
+    def __delete__(self, obj) -> None:
+        if hasattr(self.previous, "__delete__"):
+            self.previous.__delete__(obj)
+        else:
+            obj.__dict__.pop(self.name, None)
+
+
+def quiet_hooks():
+    """Hide the twins built ahead from every JIT monitor (see the module docstring): each hook knob
+    of ``HOOKS`` reads None on the pool's threads while they build. Returns the undo (restores the
+    knobs' classes as they were), or None where this Triton has no such knobs (nothing is built
+    ahead then: a monitor would count the twins in the steps they overlap)."""
+    try:
+        from triton import knobs
+    except Exception:  # noqa: BLE001 - a Triton before 3.4: no knobs
+        return None
+    classes = []
+    for group, name in HOOKS:
+        cls = type(getattr(knobs, group, None))
+        if not hasattr(cls, name) or isinstance(vars(cls).get(name), _QuietHook):
+            return None
+        classes.append((cls, name))
+    undo = []
+    for cls, name in classes:
+        previous = vars(cls).get(name, _UNSET)
+        setattr(cls, name, _QuietHook(name, previous))
+        undo.append((cls, name, previous))
+
+    def restore() -> None:
+        for cls, name, previous in reversed(undo):
+            if previous is _UNSET:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, previous)
+    return restore
+
+
 class GenericVariants:
     """The generic-variant closure of one process (see the module docstring)."""
 
-    def __init__(self, on_generic=None, threads: int = 8, load: bool = True):
+    def __init__(self, on_generic=None, threads: int = 8, load: bool = True, ahead: bool = True):
         self.on_generic = on_generic or (lambda use: None)
         self.threads = max(1, int(threads))
         self.load = load  # load each generic variant and build its launcher at close (a GPU process)
+        self.ahead = ahead  # start each twin's build when its variant is recorded (the module docstring)
         self.reason: str | None = None  # why nothing is patched, if so
         self.uses: list[GenericUse] = []
         self._seen: dict[tuple, Seen] = {}
+        self._jobs: dict[tuple, tuple] = {}  # (id(fn), device, twin key) -> (Seen, twin key, Future): ahead
+        self._pool: ThreadPoolExecutor | None = None  # the jobs' threads, made at the first job
+        self._unquiet = None  # quiet_hooks' undo while installed with ahead on
         self._open = False
         self._sealed = False
         self._local = threading.local()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # _seen, _jobs, _pool, _open against close() and the pool
         self._jit = None
 
     # --- install / uninstall -------------------------------------------------------------------------
@@ -129,19 +228,31 @@ class GenericVariants:
         setattr(cls, ORIGINALS, {**originals, "owner": self})
         cls._pack_args = self._wrap_pack_args(originals["_pack_args"])
         cls._do_compile = self._wrap_do_compile(originals["_do_compile"])
+        if self.ahead:
+            self._unquiet = quiet_hooks()
+            self.ahead = self._unquiet is not None  # no hook knobs to quiet: everything at close
         self._open = True
         return True
 
     def uninstall(self) -> None:
+        """Triton as it was. The jobs not started are cancelled, those running are not waited for
+        (a compile cannot be interrupted: its twin lands in the kernel's cache as any compile's would)."""
         if self._jit is None:
             return
+        with self._lock:
+            self._open = self._sealed = False
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         cls = self._jit.JITFunction
         originals = vars(cls).get(ORIGINALS)
         if originals is not None and originals["owner"] is self:
             for name in NEEDED:
                 setattr(cls, name, originals[name])
             delattr(cls, ORIGINALS)
-        self._open = self._sealed = False
+        if self._unquiet is not None:
+            self._unquiet()
+            self._unquiet = None
         self._jit = None
 
     @property
@@ -182,7 +293,65 @@ class GenericVariants:
     def _record(self, seen: Seen) -> None:
         ident = (id(seen.fn), seen.device, seen.specialization, repr(sorted(seen.options.items())))
         with self._lock:
-            self._seen.setdefault(ident, seen)
+            if ident in self._seen:
+                return
+            self._seen[ident] = seen
+            if not (self.ahead and self._open):
+                return
+        try:
+            self._start_ahead(seen)
+        except Exception:  # noqa: BLE001 - never into the caller's launch: close() builds that twin
+            pass
+
+    # --- ahead: each twin's build starts when its variant is recorded ----------------------------------
+
+    def _start_ahead(self, seen: Seen) -> None:
+        """Submit the twin's build to the pool, unless it is the variant itself, already in the
+        kernel's cache, or already submitted."""
+        found = self.generic_key(seen.fn, seen.device, seen.specialization, seen.options)
+        if found is None:
+            return
+        key, generic = found
+        if key in seen.fn.device_caches[seen.device][0]:
+            return
+        job = (id(seen.fn), seen.device, key)
+        originals = vars(self._jit.JITFunction)[ORIGINALS]
+        with self._lock:
+            if not self._open or job in self._jobs:
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="warmup-generic")
+            future = self._pool.submit(self._build_ahead, seen, key, generic, originals["_pack_args"],
+                                       originals["_do_compile"])
+            self._jobs[job] = (seen, key, future)
+
+    def _build_ahead(self, s: Seen, key: str, generic: list, pack_args, do_compile) -> None:
+        """One job, on a pool thread: Triton's packing and compile (synchronous here: no async
+        compile mode on this thread), ``warmup=True``, then the launcher; no load on the device.
+        The JIT monitors do not see it (``quiet_hooks``)."""
+        _AHEAD.building = True
+        try:
+            if self._submit(s, key, generic, pack_args, do_compile) is None:
+                raise RuntimeError("not compiled")
+            if self.load:
+                self._build_launcher(s.fn.device_caches[s.device][0].get(key))
+        finally:
+            _AHEAD.building = False
+
+    def _collect_ahead(self) -> dict:
+        """Wait for the jobs still running (close); the twins they built, by job. A job that failed
+        or was cancelled is not among them: close() builds that twin as any other."""
+        with self._lock:
+            jobs, self._jobs = self._jobs, {}
+            pool, self._pool = self._pool, None
+        wait_for([future for _, _, future in jobs.values()])
+        if pool is not None:
+            pool.shutdown(wait=False)  # every job is done: its threads end
+        built = {}
+        for job, (s, key, future) in jobs.items():
+            if not future.cancelled() and future.exception() is None and key in s.fn.device_caches[s.device][0]:
+                built[job] = (s, key)
+        return built
 
     # --- close: the generic variants, before ready ---------------------------------------------------
 
@@ -201,30 +370,44 @@ class GenericVariants:
         result = CloseResult()
         if self._jit is None:
             return result
-        self._open = False
         with self._lock:
+            self._open = False  # no job is submitted after this
             seen = list(self._seen.values())
         result.seen = len(seen)
-        todo = self._to_build(seen, result)
+        ahead = self._collect_ahead()
+        todo, loads = self._to_build(seen, result, ahead)
+        for s, key in loads:
+            error = self._load(s.fn.device_caches[s.device][0], key)
+            if error is None:
+                result.built += 1
+                result.ahead += 1
+            else:
+                result.failed.append((kernel_name(s.fn), error))
         if todo:
             self._build(todo, result)
         result.seconds = time.perf_counter() - started
         return result
 
-    def _to_build(self, seen: list, result: CloseResult) -> dict:
+    def _to_build(self, seen: list, result: CloseResult, ahead: dict) -> tuple[dict, list]:
+        """The twins to build here, and those built ahead (to load), once each."""
         todo: dict[tuple, tuple] = {}
+        loads: dict[tuple, tuple] = {}
         for s in seen:
             found = self.generic_key(s.fn, s.device, s.specialization, s.options)
             if found is None:
                 result.already += 1
                 continue
             key, generic = found
+            job = (id(s.fn), s.device, key)
+            if job in ahead and job not in loads:
+                loads[job] = ahead[job]
+                continue
             cache = s.fn.device_caches[s.device][0]
-            if key in cache or (id(s.fn), s.device, key) in todo:
+            if key in cache or job in todo or job in loads:
                 result.already += 1
                 continue
-            todo[(id(s.fn), s.device, key)] = (s, key, generic)
-        return todo
+            todo[job] = (s, key, generic)
+        return todo, list(loads.values())
 
     def _build(self, todo: dict, result: CloseResult) -> None:
         """Triton's own packing and compile path for each generic variant, ``warmup=True`` (no
@@ -257,16 +440,18 @@ class GenericVariants:
         serial _load then finds it. A build that fails here fails again in _load, which says it."""
         if not self.load:
             return
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="warmup-launcher") as pool:
+            list(pool.map(self._build_launcher, [k for k in kernels if k is not None]))
+
+    @staticmethod
+    def _build_launcher(kernel) -> None:
         from triton.runtime.driver import driver
 
-        def build(kernel) -> None:
-            try:
-                kernel = kernel.result() if hasattr(kernel, "result") else kernel
-                driver.active.launcher_cls(kernel.src, kernel.metadata)
-            except Exception:  # noqa: BLE001 - said by _load
-                pass
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="warmup-launcher") as pool:
-            list(pool.map(build, [k for k in kernels if k is not None]))
+        try:
+            kernel = kernel.result() if hasattr(kernel, "result") else kernel
+            driver.active.launcher_cls(kernel.src, kernel.metadata)
+        except Exception:  # noqa: BLE001 - said by _load
+            pass
 
     def _load(self, cache: dict, key: str) -> str | None:
         """The variant loaded on the device and its launcher built now, before ready: Triton does

@@ -122,5 +122,12 @@ def test_a_launch_that_ran_a_generic_variant_is_a_finding_not_a_compile(tmp_path
 def test_the_line_names_what_failed_to_build():
     line = built_line(CloseResult(seen=4, built=2, already=1, failed=[("_k", "CompilationError: x")],
                                     seconds=1.25), 3)
-    assert line.startswith("rank 3: 2 generic Triton variants built or loaded in 1.2 s for the 4 variants")
+    assert line.startswith("rank 3: 2 generic Triton variants built or loaded in 1.2 s at close (0 of them "
+                           "built ahead, in the background during the warmup) for the 4 variants")
     assert line.endswith("; 1 failed to build (_k: CompilationError: x)")
+
+
+def test_the_line_says_how_many_were_built_ahead_once():
+    line = built_line(CloseResult(seen=20, built=16, already=4, ahead=13, seconds=2.0), 0)
+    assert "16 generic Triton variants built or loaded in 2.0 s at close (13 of them built ahead" in line
+    assert line.count("13") == 1 and line.count("16") == 1, "one count per fact"

@@ -1,6 +1,8 @@
 """The generic Triton variants in one vLLM worker (executor.triton_generic does the work): recorded
-from the plugin's start, built right before vLLM's JIT monitor starts, sealed there; a launch after
-ready that runs one is a warning line and a finding in the plugin's JIT log, never a compile.
+from the plugin's start, each twin's build started in the background as soon as its variant is
+recorded (overlapping the rest of the warmup, unseen by the JIT monitors' step counts), the rest
+built and all loaded right before vLLM's JIT monitor starts, sealed there; a launch after ready that
+runs one is a warning line and a finding in the plugin's JIT log, never a compile.
 
 vLLM starts its monitor at the end of compile_or_warm_up_model (vllm.utils.jit_monitor.activate,
 imported inside the method, so the module's attribute is what it calls): ``before_vllm_monitor``
@@ -83,9 +85,12 @@ class WorkerGenerics:
 
 
 def built_line(result, rank: int) -> str:
-    """One line of vLLM's log: the generic variants built before ready, and those that failed."""
+    """One line of vLLM's log: the generic variants built before ready (how many of them in the
+    background during the warmup, ahead of close; the seconds are close's own, on the critical path),
+    and those that failed. The twins' only count: the builds ahead are in no phase's or step's."""
     line = (f"rank {rank}: {result.built} generic Triton variants built or loaded in {result.seconds:.1f} s "
-            f"for the {result.seen} variants compiled before ready ({result.already} needed none); a launch "
+            f"at close ({result.ahead} of them built ahead, in the background during the warmup) for the "
+            f"{result.seen} variants compiled before ready ({result.already} needed none); a launch "
             "after ready in a value class no warmup saw runs one instead of compiling")
     if result.failed:
         kernels = sorted({kernel for kernel, _ in result.failed})

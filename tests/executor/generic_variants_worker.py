@@ -4,7 +4,8 @@ compiler for SM 9.0, on a machine without a GPU (executor.kernels.jit.stand_in's
 A fresh process: tests/executor's conftest turns on Triton's interpreter, whose patching of
 triton.language outlives the tests that ran interpreted, and the compiler needs the real one.
 Runs every scenario of SCENARIOS and prints one JSON line: per scenario, the facts it saw (or its
-error). test_triton_generic.py asserts on them.
+error). test_triton_generic.py asserts on them. The first scenarios build every twin at close
+(``ahead=False``); the ``ahead_*`` ones start each twin's build when its variant is recorded.
 
     python3 generic_variants_worker.py
 """
@@ -15,6 +16,8 @@ import json
 import os
 import sys
 import tempfile
+import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -25,8 +28,9 @@ import triton.language as tl  # noqa: E402
 from triton import knobs  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
+from executor.jit_monitor import Monitor  # noqa: E402
 from executor.kernels.jit.stand_in import pointer, use_offline_driver  # noqa: E402
-from executor.triton_generic import ORIGINALS, GenericVariants  # noqa: E402
+from executor.triton_generic import HOOKS, ORIGINALS, GenericVariants  # noqa: E402
 
 COMPILED: list[str] = []  # every compile, by kernel name (jit_post_compile_hook)
 
@@ -47,10 +51,28 @@ def launch(n_cols: int, stride: int = 64, factor: int = 3, aligned: bool = True,
     return _scale_rows.warmup(x, out, stride, n_cols, factor, BLOCK=block, grid=(4,))
 
 
-def closure(load: bool = False) -> GenericVariants:
-    c = GenericVariants(on_generic=lambda use: None, threads=2, load=load)  # no device to load on here
+def closure(load: bool = False, ahead: bool = False, threads: int = 2) -> GenericVariants:
+    c = GenericVariants(on_generic=lambda use: None, threads=threads, load=load, ahead=ahead)  # no device here
     assert c.install(), c.reason
     return c
+
+
+def cache_keys() -> list[str]:
+    return sorted(str(k) for k in _scale_rows.device_caches[0][0]) if 0 in _scale_rows.device_caches else []
+
+
+def wait_for_keys(n: int, seconds: float = 120.0) -> bool:
+    """Until the kernel's in-memory cache holds n variants (a twin built in the background lands there)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if len(cache_keys()) >= n:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def pool_threads() -> int:
+    return sum(t.name.startswith("warmup-generic") for t in threading.enumerate())
 
 
 def unseen_class_runs_generic() -> dict:
@@ -109,17 +131,152 @@ def unloadable_dropped() -> dict:
 
 def install_once() -> dict:
     pack, compile_ = JITFunction._pack_args, JITFunction._do_compile
+    knob_classes = {name: dict(vars(type(getattr(knobs, group)))) for group, name in HOOKS}
+    hooks = {name: getattr(getattr(knobs, group), name) for group, name in HOOKS}
     first, second = GenericVariants(), GenericVariants()
     ok = first.install()
+    quieted = all(type(vars(type(getattr(knobs, group)))[name]).__name__ == "_QuietHook" for group, name in HOOKS)
+    hooks_while = {name: getattr(getattr(knobs, group), name) for group, name in HOOKS}
     refused = not second.install()
     reason = second.reason
     first.uninstall()
+    knobs_restored = all(vars(type(getattr(knobs, group))).get(name) is knob_classes[name].get(name)
+                         and getattr(getattr(knobs, group), name) is hooks[name] for group, name in HOOKS)
     return {"ok": ok, "refused": refused, "reason": reason, "restored": ORIGINALS not in vars(JITFunction)
-            and (JITFunction._pack_args, JITFunction._do_compile) == (pack, compile_)}
+            and (JITFunction._pack_args, JITFunction._do_compile) == (pack, compile_),
+            "quieted": quieted, "hooks_kept": hooks_while == hooks, "knobs_restored": knobs_restored}
+
+
+# --- ahead: each twin's build starts when its variant is recorded ---------------------------------------
+
+def ahead_builds_before_close() -> dict:
+    c = closure(ahead=True)
+    launch(n_cols=64)
+    before = cache_keys()                       # right after the miss: the twin is on its way
+    started = wait_for_keys(2)                  # the twin lands in the kernel's cache, no close yet
+    threads = pool_threads()
+    compiled_before_close = list(COMPILED)
+    result = c.close()
+    after_close = list(COMPILED)
+    keys = cache_keys()
+    c.seal()
+    launch(n_cols=50)                           # the twin built ahead stands in
+    return {"first": len(before) >= 1, "started": started, "threads": threads,
+            "compiled_before_close": compiled_before_close, "after_close": after_close,
+            "close": {"seen": result.seen, "built": result.built, "ahead": result.ahead,
+                      "already": result.already, "failed": result.failed},
+            "keys": keys, "uses": [u.kernel for u in c.uses], "after_seal": list(COMPILED),
+            "threads_after_close": _threads_gone()}
+
+
+def ahead_off_builds_at_close() -> dict:
+    c = closure(ahead=False)
+    launch(n_cols=64)
+    time.sleep(0.5)                             # time a background build would have had
+    before = cache_keys()
+    threads = pool_threads()
+    result = c.close()
+    return {"before_close": len(before), "threads": threads,
+            "close": {"seen": result.seen, "built": result.built, "ahead": result.ahead,
+                      "already": result.already, "failed": result.failed},
+            "keys": cache_keys(), "compiled": list(COMPILED)}
+
+
+def _threads_gone(seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while pool_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pool_threads() == 0
+
+
+def ahead_unseen_by_the_monitor() -> dict:
+    """The project's JIT monitor counts per step whatever compiles on any thread: a twin built ahead
+    while a step runs is not in that step's counts; a twin built at close is, in close's step."""
+    out = {}
+    for ahead in (True, False):
+        _scale_rows.device_caches.clear()
+        monitor = Monitor("warn").install()
+        c = closure(ahead=ahead)
+        try:
+            monitor.begin_step("stage")
+            launch(n_cols=64)
+            built = wait_for_keys(2, 120.0 if ahead else 0.5)
+            step = monitor.end_step()
+            monitor.begin_step("close")
+            result = c.close()
+            closing = monitor.end_step()
+        finally:
+            c.uninstall()
+            monitor.uninstall()
+        out["ahead" if ahead else "at_close"] = {
+            "built_in_step": built, "step": [step.jit_misses, step.compiled + step.disk_loads, step.kernels],
+            "close_step": [closing.jit_misses, closing.compiled + closing.disk_loads],
+            "built": result.built, "ahead": result.ahead,
+            "totals": [monitor.totals.jit_misses, monitor.totals.compiled + monitor.totals.disk_loads]}
+    return out
+
+
+def _blocking_originals(release: threading.Event, fail: int = 0, entered: threading.Event | None = None):
+    """The background jobs' _pack_args sets `entered` and waits for `release` (then raises `fail`
+    times): the jobs read Triton's originals from ORIGINALS when submitted; the launches' own path
+    is untouched."""
+    originals = vars(JITFunction)[ORIGINALS]
+    pack = originals["_pack_args"]
+    left = [fail]
+
+    def waiting_pack_args(*args, **kwargs):
+        if entered is not None:
+            entered.set()
+        release.wait(60)
+        if left[0]:
+            left[0] -= 1
+            raise RuntimeError("a background build failed")
+        return pack(*args, **kwargs)
+    originals["_pack_args"] = waiting_pack_args
+    return lambda: originals.__setitem__("_pack_args", pack)
+
+
+def ahead_uninstall_with_pending_jobs() -> dict:
+    c = closure(ahead=True, threads=1)
+    release, entered = threading.Event(), threading.Event()
+    _blocking_originals(release, entered=entered)
+    for block in (16, 32, 64, 128):             # four twins: one job running (waiting), three pending
+        launch(n_cols=64, block=block)
+    jobs = [future for _, _, future in c._jobs.values()]
+    entered.wait(60)
+    started = time.monotonic()
+    c.uninstall()
+    seconds = time.monotonic() - started
+    cancelled = sum(f.cancelled() for f in jobs)
+    release.set()
+    return {"jobs": len(jobs), "seconds": seconds, "cancelled": cancelled,
+            "restored": ORIGINALS not in vars(JITFunction), "threads_gone": _threads_gone()}
+
+
+def ahead_failure_is_built_again_at_close() -> dict:
+    """A job that fails raises nowhere: close() builds that twin itself (and says it, if it fails again)."""
+    out = {}
+    for fail in (1, 2):
+        _scale_rows.device_caches.clear()
+        c = closure(ahead=True)
+        release = threading.Event()
+        undo = _blocking_originals(release, fail=fail)
+        try:
+            launch(n_cols=64)                   # the launch is unaffected by its twin's job
+            release.set()
+            result = c.close()
+        finally:
+            undo()
+            c.uninstall()
+        out[str(fail)] = {"built": result.built, "ahead": result.ahead,
+                          "failed": [[k, e] for k, e in result.failed]}
+    return out
 
 
 SCENARIOS = (unseen_class_runs_generic, one_and_unaligned_run_generic, new_constexpr_compiles,
-             before_seal_recorded, unloadable_dropped, install_once)
+             before_seal_recorded, unloadable_dropped, install_once, ahead_builds_before_close,
+             ahead_off_builds_at_close, ahead_unseen_by_the_monitor, ahead_uninstall_with_pending_jobs,
+             ahead_failure_is_built_again_at_close)
 
 
 def run(scenario) -> dict:

@@ -73,6 +73,51 @@ def test_a_generic_variant_that_will_not_load_is_dropped_and_its_misses_compile(
 def test_install_is_once_per_process_and_uninstall_restores_triton(seen):
     s = scenario(seen, "install_once")
     assert s["ok"] and s["refused"] and "another" in s["reason"] and s["restored"]
+    assert s["quieted"] and s["hooks_kept"], "while installed: the hook knobs read as set (off the pool)"
+    assert s["knobs_restored"], "Triton's hook knobs' classes as they were"
+
+
+# --- ahead: each twin's build starts when its variant is recorded ---------------------------------------
+
+def test_a_twin_is_built_in_the_background_before_close_and_counted_ahead(seen):
+    s = scenario(seen, "ahead_builds_before_close")
+    assert s["started"], "the twin did not reach the kernel's cache before close()"
+    assert s["threads"] >= 1, "built on the closure's own pool (warmup-generic)"
+    assert s["close"] == {"seen": 1, "built": 1, "ahead": 1, "already": 0, "failed": []}
+    assert s["after_close"] == s["compiled_before_close"] == ["_scale_rows"], "close() compiled nothing more"
+    assert s["uses"] == ["_scale_rows"] and s["after_seal"] == ["_scale_rows"], "the twin stands in after the seal"
+    assert s["threads_after_close"], "close() ends the pool's threads"
+
+
+def test_with_ahead_off_nothing_is_built_before_close_and_the_twins_are_the_same(seen):
+    off, on = scenario(seen, "ahead_off_builds_at_close"), scenario(seen, "ahead_builds_before_close")
+    assert off["before_close"] == 1 and off["threads"] == 0
+    assert off["close"] == {"seen": 1, "built": 1, "ahead": 0, "already": 0, "failed": []}
+    assert off["compiled"] == ["_scale_rows", "_scale_rows"]
+    assert off["keys"] == on["keys"] and len(on["keys"]) == 2
+
+
+def test_the_monitors_step_counts_leave_out_the_twins_built_ahead(seen):
+    s = scenario(seen, "ahead_unseen_by_the_monitor")
+    ahead, at_close = s["ahead"], s["at_close"]
+    assert ahead["built_in_step"] and ahead["ahead"] == 1
+    assert ahead["step"] == [1, 1, {"_scale_rows": 1}], "the step counts its own launch's compile only"
+    assert ahead["close_step"] == [0, 0] and ahead["totals"] == [1, 1]
+    # the same monitor sees a twin that close() builds, in close's step: the counts above can differ
+    assert not at_close["built_in_step"] and at_close["step"] == ahead["step"]
+    assert at_close["close_step"] == [1, 1] and at_close["totals"] == [2, 2]
+
+
+def test_uninstall_with_pending_jobs_returns_at_once_and_cancels_them(seen):
+    s = scenario(seen, "ahead_uninstall_with_pending_jobs")
+    assert s["jobs"] == 4 and s["cancelled"] == 3, "one job running, three pending and cancelled"
+    assert s["seconds"] < 1.0 and s["restored"] and s["threads_gone"]
+
+
+def test_a_failed_background_build_is_built_again_at_close_and_recorded_if_it_fails_there(seen):
+    s = scenario(seen, "ahead_failure_is_built_again_at_close")
+    assert s["1"] == {"built": 1, "ahead": 0, "failed": []}
+    assert s["2"] == {"built": 0, "ahead": 0, "failed": [["_scale_rows", "RuntimeError: a background build failed"]]}
 
 
 @pytest.mark.parametrize("entry, generic", [
