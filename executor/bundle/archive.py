@@ -30,6 +30,7 @@ from planner.output import open_output
 from ..caches.deep_gemm import KernelRecord
 from ..caches.family import PLAN, VLLM
 from ..caches import registry
+from ..caches.targets import cannot_write
 
 FORMAT = "warmup-bundle/v1"
 MANIFEST = "warmup-bundle.json"
@@ -254,6 +255,8 @@ def verify_members(path: str, manifest: Manifest, dest: str | None = None, only:
                     _check_member(tar, member, expected, seen, dest, path)
                 seen.add(member.name)
                 pending.discard(member.name)
+    except PlanError:
+        raise  # a staging directory that cannot be written is that, not a corrupted bundle
     except (OSError, tarfile.TarError, EOFError) as e:
         raise PlanError(f"truncated or corrupted warmup bundle ({type(e).__name__}: {e})", file=path) from None
     missing = sorted(set(expected) - seen)
@@ -299,23 +302,72 @@ def _type_problem(member: tarfile.TarInfo) -> str | None:
     return f"is {what}; a bundle holds regular files only"
 
 
+class _Discard:
+    def write(self, block: bytes) -> None:
+        pass
+
+
+class _Staging:
+    """A member's file in the staging directory. Only its own writes are converted: a staging
+    directory that cannot take it (a full disk) is a WriteError naming it, not a corrupted bundle,
+    while an error reading the bundle stays the bundle's."""
+
+    def __init__(self, target: str):
+        self.target = target
+        self._f = self._do(lambda: _opened(target))
+
+    def write(self, block: bytes) -> None:
+        self._do(lambda: self._f.write(block))
+
+    def close(self, flush: bool = True) -> None:
+        try:
+            if flush:
+                self._do(self._f.flush)
+        finally:
+            with contextlib.suppress(OSError):  # flushed above, or given up: the error said is the first
+                self._f.close()
+
+    def _do(self, call):
+        try:
+            return call()
+        except OSError as e:
+            raise cannot_write(e, self.target) from None
+
+
+def _opened(target: str):
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    return open(target, "wb")
+
+
+@contextlib.contextmanager
+def _staged(target: str | None):
+    """Where a member's bytes go: its file in the staging directory (`target`), or nowhere (inspect)."""
+    if target is None:
+        yield _Discard()
+        return
+    out = _Staging(target)
+    try:
+        yield out
+    except BaseException:
+        out.close(flush=False)
+        raise
+    out.close()
+
+
 def _check_member(tar, member, expected: dict, seen: set, dest: str | None, path: str) -> None:
     problem = member_problem(member, expected, seen)
     if problem:
         raise PlanError(f"refused: member {member.name!r} {problem}", file=path)
     target = os.path.join(dest, member.name) if dest is not None else None
-    if target is not None:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
     h = hashlib.sha256()
     allowed, written = expected[member.name].size, 0
-    with tar.extractfile(member) as src, (open(target, "wb") if target else contextlib.nullcontext()) as out:
+    with tar.extractfile(member) as src, _staged(target) as out:
         for block in iter(lambda: src.read(1 << 20), b""):
             written += len(block)
             if written > allowed:  # what the manifest lists is all a member may write (a sparse member, say)
                 raise PlanError(f"refused: member {member.name!r} holds more than the {allowed} bytes the "
                                 "manifest lists", file=path)
             h.update(block)
-            if out is not None:
-                out.write(block)
+            out.write(block)
     if h.hexdigest() != expected[member.name].sha256:
         raise PlanError(f"refused: member {member.name!r} does not match its sha256 (corrupted)", file=path)

@@ -32,6 +32,7 @@ from .. import precompile
 from ..caches import deep_gemm
 from ..caches.family import PLAN
 from ..caches.registry import CacheRoots, for_origin
+from ..caches.targets import cannot_write, check_directories
 from ..report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from . import archive, environment, packing
 from .archive import FORMAT, Manifest
@@ -166,7 +167,9 @@ def install(path: str, roots: CacheRoots, here: dict) -> Installation:
     if problem:
         raise PlanError(f"refused: the bundle was built for another environment ({problem})", file=path)
     names = deep_gemm.names_here(manifest, here.get("deep_gemm_include_dir"), path)
-    problem = archive.space_problem(manifest, tempfile.gettempdir(), {f: roots.directory(f) for f in roots})
+    destinations = {f: roots.directory(f) for f in roots}
+    check_directories(destinations)  # a file in the way, read-only: one line before anything is written
+    problem = archive.space_problem(manifest, tempfile.gettempdir(), destinations)
     if problem:
         raise PlanError(f"refused: the bundle {problem}", file=path)
     staging = tempfile.mkdtemp(prefix="warmup-bundle-")
@@ -181,10 +184,18 @@ def install(path: str, roots: CacheRoots, here: dict) -> Installation:
 @contextmanager
 def locked(root: str):
     """One installer at a time per DeepGEMM cache (others wait): fcntl, released on exit or crash."""
-    os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, LOCK), "a") as f:
+    with _lock_file(root) as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _lock_file(root: str):
+    """The lock file in `root` (both made if missing); a cache that cannot take it is one line."""
+    try:
+        os.makedirs(root, exist_ok=True)
+        return open(os.path.join(root, LOCK), "a")
+    except OSError as e:
+        raise cannot_write(e, root, "nothing was placed") from None

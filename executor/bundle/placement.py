@@ -25,7 +25,8 @@ from ..caches import registry
 from ..caches.family import Placing
 from ..caches.registry import CacheRoots
 from ..caches.relocate import Relocation, relocate_family
-from ..caches.tree import Placed, files_under
+from ..caches.targets import cannot_write
+from ..caches.tree import Placed, files_under, journal, undo
 
 
 class Installation(NamedTuple):
@@ -60,7 +61,31 @@ def families(manifest) -> set:
 
 def place_all(manifest, staged: str, roots: CacheRoots, names: dict, include_dir: str | None,
               wanted: set | None = None, move: bool = False) -> Installation:
-    """Each held family (of `wanted`) from `staged` into its root (`move`: the staged copy is ours to rename)."""
+    """Each held family (of `wanted`) from `staged` into its root (`move`: the staged copy is ours to
+    rename). All or nothing: an install that fails half-way (a full disk) removes what it placed,
+    which no record lists yet, and a cache that cannot be written is one line (WriteError)."""
+    with journal() as placed:
+        try:
+            return _place_all(manifest, staged, roots, names, include_dir, wanted, move)
+        except OSError as e:
+            undo(placed)
+            raise cannot_write(e, note=removed(placed)) from None
+        except BaseException:
+            undo(placed)
+            raise
+
+
+def removed(placed: list) -> str:
+    """What a failed install says of what it had placed (and removed)."""
+    if not placed:
+        return "nothing was placed"
+    if len(placed) == 1:
+        return "the 1 entry this install had placed was removed"
+    return f"the {len(placed)} entries this install had placed were removed"
+
+
+def _place_all(manifest, staged: str, roots: CacheRoots, names: dict, include_dir: str | None,
+               wanted: set | None, move: bool) -> Installation:
     held = families(manifest) if wanted is None else families(manifest) & wanted
     relocation = Relocation.of(manifest.roots, {f: roots.get(f) for f in held})
     placed, relocated, unresolved = {}, {}, {}

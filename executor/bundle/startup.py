@@ -17,6 +17,7 @@ placed (executor/bundle/usage.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -29,10 +30,11 @@ from ..caches import deep_gemm
 from ..caches import registry
 from ..caches.registry import CacheRoots, of
 from ..caches.roots import default_vllm_cache_root
-from ..caches.tree import Placed
+from ..caches.targets import cannot_write, check_directories
+from ..caches.tree import Placed, undo
 from . import archive, environment, ops, packing, records, staging, usage
 from .archive import FORMAT, VLLM, Manifest
-from .placement import Installation, families, place_all
+from .placement import Installation, families, place_all, removed
 
 def early() -> tuple[str, ...]:
     """The families placed before vLLM resolves the model."""
@@ -119,10 +121,11 @@ def install(path: str, roots: CacheRoots, here: dict, record_dir: str | None = N
         staging.discard(manifest)
         raise
     names = deep_gemm.names_here(manifest, here.get("deep_gemm_include_dir"), path)
-    _check_space(path, manifest, roots, families(manifest))
     record_dir = record_dir or default_vllm_cache_root()
     earlier = usage.load(usage.record_path(record_dir, manifest.digest()))
     left_out = earlier.left_out if earlier is not None else {}
+    if not all_in_place(manifest, roots, names, left_out):  # caches that hold it already may be read-only (an image)
+        _check_space(path, manifest, roots, families(manifest), record_dir)
     # another rank of this node may be placing it: its staging lock is waited for, then its work found
     with staging.consume(path, manifest, unless=lambda: all_in_place(manifest, roots, names, left_out)) as staged:
         if staged is None:
@@ -130,9 +133,8 @@ def install(path: str, roots: CacheRoots, here: dict, record_dir: str | None = N
         with ops.locked(_lock_root(roots, families(manifest))):
             placed = place_all(manifest, staged, roots, names, here.get("deep_gemm_include_dir"), move=True)
             absent = {f: _absent(manifest, roots, f, names) for f in families(manifest)}
-    installed = record_use(path, manifest, roots, placed, absent, record_dir, fingerprint=here if as_built else None)
-    if as_built:
-        records.mark_pending(usage.record_path(record_dir, manifest.digest()))
+    installed = record_use(path, manifest, roots, placed, absent, record_dir, fingerprint=here if as_built else None,
+                           pending=as_built)
     return placed._replace(installed=installed)
 
 
@@ -165,7 +167,8 @@ def install_early(path: str, roots: CacheRoots, vllm_version: str | None,
         # vLLM loads its plugins in every process (API server, engine core, each worker): only the
         # first one places them; the others find its files and check nothing twice
         return Installation({f: Placed(kept=len(_members(manifest, f))) for f in sorted(wanted)})
-    _check_space(path, manifest, roots, wanted)
+    record_dir = record_dir or default_vllm_cache_root()
+    _check_space(path, manifest, roots, wanted, record_dir)
     staged = tempfile.mkdtemp(prefix="warmup-bundle-early-")
     try:
         archive.verify_members(path, manifest, staged, only=tuple(sorted(wanted)))
@@ -174,12 +177,16 @@ def install_early(path: str, roots: CacheRoots, vllm_version: str | None,
             absent = {f: _absent(manifest, roots, f) for f in wanted}
     finally:
         shutil.rmtree(staged, ignore_errors=True)
-    return placed._replace(installed=record_use(path, manifest, roots, placed, absent,
-                                                record_dir or default_vllm_cache_root()))
+    return placed._replace(installed=record_use(path, manifest, roots, placed, absent, record_dir))
 
 
-def _check_space(path: str, manifest: Manifest, roots: CacheRoots, wanted: set) -> None:
-    problem = archive.space_problem(manifest, tempfile.gettempdir(), {f: roots.directory(f) for f in wanted})
+def _check_space(path: str, manifest: Manifest, roots: CacheRoots, wanted: set, record_dir: str) -> None:
+    """Refused before anything is written: a cache (or the records' directory) that is a file or
+    cannot be written (WriteError), or too little room for the bundle (PlanError)."""
+    destinations = {f: roots.directory(f) for f in wanted}
+    check_directories({**destinations, "lock": _lock_root(roots, wanted),
+                       "install records": records.records_dir(record_dir)})
+    problem = archive.space_problem(manifest, tempfile.gettempdir(), destinations)
     if problem:
         raise PlanError(f"refused: the bundle {problem}", file=path)
 
@@ -217,18 +224,41 @@ def all_in_place(manifest: Manifest, roots: CacheRoots, names: dict | None = Non
 
 
 def record_use(path: str, manifest: Manifest, roots: CacheRoots, placed: Installation, absent: dict,
-               record_dir: str, fingerprint: dict | None = None) -> usage.Installed:
+               record_dir: str, fingerprint: dict | None = None, pending: bool = False) -> usage.Installed:
     """Mark what was placed (executor/bundle/usage.py) and keep the record under vLLM's cache root
-    (`record_dir`), where `warmup bundle verify` and the plugin find it; a record that cannot be
-    written is only not kept. `fingerprint`: the one an as-built install was checked against."""
+    (`record_dir`), where `warmup bundle verify` and the plugin find it. `fingerprint`: the one an
+    as-built install was checked against; `pending`: mark it for the plugin's check of the machine.
+    A record that cannot be written (a full disk) removes what was placed: the use report, the
+    plugin's check and its removal of a mismatched install all start from the record, so nothing
+    may stay placed without one. That is one line (WriteError)."""
     paths = {f: p.paths for f, p in placed.families.items() if p.paths}
-    installed = usage.mark(path, {f: roots.directory(f) for f in paths}, paths, manifest,
-                           {f: a for f, a in absent.items() if a}, fingerprint)
+    record = usage.record_path(record_dir, manifest.digest())
     try:
-        usage.save(installed, usage.record_path(record_dir, manifest.digest()))
-    except OSError:
-        pass
+        installed = usage.mark(path, {f: roots.directory(f) for f in paths}, paths, manifest,
+                               {f: a for f, a in absent.items() if a}, fingerprint)
+        _keep_record(installed, record, pending)
+    except OSError as e:
+        placed_paths = [p for family in paths.values() for p in family]
+        undo(placed_paths)
+        raise cannot_write(e, record, f"the install record could not be written, so {removed(placed_paths)}") from None
     return installed
+
+
+def _keep_record(installed: usage.Installed, record: str, pending: bool) -> None:
+    """The record, after its mark when `pending`: a process that dies between them leaves a mark
+    the plugin's check reports and drops, never an unchecked install. A mark this call made is
+    taken back when the record cannot be written."""
+    made_mark = pending and not os.path.exists(record + records.UNCHECKED)
+    if pending:
+        os.makedirs(os.path.dirname(record), exist_ok=True)
+        records.mark_pending(record)
+    try:
+        usage.save(installed, record)
+    except OSError:
+        if made_mark:
+            with contextlib.suppress(OSError):
+                os.unlink(record + records.UNCHECKED)
+        raise
 
 
 def summary(manifest: Manifest) -> str:

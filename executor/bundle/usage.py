@@ -32,6 +32,7 @@ entry is a compile of, and where a family compiles one again outside its root, a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -250,9 +251,14 @@ def save(installed: Installed, path: str) -> None:
         installed = earlier.merged(installed)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".warmup-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(installed.to_json())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(installed.to_json())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a full disk: no half-written record left beside it
+            os.unlink(tmp)
+        raise
 
 
 def load(path: str) -> Installed | None:

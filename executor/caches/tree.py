@@ -11,11 +11,18 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import NamedTuple
 
-from planner.errors import PlanError
-
 from .. import triton_cache
+from .targets import cannot_write
+
+# What `place` put into a cache during the current install (None: no install is recording): an
+# install that fails half-way (a full disk) removes it, so that nothing is left without its record.
+# A context variable, not an argument, because every family's placement reaches `place` its own
+# way; each thread (the plugin's) has its own.
+_JOURNAL: ContextVar[list | None] = ContextVar("warmup_placed", default=None)
 
 
 class Placed(NamedTuple):
@@ -55,16 +62,38 @@ def files_under(path: str) -> list[str]:
     return [os.path.join(folder, n) for folder, _, names in os.walk(path) for n in sorted(names)]
 
 
+@contextmanager
+def journal():
+    """Record what `place` puts into place within the block; yields the list of those paths."""
+    placed: list = []
+    token = _JOURNAL.set(placed)
+    try:
+        yield placed
+    finally:
+        _JOURNAL.reset(token)
+
+
+def undo(paths) -> None:
+    """Remove what an install placed (the paths `journal` recorded), newest first."""
+    for path in reversed(list(paths)):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def place(src: str, dest: str, prepare=None, move: bool = False) -> bool:
     """Copy `src` (a file or a directory) next to `dest`, then rename it into place. False when
     `dest` is already there. `prepare(copy, dest)` adjusts the copy before the rename (Triton's
     entries). `move`: `src` is a staging copy of ours, renamed rather than copied where it is on the
-    same filesystem (the plugin's install: no byte copied on vLLM's path)."""
+    same filesystem (the plugin's install: no byte copied on vLLM's path). A cache that cannot be
+    written (a file in the way, read-only, full) is a WriteError naming the path and the cause."""
     if os.path.lexists(dest):
         return False
-    parent = os.path.dirname(dest)
-    os.makedirs(parent, exist_ok=True)
-    staged = tempfile.mkdtemp(prefix=".warmup-staging-", dir=parent)
+    staged = _staging_beside(dest)
     try:
         target, is_dir = os.path.join(staged, "x"), os.path.isdir(src)
         if not (move and _renamed(src, target)):
@@ -75,15 +104,32 @@ def place(src: str, dest: str, prepare=None, move: bool = False) -> bool:
             os.rename(target, dest)  # a directory: atomic, and refused when another one won meanwhile
         else:
             os.link(target, dest)    # a file: never replaces one that appeared meanwhile
-        return True
     except FileExistsError:
         return False
     except OSError as e:
         if os.path.lexists(dest):
             return False
-        raise PlanError(f"cannot install {dest}: {e}") from None
+        raise cannot_write(e, dest) from None
     finally:
         shutil.rmtree(staged, ignore_errors=True)
+    _recorded(dest)
+    return True
+
+
+def _staging_beside(dest: str) -> str:
+    """A temporary directory in `dest`'s folder (made if missing), for the rename into place."""
+    parent = os.path.dirname(dest)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        return tempfile.mkdtemp(prefix=".warmup-staging-", dir=parent)
+    except OSError as e:
+        raise cannot_write(e, parent) from None
+
+
+def _recorded(dest: str) -> None:
+    placed = _JOURNAL.get()
+    if placed is not None:
+        placed.append(dest)
 
 
 def _renamed(src: str, target: str) -> bool:
