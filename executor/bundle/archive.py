@@ -31,6 +31,7 @@ from ..caches.deep_gemm import KernelRecord
 from ..caches.family import PLAN, VLLM
 from ..caches import registry
 from ..caches.targets import cannot_write
+from . import reading
 
 FORMAT = "warmup-bundle/v1"
 MANIFEST = "warmup-bundle.json"
@@ -159,10 +160,14 @@ def _add_as_listed(tar, record: FileRecord, path: str, cancelled) -> None:
         raise PlanError("was written after it was hashed; a bundle packs each file whole", file=path)
 
 
+MANIFEST_TOO_LARGE = f"its manifest, the first member, is over the {reading.MAX_MANIFEST_BYTES >> 20} MiB limit"
+MEMBERS_TOO_LARGE = "it holds more than the members its manifest lists (a header or member larger than listed)"
+
+
 def read_manifest(path: str) -> Manifest:
     """The bundle's manifest; one line when the file is no bundle (missing, truncated, foreign)."""
     try:
-        with tarfile.open(path, "r:*") as tar:
+        with reading.open_tar(path, reading.manifest_limit(), MANIFEST_TOO_LARGE) as tar:
             member = tar.next()
             if member is None or member.name != MANIFEST or not member.isfile():
                 raise PlanError(f"not a warmup bundle: its first member is not {MANIFEST}", file=path)
@@ -244,8 +249,9 @@ def verify_members(path: str, manifest: Manifest, dest: str | None = None, only:
     others = {f.path for f in manifest.files} - set(expected)
     seen: set = set()
     pending = set(expected)
+    limit = reading.members_limit(f.size for f in manifest.files)
     try:
-        with tarfile.open(path, "r:*") as tar:
+        with reading.open_tar(path, limit, MEMBERS_TOO_LARGE) as tar:
             for member in tar:
                 if only is not None and not pending:
                     break
