@@ -228,6 +228,20 @@ def test_a_non_finite_number_in_a_config_json_is_refused_at_its_line(tmp_path, c
     assert out == ""
 
 
+MAMBA2 = Path("tests/fixtures/hf/mamba-codestral-7b-v0.1.json")  # transformers 4's Mamba2Config, as the Hub has it
+
+
+def test_an_unplanned_architecture_is_refused_for_that_whatever_its_numbers(tmp_path, capsys):
+    """A Mamba2 config gives time_step_limit [0.0, Infinity] (transformers' default, float('inf')):
+    the refusal names the architecture, not the number (issue 55 item 3)."""
+    assert "Infinity" in MAMBA2.read_text()
+    out = tmp_path / "engine.yaml"
+    code, stdout, err = run(capsys, "engine", "--from-hf", str(MAMBA2), "-o", str(out))
+    assert_one_line_error(code, err, f"{MAMBA2}:2: architectures: Mamba2ForCausalLM is not planned by --from-hf: "
+                                     "a state-space (Mamba) model")
+    assert stdout == "" and not out.exists()
+
+
 def test_a_string_that_says_nan_is_only_a_string(tmp_path, capsys):
     config = tmp_path / "config.json"
     text = HF_CONFIG.read_text()

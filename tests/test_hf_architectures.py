@@ -378,6 +378,7 @@ def test_mxfp4_gap_names_the_layers_and_awq_moe_is_ahead_of_time():
 
 REFUSED = {
     "mamba-2.8b": "a state-space (Mamba) model",
+    "mamba-codestral-7b-v0.1": "a state-space (Mamba) model",  # Mamba2, time_step_limit [0.0, Infinity]
     "bert-base-uncased": "not a text-generation model",
     "t5-base": "an encoder-decoder model",
 }

@@ -3,6 +3,7 @@ config.json, or from the VllmConfig an installed vLLM resolves (vllm_bridge/cli.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -68,9 +69,23 @@ def engine_source(name: str):
                     f"in {ENGINE_SOURCES}: reinstall warmup-planner)", file=f"--from-{name}")
 
 
+def _refuse_unplanned(text: str, file: str) -> None:
+    """A config.json of an architecture --from-hf does not plan is refused for that, before the
+    strict reading below refuses something else of it and hides the one thing to say (a Mamba2
+    config's time_step_limit [0.0, Infinity]: not a finite number)."""
+    try:
+        loose = json.loads(text)  # Python's own reading, where NaN and Infinity are numbers
+    except (ValueError, RecursionError):
+        return  # load_json says what is wrong, at its line
+    refusal = hf.unplanned(loose, os.path.basename(file)) if isinstance(loose, dict) else None
+    if refusal is not None:
+        raise refusal.as_plan_error(file, text)
+
+
 def _from_hf(args) -> int:
     """--from-hf: the engine config planner/engine/hf/ derives from a config.json and the flags."""
     text = read_text(args.from_hf)
+    _refuse_unplanned(text, args.from_hf)
     config = load_json(text, args.from_hf)  # no NaN or infinity either
     if not isinstance(config, dict):
         raise PlanError("expected a JSON object (a Hugging Face config.json)", file=args.from_hf)

@@ -124,11 +124,11 @@ from .flags import FROM_HF_FLAGS
 from .layouts import LAYOUTS
 from .memory import GPU_MEMORY_UTILIZATION
 from .model import DEFAULT_BLOCK_SIZE
-from .refusal import WAY_OUT
+from .refusal import WAY_OUT, unplanned
 from .source import HFConfigError, key_line
 from .speculative import SUFFIX_TREE_DEPTH
 from .writer import engine_to_yaml, insert_after
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "FROM_HF_FLAGS", "GPUS", "GPU_MEMORY_UTILIZATION", "LAYOUTS",
            "SUFFIX_TREE_DEPTH", "VOCAB_PADDING", "WAY_OUT", "HFConfigError", "engine_from_hf", "engine_to_yaml",
-           "gpu_name", "insert_after", "key_line"]
+           "gpu_name", "insert_after", "key_line", "unplanned"]

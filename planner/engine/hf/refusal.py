@@ -37,6 +37,17 @@ def _why(ctx: HFConfig, architecture: str) -> str:
     return "no module layout of vLLM's is declared for it (planner/engine/hf/layouts.py)"
 
 
+def unplanned(hf: dict, source: str) -> HFConfigError | None:
+    """The refusal of a config whose architecture --from-hf does not plan; None where it plans it
+    or names none (the config's full reading says what is wrong then). Asked before anything else
+    of the config is read: a model that is not planned is refused for that, whatever its other
+    keys hold (state-spaces' Mamba2 configs give time_step_limit [0.0, Infinity])."""
+    archs = hf.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] not in LAYOUTS:
+        return refuse_architecture(HFConfig(hf, source), archs[0])
+    return None
+
+
 def refuse_architecture(ctx: HFConfig, architecture: str) -> HFConfigError:
     return ctx.fail(f"architectures: {architecture} is not planned by --from-hf: {_why(ctx, architecture)}; "
                     f"{WAY_OUT}. --from-hf plans {', '.join(sorted(LAYOUTS))}", "architectures")
