@@ -1,0 +1,248 @@
+"""The OCI client's bounds and promises, each made to bite (issue 55 item 6: a mutation pass over
+executor/bundle/oci.py, oci_ref.py, cli_registry.py, sources.py and vllm_bridge/bundle_source.py).
+
+Each test checks what a user or a node sees (an exit code, a line, a time bound, a digest refused,
+the bytes a registry holds), against the CNCF registry on loopback without and with HTTP Basic auth
+(registry_server.py), or, for what no real registry does (never accepting a connection, never
+answering), against a socket that does just that."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+import registry_server
+from executor.bundle import oci, oci_ref
+from planner.errors import PlanError
+from registry_server import RegistryServer, free_port, serve
+from test_bundle_oci import make_bundle, push, run_cli, sha
+
+
+REGISTRY_LIMIT = 4 << 20  # the distribution registry's limit on a manifest: it serves no larger one (HTTP 500)
+
+
+@pytest.fixture(params=["open", "basic"])
+def registry(request, tmp_path, monkeypatch):
+    """The CNCF registry without and with HTTP Basic auth (htpasswd)."""
+    server = serve(request.param, str(tmp_path), monkeypatch)
+    yield server
+    server.kill()
+
+
+def fetch(ref: oci_ref.Reference, path: str) -> bytes:
+    """What the registry serves at one of its /v2/ paths (through the client's own auth)."""
+    client, _ = oci._client(ref, False)
+    response = oci._request(client, "GET", f"{ref.registry}/v2/{ref.repository}/{path}", time.monotonic() + 30,
+                            headers={"Accept": oci.MANIFEST_MEDIA_TYPE})
+    assert response.status_code == 200, response.status_code
+    return response.content
+
+
+# --- what is pushed ---------------------------------------------------------------------------------
+
+def test_the_pushed_artifact_is_what_its_manifest_says(tmp_path, registry):
+    """Another tool (oras, containerd, a registry's garbage collector) reads the config and the layer by
+    the manifest's descriptors: each names the bytes the registry holds, size and digest."""
+    bundle = tmp_path / "llama.warmup"
+    make_bundle(bundle)
+    pushed = push(bundle, f"oci://{registry.address}/warmup/llama:v1")
+    manifest = json.loads(fetch(pushed.reference, f"manifests/{pushed.reference.digest}"))
+    assert manifest["artifactType"] == oci.ARTIFACT_TYPE and manifest["mediaType"] == oci.MANIFEST_MEDIA_TYPE
+    config = fetch(pushed.reference, f"blobs/{manifest['config']['digest']}")
+    assert config == b"{}" and manifest["config"]["size"] == len(config)
+    assert manifest["config"]["digest"] == "sha256:" + hashlib.sha256(config).hexdigest()
+    [layer] = manifest["layers"]
+    blob = fetch(pushed.reference, f"blobs/{layer['digest']}")
+    assert blob == bundle.read_bytes() and layer["size"] == len(blob) == pushed.size
+    assert layer["annotations"] == {"org.opencontainers.image.title": "llama.warmup"}
+
+
+# --- what is pulled: the manifest's bound -----------------------------------------------------------
+
+def test_a_manifest_at_the_limit_is_pulled(tmp_path, registry):
+    """The registry's own limit is ours: a manifest of MANIFEST_LIMIT bytes (its JSON padded with
+    spaces in the registry's storage, the tag still naming it) is pulled."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    pushed = push(bundle, f"oci://{registry.address}/w:v1")
+    stored = registry.blob_file(pushed.reference.digest)
+    body = open(stored, "rb").read()
+    with open(stored, "wb") as f:
+        f.write(body + b" " * (REGISTRY_LIMIT - len(body)))
+    pulled = oci.pull(oci_ref.parse(f"oci://{registry.address}/w:v1"), str(tmp_path / "p.warmup"))
+    assert sha(tmp_path / "p.warmup") == sha(bundle) and pulled.size == bundle.stat().st_size
+
+
+def serving(handler_class):
+    """A loopback HTTP server with `handler_class` (a registry that misbehaves as no real one does);
+    its address, and a stop function."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop():
+        server.shutdown()
+        server.server_close()
+    return f"127.0.0.1:{server.server_address[1]}", stop
+
+
+def test_a_manifest_over_the_limit_is_refused(tmp_path):
+    """A registry (not the CNCF one, which will not serve it) answering a manifest one byte over the
+    limit: refused as the input it is (exit 2's PlanError), no blob asked for, nothing written."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    body = oci.artifact_manifest("sha256:" + sha(bundle), bundle.stat().st_size, "b.warmup", {})
+    body += b" " * (REGISTRY_LIMIT + 1 - len(body))
+    asked = []
+
+    class Oversized(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            asked.append(self.path)
+            data = body if "/manifests/" in self.path else bundle.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    address, stop = serving(Oversized)
+    try:
+        with pytest.raises(PlanError, match=f"refused: its manifest is {REGISTRY_LIMIT + 1} bytes"):
+            oci.pull(oci_ref.parse(f"oci://{address}/w:v1"), str(tmp_path / "p.warmup"))
+    finally:
+        stop()
+    assert asked == ["/v2/w/manifests/v1"] and not (tmp_path / "p.warmup").exists()
+
+
+# --- time bounds ------------------------------------------------------------------------------------
+
+def test_a_deadline_already_spent_sends_nothing_and_writes_nothing(tmp_path, registry):
+    """Every request asks the deadline first: a loopback registry answers in a millisecond, and still
+    no request goes out once the time is up."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    pushed = push(bundle, f"oci://{registry.address}/w:v1")
+    with pytest.raises(oci.RegistryError, match="gave up at the deadline"):
+        oci.pull(pushed.reference, str(tmp_path / "p.warmup"), timeout_s=1e-9)
+    with pytest.raises(oci.RegistryError, match="gave up at the deadline"):
+        oci.push(str(bundle), oci_ref.parse(f"oci://{registry.address}/w:v2"), {}, timeout_s=1e-9)
+    assert not (tmp_path / "p.warmup").exists()
+    with pytest.raises(oci.RegistryError, match="not in the registry"):
+        oci.resolve(oci_ref.parse(f"oci://{registry.address}/w:v2"))  # the push sent nothing
+
+
+def test_a_registry_that_never_answers_is_given_up_on_at_the_callers_deadline(tmp_path):
+    """READ_TIMEOUT_S (30 s) bounds one read; a deadline shorter than it bounds the read too."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections, never answers
+    ref = oci_ref.parse(f"oci://127.0.0.1:{silent.getsockname()[1]}/w:v1")
+    started = time.monotonic()
+    try:
+        with pytest.raises(oci.RegistryError, match="did not answer in time"):
+            oci.pull(ref, str(tmp_path / "p.warmup"), timeout_s=1.5)
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 6
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_registry_that_never_accepts_the_connection_is_given_up_on_after_the_connect_timeout(tmp_path):
+    """A full accept queue (a registry's host overloaded, a firewall that drops): the connection never
+    completes; the pull gives up after CONNECT_TIMEOUT_S (5 s), not at the transfer's deadline."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    queued = socket.create_connection(full.getsockname(), timeout=5)  # the one the queue holds: the next waits
+    ref = oci_ref.parse(f"oci://127.0.0.1:{full.getsockname()[1]}/w:v1")
+    started = time.monotonic()
+    try:
+        with pytest.raises(oci.RegistryError, match="cannot be reached"):
+            oci.pull(ref, str(tmp_path / "p.warmup"), timeout_s=60)
+    finally:
+        queued.close()
+        full.close()
+    assert oci.CONNECT_TIMEOUT_S - 0.5 < time.monotonic() - started < 15
+    assert os.listdir(tmp_path) == []
+
+
+# --- --plain-http: a registry that is not named as loopback ------------------------------------------
+
+class OtherLoopback(RegistryServer):
+    """The registry on 127.0.0.2: reachable here, but not one of the names spoken to in plain HTTP
+    unasked (oci_ref._LOOPBACK), as a registry on a private network without TLS."""
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.2:{self.port}"
+
+
+@pytest.fixture(params=["open", "basic"])
+def plain_registry(request, tmp_path, monkeypatch):
+    monkeypatch.setattr(registry_server, "CONFIG", registry_server.CONFIG.replace("127.0.0.1", "127.0.0.2"))
+    monkeypatch.setattr(registry_server, "RegistryServer", OtherLoopback)
+    server = serve(request.param, str(tmp_path), monkeypatch)
+    yield server
+    server.kill()
+
+
+def test_plain_http_is_spoken_where_asked_and_tls_elsewhere(tmp_path, plain_registry):
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    ref = f"oci://{plain_registry.address}/w:v1"
+    assert not oci_ref.parse(ref).plain_http()
+    tls = run_cli("push", str(bundle), ref, "--timeout", "20")  # HTTPS to a server speaking HTTP
+    assert tls.returncode == 1 and tls.stdout == "" and tls.stderr.count("\n") == 1, tls.stderr
+    assert tls.stderr.startswith(f"warmup: error: HEAD {plain_registry.address}/v2/w/blobs/sha256:"), tls.stderr
+    pushed = run_cli("push", str(bundle), ref, "--plain-http")
+    assert pushed.returncode == 0, pushed.stderr
+    pulled = run_cli("pull", ref, "-o", str(tmp_path / "p.warmup"), "--plain-http")
+    assert (pulled.returncode, pulled.stdout) == (0, pushed.stdout), pulled.stderr
+    assert sha(tmp_path / "p.warmup") == sha(bundle)
+    refused = run_cli("pull", ref, "-o", str(tmp_path / "q.warmup"))
+    assert refused.returncode == 1 and not (tmp_path / "q.warmup").exists(), refused.stderr
+
+
+def test_a_registry_that_stalls_mid_blob_is_said_as_such(tmp_path, monkeypatch):
+    """The blob's headers and its first bytes, then silence: the read times out (urllib3's own
+    ReadTimeoutError, not requests'), said as the registry not answering, after the bytes it sent."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    body = oci.artifact_manifest("sha256:" + sha(bundle), bundle.stat().st_size, "b.warmup", {})
+    release = threading.Event()
+
+    class Stalls(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            data = body if "/manifests/" in self.path else bundle.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data if "/manifests/" in self.path else data[:1000])
+            self.wfile.flush()
+            if "/blobs/" in self.path:
+                release.wait(30)
+
+        def log_message(self, *args):
+            pass
+
+    monkeypatch.setattr(oci, "READ_TIMEOUT_S", 0.5)
+    address, stop = serving(Stalls)
+    started = time.monotonic()
+    try:
+        with pytest.raises(oci.RegistryError) as caught:
+            oci.pull(oci_ref.parse(f"oci://{address}/w:v1"), str(tmp_path / "p.warmup"), timeout_s=20)
+    finally:
+        release.set()
+        stop()
+    assert str(caught.value) == (f"GET {address}/v2/w/blobs/sha256:{sha(bundle)}: broken off after 1000 bytes: "
+                                 "the registry did not answer in time")
+    assert time.monotonic() - started < 5 and not (tmp_path / "p.warmup").exists()
