@@ -246,3 +246,81 @@ def test_a_registry_that_stalls_mid_blob_is_said_as_such(tmp_path, monkeypatch):
     assert str(caught.value) == (f"GET {address}/v2/w/blobs/sha256:{sha(bundle)}: broken off after 1000 bytes: "
                                  "the registry did not answer in time")
     assert time.monotonic() - started < 5 and not (tmp_path / "p.warmup").exists()
+
+
+# --- what the registry refuses, and what it is not asked ------------------------------------------------
+
+def test_the_same_bundle_and_annotations_in_any_order_have_one_digest(tmp_path, registry):
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    annotations = {oci.ANNOTATION_BUNDLE: "sha256:b", oci.ANNOTATION_PLAN: "sha256:p", oci.ANNOTATION_FINGERPRINT: "{}"}
+    first = oci.push(str(bundle), oci_ref.parse(f"oci://{registry.address}/w:a"), annotations)
+    again = oci.push(str(bundle), oci_ref.parse(f"oci://{registry.address}/w:b"), dict(reversed(annotations.items())))
+    assert first.reference.digest == again.reference.digest
+
+
+def test_a_push_without_a_tag_makes_no_tag(tmp_path, registry):
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    pushed = push(bundle, f"oci://{registry.address}/untagged")
+    oci.pull(pushed.reference, str(tmp_path / "p.warmup"))
+    assert push(bundle, f"oci://{registry.address}/untagged:v1").reference.digest == pushed.reference.digest
+    assert json.loads(fetch(pushed.reference, "tags/list"))["tags"] == ["v1"]  # the tag asked for, and no other
+    assert sha(tmp_path / "p.warmup") == sha(bundle)
+
+
+READ_ONLY = "  maintenance:\n    readonly:\n      enabled: true\n  delete:\n"
+
+
+def test_a_registry_that_refuses_the_write_is_one_line_exit_1(tmp_path, registry, monkeypatch):
+    """The registry in read-only maintenance (its uploads and manifest writes answered 405): a push of
+    a bundle it holds already sends no upload, and the refused manifest is the line; a new bundle's
+    refused upload is the line; nothing is said pushed, and pulls still work."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    push(bundle, f"oci://{registry.address}/w:v1")
+    registry.kill()
+    monkeypatch.setattr(registry_server, "CONFIG", registry_server.CONFIG.replace("  delete:\n", READ_ONLY))
+    read_only = RegistryServer(registry.workdir, port=registry.port, auth=registry.auth).start()
+    try:
+        known = run_cli("push", str(bundle), f"oci://{registry.address}/w:v2")
+        make_bundle(tmp_path / "new.warmup", seed=7)
+        new = run_cli("push", str(tmp_path / "new.warmup"), f"oci://{registry.address}/w:v3")
+        pulled = run_cli("pull", f"oci://{registry.address}/w:v1", "-o", str(tmp_path / "p.warmup"))
+    finally:
+        read_only.kill()
+    assert (known.returncode, known.stdout, known.stderr) == (
+        1, "", f"warmup: error: PUT {registry.address}/v2/w/manifests/v2: HTTP 405\n")
+    assert (new.returncode, new.stdout, new.stderr) == (
+        1, "", f"warmup: error: POST {registry.address}/v2/w/blobs/uploads/: HTTP 405\n")
+    assert pulled.returncode == 0 and sha(tmp_path / "p.warmup") == sha(bundle), pulled.stderr
+
+
+def test_a_blob_the_registry_finds_not_matching_its_digest_is_refused_not_pushed(tmp_path, registry, monkeypatch):
+    """The file changed between its hashing and its upload (here: its hash misread): the registry
+    refuses the upload (DIGEST_INVALID), and the push says so at the blob, not at a later step."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    real = oci.archive.sha256_file
+    monkeypatch.setattr(oci.archive, "sha256_file", lambda path, stat=False: ("0" * 64, real(path, stat=True)[1]))
+    with pytest.raises(oci.RegistryError) as caught:
+        push(bundle, f"oci://{registry.address}/w:v1")
+    assert str(caught.value).startswith(f"PUT blob sha256:{'0' * 64}: HTTP 400 (DIGEST_INVALID"), str(caught.value)
+    with pytest.raises(oci.RegistryError, match="not in the registry"):
+        oci.resolve(oci_ref.parse(f"oci://{registry.address}/w:v1"))
+
+
+def test_the_api_speaks_tls_unless_asked_or_loopback_named(tmp_path, plain_registry):
+    """oci.push, oci.resolve and oci.pull default to TLS for a registry not named as loopback."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    ref = oci_ref.parse(f"oci://{plain_registry.address}/w:v1")
+    with pytest.raises(oci.RegistryError):
+        oci.push(str(bundle), ref, {}, timeout_s=10)
+    pushed = oci.push(str(bundle), ref, {}, plain_http=True)
+    for call in (lambda **k: oci.resolve(ref, **k), lambda **k: oci.pull(ref, str(tmp_path / "p.warmup"), **k)):
+        with pytest.raises(oci.RegistryError):
+            call(timeout_s=10)
+        assert not (tmp_path / "p.warmup").exists()
+        assert call(plain_http=True)[0].digest == pushed.reference.digest
+    assert sha(tmp_path / "p.warmup") == sha(bundle)
