@@ -1,11 +1,12 @@
-"""Run every command of the README's vLLM path ("For vLLM users: four steps") that needs no GPU,
-as written there, on the installed `warmup` (issue 37: the README's vLLM path run by CI on a plain
-install).
+"""Run every command of the vLLM path ("For vLLM users: four steps") that needs no GPU, as
+written there, on the installed `warmup` (issue 37: the README's vLLM path run by CI on a plain
+install). The section is in README.md (its short form) and in docs/getting-started.md (in full,
+issue 55 item 5): each file given must have it, and each distinct command runs once.
 
-Usage: python3 .ci/readme_vllm_path.py README.md [--vllm-path PATHS]
+Usage: python3 .ci/readme_vllm_path.py README.md docs/getting-started.md [--vllm-path PATHS]
 
-A command's expected exit code is the README's own `# exit N` comment, else 0. Placeholders are
-the README's: /models/Llama-3.1-8B-FP8 becomes a directory holding the Llama fixture's config.json,
+A command's expected exit code is the page's own `# exit N` comment, else 0. Placeholders are
+the pages': /models/Llama-3.1-8B-FP8 becomes a directory holding the Llama fixture's config.json,
 /path/to/vllm/.../configs the configs directory of the vLLM in --vllm-path. Skipped, and said:
 `vllm serve` (a GPU), `warmup bundle build` (a GPU), `install`, `push` and `pull` (its bundle), and the commands
 that need vLLM itself (`--from-vllm`, the MoE tables) when --vllm-path is not given.
@@ -23,14 +24,27 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTION = "## For vLLM users: four steps"
+SECTION = "For vLLM users: four steps"  # a heading of any level
 MODEL = "/models/Llama-3.1-8B-FP8"
 MOE_CONFIGS = "/path/to/vllm/model_executor/layers/fused_moe/configs"
 
 
-def commands(readme: str) -> list[str]:
-    """The section's bash blocks, one command per logical line (continuations joined)."""
-    text = readme.split(SECTION, 1)[1].split("\n## ", 1)[0]
+def commands(page: str, name: str = "the page") -> list[str]:
+    """The section's bash blocks, one command per logical line (continuations joined); the section
+    runs from its heading to the next heading of the same or a higher level (outside code blocks)."""
+    lines, start, level, fenced = page.splitlines(keepends=True), None, 0, False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        heading = None if fenced else re.match(r"(#+) (.*)", line)
+        if heading and start is None and heading.group(2).strip() == SECTION:
+            start, level = i + 1, len(heading.group(1))
+        elif heading and start is not None and len(heading.group(1)) <= level:
+            lines = lines[:i]
+            break
+    if start is None:
+        raise SystemExit(f"{name} has no '{SECTION}' section")
+    text = "".join(lines[start:])
     out = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         out += [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
@@ -55,7 +69,7 @@ def expected_exit(command: str) -> int:
 
 
 def run(command: str, model_dir: str, vllm_path: str | None) -> int:
-    """The command as the README writes it, in the scratch directory beside the model (its -o lands there)."""
+    """The command as the page writes it, in the scratch directory beside the model (its -o lands there)."""
     line = command.split("#", 1)[0].replace(MODEL, model_dir)
     env = dict(os.environ)
     if vllm_path:
@@ -72,11 +86,13 @@ def run(command: str, model_dir: str, vllm_path: str | None) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("readme")
+    parser.add_argument("pages", nargs="+", help="README.md and the docs pages that hold the section")
     parser.add_argument("--vllm-path", help="a sys.path holding vLLM (tests/vllm_parity/setup_vllm.sh's)")
     args = parser.parse_args()
-    with open(args.readme, encoding="utf-8") as f:
-        found = commands(f.read())
+    found = []
+    for name in args.pages:
+        with open(name, encoding="utf-8") as f:
+            found += [c for c in commands(f.read(), name) if c not in found]
     work = tempfile.mkdtemp(prefix="readme-vllm-path-")
     model_dir = os.path.join(work, "Llama-3.1-8B-FP8")
     os.makedirs(model_dir)
@@ -93,7 +109,7 @@ def main() -> int:
         if code != expected_exit(command):
             failed.append(f"exit {code}, expected {expected_exit(command)}: {command}")
     shutil.rmtree(work, ignore_errors=True)
-    print(f"README vLLM path: {ran} commands ran, {len(failed)} failed")
+    print(f"vLLM path ({', '.join(args.pages)}): {ran} commands ran, {len(failed)} failed")
     for line in failed:
         print(f"FAILED {line}", file=sys.stderr)
     return 1 if failed or not ran else 0
