@@ -1,5 +1,5 @@
 """The wheel users install into vLLM's environment (issue 44 item 3): what it puts there (the four
-top-level packages the README names, each with py.typed, the built-in plans and schemas), its
+top-level packages docs/getting-started.md names, each with py.typed, the built-in plans and schemas), its
 LICENSE and the metadata pip shows, and `python -m planner` as the `warmup` command.
 
 The wheel is built once for the module, as a user's `pip wheel .` builds it (hatchling in an
@@ -25,7 +25,7 @@ def text_of(path: str) -> str:
         return f.read()
 
 
-README = text_of(os.path.join(ROOT, "README.md"))
+GETTING_STARTED = text_of(os.path.join(ROOT, "docs", "getting-started.md"))  # the README's install, in full
 PACKAGES = ["executor", "kernel_model", "planner", "vllm_bridge"]
 DIST_INFO = f"warmup_planner-{planner.__version__}.dist-info"
 
@@ -60,9 +60,9 @@ def test_the_wheel_installs_the_four_packages_the_readme_names_each_typed(names)
     assert any(n.startswith("planner/_data/plans/") for n in names)      # planner/resources.py reads them
     assert any(n.startswith("planner/_data/schemas/") for n in names)
     assert not [n for n in names if n.endswith(".pyc") or "__pycache__" in n]
-    # the README tells a vLLM user which top-level names the install adds, and which clash on PyPI
-    start = README.index("**What the install puts into vLLM's environment.**")
-    paragraph = " ".join(README[start:README.index("\n\n", start)].split())
+    # the docs tell a vLLM user which top-level names the install adds, and which clash on PyPI
+    start = GETTING_STARTED.index("**What the install puts into vLLM's environment.**")
+    paragraph = " ".join(GETTING_STARTED[start:GETTING_STARTED.index("\n\n", start)].split())
     assert "four top-level packages, `planner`, `executor`, `kernel_model` and `vllm_bridge`" in paragraph
     assert "the distributions `planner` (a planning algorithm) and `executor` (a subprocess wrapper)" in paragraph
     assert "`python3 -m planner`" in paragraph
