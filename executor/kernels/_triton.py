@@ -23,7 +23,7 @@ HAS_TRITON = triton is not None
 
 def require_triton() -> None:
     if not HAS_TRITON:
-        raise RuntimeError("executor.kernels needs Triton (pip install 'warmup-planner[gpu]')")
+        raise RuntimeError("executor.kernels needs Triton (from a clone of warmup-planner: pip install '.[gpu]')")
 
 
 def interpreting() -> bool:
