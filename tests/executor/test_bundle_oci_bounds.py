@@ -324,3 +324,43 @@ def test_the_api_speaks_tls_unless_asked_or_loopback_named(tmp_path, plain_regis
         assert not (tmp_path / "p.warmup").exists()
         assert call(plain_http=True)[0].digest == pushed.reference.digest
     assert sha(tmp_path / "p.warmup") == sha(bundle)
+
+
+def test_a_manifest_the_registry_cannot_serve_is_its_error_exit_1(tmp_path, registry):
+    """The registry answers 500 (here: a stored manifest over its own limit, which it will not
+    serve): the registry's failure (exit 1), not its error document read as a manifest (exit 2)."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    pushed = push(bundle, f"oci://{registry.address}/w:v1")
+    stored = registry.blob_file(pushed.reference.digest)
+    body = open(stored, "rb").read()
+    with open(stored, "wb") as f:
+        f.write(body + b" " * (REGISTRY_LIMIT + 1 - len(body)))
+    done = run_cli("pull", f"oci://{registry.address}/w:v1", "-o", str(tmp_path / "p.warmup"))
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr == f"warmup: error: GET {registry.address}/v2/w/manifests/v1: HTTP 500 (UNKNOWN: unknown error)\n"
+    assert not (tmp_path / "p.warmup").exists()
+
+
+REF = oci_ref.parse("oci://registry.example/w@sha256:" + "a" * 64)
+LAYER = {"mediaType": oci.LAYER_MEDIA_TYPE, "digest": "sha256:" + "b" * 64, "size": 10}
+
+
+@pytest.mark.parametrize("manifest, why", [
+    ({"layers": None}, "not a warmup bundle artifact (layers: none;"),
+    ({"layers": ["a string", 3, LAYER]}, None),  # what is no descriptor is passed over
+    ({"layers": [LAYER, dict(LAYER)]}, f"not a warmup bundle artifact (layers: {oci.LAYER_MEDIA_TYPE};"),
+    ({"layers": [{**LAYER, "size": "10"}]}, "its bundle layer has no sha256 digest and size"),
+    ({"layers": [{**LAYER, "digest": "md5:" + "b" * 32}]}, "its bundle layer has no sha256 digest and size"),
+    ({"layers": [{k: v for k, v in LAYER.items() if k != "digest"}]}, "its bundle layer has no sha256 digest and size"),
+    ({"layers": [{k: v for k, v in LAYER.items() if k != "size"}]}, "its bundle layer has no sha256 digest and size"),
+])
+def test_a_manifest_whose_layers_are_no_bundle_layer_is_one_line(manifest, why):
+    """What a registry's manifest can hold (any JSON): one bundle layer with a sha256 digest and an
+    integer size, or a PlanError naming the reference, never a crash."""
+    if why is None:
+        assert oci.bundle_layer(REF, manifest) == LAYER
+        return
+    with pytest.raises(PlanError) as caught:
+        oci.bundle_layer(REF, manifest)
+    assert why in caught.value.message and caught.value.file == str(REF)
