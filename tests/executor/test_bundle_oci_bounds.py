@@ -364,3 +364,38 @@ def test_a_manifest_whose_layers_are_no_bundle_layer_is_one_line(manifest, why):
     with pytest.raises(PlanError) as caught:
         oci.bundle_layer(REF, manifest)
     assert why in caught.value.message and caught.value.file == str(REF)
+
+
+def test_a_blob_the_registry_lost_is_its_error_and_nothing_written(tmp_path, registry):
+    """The manifest is there, its layer's blob is not (garbage-collected, a storage fault): the
+    registry's answer, exit 1, not its error document taken for the blob."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    pushed = push(bundle, f"oci://{registry.address}/w:v1")
+    os.unlink(registry.blob_file(pushed.blob_digest))
+    done = run_cli("pull", str(pushed.reference), "-o", str(tmp_path / "p.warmup"))
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr.startswith(f"warmup: error: GET {registry.address}/v2/w/blobs/{pushed.blob_digest}: HTTP 404"), done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "p.warmup").exists()
+
+
+# --- references ---------------------------------------------------------------------------------------
+
+def test_a_reference_without_tag_or_digest_names_latest(tmp_path, registry):
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    pushed = push(bundle, f"oci://{registry.address}/w:latest")
+    pulled = oci.pull(oci_ref.parse(f"oci://{registry.address}/w"), str(tmp_path / "p.warmup"))
+    assert pulled.reference.digest == pushed.reference.digest and sha(tmp_path / "p.warmup") == sha(bundle)
+    assert str(pulled.reference) == f"oci://{registry.address}/w@{pushed.reference.digest}"
+
+
+@pytest.mark.parametrize("registry_name, plain", [
+    ("[::1]", True), ("[::1]:5000", True), ("localhost", True), ("127.0.0.1:5000", True),
+    ("[2001:db8::1]:5000", False), ("localhost.example:5000", False), ("127.0.0.2:5000", False),
+])
+def test_only_loopback_names_speak_plain_http_unasked(registry_name, plain):
+    ref = oci_ref.parse(f"oci://{registry_name}/w:v1")
+    assert ref.plain_http() is plain
+    client, _ = oci._client(ref, False)
+    assert client.prefix == ("http" if plain else "https")

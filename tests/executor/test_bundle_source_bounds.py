@@ -1,0 +1,118 @@
+"""Where a bundle comes from (executor/bundle/sources.py, vllm_bridge/bundle_source.py), each promise
+made to bite (issue 55 item 6's mutation pass): the node's pull lock and the caller's deadline bound
+every wait, a mounted directory's hidden entries are not bundles, a failed pull's mark is read back by
+the server's other processes, and the plugin's source honours WARMUP_REGISTRY_PLAIN_HTTP."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+
+import pytest
+
+from executor.bundle import oci, oci_ref, sources
+from planner.errors import PlanError
+from test_bundle_oci import make_bundle, push, sha
+from test_bundle_oci_bounds import plain_registry, registry  # noqa: F401 - fixtures
+
+PINNED = "oci://127.0.0.1:{port}/w@sha256:" + "3" * 64
+
+
+def test_a_pull_lock_held_past_the_deadline_is_one_line_and_no_pull(tmp_path, monkeypatch):
+    """Another process holds the node's pull lock (its pull is slow): this one waits until its own
+    deadline, then says so, without asking the registry."""
+    ref = oci_ref.parse(PINNED.format(port=1))
+    path = sources.node_path(ref, str(tmp_path))
+    os.makedirs(os.path.dirname(path))
+    monkeypatch.setattr(oci, "pull", lambda *a, **k: pytest.fail("pulled while another process held the lock"))
+    with open(path + ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        started = time.monotonic()
+        with pytest.raises(oci.RegistryError, match="another process's pull did not finish by the deadline"):
+            sources.fetch_once(ref, str(tmp_path), timeout_s=0.5, server="s1")
+        assert 0.5 <= time.monotonic() - started < 3
+    assert not os.path.exists(path)
+
+
+def test_the_lock_is_given_back_after_a_failed_pull(tmp_path):
+    """A pull that failed leaves the lock free: the next asker (another server) is not kept waiting."""
+    ref = oci_ref.parse(PINNED.format(port=1))
+    for server in ("s1", "s2"):
+        started = time.monotonic()
+        with pytest.raises(oci.RegistryError, match="cannot be reached"):
+            sources.fetch_once(ref, str(tmp_path), timeout_s=10, server=server)
+        assert time.monotonic() - started < 5
+
+
+def test_the_pull_gets_what_is_left_of_the_callers_deadline(tmp_path):
+    """fetch_once's timeout bounds the pull it makes (a registry that accepts and never answers,
+    whose read timeout is 30 s)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    ref = oci_ref.parse(PINNED.format(port=silent.getsockname()[1]))
+    started = time.monotonic()
+    try:
+        with pytest.raises(oci.RegistryError, match="did not answer in time|gave up at the deadline"):
+            sources.fetch_once(ref, str(tmp_path), timeout_s=1.5, server="s1")
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 6
+
+
+def test_a_failed_pulls_mark_is_the_cause_the_other_processes_give(tmp_path):
+    ref = oci_ref.parse(PINNED.format(port=1))
+    with pytest.raises(oci.RegistryError) as first:
+        sources.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")
+    with pytest.raises(sources.AlreadyFailed) as again:
+        sources.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")
+    assert str(again.value) == str(first.value)
+    mark = sources.node_path(ref, str(tmp_path))[:-len(".bundle")] + ".s1.failed"
+    with open(mark, "w"):
+        pass  # a mark whose cause was not written (a full disk)
+    with pytest.raises(sources.AlreadyFailed, match="^an earlier pull of this server failed$"):
+        sources.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")
+
+
+def test_a_node_copy_needs_a_pinned_reference(tmp_path):
+    with pytest.raises(ValueError, match="is not pinned to a digest"):
+        sources.node_path(oci_ref.parse("oci://127.0.0.1:1/w:v1"), str(tmp_path))
+    pinned = oci_ref.parse(PINNED.format(port=1))
+    assert sources.node_path(pinned, str(tmp_path)) == os.path.join(str(tmp_path), "oci", "sha256-" + "3" * 64 + ".bundle")
+
+
+def test_a_mounted_directorys_hidden_entries_and_subdirectories_are_not_its_bundle(tmp_path):
+    """Kubernetes mounts a volume with hidden entries of its own (`..data`, timestamped directories):
+    a bundle under a hidden name, or a directory named like a bundle, is not the volume's bundle."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    make_bundle(volume / "llama.warmup")
+    make_bundle(volume / ".llama.warmup.old", seed=1)
+    (volume / "..2026_01_01").mkdir()
+    (volume / "other.warmup").mkdir()
+    assert sources.bundle_in(str(volume)) == str(volume / "llama.warmup")
+    os.unlink(volume / "llama.warmup")
+    with pytest.raises(PlanError, match="it holds no warmup bundle"):
+        sources.bundle_in(str(volume))
+
+
+def test_the_plugin_speaks_plain_http_where_the_environment_asks(tmp_path, plain_registry):
+    """WARMUP_REGISTRY_PLAIN_HTTP=1 reaches a registry without TLS that is not named loopback; without
+    it the source speaks TLS and vLLM starts without the bundle."""
+    from vllm_bridge import bundle_source
+
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    pushed = oci.push(str(bundle), oci_ref.parse(f"oci://{plain_registry.address}/w:v1"), {}, plain_http=True)
+    value = f"oci://{plain_registry.address}/w:v1"
+    tls = {**plain_registry.environ, "WARMUP_BUNDLE": value}
+    assert bundle_source.start(value, 20, tls, str(tmp_path / "tls")).wait() == (None, None)
+    for flag in ("1", "true", "yes", "on", " ON "):
+        environ = {**plain_registry.environ, "WARMUP_BUNDLE": value, "WARMUP_REGISTRY_PLAIN_HTTP": flag}
+        path, _ = bundle_source.start(value, 60, environ, str(tmp_path / f"cache-{flag.strip()}")).wait()
+        assert path is not None and sha(path) == sha(bundle), flag
+        assert environ["WARMUP_BUNDLE"] == str(pushed.reference)
+    assert not bundle_source.plain_http({"WARMUP_REGISTRY_PLAIN_HTTP": "0"})
+    assert not bundle_source.plain_http({})
