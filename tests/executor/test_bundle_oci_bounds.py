@@ -12,6 +12,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -399,3 +400,71 @@ def test_only_loopback_names_speak_plain_http_unasked(registry_name, plain):
     assert ref.plain_http() is plain
     client, _ = oci._client(ref, False)
     assert client.prefix == ("http" if plain else "https")
+
+
+# --- the command line ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "1e400"])
+def test_a_timeout_that_is_no_positive_finite_number_is_refused_exit_2(tmp_path, value):
+    from executor.bundle.cli_registry import seconds
+
+    with pytest.raises(Exception, match="must be a positive number of seconds"):
+        seconds(value)
+    assert seconds("0.5") == 0.5 and seconds("600") == 600.0
+
+
+def test_the_cli_says_what_it_pushed_and_pulled(tmp_path, registry):
+    bundle = tmp_path / "b.warmup"
+    manifest = make_bundle(bundle, size=3 << 20)
+    pushed = run_cli("push", str(bundle), f"oci://{registry.address}/w:v1")
+    ref = pushed.stdout.strip()
+    assert pushed.stderr == f"pushed {bundle} (3.0 MiB, bundle {manifest.digest()[:12]}) as {ref}\n", pushed.stderr
+    pulled = run_cli("pull", f"oci://{registry.address}/w:v1", "-o", str(tmp_path / "p.warmup"), "--timeout", "60")
+    assert pulled.stdout == f"{ref}\n"
+    assert pulled.stderr == f"pulled {ref} into {tmp_path / 'p.warmup'} (3.0 MiB, sha256 checked)\n", pulled.stderr
+
+
+def test_pull_without_an_output_is_a_usage_error_exit_2(tmp_path):
+    done = run_cli("pull", "oci://127.0.0.1:1/w:v1")
+    assert done.returncode == 2 and "the following arguments are required: -o/--output" in done.stderr, done.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_fingerprint_annotation_is_sorted_whatever_the_bundles_order():
+    from executor.bundle.archive import FORMAT, Manifest
+    from executor.bundle.cli_registry import annotations_of
+
+    def of(fingerprint):
+        return annotations_of(Manifest(FORMAT, "vllm-0.25-plugin", "e", "sha256:p", fingerprint, [], [], {}))
+
+    forward = of({"gpu": "NVIDIA H200", "torch": "2.11.0"})
+    assert forward[oci.ANNOTATION_FINGERPRINT] == '{"gpu":"NVIDIA H200","torch":"2.11.0"}'
+    assert of({"torch": "2.11.0", "gpu": "NVIDIA H200"})[oci.ANNOTATION_FINGERPRINT] == forward[oci.ANNOTATION_FINGERPRINT]
+
+
+@pytest.mark.parametrize("text", ["oci://ghcr.io", "oci://bad_host/w:v1", "oci://host:port/w"])
+def test_a_reference_whose_registry_is_missing_or_no_host_is_refused(text):
+    with pytest.raises(PlanError, match="it must start with the registry's host"):
+        oci_ref.parse(text)
+
+
+def test_a_blob_longer_than_its_manifest_says_is_refused_nothing_written(tmp_path, registry):
+    """A manifest naming the right blob with too small a size (the registry accepts it): the pull reads
+    no further than the size and one chunk, refuses the blob, names both sizes and digests."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    pushed = push(bundle, f"oci://{registry.address}/w:v1")
+    size = bundle.stat().st_size
+    client, container = oci._client(pushed.reference, False)
+    body = oci.artifact_manifest(pushed.blob_digest, size - 10, "b.warmup", {})
+    put = oci._request(client, "PUT", container.manifest_url("short"), time.monotonic() + 30, data=body,
+                       headers={"Content-Type": oci.MANIFEST_MEDIA_TYPE})
+    assert put.status_code == 201, put.text
+    ref = oci_ref.parse(f"oci://{registry.address}/w:short")
+    with pytest.raises(PlanError) as caught:
+        oci.pull(ref, str(tmp_path / "p.warmup"))
+    said = re.fullmatch(r"refused: the registry's blob is over (\d+) bytes with sha256 [0-9a-f]{12}\.\.\., the manifest "
+                        + re.escape(f"names {size - 10} bytes {pushed.blob_digest[7:19]}... (a tampered or corrupted blob)"),
+                        caught.value.message)
+    assert said and size - 10 < int(said.group(1)) <= size, caught.value.message
+    assert not (tmp_path / "p.warmup").exists()
