@@ -116,3 +116,56 @@ def test_the_plugin_speaks_plain_http_where_the_environment_asks(tmp_path, plain
         assert environ["WARMUP_BUNDLE"] == str(pushed.reference)
     assert not bundle_source.plain_http({"WARMUP_REGISTRY_PLAIN_HTTP": "0"})
     assert not bundle_source.plain_http({})
+
+
+def test_a_child_installs_the_digest_its_server_pinned_even_after_the_tag_moved(tmp_path, registry, monkeypatch):
+    """vLLM's engine core and workers inherit WARMUP_BUNDLE pinned by the API server: a child asking
+    for the tag gets the pinned bytes, though the tag names another bundle by then; where the server
+    found none (WARMUP_BUNDLE=""), the child has none and says nothing."""
+    from vllm_bridge import bundle_source
+
+    first, second = tmp_path / "1.warmup", tmp_path / "2.warmup"
+    make_bundle(first, seed=1)
+    make_bundle(second, seed=2)
+    pinned = push(first, f"oci://{registry.address}/w:v1")
+    tag = f"oci://{registry.address}/w:v1"
+    environ = {**registry.environ, "WARMUP_BUNDLE": tag}
+    monkeypatch.setattr(bundle_source, "_STARTED", {})
+    server = bundle_source.for_process(tag, 60, environ)
+    assert sha(server.wait()[0]) == sha(first) and environ["WARMUP_BUNDLE"] == str(pinned.reference)
+    push(second, tag)  # the tag moves
+    child_environ = dict(environ)
+    monkeypatch.setattr(bundle_source, "_STARTED", {})  # a child process: nothing started there yet
+    child = bundle_source.for_process(tag, 60, child_environ)
+    path, _ = child.wait()
+    assert child.value == str(pinned.reference) and sha(path) == sha(first)
+    assert bundle_source.for_process(str(pinned.reference), 60, child_environ) is child  # either name, one source
+    monkeypatch.setattr(bundle_source, "_STARTED", {})
+    none = bundle_source.for_process(tag, 60, {**environ, "WARMUP_BUNDLE": ""})
+    assert none.wait() == (None, None) and none.cause is None
+
+
+def test_a_pull_that_hangs_is_waited_for_no_longer_than_the_timeout(tmp_path, monkeypatch, caplog):
+    """A fetch stuck beyond every bound of its own (here: oci.pull never returning): load_model's wait
+    ends at the source's timeout, counted from its start, with one line naming it."""
+    import logging
+    import threading
+
+    from vllm_bridge import bundle_source
+
+    ref = oci_ref.parse(PINNED.format(port=1))
+    stuck = threading.Event()
+    monkeypatch.setattr(oci, "pull", lambda *a, **k: stuck.wait(30) and None)
+    environ = {"WARMUP_BUNDLE": str(ref), bundle_source.SERVER: "s1"}
+    try:
+        with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
+            source = bundle_source.start(str(ref), 1.0, environ, str(tmp_path))
+            assert source.local_path() is None  # the pull goes on: no file yet
+            time.sleep(0.5)
+            began = time.monotonic()
+            assert source.wait()[0] is None
+            assert time.monotonic() - began < 1.0  # what was left of the 1 s, not 1 s more
+    finally:
+        stuck.set()
+    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.endswith("not on this node after 1 s (WARMUP_BUNDLE_PULL_TIMEOUT_S)")
