@@ -22,7 +22,7 @@ import pytest
 import registry_server
 from executor.bundle import oci, oci_ref
 from planner.errors import PlanError
-from registry_server import RegistryServer, free_port, serve
+from registry_server import RegistryServer, serve
 from test_bundle_oci import make_bundle, push, run_cli, sha
 
 
