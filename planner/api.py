@@ -23,9 +23,8 @@ from .plan.authored import Plan, load_plan
 from .plan.digest import changed_inputs, digest
 from .plan.expand import expand
 from .plan.expanded import ExpandedPlan
-from .plan.loading import detect, expanded_from_document
+from .plan.loading import detect, expanded_from_document, load_document
 from .resources import builtin_plans, engines_dir, resolve
-from .yamlio import load_file
 
 __all__ = ["Target", "check_fresh", "expand", "input_files", "load_engine", "load_expanded", "load_plan",
            "load_target", "source_plan"]
@@ -44,11 +43,15 @@ class Target(NamedTuple):
     expanded: ExpandedPlan | None = None
 
 
-def load_target(ref: str, engine_hint: str = "pass it with --engine") -> Target:
+def load_target(ref: str, engine_hint: str = "pass it with --engine", *, keep=None) -> Target:
     """A plan (built-in name or file) or an expanded plan file; an engine config is refused
-    with `engine_hint` (what to do instead)."""
+    with `engine_hint` (what to do instead). `keep(step)`: what an expanded plan read from a
+    file holds of each step where it is read a piece at a time (planner.plan.streaming; `warmup
+    diff` packs them); the typed step by default, and always where the file is read whole."""
     path = resolve(ref, "plan")
-    doc = load_file(path)
+    doc = load_document(path, keep=keep)
+    if isinstance(doc, ExpandedPlan):  # read a step at a time (planner.plan.streaming)
+        return Target(path, expanded=doc)
     kind = detect(doc)
     if kind == "engine":
         raise PlanError(f"this is an engine config, not a plan: {engine_hint}", file=path)
@@ -59,7 +62,9 @@ def load_target(ref: str, engine_hint: str = "pass it with --engine") -> Target:
 
 def load_expanded(ref: str) -> ExpandedPlan:
     """An expanded plan file (`warmup plan -o`); a plan or an engine config says what to pass instead."""
-    doc = load_file(ref)
+    doc = load_document(ref)
+    if isinstance(doc, ExpandedPlan):  # read a step at a time (planner.plan.streaming)
+        return doc
     kind = detect(doc)
     if kind != "expanded plan":
         hint = "--plan FILE --engine E" if kind == "plan" else "--engine FILE with a --plan"

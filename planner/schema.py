@@ -149,8 +149,23 @@ def _check_array(node: dict, value: list, path: tuple, root: dict) -> None:
         raise SchemaViolation(path, f"expected at most {node['maxItems']} item(s), got {len(value)}")
     if "items" in node:
         items = _deref(node["items"], root)
+        if _plain_integers(items, value):
+            return
         for i, item in enumerate(value):
             _check(items, item, path + (i,), root)
+
+
+_INTEGER_KEYWORDS = {"type", "minimum", "description"}
+
+
+def _plain_integers(items: dict, value: list) -> bool:
+    """Whether every item passes an `items` schema of integers (with a minimum, or none), checked
+    at once: a long plan's lists of M-values and block ids hold a million of them."""
+    if items.get("type") != "integer" or not set(items) <= _INTEGER_KEYWORDS:
+        return False
+    if set(map(type, value)) - {int}:  # bools too: not integers here
+        return False
+    return "minimum" not in items or not value or min(value) >= items["minimum"]
 
 
 def _check_object(node: dict, value: dict, path: tuple, root: dict) -> None:

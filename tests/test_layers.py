@@ -225,7 +225,7 @@ PLANNER_FLOORS = [
     {"plan": ["planner.plan"]},
     {"engine": ["planner.engine"], "tables": ["planner.tables"]},
     {"base": ["planner.errors", "planner.limits", "planner.hashing", "planner.plugins", "planner.resources",
-              "planner.words", "planner.yamlio", "planner.schema", "planner.output", "planner"]},
+              "planner.words", "planner.yamlio", "planner.schema", "planner.output", "planner.progress", "planner"]},
 ]
 
 

@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 
+from planner import progress
 from planner.errors import PlanError
 from planner.output import check_output
 
@@ -63,8 +64,9 @@ def cmd_push(args) -> int:
     ref = oci_ref.parse(args.reference)
     manifest = archive.read_manifest(args.bundle)
     try:
-        pushed = oci.push(args.bundle, ref, annotations_of(manifest), timeout_s=args.timeout,
-                          plain_http=args.plain_http)
+        with progress.shown("warmup bundle push"):  # a line on a terminal: the bytes sent
+            pushed = oci.push(args.bundle, ref, annotations_of(manifest), timeout_s=args.timeout,
+                              plain_http=args.plain_http)
     except oci.RegistryError as e:
         return _failed(e)
     print(pushed.reference)
@@ -79,7 +81,8 @@ def cmd_pull(args) -> int:
         raise PlanError("-o -: a bundle is a binary archive; name a file")
     check_output(args.output)  # a missing directory refused before the download, not after it
     try:
-        pulled = oci.pull(ref, args.output, timeout_s=args.timeout, plain_http=args.plain_http)
+        with progress.shown("warmup bundle pull"):  # a line on a terminal: the bytes received
+            pulled = oci.pull(ref, args.output, timeout_s=args.timeout, plain_http=args.plain_http)
     except oci.RegistryError as e:
         return _failed(e)
     print(pulled.reference)

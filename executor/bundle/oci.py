@@ -20,12 +20,14 @@ failed" with the registry's answer (exit 1), never "cannot be reached".
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import time
 from contextlib import nullcontext
 from typing import NamedTuple
 
+from planner import progress
 from planner.errors import PlanError
 from planner.output import open_output, read_back
 
@@ -175,6 +177,7 @@ def push(path: str, ref: Reference, annotations: dict, *, timeout_s: float = 600
     if ref.digest:
         raise PlanError("push: a digest is what the push makes; give a tag or none", file=str(ref))
     deadline = time.monotonic() + timeout_s
+    progress.current().phase(f"hashing {os.path.basename(path)}")
     hexdigest, st = archive.sha256_file(path, stat=True)
     blob_digest, size = "sha256:" + hexdigest, st.st_size
     registry, container = _client(ref, plain_http, environ)
@@ -200,10 +203,23 @@ def _upload_blob(registry, container, path: str | None, digest: str, size: int, 
     location = _upload_location(registry, started)
     separator = "&" if "?" in location else "?"
     headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
-    with open(path, "rb") if data is None else nullcontext(data) as body:  # the file streamed, or the bytes
+    if data is None:
+        progress.current().phase(f"sending {os.path.basename(path)}", total=size)
+    source = _Counted(open(path, "rb", buffering=0)) if data is None else nullcontext(data)  # streamed, or the bytes
+    with source as body:
         done = _request(registry, "PUT", f"{location}{separator}digest={digest}", deadline,
                         data=body, headers=headers)
     _expect(done, (201,), f"PUT blob {digest}")
+
+
+class _Counted(io.BufferedReader):
+    """The bundle file as the upload reads it, its position shown on a terminal (planner.progress);
+    a file to requests (fileno, mode, tell and seek: its length, and a retry from the start)."""
+
+    def read(self, size=-1):
+        data = super().read(size)
+        progress.current().update(self.tell())
+        return data
 
 
 def _upload_location(registry, response) -> str:
@@ -294,10 +310,13 @@ def _check_is_bundle(path: str, ref: Reference) -> None:
 def _stream_blob(registry, container, ref: Reference, layer: dict, f, deadline: float) -> None:
     url = container.get_blob_url(layer["digest"])
     h, size = hashlib.sha256(), 0
+    task = progress.current()  # a line on a terminal: the bytes received
+    task.phase(f"receiving {ref.repository}", total=layer["size"])
     with _request(registry, "GET", url, deadline, stream=True) as response:
         _expect(response, (200,), f"GET {url}")
         while chunk := _read_some(response, url, size):
             size += len(chunk)
+            task.update(size)
             if size > layer["size"]:
                 break
             h.update(chunk)

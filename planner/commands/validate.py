@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from .. import progress
 from ..errors import PlanError
 from ..plan.loading import load_any
 
@@ -25,7 +26,8 @@ def cmd_validate(args) -> int:
     bad = 0
     for path in args.files:
         try:
-            kind, _ = load_any(path, strict=True)
+            with progress.shown("warmup validate"):  # a line on a terminal, for a long file
+                kind, _ = load_any(path, strict=True)
         except PlanError as e:
             sys.stdout.flush()  # the lines in the order of the files, where both streams are one
             print(f"warmup: error: {e}", file=sys.stderr)

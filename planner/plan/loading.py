@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from .. import schema
+import os
+
+from .. import progress, schema
 from ..engine.config import engine_from_document
 from ..errors import PlanError
-from ..yamlio import Document, RunError, decompress, load_file
+from ..yamlio import Document, RunError, decompress, load_text, read_text
 from .authored import load_plan
 from .expanded import FORMATS, SCHEMAS as EXPANDED_SCHEMAS, ExpandedPlan
 
@@ -18,7 +20,9 @@ def load_any(path: str, strict: bool = False):
 
     `strict` also runs the full jsonschema validator over the file (`warmup validate`).
     """
-    doc = load_file(path)
+    doc = load_document(path, strict=strict)
+    if isinstance(doc, ExpandedPlan):
+        return "expanded plan", doc
     kind = detect(doc)
     if strict:
         name = EXPANDED_SCHEMAS.get(doc.data.get("format"), SCHEMAS[kind]) if kind == "expanded plan" else SCHEMAS[kind]
@@ -28,6 +32,22 @@ def load_any(path: str, strict: bool = False):
     if kind == "engine":
         return kind, engine_from_document(doc)
     return kind, expanded_from_document(doc)
+
+
+def load_document(path: str, *, strict: bool = False, keep=None) -> Document | ExpandedPlan:
+    """The file as a Document, or, for an expanded plan, as the ExpandedPlan the document would
+    give (planner.plan.streaming reads it a piece at a time; `strict`: checked by the full
+    validator as well; `keep(step)`: what the plan holds of each step, the step by default).
+    Every error is the classic loader's: a file the stream cannot read is read the classic way,
+    which reports it (and whose plan holds its typed steps, whatever `keep`)."""
+    text = read_text(path)
+    from . import streaming  # here: `warmup plan` does not pay for its import
+
+    expanded = streaming.expanded_plan(text, path, strict=strict, keep=keep)
+    if expanded is not None:
+        return expanded
+    progress.current().phase(f"reading {os.path.basename(path)}")
+    return load_text(text, path)
 
 
 def detect(doc: Document) -> str:

@@ -12,12 +12,12 @@ import os
 import sys
 import textwrap
 
-from .. import api
+from .. import api, progress
 from ..errors import PlanError
 from ..output import is_stdout, write_output
 from ..words import count
 from . import lints, log_lints
-from .diff import RENDERERS, diff_plans
+from .diff import RENDERERS, diff_plans, pack
 
 EXIT_SAME, EXIT_DIFFERENT = 0, 1
 EXIT_CLEAN, EXIT_LINT_ERRORS = 0, 1
@@ -81,9 +81,11 @@ def cmd_diff(args) -> int:
     matched by id; the output names a change of stage order, and every added, removed
     and changed step with its semantic change.
     """
-    old, new, inputs = _diff_inputs(args)
-    result = diff_plans(old, new)
-    text = RENDERERS[args.format](result)
+    with progress.shown("warmup diff") as task:  # a line on a terminal, for a long one
+        old, new, inputs = _diff_inputs(args)
+        task.phase("comparing")
+        result = diff_plans(old, new)
+        text = RENDERERS[args.format](result)
     _emit(text, args, args.format == "text", inputs)
     return EXIT_SAME if result.equal else EXIT_DIFFERENT
 
@@ -112,8 +114,8 @@ def _old_and_new(refs: list, engines: list) -> tuple:
     """OLD and NEW as `warmup plan` takes them: a plan is expanded for its engine (one --engine for
     both, or the first for OLD and the second for NEW); an expanded plan file is used as it is.
     Then the files they were read from."""
-    targets = [api.load_target(ref, "compare engines with `warmup diff PLAN PLAN -e OLD_ENGINE -e NEW_ENGINE`")
-               for ref in refs]
+    targets = [api.load_target(ref, "compare engines with `warmup diff PLAN PLAN -e OLD_ENGINE -e NEW_ENGINE`",
+                               keep=pack) for ref in refs]
     plans = [t for t in targets if t.plan is not None]
     if len(engines) > 2:
         raise PlanError(f"expected one --engine for OLD and NEW, or two (the first for OLD), got {len(engines)} "
@@ -150,10 +152,12 @@ def cmd_check(args) -> int:
         return EXIT_CLEAN
     if not args.target:
         raise PlanError("expected a plan or an expanded plan to check (or --list)", file="warmup check")
-    expanded, engine, notes, inputs = _check_inputs(args)
-    findings, skipped = lints.run(expanded, engine.facts if engine else None)
-    if args.logs:
-        findings += log_lints.findings(expanded, args.logs, engine)
+    with progress.shown("warmup check") as task:  # a line on a terminal, for a long one
+        expanded, engine, notes, inputs = _check_inputs(args)
+        task.phase("running the lints")
+        findings, skipped = lints.run(expanded, engine.facts if engine else None)
+        if args.logs:
+            findings += log_lints.findings(expanded, args.logs, engine)
     if skipped:
         notes.append(f"no --engine: ran {len(lints.LINTS) - len(skipped)} of {len(lints.LINTS)} lints; "
                      f"{', '.join(x.code for x in skipped)} need the engine config, and the plan's freshness "

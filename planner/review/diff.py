@@ -10,7 +10,9 @@ long lists are shown as counts and a few examples. The result is plain data
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..plan.expanded import ExpandedPlan
 from ..plan.steps import Attention, GemmLike, GroupedGemm
@@ -120,7 +122,44 @@ def _common_subsequence(a: list, b: list) -> set:
     return kept
 
 
+class PackedStep(NamedTuple):
+    """What `warmup diff` holds of a step of a saved plan (planner.plan.streaming's `keep`): the
+    step pickled, and what the diff reads of every step (its id, stage, kind, replacement key and
+    totals). The 15.5 MB plan of planner/plan/streaming.py, 77 MB as typed steps, is 11 MB so; a
+    step is unpacked only where the diff describes it (added, removed, replaced, or changed: its
+    pickle differs; equal pickles are equal steps)."""
+
+    id: str
+    stage: str
+    kind: str
+    replaces: tuple | None   # _replacement_key
+    step_totals: dict
+    blob: bytes
+
+    def totals(self) -> dict:  # planner.plan.expanded.summarize reads a step's kind and totals
+        return self.step_totals
+
+    def unpack(self):
+        return pickle.loads(self.blob)
+
+
+def pack(step) -> PackedStep:
+    """A step as `warmup diff` holds it."""
+    return PackedStep(step.id, step.stage, step.kind, _replacement_key(step), step.totals(),
+                      pickle.dumps(step, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _unpacked(step):
+    return step.unpack() if type(step) is PackedStep else step
+
+
+def _same_pickle(old, new) -> bool:
+    """Equal steps for sure (equal pickles); unequal pickles may still be equal steps."""
+    return type(old) is PackedStep and type(new) is PackedStep and old.blob == new.blob
+
+
 def diff_plans(old: ExpandedPlan, new: ExpandedPlan) -> PlanDiff:
+    """The differences of two plans, whose steps may be typed steps or PackedSteps."""
     old_steps = {s.id: s for s in old.steps}
     new_steps = {s.id: s for s in new.steps}
     order_ = _merged_order(old.steps, new.steps)
@@ -132,15 +171,15 @@ def diff_plans(old: ExpandedPlan, new: ExpandedPlan) -> PlanDiff:
         if action == "-" and step_id in replaced:
             continue  # shown with the step that replaces it
         if action == "+" and step_id in replacing:
-            changes.append(_replacement(old_steps[replacing[step_id]], new_steps[step_id]))
+            changes.append(_replacement(_unpacked(old_steps[replacing[step_id]]), _unpacked(new_steps[step_id])))
         elif action == "+":
             s = new_steps[step_id]
-            changes.append(Change("+", step_id, s.kind, [describe(s)]))
+            changes.append(Change("+", step_id, s.kind, [describe(_unpacked(s))]))
         elif action == "-":
             s = old_steps[step_id]
-            changes.append(Change("-", step_id, s.kind, [describe(s)]))
-        else:
-            change = diff_step(old_steps[step_id], new_steps[step_id])
+            changes.append(Change("-", step_id, s.kind, [describe(_unpacked(s))]))
+        elif not _same_pickle(old_steps[step_id], new_steps[step_id]):
+            change = diff_step(_unpacked(old_steps[step_id]), _unpacked(new_steps[step_id]))
             if change is not None:
                 changes.append(change)
     before, after = old.summary, new.summary
@@ -172,9 +211,7 @@ def _replacements(removed: list, added: list) -> dict:
     replacement, and a reviewer wants to see `n=6144 k=1536` become `n=3072 k=1536`.
     """
     def key(s):
-        if not isinstance(s, (GemmLike, Attention)) or not s.layers:
-            return None  # only a step that warms layers is replaced
-        return (s.stage, s.kind, s.weight if isinstance(s, GroupedGemm) else None, tuple(s.layers))
+        return s.replaces if type(s) is PackedStep else _replacement_key(s)
 
     candidates: dict = {}
     for s in added:
@@ -186,6 +223,13 @@ def _replacements(removed: list, added: list) -> dict:
         if key(s) is not None and match:
             pairs[s.id] = match.pop(0)
     return pairs
+
+
+def _replacement_key(s) -> tuple | None:
+    """What a removed and an added step share when one replaces the other (_replacements)."""
+    if not isinstance(s, (GemmLike, Attention)) or not s.layers:
+        return None  # only a step that warms layers is replaced
+    return (s.stage, s.kind, s.weight if isinstance(s, GroupedGemm) else None, tuple(s.layers))
 
 
 def _merged_order(old, new) -> list[tuple[str, str]]:
