@@ -245,13 +245,11 @@ def resolve(ref: Reference, *, timeout_s: float = 30.0, plain_http: bool = False
 
 def _manifest(registry, container, ref: Reference, deadline: float) -> tuple[Reference, dict]:
     url = container.manifest_url(ref.manifest_name)
-    response = _request(registry, "GET", url, deadline, headers={"Accept": MANIFEST_MEDIA_TYPE})
-    if response.status_code == 404:
-        raise RegistryError(f"{ref}: not in the registry (HTTP 404)")
-    _expect(response, (200,), f"GET {url}")
-    body = response.content
-    if len(body) > MANIFEST_LIMIT:
-        raise PlanError(f"refused: its manifest is {len(body)} bytes (a bundle's is one layer)", file=str(ref))
+    with _request(registry, "GET", url, deadline, headers={"Accept": MANIFEST_MEDIA_TYPE}, stream=True) as response:
+        if response.status_code == 404:
+            raise RegistryError(f"{ref}: not in the registry (HTTP 404)")
+        _expect(response, (200,), f"GET {url}")
+        body = _read_manifest(response, url, ref, deadline)
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
     if ref.digest and digest != ref.digest:
         raise PlanError(f"refused: the registry's manifest has digest {digest}, not the one asked for", file=str(ref))
@@ -260,6 +258,27 @@ def _manifest(registry, container, ref: Reference, deadline: float) -> tuple[Ref
     except ValueError:
         raise PlanError("refused: its manifest is not JSON", file=str(ref)) from None
     return ref.pinned(digest), manifest
+
+
+def _read_manifest(response, url: str, ref: Reference, deadline: float) -> bytes:
+    """The manifest's body, read no further than MANIFEST_LIMIT: one the registry declares larger is
+    refused unread, one that runs on (or without end) after one chunk over; never held whole."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > MANIFEST_LIMIT:
+        raise PlanError(f"refused: its manifest is {int(declared)} bytes (a bundle's is one layer)", file=str(ref))
+    body = bytearray()
+    try:
+        for chunk in response.iter_content(CHUNK):  # decoded, as a manifest's digest is of its bytes
+            body += chunk
+            if len(body) > MANIFEST_LIMIT:
+                raise PlanError(f"refused: its manifest is over {MANIFEST_LIMIT} bytes (a bundle's is one layer)",
+                                file=str(ref))
+            _check_deadline(deadline, f"GET {url}")
+    except (PlanError, RegistryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the connection broke off mid-manifest
+        raise RegistryError(f"GET {url}: broken off after {len(body)} bytes: {_why(e)}") from None
+    return bytes(body)
 
 
 def bundle_layer(ref: Reference, manifest: dict) -> dict:

@@ -249,6 +249,38 @@ def test_a_registry_that_stalls_mid_blob_is_said_as_such(tmp_path, monkeypatch):
     assert time.monotonic() - started < 5 and not (tmp_path / "p.warmup").exists()
 
 
+def test_a_manifest_without_end_is_refused_after_the_limit_not_held_whole(tmp_path):
+    """A registry that streams a manifest with no Content-Length and no end: refused once the body
+    passes the registry limit, having read no more than a chunk beyond it."""
+    sent = []
+
+    class Endless(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            piece = b"{" * 65536
+            try:
+                for _ in range(10_000):  # 640 MiB unless the client stops reading
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    sent.append(len(piece))
+            except OSError:
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    address, stop = serving(Endless)
+    try:
+        with pytest.raises(PlanError, match=f"refused: its manifest is over {oci.MANIFEST_LIMIT} bytes"):
+            oci.pull(oci_ref.parse(f"oci://{address}/w:v1"), str(tmp_path / "p.warmup"), timeout_s=20)
+    finally:
+        stop()
+    assert sum(sent) < 64 * oci.MANIFEST_LIMIT and not (tmp_path / "p.warmup").exists()
+
+
 # --- what the registry refuses, and what it is not asked ------------------------------------------------
 
 def test_the_same_bundle_and_annotations_in_any_order_have_one_digest(tmp_path, registry):
