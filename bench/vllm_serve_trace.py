@@ -809,7 +809,8 @@ def default_max_model_len(config_path: str) -> int:
     return min(DEFAULT_MAX_MODEL_LEN, int(limit)) if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_MODEL_LEN
 
 
-def main() -> None:
+def parse_args():
+    """The driver's flags (the server's are built from them: server_command)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="a Hugging Face config.json (tests/fixtures/hf/*.json)")
@@ -847,6 +848,11 @@ def main() -> None:
         parser.error("--requests: at least 1 (the first request is timed alone)")
     if args.max_model_len is None:
         args.max_model_len = default_max_model_len(args.config)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     if args.dry_run:
         dry_run(args)
         return
@@ -861,8 +867,13 @@ def main() -> None:
         write_result(args.out)
         raise
     write_result(args.out)
+    print(summary_line(args))
+
+
+def summary_line(args) -> str:
+    """The run's one JSON line on stdout, for the proof script."""
     requests = RESULT.get("http") or {}
-    print(json.dumps({"arm": args.arm, "mode": "server", "ready_s": RESULT.get("ready_s"),
+    return (json.dumps({"arm": args.arm, "mode": "server", "ready_s": RESULT.get("ready_s"),
                       "first_request_s": RESULT.get("first_request_s"), "http_ok": requests.get("ok"),
                       "http_failed": requests.get("failed"),
                       "kv_blocks": (RESULT.get("kv_cache") or {}).get("num_gpu_blocks"),
