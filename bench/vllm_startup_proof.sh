@@ -117,6 +117,10 @@
 # another lease (bench/bundle_proof.py split there; join here, checked), joined into the series' bundle
 # before the runs; STOCK_WARM_FROM=bundle-cold then gives stock-warm the caches the last bundle-cold run
 # filled (with the FlashInfer modules it placed: no FlashInfer workspace on this machine holds them).
+# PLUGIN_WARM_FROM=bundle-cold: plugin-warm runs on those caches with WARMUP_BUNDLE still set (a warm node: the
+# bundle already installed; issue 54 item 2 says such a start pays nothing for it).
+# Issue 54 (the engine core's start): FORK_PARTS="plugin-warm_2 ..." runs those parts with WARMUP_ENGINE_CORE_FORK=1
+# (run.json: engine_core_fork=1); every other part without it, whatever the caller's environment holds.
 # STOCK_WARM_FROM=bundle-build: stock-warm runs on the caches bundle-build filled (the same flags, so the same
 # torch.compile hash; stock then finds every kernel it compiles at start-up there) instead of stock-cold's: a
 # stock-cold run of this series costs ~530 s of a device call. Say so wherever its figures are reported.
@@ -224,7 +228,11 @@ run_part() {
         bundle-cold) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE")
                      [ "$BUNDLE_VIA" = oci ] && extra=(WARMUP_BUNDLE="$(oci_ref)") ;;
         stock-warm) [ -n "${STOCK_WARM_FROM:-}" ] && cache=$ROOT/cache/$SERIES/$STOCK_WARM_FROM ;;
+        plugin-warm) if [ "${PLUGIN_WARM_FROM:-}" = bundle-cold ]; then  # a warm node: the bundle in place, still named
+                         cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE")
+                     fi ;;
     esac
+    case " ${FORK_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=1) ;; esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
         say "$part: skipped, no bundle at $BUNDLE_FILE (bundle-build first, or BUNDLE_IN from another machine)"
         mkdir -p "$dir" && json_run "$dir" skipped="no bundle built on this machine or brought here"
@@ -235,7 +243,8 @@ run_part() {
     # a bundle-cold run placed there would make any later run find them prebuilt (a fresh machine has
     # none), but for a stock-warm run on a bundle-cold run's caches, for which they are that warm state
     # (issue 43: on a machine that never built the bundle no FlashInfer workspace holds them)
-    if [ "$base" != stock-warm ] || [ "${STOCK_WARM_FROM:-}" != bundle-cold ]; then
+    if ! { [ "$base" = stock-warm ] && [ "${STOCK_WARM_FROM:-}" = bundle-cold ]; } &&
+       ! { [ "$base" = plugin-warm ] && [ "${PLUGIN_WARM_FROM:-}" = bundle-cold ]; }; then
         do_or_show clear_placed_flashinfer_modules
     fi
     local left=$((BUDGET_S - ($(date +%s) - CALL_START) - 15)) limit=$RUN_TIMEOUT_S
@@ -294,7 +303,7 @@ run_part() {
     else
         env_set=(VLLM_ENABLE_V1_MULTIPROCESSING=0 "${env_set[@]}")
     fi
-    local cmd=(env -u TRITON_CACHE_DIR -u DG_JIT_CACHE_DIR -u WARMUP_PLAN -u WARMUP_JOBS -u WARMUP_ENGINE
+    local cmd=(env -u TRITON_CACHE_DIR -u DG_JIT_CACHE_DIR -u WARMUP_PLAN -u WARMUP_JOBS -u WARMUP_ENGINE -u WARMUP_ENGINE_CORE_FORK
                -u VLLM_PLUGINS -u TORCHINDUCTOR_FX_GRAPH_CACHE "${unset_mp[@]}" "${env_set[@]}"
                timeout --kill-after=20 "$limit" "${run[@]}" --config "$CONFIG" --arm "$arm"
                --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS" --tensor-parallel-size "$TP")
@@ -330,7 +339,7 @@ run_part() {
     fi
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
-        command="$(printf '%q ' "${cmd[@]}")" "${proof[@]}"
+        command="$(printf '%q ' "${cmd[@]}")" engine_core_fork="$(case " ${FORK_PARTS:-} " in *" $part "*) echo 1 ;; *) echo 0 ;; esac)" "${proof[@]}"
     if [ "$base" = bundle-build ]; then
         ls -la "$BUNDLE_FILE" > "$dir/bundle_inspect.txt" 2>&1
         PYTHONPATH="$PYPATH" python3 -m executor.cli bundle inspect "$BUNDLE_FILE" >> "$dir/bundle_inspect.txt" 2>&1

@@ -522,6 +522,24 @@ def test_proof_script_hides_and_watches_the_building_caches_of_a_bundle_cold_run
     assert f"WARMUP_TRIPWIRE_LOG={tmp_path}/runs/{series}/bundle-cold/builder_opens.log" in driver
 
 
+def test_proof_script_forks_the_engine_core_only_in_the_parts_named(tmp_path, monkeypatch):
+    """Issue 54: FORK_PARTS names the runs with WARMUP_ENGINE_CORE_FORK=1; every other run is without
+    it, even where the caller's environment sets it; PLUGIN_WARM_FROM=bundle-cold runs plugin-warm on
+    the bundle-cold caches with the bundle still named (a warm node), keeping the modules it placed."""
+    monkeypatch.setenv("WARMUP_ENGINE_CORE_FORK", "1")  # proof_dry_run drops WARMUP_*; the command unsets it too
+    out = proof_dry_run(tmp_path, "plugin-warm_1 plugin-warm_2 stock-warm_1", FORK_PARTS="plugin-warm_2",
+                        PLUGIN_WARM_FROM="bundle-cold", STOCK_WARM_FROM="bundle-cold")
+    drivers = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
+    assert len(drivers) == 3 and all("-u WARMUP_ENGINE_CORE_FORK" in x for x in drivers)
+    assert ["WARMUP_ENGINE_CORE_FORK=1" in x for x in drivers] == [False, True, False]
+    cache = f"{tmp_path}/cache/llama-3.1-8b-instruct-fp8-block-fi-serve/bundle-cold/vllm"
+    assert all(f"VLLM_CACHE_ROOT={cache}" in x for x in drivers)
+    assert ["WARMUP_BUNDLE=" in x for x in drivers] == [True, True, False]
+    assert "clear_placed_flashinfer_modules" not in out
+    plain = proof_dry_run(tmp_path, "plugin-warm_1")
+    assert "WARMUP_BUNDLE=" not in plain and "/plugin/vllm" in plain and "clear_placed_flashinfer_modules" in plain
+
+
 def test_the_tripwire_records_every_attempt_on_the_watched_paths_in_every_process(tmp_path):
     watched = tmp_path / "built"
     watched.mkdir()
