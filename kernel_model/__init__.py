@@ -17,4 +17,5 @@ torch, triton or any kernel library): both sides import it, it knows only kernel
     runner_kernels.py  signatures and compile keys of the reference runner's kernels
     vllm_sampler.py    compile keys of vLLM 0.25's Triton top-k/top-p sampler kernel
     deep_gemm.py       DeepGEMM's SM90 kernel selection
+    dynamo_shapes.py   how Dynamo keys a torch.compile(dynamic=True) graph by its sizes
 """

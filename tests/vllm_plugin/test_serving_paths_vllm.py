@@ -84,13 +84,17 @@ def test_a_running_request_the_previous_step_left_out_comes_with_its_tokens(fact
 
 
 def test_a_batch_that_shrinks_and_grows_reaches_vllm_with_each_running_requests_tokens(facts):
-    """batch-change: after a request finishes (a step that schedules nothing) the rest decode on,
-    re-added from their tokens; requests join while one waits, which comes back with its own."""
+    """batch-change: requests left out of a step wait, and come back re-added from their tokens (the
+    prompt and one output per computed token past it); those the step before scheduled are sent
+    none (they are still in the runner's persistent batch)."""
     _, steps = facts
-    sizes = [len(steps[f"batch-change-{name}"]["num_scheduled_tokens"])
-             for name in ("prefill", "decode-3", "decode-2", "decode-1", "join", "decode")]
-    assert sizes == [3, 3, 2, 1, 2, 3]
-    assert [r["all_token_ids"] for r in steps["batch-change-decode-2"]["cached"]] == [17 + 2] * 2
-    waited, *joined = steps["batch-change-decode"]["cached"]
-    assert waited["req_id"] == "_warmup_change_0_" and waited["all_token_ids"] == 17 + 4
-    assert [r["all_token_ids"] for r in joined] == [None, None], "the joiners were scheduled in the step before"
+    names = ("prefill", "decode-3", "decode-2", "decode-1", "decode-1-again", "decode-2-from-1", "decode")
+    assert [len(steps[f"batch-change-{n}"]["num_scheduled_tokens"]) for n in names] == [3, 3, 2, 1, 1, 2, 3]
+    sent = {n: {r["req_id"]: r["all_token_ids"] for r in steps[f"batch-change-{n}"]["cached"]} for n in names[1:]}
+    assert all(v is None for n in names[1:5] for v in sent[n].values())
+    back = {n: {rid: v for rid, v in sent[n].items() if v is not None} for n in ("decode-2-from-1", "decode")}
+    assert list(back["decode-2-from-1"]) == ["_warmup_change_1_"] and list(back["decode"]) == ["_warmup_change_2_"]
+    computed = {r["req_id"]: r["num_computed_tokens"]
+                for n in ("decode-2-from-1", "decode") for r in steps[f"batch-change-{n}"]["cached"]
+                if r["all_token_ids"] is not None}
+    assert all(back[n][rid] == computed[rid] + 1 for n in back for rid in back[n])

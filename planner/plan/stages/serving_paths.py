@@ -25,15 +25,17 @@ So this stage schedules, as vLLM's scheduler would send them (vllm/v1/core/sched
      num_computed_tokens > 0 and no output yet (num_output_tokens 0);
   4. a prefix-cache hit: a new request whose NewRequestData.num_computed_tokens is the whole blocks
      a live donor has computed of the same prompt, and whose block_ids start with the donor's;
-  5. requests leaving and joining a running batch: the batch goes 3 -> 3 -> 2 -> 1 -> 2 -> 3
-     requests. The V1 runner corrects num_computed_tokens under async speculative decoding in
-     `update_num_computed_tokens_for_batch_change` (vllm/v1/spec_decode/utils.py), a
-     torch.compile(dynamic=True) function of the previous batch's and this batch's sizes, and
-     Dynamo keys such a graph by each size's class (0/1 specialization: 1 or more) and by which
-     sizes were equal when it traced (duck sizing): a graph traced at equal sizes does not serve
-     unequal ones. Measured on an H200 (DeepSeek-V3 with MTP): the first batch of unequal sizes
-     after ready compiled it. The sequence gives every pair of classes, equal and unequal, in
-     both directions.
+  5. a running batch that shrinks and grows: 3 -> 3 -> 2 -> 1 -> 1 -> 2 -> 3 requests, the ones left
+     out waiting and coming back. The V1 runner corrects num_computed_tokens under async speculative
+     decoding in `update_num_computed_tokens_for_batch_change` (vllm/v1/spec_decode/utils.py), a
+     torch.compile(dynamic=True) function of the previous batch's size and this one's, which Dynamo
+     keys by 0/1 specialization and duck sizing (kernel_model/dynamo_shapes.py). It runs only where
+     a request of this step was in the step before (`prev_req_id_to_index`): a step that schedules
+     nothing, or only new requests, empties the persistent batch (GPUModelRunner._update_states
+     removes every request it does not schedule). So the sequence never lets a request finish or
+     join in a step of its own: requests wait instead, and each step keeps one of the step before.
+     Measured on an H200 (DeepSeek-V3 with MTP): a batch that shrank to 1 compiled it after ready
+     while the plan's cleanup steps had kept it from ever seeing a batch of 1 after a larger one.
 Each sequence starts from an empty batch and ends with a cleanup of every request it added, so its
 block ids start again from 1 (block 0 is the null block). Blocks are what the scheduler reserves
 (batches.BlockCounter with the lookahead). A sequence the engine cannot hold (max_num_seqs,
@@ -206,20 +208,19 @@ class Paths:
         return seq.decode_all_and_finish()
 
     def batch_change(self) -> list:
-        """Each step's batch size against the step before it, as a server's batch changes: 3 from
-        3 (equal), 2 from 3 (shrinks), 1 from 2 (to one), 2 from 1 (from one: requests join while
-        the running one waits), 3 from 2 (grows)."""
+        """Every size key (kernel_model/dynamo_shapes.py) of (the step before's batch, this one's)
+        with a request kept from the step before: 3 from 3, 2 from 3, 1 from 2, 1 from 1, 2 from 1,
+        3 from 2. Requests left out wait (vLLM re-adds them from their tokens when they return)."""
         if self.names["max_num_seqs"] < 3:
             raise Skip(f"max_num_seqs {self.names['max_num_seqs']} never holds a batch of 3")
         seq = Sequence(self, "batch-change")
-        first = [seq.request(req_id(f"change_{i}"), self.prompt_len, DEFAULT) for i in range(3)]
-        seq.prefill("prefill", self.prompt_len, first)
+        a, b, c = (seq.request(req_id(f"change_{i}"), self.prompt_len, DEFAULT) for i in range(3))
+        seq.prefill("prefill", self.prompt_len, [a, b, c])
         seq.decode_running("decode-3")
-        for left, leaving in enumerate((first[2], first[1]), 1):  # one request finishes, the rest decode on
-            seq.finish(f"leave-{left}", [leaving.req_id])
-            seq.decode_running(f"decode-{len(seq.running)}")
-        joining = [seq.request(req_id(f"change_{i}"), self.prompt_len, DEFAULT) for i in (3, 4)]
-        seq.prefill("join", self.prompt_len, joining)
+        seq.decode_some("decode-2", [a, b])
+        seq.decode_some("decode-1", [a])
+        seq.decode_some("decode-1-again", [a])
+        seq.decode_some("decode-2-from-1", [a, b])
         return seq.decode_all_and_finish()
 
     def full_attention_only(self, what: str) -> None:
@@ -280,11 +281,16 @@ class Sequence:
     def decode_running(self, step: str) -> None:
         """One decode step of every running request: its last token and k drafts, as if the drafts
         before were all accepted (the scheduler's num_computed_tokens runs ahead the same way)."""
+        self.decode_some(step, list(self.running.values()))
+
+    def decode_some(self, step: str, reqs: list["Running"]) -> None:
+        """One decode step of these running requests; the others wait, as the scheduler leaves
+        out a running request its token budget does not reach (vLLM re-adds it when it returns)."""
         k = self.scope.names["num_speculative_tokens"]
         limit = self.scope.names["max_model_len"]
-        if any(r.computed + 1 + k > limit for r in self.running.values()):
+        if any(r.computed + 1 + k > limit for r in reqs):
             raise Skip(f"a decode step past max_model_len {limit}")
-        self.schedule(step, [(r, 1 + k, k, r.num_output_tokens) for r in self.running.values()])
+        self.schedule(step, [(r, 1 + k, k, r.num_output_tokens) for r in reqs])
 
     def finish(self, step: str, req_ids: list) -> None:
         """The scheduler step that names these requests finished; the others keep running."""
