@@ -289,7 +289,7 @@ run_part() {
         fi
     fi
     if [ "$arm" = plugin ]; then
-        env_set+=(WARMUP_PLAN="$PLUGIN_PLAN")
+        env_set+=(WARMUP_PLAN="$PLUGIN_PLAN" TORCH_LOGS=recompiles)  # a recompile after ready: the guard that failed, in the log
         [ -n "${PLUGIN_JOBS:-}" ] && env_set+=(WARMUP_JOBS="$PLUGIN_JOBS")
     fi
     local run=(python3 bench/vllm_plugin_trace.py) unset_mp=()

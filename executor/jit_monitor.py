@@ -42,6 +42,7 @@ import re
 import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 
 from planner.output import append_line
@@ -253,13 +254,30 @@ class DynamoWatcher(Watcher):
             return
 
         def on_start(*_args, **_kw):
-            self.monitor._count("dynamo_compiles")
-            self.monitor._post_seal({"backend": "torch.compile", "event": "dynamo compile",
-                                     "kernel": "torch.compile frame"})
+            m = self.monitor
+            m._count("dynamo_compiles")
+            if m.sealed:  # the stack is read only for what a user must be told
+                m._post_seal({"backend": "torch.compile", **compiling_frame(sys._getframe())})
 
         callback_handler.register_start_callback(on_start)
         self.restore.append(lambda: callback_handler.remove_start_callback(on_start))
         self.monitor._watch("torch.compile")
+
+
+def compiling_frame(frame) -> dict:
+    """The event of the function Dynamo is compiling, read from the stack its start callback runs on:
+    convert_frame's ``_compile(code, ...)`` holds the code object, and a cache entry where the
+    function has graphs already (a recompile: the guards of every one failed). Where the stack does
+    not show it (another torch), the event says only that a frame compiled."""
+    while frame is not None:
+        code = frame.f_locals.get("code") if frame.f_code.co_name == "_compile" else None
+        if isinstance(code, types.CodeType) and frame.f_code.co_filename.endswith("convert_frame.py"):
+            again = frame.f_locals.get("cache_entry") is not None
+            where = f"{code.co_filename}:{code.co_firstlineno}"
+            return {"event": "dynamo recompile" if again else "dynamo compile", "kernel": code.co_name,
+                    "repr": f"({where}; TORCH_LOGS=recompiles names the guard that failed)" if again else f"({where})"}
+        frame = frame.f_back
+    return {"event": "dynamo compile", "kernel": "torch.compile frame"}
 
 
 def deep_gemm_cache_dir() -> str:

@@ -473,6 +473,7 @@ def test_proof_script_dry_run_in_server_mode(tmp_path):
     assert not any("VLLM_ENABLE_V1_MULTIPROCESSING=0" in x for x in drivers)
     assert all(f"{tmp_path}/runs/llama-3.1-8b-instruct-fp8-block-fi-serve/" in x for x in drivers)
     assert "WARMUP_PLAN=vllm-0.25-plugin" in drivers[0] and "WARMUP_PLAN=" not in drivers[1]
+    assert "TORCH_LOGS=recompiles" in drivers[0] and "TORCH_LOGS" not in drivers[1]  # the failed guard, in the log
     servers = [x for x in out.splitlines() if x.startswith("+ (server")]
     assert len(servers) == 2
     assert all("-m vllm.entrypoints.cli.main serve" in x

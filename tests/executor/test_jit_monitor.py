@@ -154,6 +154,52 @@ def test_torch_compile_after_seal_is_reported():
         torch._dynamo.reset()
 
 
+def test_a_torch_compile_after_seal_names_the_function_and_says_recompile():
+    """The event names the function Dynamo compiles (its file and line), and says whether it had
+    graphs already: what a user needs to extend the plan (issue 53: the first report said only
+    "torch.compile frame")."""
+    torch = pytest.importorskip("torch")
+    import torch._dynamo  # noqa: F401
+
+    def correct_counts(x):
+        return x * 2 + 1
+
+    m = Monitor("warn").install()
+    try:
+        f = torch.compile(correct_counts, backend="eager", dynamic=True)
+        f(torch.ones(4))
+        m.seal()
+        f(torch.ones(1))  # 0/1 specialization: a size of 1 is a graph of its own
+        g = torch.compile(lambda x: x - 1, backend="eager")
+        g(torch.ones(2))  # a function no warmup ran
+        first, second = m.post_seal_events
+        where = f"{__file__}:{correct_counts.__code__.co_firstlineno}"
+        assert (first["event"], first["kernel"]) == ("dynamo recompile", "correct_counts")
+        assert first["repr"] == f"({where}; TORCH_LOGS=recompiles names the guard that failed)"
+        assert (second["event"], second["kernel"]) == ("dynamo compile", "<lambda>")
+        assert second["repr"].startswith(f"({__file__}:") and "TORCH_LOGS" not in second["repr"]
+    finally:
+        m.uninstall()
+        torch._dynamo.reset()
+
+
+def test_the_warning_line_of_a_recompile_is_read_back_with_its_function(tmp_path):
+    """planner/review/server_logs.py reads the monitor's warning: the function is the kernel."""
+    from planner.review.server_logs import PLUGIN_LINE
+
+    m = Monitor("warn", str(tmp_path / "jit.jsonl"))
+    m.sealed = True
+    line = m._record({"backend": "torch.compile", "event": "dynamo recompile", "kernel": "update_counts",
+                      "repr": "(/v/spec_decode/utils.py:565; TORCH_LOGS=recompiles names the guard that failed)"})
+    got = PLUGIN_LINE.search(line)
+    assert (got["backend"], got["event"], got["kernel"]) == ("torch.compile", "dynamo recompile", "update_counts")
+    assert got["repr"].startswith("(/v/spec_decode/utils.py:565;")
+
+
+def test_a_stack_without_dynamo_s_compile_frame_says_only_a_frame_compiled():
+    assert jit_monitor.compiling_frame(sys._getframe()) == {"event": "dynamo compile", "kernel": "torch.compile frame"}
+
+
 # --- DeepGEMM: kernels in its JIT cache (DeepGEMM 2.x layout, csrc/jit/compiler.hpp) -------------
 
 GEMM = "kernel.sm90_fp8_gemm_1d2d.5b0c29cdac95fd74b26b4316a7f7e6a6"
