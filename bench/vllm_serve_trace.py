@@ -74,6 +74,7 @@ import argparse  # noqa: E402
 import collections  # noqa: E402
 import concurrent.futures  # noqa: E402
 import ctypes  # noqa: E402
+import hashlib  # noqa: E402
 import http.client  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
@@ -412,7 +413,22 @@ def returned(data: bytes) -> dict:
     except ValueError:
         return {"choices": None, "tokens": None}
     return {"choices": len(choices), "tokens": sum(len(c.get("token_ids") or []) for c in choices),
-            "logprobs": any(c.get("logprobs") for c in choices)}
+            "logprobs": any(c.get("logprobs") for c in choices),
+            "token_ids_sha256": digest([c.get("token_ids") for c in choices])}
+
+
+def digest(value) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+
+def greedy_alone(records: list[dict]) -> dict:
+    """The tokens of the greedy requests sent alone, as one digest: each one is a batch of its own,
+    so the same engine gives them the same tokens whatever ran before (a start-up setting that
+    changes how processes start must not change them)."""
+    lone = sorted((r for r in records if r.get("alone") and r["kind"] == "greedy" and r.get("status") == 200),
+                  key=lambda r: r["i"])
+    return {"requests": len(lone),
+            "sha256": digest([r.get("token_ids_sha256") for r in lone]) if lone else None}
 
 
 def run_requests(port: int, items: list[dict], concurrency: int, deadline: float, timeout: float) -> list[dict]:
@@ -448,7 +464,7 @@ def http_summary(records: list[dict]) -> dict:
             "n": dict(sorted(collections.Counter(r["n"] for r in sent).items())),
             "latency_s": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
                           "max": latencies[-1] if latencies else None},
-            "generated_tokens": sum(r.get("tokens") or 0 for r in ok),
+            "generated_tokens": sum(r.get("tokens") or 0 for r in ok), "greedy_alone": greedy_alone(sent),
             "failures": [{k: r.get(k) for k in ("i", "kind", "status", "latency_s", "error")} for r in failed[:10]]}
 
 

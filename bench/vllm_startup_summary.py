@@ -87,7 +87,7 @@ def proof_fields(run: dict) -> dict:
     attempts it recorded on them, and where the bundle came from."""
     opens = run.get("builder_opens")
     return {"builder_roots": run.get("builder_roots"), "builder_opens": None if opens in (None, "") else int(opens),
-            "bundle_from": run.get("bundle_from")}
+            "bundle_from": run.get("bundle_from"), "engine_core_fork": run.get("engine_core_fork") == "1"}
 
 
 def server_fields(result: dict) -> dict:
@@ -99,7 +99,8 @@ def server_fields(result: dict) -> dict:
             "http_failed": http.get("failed"), "http_p99_s": (http.get("latency_s") or {}).get("p99"),
             "jit_lines_after_ready": (result.get("vllm_jit_monitor") or {}).get("lines_after_ready"),
             "jit_monitor_mode": (result.get("vllm_jit_monitor") or {}).get("mode"),
-            "cache_files_after_ready": None if files is None else sum(files.values())}
+            "cache_files_after_ready": None if files is None else sum(files.values()),
+            "greedy_alone_sha256": (http.get("greedy_alone") or {}).get("sha256")}
 
 
 def after_ready_elsewhere(result: dict) -> dict:
@@ -162,6 +163,7 @@ def checks(rows: dict) -> list[dict]:
     out.append(bundle_check(rows))
     if any(r and r.get("mode") == "server" for r in rows.values()):
         out += server_checks(rows, done)
+        out.append(outputs_check(rows))
     plugins = [name for name in ("plugin-cold", "plugin-warm") if done(name)]
     inactive = [n for n in plugins if rows[n].get("plugin_active") is not True]
     inactive += [n for n in ("stock-cold", "stock-warm") if done(n) and rows[n].get("plugin_active")]
@@ -215,6 +217,21 @@ def server_checks(rows: dict, done) -> list[dict]:
              "detail": "; ".join(http(n) for n in plugins) + shown},
             {"check": cache_name, "pass": all(v == 0 for v in files.values()),
              "detail": ", ".join(f"{n} {v} files" for n, v in files.items())}]
+
+
+def outputs_check(rows: dict) -> dict:
+    """Issue 54: a start-up change must not change outputs. Every run of a series (either arm, the
+    engine core forked or not) gives its greedy requests sent alone the same tokens."""
+    name = "the same greedy tokens in every run (requests alone; engine core forked or not)"
+    by_digest: dict = {}
+    for n, r in sorted(rows.items()):
+        if r and r.get("greedy_alone_sha256"):
+            by_digest.setdefault(r["greedy_alone_sha256"], []).append(n + (" (fork)" if r.get("engine_core_fork") else ""))
+    runs = sum(len(v) for v in by_digest.values())
+    if runs < 2:
+        return {"check": name, "pass": None, "detail": "needs two server runs with greedy requests alone"}
+    return {"check": name, "pass": len(by_digest) == 1,
+            "detail": "; ".join(f"{d}: {', '.join(v)}" for d, v in by_digest.items())}
 
 
 def node_check(rows: dict) -> dict:

@@ -421,6 +421,42 @@ def test_summary_server_rows_and_checks(tmp_path, capsys):
     assert check["pass"] is False and "plugin-warm 300 ok, 0 failed of 300 (JIT monitor: not activated)" in check["detail"]
 
 
+def test_greedy_requests_alone_are_one_digest_of_their_tokens():
+    """Issue 54: the tokens a start gives its greedy requests sent alone, as one digest: the same
+    tokens give the same digest whatever else ran, other tokens another one."""
+    trace = load("vllm_serve_trace")
+
+    def rec(i, kind, alone, tokens, status=200):
+        body = json.dumps({"choices": [{"token_ids": tokens}]}).encode()
+        return {"i": i, "kind": kind, "alone": alone, "status": status, **trace.returned(body)}
+
+    lone = [rec(5, "greedy", True, [1, 2]), rec(6, "greedy", True, [3])]
+    noise = [rec(1, "greedy", False, [9]), rec(7, "top-k", True, [8]), rec(8, "greedy", True, None, status=500)]
+    first = trace.greedy_alone(lone + noise)
+    assert first["requests"] == 2 and first["sha256"] == trace.greedy_alone(list(reversed(lone)))["sha256"]
+    assert trace.greedy_alone([rec(5, "greedy", True, [1, 2]), rec(6, "greedy", True, [4])])["sha256"] != first["sha256"]
+    assert trace.greedy_alone(noise[:2]) == {"requests": 0, "sha256": None}
+
+
+def test_the_outputs_check_groups_the_runs_by_their_greedy_tokens(tmp_path):
+    summary = load("vllm_startup_summary")
+    runs = tmp_path / "runs"
+    for name, arm, sha, fork in (("stock-warm", "stock", "aa", False), ("plugin-warm", "plugin", "aa", True)):
+        write_server_run(runs, name, arm, 50.0, 300, 0)
+        result = json.loads((runs / name / "result.json").read_text())
+        result["http"]["greedy_alone"] = {"requests": 4, "sha256": sha}
+        (runs / name / "result.json").write_text(json.dumps(result))
+        (runs / name / "run.json").write_text(json.dumps({"rc": 0, "engine_core_fork": "1" if fork else "0"}))
+    rows = {n: summary.row(str(runs), n) for n in ("stock-warm", "plugin-warm")}
+    name = "the same greedy tokens in every run (requests alone; engine core forked or not)"
+    check = {c["check"]: c for c in summary.checks(rows)}[name]
+    assert check["pass"] is True and check["detail"] == "aa: plugin-warm (fork), stock-warm"
+    rows["plugin-warm"]["greedy_alone_sha256"] = "bb"
+    assert {c["check"]: c for c in summary.checks(rows)}[name]["pass"] is False
+    del rows["stock-warm"]
+    assert {c["check"]: c for c in summary.checks(rows)}[name]["pass"] is None
+
+
 def test_summary_of_offline_runs_has_no_server_checks(tmp_path):
     summary = load("vllm_startup_summary")
     runs = tmp_path / "runs"
