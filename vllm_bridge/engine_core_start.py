@@ -8,7 +8,8 @@ API server's first line with spawn and 1 s after with fork: ready in 64.5 s agai
 own default outside its CLI is fork, and it falls back to spawn by itself where CUDA is initialised
 in the parent (vllm/utils/system_utils.py, ``_maybe_force_spawn``).
 
-WARMUP_ENGINE_CORE_FORK=1 (off by default until measured with the plugin, medians of three): in the
+WARMUP_ENGINE_CORE_FORK=1 (measured with the plugin on an H200, bench/RESULTS.md part AH: warm ready
+64.9 -> 50.1 s, medians of three; off by default until a run shows the same tokens with it): in the
 process vLLM's CLI runs in, where the CLI and not the user chose spawn (the variable is absent from
 the environment the process started with, /proc/self/environ), the plugin sets it back to fork, with
 one line in vLLM's log. A user's own choice, in the environment or the command's, is never changed.
