@@ -38,6 +38,11 @@ from .oci_ref import Reference
 ARTIFACT_TYPE = "application/vnd.warmup-planner.bundle.v1"
 LAYER_MEDIA_TYPE = "application/vnd.warmup-planner.bundle.v1.tar"
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
+# What a tag may name instead of one manifest: an index of several (a multi-platform image). Asked
+# for too, so that the registry answers with it and the refusal says what it is (a registry asked for
+# manifests only answers 404 for an index: "not in the registry" was the wrong cause).
+INDEX_MEDIA_TYPES = ("application/vnd.oci.image.index.v1+json",
+                     "application/vnd.docker.distribution.manifest.list.v2+json")
 EMPTY_CONFIG = {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2,
                 "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"}  # b"{}"
 TITLE = "org.opencontainers.image.title"
@@ -245,7 +250,8 @@ def resolve(ref: Reference, *, timeout_s: float = 30.0, plain_http: bool = False
 
 def _manifest(registry, container, ref: Reference, deadline: float) -> tuple[Reference, dict]:
     url = container.manifest_url(ref.manifest_name)
-    with _request(registry, "GET", url, deadline, headers={"Accept": MANIFEST_MEDIA_TYPE}, stream=True) as response:
+    accept = ", ".join((MANIFEST_MEDIA_TYPE, *INDEX_MEDIA_TYPES))
+    with _request(registry, "GET", url, deadline, headers={"Accept": accept}, stream=True) as response:
         if response.status_code == 404:
             raise RegistryError(f"{ref}: not in the registry (HTTP 404)")
         _expect(response, (200,), f"GET {url}")
@@ -283,6 +289,9 @@ def _read_manifest(response, url: str, ref: Reference, deadline: float) -> bytes
 
 def bundle_layer(ref: Reference, manifest: dict) -> dict:
     """The manifest's one bundle layer; one line where it is some other artifact."""
+    if manifest.get("mediaType") in INDEX_MEDIA_TYPES or "manifests" in manifest:
+        raise PlanError("refused: it names an image index (a manifest per platform), not a warmup bundle artifact "
+                        "(a bundle's tag names one manifest)", file=str(ref))
     layers = [layer for layer in manifest.get("layers") or [] if isinstance(layer, dict)
               and layer.get("mediaType") == LAYER_MEDIA_TYPE]
     if len(layers) != 1:

@@ -203,6 +203,27 @@ def test_an_artifact_that_is_no_bundle_is_refused(tmp_path, registry):
         oci.pull(ref, str(tmp_path / "p.warmup"))
 
 
+def test_a_tag_that_names_an_image_index_is_refused_exit_2_as_what_it_is(tmp_path, registry):
+    """A multi-platform image's tag (an OCI index): the registry answers it (it is asked for), and the
+    refusal names it, exit 2; it was "not in the registry" (HTTP 404), exit 1."""
+    bundle = tmp_path / "b.warmup"
+    make_bundle(bundle)
+    pushed = push(bundle, f"oci://{registry.address}/w:v1")
+    ref = oci_ref.parse(f"oci://{registry.address}/w:multi")
+    registry_client, container = oci._client(ref, False)
+    child = oci._request(registry_client, "GET", container.manifest_url(pushed.reference.digest), time.monotonic() + 30,
+                         headers={"Accept": oci.MANIFEST_MEDIA_TYPE})
+    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {"mediaType": oci.MANIFEST_MEDIA_TYPE, "digest": pushed.reference.digest, "size": len(child.content),
+         "platform": {"architecture": "amd64", "os": "linux"}}]}).encode()
+    oci._request(registry_client, "PUT", container.manifest_url("multi"), time.monotonic() + 30, data=index,
+                 headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+    done = run_cli("pull", str(ref), "-o", str(tmp_path / "p.warmup"))
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert "it names an image index (a manifest per platform), not a warmup bundle artifact" in done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "p.warmup").exists()
+
+
 def test_a_bundle_typed_artifact_whose_layer_is_no_bundle_is_refused_exit_2(tmp_path, registry):
     """What `oras push REF notes.txt:application/vnd.warmup-planner.bundle.v1.tar` makes: the layer's
     bytes match their digest, and are still no bundle."""

@@ -381,6 +381,8 @@ LAYER = {"mediaType": oci.LAYER_MEDIA_TYPE, "digest": "sha256:" + "b" * 64, "siz
 
 @pytest.mark.parametrize("manifest, why", [
     ({"layers": None}, "not a warmup bundle artifact (layers: none;"),
+    ({"mediaType": oci.INDEX_MEDIA_TYPES[0], "manifests": []}, "it names an image index (a manifest per platform)"),
+    ({"manifests": [{"digest": "sha256:" + "c" * 64}], "layers": [LAYER]}, "it names an image index"),
     ({"layers": ["a string", 3, LAYER]}, None),  # what is no descriptor is passed over
     ({"layers": [LAYER, dict(LAYER)]}, f"not a warmup bundle artifact (layers: {oci.LAYER_MEDIA_TYPE};"),
     ({"layers": [{**LAYER, "size": "10"}]}, "its bundle layer has no sha256 digest and size"),
