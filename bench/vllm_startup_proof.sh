@@ -289,7 +289,9 @@ run_part() {
         fi
     fi
     if [ "$arm" = plugin ]; then
-        env_set+=(WARMUP_PLAN="$PLUGIN_PLAN" TORCH_LOGS=recompiles)  # a recompile after ready: the guard that failed, in the log
+        # the plan's own coverage: Dynamo compiles what the plan missed after ready, and the plugin's monitor
+        # reports it (the default, eager, would run it eagerly and unseen), with the guard that failed in the log
+        env_set+=(WARMUP_PLAN="$PLUGIN_PLAN" WARMUP_TORCH_COMPILE_AFTER_READY=compile TORCH_LOGS=recompiles)
         [ -n "${PLUGIN_JOBS:-}" ] && env_set+=(WARMUP_JOBS="$PLUGIN_JOBS")
     fi
     local run=(python3 bench/vllm_plugin_trace.py) unset_mp=()

@@ -37,6 +37,17 @@ def _no_vllm_moe_tables(monkeypatch):
     monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _dynamo_stance_back_to_default():
+    """A test that runs a worker's warmup to its seal sets Dynamo's stance for the whole process
+    (executor/dynamo_stance.py): the next test starts from Dynamo's default."""
+    yield
+    torch = sys.modules.get("torch")
+    set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+    if set_stance is not None and getattr(torch, "__spec__", None) is not None:  # the real torch, not a stand-in
+        set_stance("default")
+
+
 @pytest.fixture
 def moe_tables(tmp_path, monkeypatch):
     """WARMUP_VLLM_MOE_CONFIGS pointed at made-up tables (tests/factories.py); the directory."""

@@ -54,11 +54,25 @@ def vllm_monitor(monkeypatch):
     return module, order
 
 
+STATES: list = []
+
+
+@pytest.fixture(autouse=True)
+def _monitors_uninstalled():
+    """A sealed monitor stays installed, as in vLLM: here it goes with its test (its Triton hooks
+    left behind made a later test of the monitor see a listener it did not install)."""
+    yield
+    while STATES:
+        STATES.pop().monitor.uninstall()
+
+
 def state(settings=None):
     expanded = expand(load_plan("vllm-0.25"), load_engine("llama-3.1-8b-fp8-h100"))
     worker = NS(vllm_config=None, rank=0, device="cpu", model_runner=None)
-    return WorkerWarmup(worker, RELEASES["0.25.0"], settings or Settings("vllm-0.25"),
-                        load_engine("llama-3.1-8b-fp8-h100"), expanded)
+    s = WorkerWarmup(worker, RELEASES["0.25.0"], settings or Settings("vllm-0.25"),
+                     load_engine("llama-3.1-8b-fp8-h100"), expanded)
+    STATES.append(s)
+    return s
 
 
 def vllm_method(module):

@@ -92,6 +92,41 @@ def test_settings_default_to_the_pool_and_refuse_bad_values_in_one_line():
         assert "\n" not in str(e.value)
 
 
+def test_torch_compile_after_ready_is_eager_by_default_and_compile_on_request(caplog):
+    assert Settings.from_env({"WARMUP_PLAN": "p"}).torch_compile_after_ready == "eager"
+    s = Settings.from_env({"WARMUP_PLAN": "p", "WARMUP_TORCH_COMPILE_AFTER_READY": " Compile "})
+    assert s.torch_compile_after_ready == "compile"
+    with pytest.raises(PluginError) as e:
+        Settings.from_env({"WARMUP_PLAN": "p", "WARMUP_TORCH_COMPILE_AFTER_READY": "never"})
+    assert str(e.value) == ("warmup-planner: WARMUP_TORCH_COMPILE_AFTER_READY must be eager or compile, "
+                            "got 'never'")
+    from vllm_bridge.after_ready import torch_compile_after_ready
+
+    with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
+        assert torch_compile_after_ready("compile", 2) is False
+    assert caplog.records[-1].getMessage() == ("warmup-planner: rank 2: a torch.compile call after ready compiles "
+                                               "as in vLLM (WARMUP_TORCH_COMPILE_AFTER_READY=compile)")
+
+
+def test_the_seal_sets_dynamos_stance_unless_asked_to_compile(monkeypatch):
+    """The worker's warmup ends with the seal and the stance (one call, rank and setting handed)."""
+    from vllm_bridge import warmup as warmup_module
+
+    calls = []
+    monkeypatch.setattr(warmup_module, "torch_compile_after_ready", lambda setting, rank: calls.append((setting, rank)))
+    expanded = expand(load_plan("vllm-0.25"), load_engine("llama-3.1-8b-fp8-h100"))
+    worker = NS(vllm_config=None, rank=1, device="cpu", model_runner=None)
+    for setting in ("eager", "compile"):
+        state = WorkerWarmup(worker, RELEASES["0.25.0"], Settings("vllm-0.25", torch_compile_after_ready=setting),
+                             load_engine("llama-3.1-8b-fp8-h100"), expanded)
+        state.fallback = "no plan"
+        try:
+            assert state.warm_up(lambda: "ready") == "ready" and state.monitor.sealed
+        finally:
+            state.monitor.uninstall()  # sealed monitors stay installed, as in vLLM: not past this test
+    assert calls == [("eager", 1), ("compile", 1)]
+
+
 @pytest.mark.parametrize("plan_name", [r.plan for r in RELEASES.values()] + ["vllm-0.25-plugin"])
 @pytest.mark.parametrize("engine_name", SHIPPED)
 def test_what_the_plugin_runs_compiles_every_key_of_the_plan_once(plan_name, engine_name, moe_tables):

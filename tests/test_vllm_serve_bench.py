@@ -510,6 +510,7 @@ def test_proof_script_dry_run_in_server_mode(tmp_path):
     assert all(f"{tmp_path}/runs/llama-3.1-8b-instruct-fp8-block-fi-serve/" in x for x in drivers)
     assert "WARMUP_PLAN=vllm-0.25-plugin" in drivers[0] and "WARMUP_PLAN=" not in drivers[1]
     assert "TORCH_LOGS=recompiles" in drivers[0] and "TORCH_LOGS" not in drivers[1]  # the failed guard, in the log
+    assert "WARMUP_TORCH_COMPILE_AFTER_READY=compile" in drivers[0]  # the plan's coverage, not Dynamo's eager net
     servers = [x for x in out.splitlines() if x.startswith("+ (server")]
     assert len(servers) == 2
     assert all("-m vllm.entrypoints.cli.main serve" in x

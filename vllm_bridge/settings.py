@@ -39,6 +39,8 @@ class Settings(NamedTuple):
     pull_timeout_s: float = PULL_TIMEOUT_S  # WARMUP_BUNDLE_PULL_TIMEOUT_S: longest wait for an oci:// bundle
     timeline: str | None = None    # WARMUP_TIMELINE: the start-up timeline's directory (else the report's)
     engine_core_fork: bool = False  # WARMUP_ENGINE_CORE_FORK: vLLM's engine core started by fork (engine_core_start)
+    torch_compile_after_ready: str = "eager"  # WARMUP_TORCH_COMPILE_AFTER_READY: eager (a call that would
+    #                                compile runs eagerly: executor/dynamo_stance.py) or compile (Dynamo's default)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -49,7 +51,8 @@ class Settings(NamedTuple):
                    environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None,
                    _machine_check_pending(environ),
                    _seconds(environ.get("WARMUP_BUNDLE_PULL_TIMEOUT_S", ""), PULL_TIMEOUT_S, "WARMUP_BUNDLE_PULL_TIMEOUT_S"),
-                   environ.get("WARMUP_TIMELINE") or None, _flag(environ, "WARMUP_ENGINE_CORE_FORK"))
+                   environ.get("WARMUP_TIMELINE") or None, _flag(environ, "WARMUP_ENGINE_CORE_FORK"),
+                   _choice(environ, "WARMUP_TORCH_COMPILE_AFTER_READY", ("eager", "compile")))
 
     @property
     def asked(self) -> bool:
@@ -89,6 +92,14 @@ def _flag(environ, name: str) -> bool:
     if value not in TRUE + FALSE:
         raise PluginError(f"warmup-planner: {name} must be 1 or 0, got {environ[name]!r}")
     return value in TRUE
+
+
+def _choice(environ, name: str, choices: tuple) -> str:
+    """One of `choices` (the first where unset)."""
+    value = environ.get(name, "").strip().lower() or choices[0]
+    if value not in choices:
+        raise PluginError(f"warmup-planner: {name} must be {' or '.join(choices)}, got {environ[name]!r}")
+    return value
 
 
 def _seconds(text: str, default: float = DEFAULT_TIMEOUT_S, name: str = "WARMUP_PRECOMPILE_TIMEOUT") -> float:

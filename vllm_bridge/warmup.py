@@ -56,6 +56,7 @@ from planner.output import check_writable
 
 from . import phases as ph
 from . import timeline
+from .after_ready import torch_compile_after_ready
 from .executor_options import FLASHINFER_JIT, local_ranks, options_for, precompile_jobs, use_vllm_deep_gemm_cache
 from .flashinfer_waits import FlashInferWaits, prebuilt_line
 from .generic_variants import WorkerGenerics
@@ -248,6 +249,7 @@ class WorkerWarmup:
             raise
         self.generics.close()  # already, where vLLM started its own monitor
         self.monitor.seal()  # stays installed: what compiles from here on is logged as after ready
+        torch_compile_after_ready(self.settings.torch_compile_after_ready, self.rank)
         self._finish_report()
         return result
 
