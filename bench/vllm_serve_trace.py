@@ -421,11 +421,14 @@ def digest(value) -> str:
     return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
 
 
+REPEATABLE = ("greedy", "seeded")  # kinds whose tokens a given engine repeats (a seeded request its seed's)
+
+
 def greedy_alone(records: list[dict]) -> dict:
-    """The tokens of the greedy requests sent alone, as one digest: each one is a batch of its own,
-    so the same engine gives them the same tokens whatever ran before (a start-up setting that
-    changes how processes start must not change them)."""
-    lone = sorted((r for r in records if r.get("alone") and r["kind"] == "greedy" and r.get("status") == 200),
+    """The tokens of the greedy and seeded requests sent alone, as one digest: each one is a batch
+    of its own, so the same engine gives them the same tokens whatever ran before (a start-up
+    setting that changes how processes start must not change them)."""
+    lone = sorted((r for r in records if r.get("alone") and r["kind"] in REPEATABLE and r.get("status") == 200),
                   key=lambda r: r["i"])
     return {"requests": len(lone),
             "sha256": digest([r.get("token_ids_sha256") for r in lone]) if lone else None}

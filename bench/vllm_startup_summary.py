@@ -221,15 +221,15 @@ def server_checks(rows: dict, done) -> list[dict]:
 
 def outputs_check(rows: dict) -> dict:
     """Issue 54: a start-up change must not change outputs. Every run of a series (either arm, the
-    engine core forked or not) gives its greedy requests sent alone the same tokens."""
-    name = "the same greedy tokens in every run (requests alone; engine core forked or not)"
+    engine core forked or not) gives its greedy and seeded requests sent alone the same tokens."""
+    name = "the same greedy and seeded tokens in every run (requests alone; engine core forked or not)"
     by_digest: dict = {}
     for n, r in sorted(rows.items()):
         if r and r.get("greedy_alone_sha256"):
             by_digest.setdefault(r["greedy_alone_sha256"], []).append(n + (" (fork)" if r.get("engine_core_fork") else ""))
     runs = sum(len(v) for v in by_digest.values())
     if runs < 2:
-        return {"check": name, "pass": None, "detail": "needs two server runs with greedy requests alone"}
+        return {"check": name, "pass": None, "detail": "needs two server runs with greedy or seeded requests alone"}
     return {"check": name, "pass": len(by_digest) == 1,
             "detail": "; ".join(f"{d}: {', '.join(v)}" for d, v in by_digest.items())}
 

@@ -430,7 +430,7 @@ def test_greedy_requests_alone_are_one_digest_of_their_tokens():
         body = json.dumps({"choices": [{"token_ids": tokens}]}).encode()
         return {"i": i, "kind": kind, "alone": alone, "status": status, **trace.returned(body)}
 
-    lone = [rec(5, "greedy", True, [1, 2]), rec(6, "greedy", True, [3])]
+    lone = [rec(5, "greedy", True, [1, 2]), rec(6, "seeded", True, [3])]
     noise = [rec(1, "greedy", False, [9]), rec(7, "top-k", True, [8]), rec(8, "greedy", True, None, status=500)]
     first = trace.greedy_alone(lone + noise)
     assert first["requests"] == 2 and first["sha256"] == trace.greedy_alone(list(reversed(lone)))["sha256"]
@@ -448,7 +448,7 @@ def test_the_outputs_check_groups_the_runs_by_their_greedy_tokens(tmp_path):
         (runs / name / "result.json").write_text(json.dumps(result))
         (runs / name / "run.json").write_text(json.dumps({"rc": 0, "engine_core_fork": "1" if fork else "0"}))
     rows = {n: summary.row(str(runs), n) for n in ("stock-warm", "plugin-warm")}
-    name = "the same greedy tokens in every run (requests alone; engine core forked or not)"
+    name = "the same greedy and seeded tokens in every run (requests alone; engine core forked or not)"
     check = {c["check"]: c for c in summary.checks(rows)}[name]
     assert check["pass"] is True and check["detail"] == "aa: plugin-warm (fork), stock-warm"
     rows["plugin-warm"]["greedy_alone_sha256"] = "bb"
