@@ -26,6 +26,8 @@ import re
 import subprocess
 from typing import NamedTuple
 
+from kernel_model.device import parse_capability
+
 _SEEDS = (0xC6A4A7935BD1E995, 0x9E3779B97F4A7C15)
 _PRIME = 0x100000001B3
 _MASK = (1 << 64) - 1
@@ -85,10 +87,10 @@ def find_context(name: str, digest: str, code: bytes, include_dir: str,
 
 def arch_of(capability: str) -> str:
     """DeepGEMM's arch string for a compute capability '9.0' -> '90a' (2.5/2.6 device_runtime)."""
-    major, _, minor = capability.partition(".")
-    if major == "10" and minor != "1":
+    major, minor = parse_capability(capability)
+    if major == 10 and minor != 1:
         return "100a"
-    return f"{major}{minor or 0}a"
+    return f"{major}{minor}a"
 
 
 def nvcc_path(env=os.environ) -> str:

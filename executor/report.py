@@ -17,6 +17,7 @@ from planner.output import write_atomic
 from planner.words import count
 
 from kernel_model.deep_gemm import CHECKED_VERSIONS
+from kernel_model.device import capability_text
 
 from . import dg_install, registry
 from .records import STATUSES, StepRecord
@@ -283,7 +284,7 @@ def environment(device: str | None = None) -> dict:
             if torch.cuda.is_available():
                 idx = torch.cuda.current_device()
                 env["gpu"] = torch.cuda.get_device_name(idx)
-                env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(idx)))
+                env["capability"] = capability_text(torch.cuda.get_device_capability(idx))
                 env["cuda"] = torch.version.cuda
                 env["num_sms"] = torch.cuda.get_device_properties(idx).multi_processor_count
         except Exception:  # noqa: BLE001

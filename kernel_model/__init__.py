@@ -11,6 +11,7 @@ This package is shared by the planner and the executor and imports neither (nor
 torch, triton or any kernel library): both sides import it, it knows only kernels.
 
     arith.py           cdiv: the one ceiling division every floor uses
+    device.py          a GPU's compute capability: '9.0' text, (9, 0) pair and SM number 90
     specialization.py  Triton's integer-argument specialization rule
     gemm_tables.py     launch configs of the block-FP8 GEMMs and their tuned tables
     triton_kernels.py  compile keys of the executor's own GEMM and attention kernels
@@ -18,4 +19,6 @@ torch, triton or any kernel library): both sides import it, it knows only kernel
     vllm_sampler.py    compile keys of vLLM 0.25's Triton top-k/top-p sampler kernel
     deep_gemm.py       DeepGEMM's SM90 kernel selection
     dynamo_shapes.py   how Dynamo keys a torch.compile(dynamic=True) graph by its sizes
+    flashinfer_jit.py  FlashInfer's JIT modules a vLLM engine on Hopper builds, one per compile key
+    vllm_fused_moe.py  compile keys of vLLM's Triton fused_moe_kernel on Hopper
 """

@@ -562,16 +562,17 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
     # HFConfigError.as_plan_error; ..vllm_choices: the release defaults --from-hf writes (stdlib
     # only, checked below), through .facts: the typed engine record and a layer's quantization
     # (stdlib only too); kernel_model: its arith module's cdiv, the one ceiling division (stdlib
-    # only; the package __init__ is a docstring); ..releases: the release table, whose rows say what
-    # each release's model code builds (stdlib and ..vllm_choices only, checked below)
+    # only; the package __init__ is a docstring) and its device module's parse_capability, the one
+    # reading of a capability's text (stdlib only, checked below); ..releases: the release table,
+    # whose rows say what each release's model code builds (stdlib and ..vllm_choices only, checked below)
     outside = {"__future__", "dataclasses", "math", "os", "re", "...yamlio", "...limits", "...errors",
                "..vllm_choices", "..releases", "kernel_model"}
     siblings = {"." + module for module in modules if module != "__init__"}
     for module in modules:
         imported = imported_names(os.path.join(HF_PACKAGE, module + ".py")) - siblings
         assert imported <= outside, (module, imported - outside)
-    stdlib_only = {"vllm_choices": {"__future__", ".facts"},
-                   "facts": {"__future__", "typing"},
+    stdlib_only = {"vllm_choices": {"__future__", ".facts", "kernel_model.device"},
+                   "facts": {"__future__", "typing", "kernel_model.device"},
                    "queries": {"__future__", "typing", ".facts"}}
     for module, allowed in stdlib_only.items():
         with open(os.path.join(ROOT, "planner", "engine", module + ".py"), encoding="utf-8") as f:
@@ -580,7 +581,8 @@ def test_hf_module_imports_only_stdlib_and_the_planner():
                    if isinstance(node, ast.ImportFrom)}
         assert imports <= allowed and not [node for node in ast.walk(tree) if isinstance(node, ast.Import)], module
     assert imported_names(os.path.join(ROOT, "planner", "engine", "releases.py")) == {
-        "__future__", "sys", "typing", ".vllm_choices"}
+        "__future__", "re", "sys", "typing", ".vllm_choices"}
+    assert imported_names(os.path.join(ROOT, "kernel_model", "device.py")) == {"__future__", "re"}
 
 
 def test_shipped_engines_match_regen_script():

@@ -14,7 +14,7 @@ import pytest
 import planner
 from planner import cli
 from planner.cli import version_text
-from planner.engine.releases import VLLM_RELEASES, newest, supported, version_key
+from planner.engine.releases import VLLM_RELEASES, newest, parse_release, supported
 from planner.plan.expanded import FORMAT
 from planner.resources import builtin_plans
 
@@ -59,7 +59,7 @@ def test_the_vllm_extra_pins_the_newest_supported_release():
     """A range would let pip install a release the plugin refuses (one between the supported ones, or a
     later patch release), and "0.25.0 or 0.33.0" is no single requirement: the extra pins the newest."""
     extras = pyproject()["project"]["optional-dependencies"]
-    assert newest() == max(VLLM_RELEASES, key=version_key) == supported()[-1] == "0.33.0"
+    assert newest() == max(VLLM_RELEASES, key=parse_release) == supported()[-1] == "0.33.0"
     assert extras["vllm"] == [f"vllm=={newest()}"]
 
 

@@ -24,6 +24,7 @@ import os
 import subprocess
 import threading
 
+from kernel_model.device import capability_text, sm_capability
 from planner.errors import PlanError, one_line
 
 from . import bundle_source, timeline
@@ -151,7 +152,7 @@ def modules_ahead(request: Request, settings) -> tuple[list, str]:
     expanded = make_plan(settings, engine_from_document(Document(data=data, file=f"<{path}, ahead>")))
     modules = [m for step in expanded.steps if getattr(step, "backend", None) == FLASHINFER_JIT
                for m in step.call_values()]
-    return modules, f"{capability // 10}.{capability % 10}"
+    return modules, capability_text(sm_capability(capability))
 
 
 def sampler_ahead() -> str:

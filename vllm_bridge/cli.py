@@ -16,7 +16,9 @@ import os
 import re
 import sys
 
+from kernel_model.device import parse_capability
 from planner.engine import hf
+from planner.engine.releases import parse_release
 from planner.errors import PlanError, one_line
 from planner.output import emit
 from vllm_bridge.releases import RELEASES
@@ -30,8 +32,8 @@ WHERE = "--from-vllm"
 def supported_releases() -> list[str]:
     """Releases (major.minor) the project supports: the plugin's table (vllm_bridge.releases) is
     the one list; tests/from_vllm/test_cli.py checks each row has its plan and each plan a row."""
-    return sorted({".".join(version.split(".")[:2]) for version in RELEASES},
-                  key=lambda v: tuple(int(x) for x in v.split(".")))
+    minors = {parse_release(version)[:2] for version in RELEASES}
+    return [f"{major}.{minor}" for major, minor in sorted(minors)]
 
 
 def check_release(installed: str) -> None:
@@ -61,8 +63,7 @@ def serve_arguments(argv: list[str]) -> list[str]:
 def device_of(gpu: str) -> Device:
     """The stand-in device facts of a planner GPU name (planner/engine/hf/device.py GPUS), NVML-style named."""
     facts = hf.GPUS[gpu]
-    major, minor = (int(x) for x in facts["capability"].split("."))
-    return Device(f"NVIDIA {gpu}", (major, minor), facts["memory_gib"] << 30, facts["num_sms"])
+    return Device(f"NVIDIA {gpu}", parse_capability(facts["capability"]), facts["memory_gib"] << 30, facts["num_sms"])
 
 
 def known_gpu(gpu: str | None) -> str | None:

@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+from kernel_model.device import capability_text
+
 from .. import dg_rekey, precompile
 
 FIELDS = ("gpu", "num_sms", "capability", "driver_major", "cuda", "nvcc", "torch", "triton",
@@ -53,7 +55,7 @@ def _gpu() -> dict:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         out.update(gpu=props.name, num_sms=props.multi_processor_count,
-                   capability=".".join(map(str, torch.cuda.get_device_capability(0))))
+                   capability=capability_text(torch.cuda.get_device_capability(0)))
     return out
 
 

@@ -34,6 +34,8 @@ import importlib.util
 import os
 from importlib.metadata import PackageNotFoundError, version
 
+from kernel_model.device import parse_capability, sm_capability, sm_number
+
 from . import checks
 from .family import Family, Monitored, PathRule, Placing
 from .tree import Placed, place_tree
@@ -72,7 +74,7 @@ def arch_dir_name(capabilities, environ=os.environ) -> str | None:
     if listed:
         archs = {_listed_arch(a) for a in listed.split(" ") if a}
     else:
-        archs = {_suffixed(c // 10, c % 10) for c in capabilities or ()}
+        archs = {_suffixed(*sm_capability(c)) for c in capabilities or ()}
     if not archs:
         return None
     return "_".join(f"{major}{minor}" for major, minor in sorted(archs))
@@ -127,9 +129,12 @@ def mark_placed(aot: str, names) -> None:
 
 
 def capabilities(fingerprint: dict) -> list[int]:
-    """The fingerprint's GPU capability as FlashInfer's workspace names it ('9.0' -> [90])."""
-    major, _, minor = str(fingerprint.get("capability") or "").partition(".")
-    return [int(major) * 10 + int(minor)] if major.isdigit() and minor.isdigit() else []
+    """The fingerprint's GPU capability as FlashInfer's workspace names it ('9.0' -> [90]); none where
+    the fingerprint has no GPU (built without one) or a capability that is not MAJOR.MINOR."""
+    try:
+        return [sm_number(parse_capability(str(fingerprint.get("capability") or "")))]
+    except ValueError:
+        return []
 
 
 def root(env) -> str | None:

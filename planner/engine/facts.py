@@ -5,13 +5,15 @@ runner) take their numbers from here as attributes, never by a path into the eng
 a field that moves in the schema moves in one place. A layer's quantization is read from the
 dict here only (quant_of). The questions asked across layers (the distinct block-FP8 linears, the
 MoE weights) are asked of this record in planner/engine/queries.py, which imports this module
-(this one imports nothing of the project). Named tuples: the record is on `warmup plan`'s path
+(this one imports nothing of the planner). Named tuples: the record is on `warmup plan`'s path
 (planner/__init__.py's start-up rule).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from kernel_model.device import parse_capability, sm_number
 
 
 class Quant(NamedTuple):
@@ -151,7 +153,7 @@ class Device(NamedTuple):
     @property
     def capability_number(self) -> int:
         """9.0 -> 90, as plans write `device_capability`."""
-        return self.capability[0] * 10 + self.capability[1]
+        return sm_number(self.capability)
 
 
 class Compilation(NamedTuple):
@@ -178,7 +180,6 @@ def engine_facts(data: dict) -> EngineFacts:
     defaults; the executor reads the same data from an expanded plan)."""
     model, kv, sched = data["model"], data["kv_cache"], data["scheduler"]
     spec, par, dev = data["speculative"], data["parallel"], data["device"]
-    major, minor = (int(x) for x in str(dev["capability"]).split("."))
     return EngineFacts(
         name=data["name"],
         model=Model(model.get("architecture"), model["vocab_size"], model["max_model_len"],
@@ -199,7 +200,7 @@ def engine_facts(data: dict) -> EngineFacts:
                           par.get("pipeline_parallel_size", 1), par.get("pipeline_rank", 0),
                           bool(par.get("enable_expert_parallel", False))),
         compilation=_compilation(data.get("compilation") or {}),
-        device=Device(dev["name"], dev["num_sms"], (major, minor)))
+        device=Device(dev["name"], dev["num_sms"], parse_capability(str(dev["capability"]))))
 
 
 def _compilation(comp: dict) -> Compilation:

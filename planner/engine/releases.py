@@ -21,6 +21,7 @@ The planner only names the releases; it never imports vLLM or the bridge.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Callable, NamedTuple
 
@@ -74,14 +75,23 @@ def release(version: str | None) -> VllmRelease | None:
     return VLLM_RELEASES.get(version) if version else None
 
 
-def version_key(version: str) -> tuple:
-    """'0.33.0' -> (0, 33, 0), for ordering releases."""
-    return tuple(int(part) for part in version.split("."))
+# A vLLM version's release: its leading MAJOR.MINOR.PATCH. What follows is the build's ('+cu129'
+# in a server log's version line), not another release.
+_RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def parse_release(version: str) -> tuple[int, int, int]:
+    """'0.33.0' -> (0, 33, 0), '0.25.0+cu129' -> (0, 25, 0): the release a vLLM version names, for
+    ordering and comparing releases. ValueError where the version does not start with one."""
+    match = _RELEASE.match(version)
+    if match is None:
+        raise ValueError(f"vLLM version {version!r} does not start with MAJOR.MINOR.PATCH, such as '0.33.0'")
+    return int(match[1]), int(match[2]), int(match[3])
 
 
 def supported() -> list[str]:
     """The supported versions, oldest first."""
-    return sorted(VLLM_RELEASES, key=version_key)
+    return sorted(VLLM_RELEASES, key=parse_release)
 
 
 def newest() -> str:

@@ -30,6 +30,8 @@ each row's rules against that release's functions.
 
 from __future__ import annotations
 
+from kernel_model.device import parse_capability, sm_number
+
 from .facts import EngineFacts, quant_of
 
 # The linears whose kernel runs DeepGEMM's fp8_gemm_nt: every M (deep_gemm), or M >= 32 behind
@@ -99,8 +101,8 @@ def default_linear_kernel(layer: dict, dtype: str, capability: str, flashinfer: 
     method, block = quant_of(layer)
     if method != "fp8" or block is None:
         return None
-    major, minor = (int(x) for x in capability.split("."))
-    sm = major * 10 + minor
+    major, minor = parse_capability(capability)
+    sm = sm_number((major, minor))
     deep_gemm_shape = (block == (128, 128) and dtype == "bfloat16" and layer["n"] % 64 == 0
                        and layer["k"] % 128 == 0)
     if deep_gemm_shape and sm == 90 and flashinfer:

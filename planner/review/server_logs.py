@@ -45,6 +45,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import NamedTuple
 
+from ..engine.releases import parse_release
 from ..errors import PlanError, one_line
 from ..yamlio import open_input
 
@@ -123,7 +124,7 @@ def read_logs(paths: list, vllm_release: str | None = None) -> list:
     mirrors, and a log another release wrote is refused at its version line."""
     files = [read_log(path) for path in paths]
     for log in files:
-        if vllm_release and log.vllm_version and release_of(log.vllm_version) != release_of(vllm_release):
+        if vllm_release and log.vllm_version and parse_release(log.vllm_version) != parse_release(vllm_release):
             raise PlanError(f"vLLM {log.vllm_version} wrote this log, and the plan mirrors vLLM {vllm_release}: "
                             "absorb it with the plan of that release (`warmup --version` lists them)",
                             file=log.path, line=log.version_line)
@@ -132,11 +133,6 @@ def read_logs(paths: list, vllm_release: str | None = None) -> list:
         files = [log._replace(compiles=tuple(c for c in log.compiles if c.source != "plugin"))
                  if log.kind == "vllm server log" else log for log in files]
     return files
-
-
-def release_of(version: str) -> tuple:
-    """'0.25.0+cu129' -> (0, 25, 0): the release a build belongs to."""
-    return tuple(int(x) for x in re.match(r"\d+\.\d+\.\d+", version).group(0).split("."))
 
 
 def read_log(path: str) -> LogFile:

@@ -7,6 +7,8 @@ vLLM's profile counts. NVML names the GPUs and their compute capability without 
 
 from __future__ import annotations
 
+from kernel_model.device import sm_number
+
 
 def gpu_capability() -> int | None:
     """The GPUs' compute capability (90 for sm_90) from NVML, which creates no CUDA context;
@@ -46,7 +48,7 @@ def _nvml_gpus() -> list[tuple[str, int]] | None:
                     or nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0
                     or nvml.nvmlDeviceGetName(handle, name, ctypes.c_uint(96)) != 0):
                 return None
-            out.append((name.value.decode(errors="replace"), major.value * 10 + minor.value))
+            out.append((name.value.decode(errors="replace"), sm_number((major.value, minor.value))))
     finally:
         nvml.nvmlShutdown()
     return out or None

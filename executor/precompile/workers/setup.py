@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from kernel_model.device import capability_text, sm_capability
+
 from ... import dg_install
 from ...backends.flashinfer_jit import FLASHINFER_ARCHS
 from .gpu import gpu_capability
@@ -30,7 +32,7 @@ def worker_setup(device: str, extra_env: dict | None = None, cuda_free: bool = F
     env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
     capability = gpu_capability() if str(device).startswith("cuda") else None
     if cuda_free and capability and FLASHINFER_ARCHS not in os.environ:
-        env[FLASHINFER_ARCHS] = f"{capability // 10}.{capability % 10}"
+        env[FLASHINFER_ARCHS] = capability_text(sm_capability(capability))
     return {"env": env, "capability": capability, "cuda_free": cuda_free}
 
 

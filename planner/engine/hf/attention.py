@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernel_model.arith import cdiv
+from kernel_model.device import parse_capability
 
 from ..releases import VllmRelease
 from .device import Gpu
@@ -109,14 +110,14 @@ def mla_backend(major: int, block_size: int) -> str:
 def default_block_size(model: Model, gpu: Gpu) -> int:
     """vLLM's page when --block-size is not given: its default, 16, where the backend takes it, else the
     backend's smallest (AttentionBackend.get_preferred_block_size): FLASHINFER_MLA's 32 on SM 10.x."""
-    major = int(gpu.capability.split(".")[0])
+    major, _minor = parse_capability(gpu.capability)
     return 32 if model.mla and major == 10 else DEFAULT_BLOCK_SIZE
 
 
 def _attention_backend(ctx: HFConfig, model: Model, shape: AttentionShape, gpu: Gpu,
                        block_size: int, release: VllmRelease) -> tuple[str, int | None, list]:
     """(vLLM attention backend, sliding window, per-layer sliding flags)."""
-    major = int(gpu.capability.split(".")[0])
+    major, _minor = parse_capability(gpu.capability)
     if not model.mla:
         window, sliding = _sliding_layers(ctx, model.layout, model.num_layers)
         return _dense_backend(model, shape, major), vllm_window(window, model, release), sliding

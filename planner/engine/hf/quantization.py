@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass, field
 
 from kernel_model.arith import cdiv
+from kernel_model.device import parse_capability
 
 from ..releases import VLLM_RELEASES, VllmRelease, supported
 from .compressed_tensors import compressed_tensors
@@ -237,7 +238,7 @@ def padded_experts(hidden: int, inter: int, quant: dict, capability: str) -> tup
     SM 10.x (both to 256), Marlin elsewhere (intermediate to 128, hidden to 256)."""
     if quant["method"] != "mxfp4":
         return hidden, inter
-    major = int(capability.split(".")[0])
+    major, _minor = parse_capability(capability)
     hidden_tile, inter_tile = {9: (1, 64), 10: (256, 256)}.get(major, (256, 128))
     return cdiv(hidden, hidden_tile) * hidden_tile, cdiv(inter, inter_tile) * inter_tile
 
