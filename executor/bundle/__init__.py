@@ -9,7 +9,13 @@ installed on machines that never built it. The caches themselves are families of
     startup.py        a vLLM start-up's bundle: build, install (and install_early, before vLLM resolves the model)
     staging.py        the members checked once per machine, off vLLM's critical path
     usage.py          what of an install was used, compiled again, or read from the building copy
-    records.py        where the records of installs are kept; machine_check.py: installs against a bundle's
-                      own fingerprint, checked on the machine at start
+    records.py        where the records of installs are kept
+    machine_check.py  installs against a bundle's own fingerprint, checked on the machine at start
+    reading.py        opening a bundle to read it, bounded: every read of an input ends
+    sources.py        where a bundle comes from: a file, a directory holding one, or an `oci://` reference
+    oci_ref.py        a bundle's place in an OCI registry: `oci://REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]`
+    oci_auth.py       registry credentials and the answer to a registry's challenge, as docker and oras-go do it
+    oci.py            a bundle file as one OCI artifact, pushed to and pulled from a registry through `oras`
     cli.py            `warmup bundle build|verify|install|inspect`
+    cli_registry.py   `warmup bundle push|pull`: a bundle to and from an OCI registry
 """

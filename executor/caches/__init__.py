@@ -8,8 +8,19 @@ where each lives (issue 43 item 1).
     targets.py      why a cache cannot take what an install places (a file in the way, read-only, full)
     relocate.py     making the building machine's paths this machine's, at install
     checks.py       what must hold of a placed file for its loader to take it
-    deep_gemm.py, triton.py, flashinfer_file.py, torch_compile.py, inductor.py, flashinfer_autotune.py,
-    flashinfer_jit.py, flashinfer_trtllm_dg.py, vllm_modelinfo.py: the families
+    torch_artifacts.py  torch's compile artifacts, read and rewritten without torch: the paths a loader follows
+
+The families:
+
+    deep_gemm.py             DeepGEMM's JIT cache: one directory per kernel
+    triton.py                Triton's file cache: one directory per compile key
+    flashinfer_file.py       the FlashInfer autotune file a plan's warmup writes (`--flashinfer-cache`)
+    torch_compile.py         vLLM's torch.compile cache
+    inductor.py              Inductor's cache, where it is outside vLLM's torch.compile cache
+    flashinfer_autotune.py   vLLM's FlashInfer autotune cache: the tactics FlashInfer's autotuner chose
+    flashinfer_jit.py        FlashInfer's JIT modules, placed where FlashInfer loads a prebuilt module
+    flashinfer_trtllm_dg.py  the kernels of the TensorRT-LLM DeepGEMM inside FlashInfer's block-FP8 GEMM (M < 32)
+    vllm_modelinfo.py        what vLLM learnt of a model class, which it reads while it resolves the architecture
 
 Nothing is imported here: executor/dg_install.py and the precompile pool read roots.py, below the
 families that use them.

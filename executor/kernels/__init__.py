@@ -1,12 +1,14 @@
 """The executor's own Triton kernels (their torch references: tests/executor/kernel_refs.py).
 
-* ``fp8_gemm``          block-scaled FP8 GEMM (vLLM's ``w8a8_block_fp8_matmul``)
-* ``grouped_gemm``      grouped MoE FP8 GEMM, contiguous expert-sorted layout (DeepGEMM semantics)
-* ``prefill_attention`` varlen causal prefill attention (vLLM's ``context_attention_fwd``)
-* ``configs``           launch configs and their per-(N, K, device) tables (pure Python)
-* ``reference``         vLLM-style FP8 quantizers and dequantizers
-* ``jit``               the ``@triton.jit`` sources and launch functions of the three kernels,
-                        importable without torch (precompile workers compile from sizes alone)
+    fp8_gemm.py           block-scaled FP8 GEMM (vLLM's ``w8a8_block_fp8_matmul``)
+    grouped_gemm.py       grouped MoE FP8 GEMM, contiguous expert-sorted layout (DeepGEMM semantics)
+    prefill_attention.py  varlen causal prefill attention (vLLM's ``context_attention_fwd``)
+    configs.py            launch configs and their per-(N, K, device) tables (pure Python)
+    reference.py          vLLM-style FP8 quantizers and dequantizers
+    jit/                  the ``@triton.jit`` sources and launch functions of the three kernels,
+                          importable without torch (precompile workers compile from sizes alone)
+    _triton.py            the optional Triton import, kernels built on first call, Triton 3.6's int
+                          specialization rule
 
 Importing this package needs neither Triton nor a GPU: kernels are built on first
 call (``HAS_TRITON`` says whether that can work). Each kernel module exposes

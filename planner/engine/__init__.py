@@ -2,6 +2,7 @@
 
     config.py        an engine config: load, validate, apply defaults (Engine, engine_from_document)
     facts.py         EngineFacts, the typed record every other module reads the engine through
+    names.py         the names plans use for engine facts (vLLM's vocabulary), each declared once
     queries.py       the questions the stages and lints ask of EngineFacts (block-FP8 linears, MoE weights)
     hf/              an engine config from a Hugging Face config.json and vLLM's flags (one module per concern)
     releases.py      one row per supported vLLM release: its plan, its rules, what its setup installs

@@ -9,6 +9,7 @@
     expanded.py  the expanded plan as a record, its summary, its plain forms
     digest.py    the digests of the inputs that shaped a plan (stale-plan checks)
     loading.py   any of the three input kinds, told apart by looking at it
+    streaming.py a large expanded plan read a piece at a time (`warmup check`, `validate`, `diff`)
 
 It stands on the engine model (planner.engine) and the tables (planner.tables); the review
 and the API stand on it (tests/test_layers.py holds the planner's floors).

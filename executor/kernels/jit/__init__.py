@@ -7,8 +7,8 @@ modules (``executor.kernels.fp8_gemm`` ...) check arguments, allocate scratch te
 call the same ``launch`` functions, so a worker's compile-only call and a real launch
 build their argument lists with one piece of code.
 
-* ``stand_in``          stand-in tensors (dtype, shape, alignment), the offline driver, compile-only
-* ``fp8_gemm``          block-scaled FP8 GEMM
-* ``grouped_gemm``      grouped MoE FP8 GEMM
-* ``prefill_attention`` varlen prefill attention
+    stand_in.py           stand-in tensors (dtype, shape, alignment), the offline driver, compile-only
+    fp8_gemm.py           block-scaled FP8 GEMM
+    grouped_gemm.py       grouped MoE FP8 GEMM
+    prefill_attention.py  varlen prefill attention
 """
