@@ -180,6 +180,21 @@ def test_cudagraph_modes_and_user_sizes():
     assert user["sizes"] == [64, 3, 1]  # deduplicated, > max_num_batched_tokens dropped
 
 
+# vLLM's interactivity mode (VllmConfig._set_cudagraph_sizes: every size from 1 to 32, then the grid),
+# and no size past the capture ceiling (issue 44 item 7).
+def test_interactivity_captures_every_size_up_to_32_then_the_grid():
+    assert default_sizes(512, 8192, "interactivity") == [*range(1, 33), *range(40, 256, 8), *range(256, 513, 16)]
+
+
+def test_interactivity_below_32_captures_every_size_up_to_the_ceiling():
+    assert default_sizes(20, 8192, "interactivity") == [*range(1, 21)]
+
+
+def test_no_size_past_the_capture_ceiling_is_captured():
+    assert default_sizes(15, 8192, "throughput") == [1, 2, 4, 8]
+    assert default_sizes(263, 8192, "throughput") == [1, 2, 4, *range(8, 256, 8), 256]
+
+
 def test_triton_buckets_cover_every_integer_class():
     intervals = nearest_key_intervals([1, 16, 32, 64], 100)
     assert intervals == [(1, 8), (9, 24), (25, 48), (49, 100)]

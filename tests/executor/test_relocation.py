@@ -18,15 +18,27 @@ import pathlib
 import pickle
 import pprint
 import shutil
+import stat
+import struct
 import time
+import zlib
 from types import SimpleNamespace
 
 import pytest
 
 from executor.bundle import archive, cli, machine_check, records, startup, usage
 from executor.caches import registry, relocate
+from executor.caches.checks import (
+    by_kind,
+    elf_problem,
+    file_check,
+    group_problem,
+    torch_artifact_problem,
+)
 from executor.caches.family import Family, PathRule
+from executor.caches.inductor import rewrite_pickled
 from executor.caches.registry import CacheRoots
+from executor.caches.relocate import Outcome, Relocation, relocate_family, summary_lines
 from executor.caches.tree import collect_tree, files_under, place_tree
 from test_bundle import deepjit_entry, elf, parse
 from test_startup_bundle import MODELINFO, environ, vllm_fp, write
@@ -490,3 +502,234 @@ def test_load_model_checks_an_install_awaiting_the_machine_before_vllm_reads_the
     [line] = [r.getMessage() for r in caplog.records]
     assert line.startswith(f"warmup-planner: bundle {out} was installed for another machine (gpu: ")
     assert not os.path.exists(model) and records.pending(str(serve / "vllm")) == []
+
+
+# Relocation rule by rule (issue 44 item 7): what an install does with a path that is not the building
+# machine's, the permission bits of a file it rewrites, its default (an install writes), and what
+# `bundle inspect`'s summary of the relocation says.
+
+def example_family() -> Family:
+    """A family whose `.idx` files name a file by absolute path, which its loader follows."""
+    return Family(name="example", label="Example", root=lambda env: None, collect=None, place=None,
+                  paths=(PathRule(lambda rel, path: rel.endswith(".idx"),
+                                  lambda data, reloc, final: reloc.moved(data.decode()).encode(),
+                                  "its index names its file"),))
+
+
+def staged_index(tmp_path, mode: int) -> tuple[str, str, Relocation]:
+    """A staged `k.idx` naming the building machine's /built/ex/k.bin: (staged dir, its file, relocation)."""
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    index = staged / "k.idx"
+    index.write_text("/built/ex/k.bin")
+    os.chmod(index, mode)
+    return str(staged), str(index), Relocation.of({"example": "/built/ex"}, {"example": str(tmp_path / "here")})
+
+
+def test_a_path_under_no_building_root_is_left_as_it_is():
+    relocation = Relocation.of({"triton": "/built/triton", "inductor": "/built/inductor"},
+                               {"triton": "/here/triton"})
+    assert relocation.moved("/site-packages/vllm/sample.py") == "/site-packages/vllm/sample.py"
+    assert relocation.moved("/built/triton/ab/k.cubin") == "/here/triton/ab/k.cubin"
+    assert relocation.moved("/built/inductor/fx/k") is None  # no inductor root here
+
+
+def test_an_install_rewrites_by_default(tmp_path):
+    staged, index, relocation = staged_index(tmp_path, 0o644)
+    outcome = relocate_family(example_family(), staged, str(tmp_path / "here"), relocation)
+    assert outcome.rewritten == ("k.idx",)
+    assert pathlib.Path(index).read_text() == str(tmp_path / "here" / "k.bin")
+
+
+def test_a_rewritten_file_keeps_its_permission_bits(tmp_path):
+    staged, index, relocation = staged_index(tmp_path, 0o755)
+    relocate_family(example_family(), staged, str(tmp_path / "here"), relocation)
+    assert pathlib.Path(index).read_text() == str(tmp_path / "here" / "k.bin")
+    assert stat.S_IMODE(os.stat(index).st_mode) == 0o755
+
+
+def test_the_summary_counts_kept_files_by_reason_lists_those_left_out_and_skips_untouched_families():
+    outcomes = {
+        "inductor": Outcome(rewritten=("a",), kept=(("b", "comments only"), ("c", "comments only"), ("d", "debug info")),
+                            dropped=(("e", "no rule"), ("f", "no rule"))),
+        "triton": Outcome(),
+    }
+    assert summary_lines(outcomes) == [
+        "inductor: 1 rewritten for the installing machine, 3 kept (no loader follows the paths), 2 not installed",
+        "  kept (2): comments only",
+        "  kept (1): debug info",
+        "  not installed: inductor/e",
+        "  not installed: inductor/f",
+    ]
+
+
+def standalone_artifact(entry: bytes, header: bool, autotune: bytes | None = None) -> bytes:
+    """A standalone-compile artifact written by torch's own serializers, with the header field torch
+    2.11 on writes first, or without it (the three fields of the torch releases before); with an
+    autotune result (JSON) besides the Inductor entry where `autotune` is given."""
+    from torch.compiler._cache import _serialize_single_cache
+    from torch.utils._appending_byte_serializer import (
+        AppendingByteSerializer,
+        BytesWriter,
+    )
+
+    artifacts = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
+    if autotune is not None:
+        artifacts.append(("autotune", [SimpleNamespace(key="zr/k.best_config", content=autotune)]))
+    artifacts.append(("inductor", [SimpleNamespace(key="fkey", content=entry)]))
+    writer = BytesWriter()
+    if header:
+        writer.write_bytes(b"CacheCompiledArtifact")
+    writer.write_bytes(b"torchkey")
+    writer.write_str("graphkey")
+    writer.write_bytes(artifacts.to_bytes())
+    return writer.to_bytes()
+
+
+def inductor_entries(data: bytes, header: bool) -> list:
+    """The Inductor entries of a standalone-compile artifact, read with torch's own readers."""
+    from torch.compiler._cache import CacheArtifactManager
+    from torch.utils._appending_byte_serializer import BytesReader
+
+    reader = BytesReader(data)
+    fields = [reader.read_bytes() for _ in range(3 if header else 2)] + [reader.read_bytes()]
+    assert reader.is_finished()
+    return [pickle.loads(a.content) for a in CacheArtifactManager.deserialize(fields[-1])["inductor"]]
+
+
+@pytest.mark.parametrize("header", [True, False], ids=["torch-2.11-header", "no-header"])
+def test_a_standalone_artifact_has_its_paths_moved_with_or_without_the_header(header):
+    """Each kernel's .best_config path is moved, in the artifact torch 2.11 on writes and in the
+    three-field one of the releases before; text that only mentions the path stays as it is."""
+    pytest.importorskip("torch")
+    entry = pickle.dumps({"best_config": "/built/inductor/zr/k.best_config",
+                          "source_code": "# kernel path: /built/inductor/zr/ck.py\n"}, protocol=4)
+    relocation = Relocation.of({"inductor": "/built/inductor"}, {"inductor": "/here/inductor"})
+    data = rewrite_pickled(standalone_artifact(entry, header), relocation, "/here/inductor/a")
+    assert inductor_entries(data, header) == [{"best_config": "/here/inductor/zr/k.best_config",
+                                                "source_code": "# kernel path: /built/inductor/zr/ck.py\n"}]
+
+
+def test_bytes_inside_an_artifact_that_are_no_pickle_stay_as_they_are_whatever_they_name():
+    """An autotune result's JSON that names the building path is data no loader follows there: the
+    Inductor entry beside it is rewritten, the JSON kept byte for byte (and the file installed)."""
+    pytest.importorskip("torch")
+    from torch.compiler._cache import CacheArtifactManager
+    from torch.utils._appending_byte_serializer import BytesReader
+
+    tuned = b'{"XBLOCK": 64, "found_for": "/built/inductor/zr/ck.py"}'
+    entry = pickle.dumps({"best_config": "/built/inductor/zr/k.best_config"}, protocol=4)
+    relocation = Relocation.of({"inductor": "/built/inductor"}, {"inductor": "/here/inductor"})
+    data = rewrite_pickled(standalone_artifact(entry, True, autotune=tuned), relocation, "/here/inductor/a")
+    reader = BytesReader(data)
+    artifacts = CacheArtifactManager.deserialize([reader.read_bytes() for _ in range(4)][-1])
+    assert [a.content for a in artifacts["autotune"]] == [tuned]
+    assert [pickle.loads(a.content) for a in artifacts["inductor"]] == [{"best_config": "/here/inductor/zr/k.best_config"}]
+
+
+# The placed-file checks (executor/caches/checks.py) rule by rule (issue 44 item 7): where an ELF's
+# section headers end decides whether a cubin is whole, a header that is cut, 32-bit or big-endian, a
+# file named like a cubin that is no ELF, an unpacked torch artifact, a file that cannot be read.
+
+SHOFF, SHENTSIZE, SHNUM = 200, 64, 5
+WHOLE = SHOFF + SHENTSIZE * SHNUM  # where the section headers end: the file's size
+
+
+def elf_of(order: str = "<", size: int = WHOLE, elf_class: int = 2) -> bytes:
+    """An ELF file of `size` bytes whose header places SHNUM section headers of SHENTSIZE at SHOFF."""
+    ident = b"\x7fELF" + bytes([elf_class, 1 if order == "<" else 2, 1]) + bytes(9)
+    header = bytearray(ident + bytes(64 - len(ident)))
+    struct.pack_into(order + "Q", header, 0x28, SHOFF)
+    struct.pack_into(order + "HHH", header, 0x3A, SHENTSIZE, SHNUM, SHNUM - 1)
+    return bytes(header) + bytes(size - len(header))
+
+
+@pytest.mark.parametrize("order", ["<", ">"], ids=["little-endian", "big-endian"])
+def test_an_elf_is_whole_exactly_when_its_section_headers_end_inside_it(tmp_path, order):
+    whole, cut = tmp_path / "whole.cubin", tmp_path / "cut.cubin"
+    whole.write_bytes(elf_of(order))
+    cut.write_bytes(elf_of(order, WHOLE - 1))
+    assert elf_problem(str(whole)) is None
+    assert elf_problem(str(cut)) == f"cut short: its section headers end at byte {WHOLE}, the file has {WHOLE - 1}"
+
+
+def test_an_elf_cut_inside_its_header_or_of_32_bits_is_refused(tmp_path):
+    short, elf32 = tmp_path / "short.so", tmp_path / "elf32.so"
+    short.write_bytes(elf_of()[:63])
+    elf32.write_bytes(elf_of(elf_class=1))
+    assert elf_problem(str(short)) == "a cut or 32-bit ELF header"
+    assert elf_problem(str(elf32)) == "a cut or 32-bit ELF header"
+
+
+def test_a_file_named_like_a_cubin_or_a_library_that_is_no_elf_is_removed(tmp_path):
+    for name in ("k.cubin", "k.so"):
+        path = tmp_path / name
+        path.write_bytes(b"#!/bin/sh\n" + bytes(100))
+        assert by_kind(str(path)) == "not an ELF file"
+        assert [(u.path, u.why, u.removes) for u in file_check(str(tmp_path), str(path))] == \
+            [(str(path), "not an ELF file", True)]
+
+
+def test_a_file_that_cannot_be_read_is_unreadable(tmp_path):
+    missing = str(tmp_path / "gone.cubin")
+    assert elf_problem(missing) == "unreadable (No such file or directory)"
+    assert torch_artifact_problem(missing) == "unreadable (No such file or directory)"
+
+
+@pytest.mark.parametrize("entries, whole", [(["one"], True), ([], False), (["one", "two"], False), (None, False)],
+                         ids=["one-entry", "none", "two", "no-aotautograd"])
+def test_an_unpacked_torch_artifact_is_whole_with_exactly_one_aotautograd_entry(tmp_path, entries, whole):
+    artifact = tmp_path / "artifact_compile_range_1_8192_subgraph_0"
+    artifact.mkdir()
+    if entries is not None:
+        (artifact / "aotautograd").mkdir()
+        for entry in entries:
+            (artifact / "aotautograd" / entry).mkdir()
+    problem = torch_artifact_problem(str(artifact))
+    assert problem == (None if whole else "an unpacked artifact without its one aotautograd entry")
+
+
+def fields(*sizes: int) -> bytes:
+    """Length-prefixed fields (8-byte big-endian sizes) of the given sizes, as torch frames them."""
+    return b"".join(n.to_bytes(8, "big") + bytes([7]) * n for n in sizes)
+
+
+def checksummed(body: bytes) -> bytes:
+    return zlib.crc32(body).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize("data", [
+    checksummed(fields(21, 8, 8, 300)),       # header, torch's key, the graph's key, the artifacts
+    checksummed(fields(8, 8, 300)),           # no header
+    fields(8, 8, 300),                        # no checksum
+    fields(*[5] * 8),                         # the most fields an artifact has
+    checksummed(fields(8, 8, 0)),             # an empty last field
+], ids=["header", "no-header", "no-checksum", "eight-fields", "empty-last"])
+def test_a_torch_artifact_whose_fields_end_at_its_end_is_whole(tmp_path, data):
+    path = tmp_path / "artifact_compile_range_1_8192_subgraph_0"
+    path.write_bytes(data)
+    assert torch_artifact_problem(str(path)) is None
+
+
+@pytest.mark.parametrize("data", [
+    checksummed(fields(21, 8, 8, 300))[:-1],  # cut inside its last field
+    fields(8, 8, 300)[:-1],
+    fields(8, 8, 300) + (9).to_bytes(8, "big")[:5],  # cut inside a length
+    fields(8, 300),                           # too few fields
+    fields(*[5] * 9),                         # more fields than an artifact has
+    b"\0\0\0\0" + fields(21, 8, 8, 300),      # a checksum that does not match
+], ids=["cut", "cut-no-checksum", "cut-in-a-length", "two-fields", "nine-fields", "bad-checksum"])
+def test_a_cut_or_corrupted_torch_artifact_is_refused(tmp_path, data):
+    path = tmp_path / "artifact_compile_range_1_8192_subgraph_0"
+    path.write_bytes(data)
+    assert torch_artifact_problem(str(path)) == "not a whole torch artifact (cut short or corrupted)"
+
+
+def test_a_triton_group_naming_a_file_that_is_not_there_is_refused(tmp_path):
+    there = tmp_path / "k.cubin"
+    there.write_bytes(b"x")
+    group = tmp_path / "__grp__k.json"
+    group.write_text(json.dumps({"child_paths": {"k.cubin": str(there), "k.json": str(tmp_path / "k.json")}}))
+    assert group_problem(str(group)) == f"lists {tmp_path / 'k.json'}, which is not there"
+    (tmp_path / "k.json").write_text("{}")
+    assert group_problem(str(group)) is None
