@@ -81,7 +81,11 @@ def add_commands(sub) -> None:
                    help="where tuned kernel tables are read and written "
                         "(default: $WARMUP_KERNEL_CONFIG_DIR, else the packaged plans/kernel-configs)")
     p.add_argument("--retune", action="store_true", help="tune again even where a table covers every bucket")
-    p.add_argument("--flashinfer-cache", metavar="FILE", help="FlashInfer autotune cache file (cache: persistent)")
+    p.add_argument("--flashinfer-cache", metavar="FILE",
+                   help="FlashInfer autotune cache file (cache: persistent) (default: "
+                        "VERSION/GPU/autotune_configs.json for this FlashInfer version and GPU, under WARMUP_FLASHINFER_CACHE_DIR, else under "
+                        "~/.cache/warmup-planner/flashinfer_autotune, XDG_CACHE_HOME for ~/.cache when set; "
+                        "`warmup bundle install` places a plan bundle's file there)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help="compile the plan's distinct kernel variants in N worker processes first (sharing the "
                         "on-disk caches), then run every step, which only loads them; 0 or 1: compile in this "

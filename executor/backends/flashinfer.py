@@ -22,7 +22,9 @@ What runs inside the context:
   far larger JIT module (both measured by bench/flashinfer_gpu.py: bench/RESULTS.md, part F).
 
 ``cache: persistent`` (the file is ``--flashinfer-cache`` or, by default,
-``~/.cache/warmup-planner/flashinfer_autotune/<version>/<gpu>/autotune_configs.json``):
+``~/.cache/warmup-planner/flashinfer_autotune/<version>/<gpu>/autotune_configs.json``: the family's
+one default, executor/caches/flashinfer_file.py ``default_path``, where ``warmup bundle install``
+places a plan bundle's file too):
 
 * FlashInfer >= 0.6.x with ``autotune(cache=...)``: the library loads the file on entry
   (configs from another environment are ignored, see ``AutoTuner.load_configs``) and, only
@@ -54,17 +56,11 @@ import time
 from planner.engine.queries import fp8_shapes
 from planner.output import write_atomic
 
+from ..caches.flashinfer_file import default_path
 from .base import BaseBackend, Unavailable, torch_cuda_available
 
 MIN_CAPABILITY = (9, 0)  # vLLM: has_device_capability(90) before flashinfer_autotune
 GEMM_OP = "flashinfer.gemm.bmm_fp8"
-
-
-def default_cache_path(version: str, device_name: str) -> str:
-    root = os.environ.get("WARMUP_FLASHINFER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "warmup-planner", "flashinfer_autotune")
-    return os.path.join(root, version, device_name.replace(" ", "_"), "autotune_configs.json")
 
 
 def _find_spec(name: str):
@@ -204,7 +200,7 @@ class FlashInferBackend(BaseBackend):
             return None, False
         device_name = (torch.cuda.get_device_name(self.device)
                        if str(self.device).startswith("cuda") else str(self.device))
-        path = getattr(self.options, "flashinfer_cache", None) or default_cache_path(version, device_name)
+        path = getattr(self.options, "flashinfer_cache", None) or default_path(version, device_name)
         # a cache folder of ours (the default's, a bundle's); `execute --flashinfer-cache` refused a missing one
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         details["cache_file"] = path

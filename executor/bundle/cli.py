@@ -7,7 +7,9 @@
                                        A vLLM start-up's bundle: what of its install into these caches the
                                        server used (run it after the load)
     warmup bundle install FILE         into DG_JIT_CACHE_DIR (vLLM's when unset), TRITON_CACHE_DIR and
-                                       --flashinfer-cache, every path a loader follows made this machine's;
+                                       --flashinfer-cache (default: the file `warmup execute` keeps for
+                                       the bundle's FlashInfer version and GPU), every path a loader
+                                       follows made this machine's;
                                        refused (exit 2, one line) on a mismatch; --target bundle: checked
                                        against the bundle's own fingerprint (an image built without a GPU)
     warmup bundle inspect FILE         every member checked as install checks it; the fingerprint
@@ -84,8 +86,11 @@ def add_commands(sub) -> None:
     i.add_argument("bundle", help="the bundle file")
     i.add_argument("--deep-gemm-cache", help="DeepGEMM's cache root (default: DG_JIT_CACHE_DIR, else vLLM's)")
     i.add_argument("--triton-cache", help="Triton's cache (default: TRITON_CACHE_DIR, else ~/.triton/cache)")
-    i.add_argument("--flashinfer-cache", help="FlashInfer's autotune file (default: flashinfer-autotune.json in "
-                                              "DeepGEMM's default cache root: DG_JIT_CACHE_DIR, else vLLM's)")
+    i.add_argument("--flashinfer-cache", help="FlashInfer's autotune file (default: the one `warmup execute` uses "
+                                              "for the bundle's FlashInfer version and GPU, "
+                                              "VERSION/GPU/autotune_configs.json under WARMUP_FLASHINFER_CACHE_DIR, "
+                                              "else under ~/.cache/warmup-planner/flashinfer_autotune, "
+                                              "XDG_CACHE_HOME for ~/.cache when set)")
     i.add_argument("--vllm-cache-root", help="a vLLM start-up bundle: vLLM's cache root (default: VLLM_CACHE_ROOT, "
                                              "else ~/.cache/vllm)")
     i.add_argument("--vllm-config-hash", help="a vLLM start-up bundle: refuse it unless it was built with this "
@@ -125,9 +130,11 @@ def cmd_build(args) -> int:
     return EXIT_OK
 
 
-def plan_roots(args) -> CacheRoots:
-    """A plan's caches here (executor/caches/roots.py), less what the options override."""
-    roots = CacheRoots.resolve(os.environ, families=ops.PLAN_FAMILIES)
+def plan_roots(args, fingerprint: dict) -> CacheRoots:
+    """A plan's caches here (executor/caches/roots.py), less what the options override; the
+    FlashInfer file's is kept per FlashInfer version and GPU: the bundle's `fingerprint` names them
+    (the install refuses a machine that differs)."""
+    roots = CacheRoots.resolve(os.environ, families=ops.PLAN_FAMILIES, fingerprint=fingerprint)
     return roots.replace(deep_gemm=args.deep_gemm_cache or roots["deep_gemm"],
                          triton=args.triton_cache or roots["triton"],
                          flashinfer=args.flashinfer_cache or roots["flashinfer"])
@@ -135,12 +142,13 @@ def plan_roots(args) -> CacheRoots:
 
 def cmd_install(args) -> int:
     check_outputs({"--flashinfer-cache": args.flashinfer_cache}, [args.bundle])  # never over the bundle read
-    if archive.read_manifest(args.bundle).origin == archive.VLLM:
+    manifest = archive.read_manifest(args.bundle)
+    if manifest.origin == archive.VLLM:
         return install_startup(args)
     if args.target == "bundle":
         raise PlanError("--target bundle is for a vLLM start-up's bundle (the plugin checks the machine at "
                         "start); a plan's bundle is installed against this machine", file=args.bundle)
-    installation = ops.install(args.bundle, plan_roots(args), environment.measure())
+    installation = ops.install(args.bundle, plan_roots(args, manifest.fingerprint), environment.measure())
     print_installation(installation)
     return EXIT_OK
 

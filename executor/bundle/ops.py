@@ -36,7 +36,7 @@ from ..caches.targets import cannot_write, check_directories
 from ..report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from . import archive, environment, packing
 from .archive import FORMAT, Manifest
-from .placement import Installation, place_all
+from .placement import Installation, families, place_all
 
 LOCK = ".warmup-bundle.lock"
 
@@ -172,6 +172,10 @@ def install(path: str, roots: CacheRoots, here: dict) -> Installation:
     problem = archive.space_problem(manifest, tempfile.gettempdir(), destinations)
     if problem:
         raise PlanError(f"refused: the bundle {problem}", file=path)
+    lacking = [f for f in PLAN_FAMILIES if f in families(manifest) and not roots.get(f)]
+    if lacking:  # the FlashInfer file, on a machine whose fingerprint names no FlashInfer version or GPU
+        raise PlanError(f"refused: the bundle holds {lacking[0]} files and there is no default {lacking[0]} "
+                        f"cache to put them in: give --{lacking[0].replace('_', '-')}-cache", file=path)
     staging = tempfile.mkdtemp(prefix="warmup-bundle-")
     try:
         archive.verify_members(path, manifest, staging)

@@ -55,10 +55,11 @@ class CacheRoots(Mapping):
 
     @classmethod
     def resolve(cls, environ: Mapping | None = None, vllm_cache_root: str | None = None,
-                families=None, **overrides) -> "CacheRoots":
-        """The roots of `families` (default: a vLLM start-up's) in this environment; `overrides`
-        (family=path) win, a None override included."""
-        env = Env.of(environ, vllm_cache_root)
+                families=None, fingerprint: Mapping | None = None, **overrides) -> "CacheRoots":
+        """The roots of `families` (default: a vLLM start-up's) in this environment, on a machine of
+        this `fingerprint` where it is given (a cache kept per GPU and version has no root without
+        it); `overrides` (family=path) win, a None override included."""
+        env = Env.of(environ, vllm_cache_root, fingerprint)
         chosen = families if families is not None else [f.name for f in FAMILIES if "vllm" in f.origins]
         found = {name: of(name).root(env) for name in chosen}
         found.update({k: v for k, v in overrides.items()})

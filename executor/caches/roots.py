@@ -26,17 +26,21 @@ from typing import Mapping, NamedTuple
 
 
 class Env(NamedTuple):
-    """One machine's environment as the caches' owners read it."""
+    """One machine's environment as the caches' owners read it; `fingerprint`: its GPU and library
+    versions (executor/bundle/environment.py), where the caller has them, for a cache kept per GPU
+    and version (the plan's FlashInfer autotune file, executor/caches/flashinfer_file.py)."""
 
     environ: Mapping
     vllm_cache_root: str
+    fingerprint: Mapping | None = None
 
     @classmethod
-    def of(cls, environ: Mapping | None = None, vllm_cache_root: str | None = None) -> "Env":
+    def of(cls, environ: Mapping | None = None, vllm_cache_root: str | None = None,
+           fingerprint: Mapping | None = None) -> "Env":
         """`environ` (default: this process's), with vLLM's own answer for its cache root where
         the caller has one (inside vLLM), else the one vLLM would compute from `environ`."""
         environ = os.environ if environ is None else environ
-        return cls(environ, vllm_cache_root or default_vllm_cache_root(environ))
+        return cls(environ, vllm_cache_root or default_vllm_cache_root(environ), fingerprint)
 
 
 def default_vllm_cache_root(environ: Mapping | None = None) -> str:
