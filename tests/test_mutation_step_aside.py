@@ -69,6 +69,81 @@ def test_a_vllm_release_the_plugin_does_not_know_is_one_line_naming_it_at_regist
         plugin.register()
 
 
+# --- register: the settings it reads once, handed to what uses them ----------------------------------------
+
+ONE_READER = ("WARMUP_PLAN", "WARMUP_BUNDLE", "WARMUP_BUNDLE_OUT", "WARMUP_REGISTRY_PLAIN_HTTP", "WARMUP_BUNDLE_INERT",
+              "WARMUP_FIX_GC_FREEZE_CAPTURE", "WARMUP_STRICT", "WARMUP_TIMELINE", "WARMUP_PLAN_REPORT")
+
+
+def registered(monkeypatch, **environ) -> list:
+    """register in a process with vLLM 0.25.0 and `environ`: what it handed to the fixes, the engine
+    core's start and the bundle's source (each replaced by a recorder)."""
+    calls = []
+    for name in ONE_READER:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setitem(sys.modules, "vllm", NS(__version__="0.25.0"))
+    monkeypatch.setattr(plugin, "patch_worker", lambda release, settings: calls.append(("patch_worker",)))
+    monkeypatch.setattr(plugin.fixes, "apply_fixes", lambda missing, on_import, off: calls.append(("fixes", off)))
+    monkeypatch.setattr(plugin.engine_core_start, "fork_engine_core", lambda asked: calls.append(("fork", asked)))
+    monkeypatch.setattr(plugin.bundle_source, "for_process", lambda value, timeout_s, *, plain_http: calls.append(
+        ("source", value, plain_http)) or NS(wait_early=lambda: None, thread=None))
+    monkeypatch.setattr(plugin.bundle, "install_early", lambda path, stage: None)
+    plugin.register()
+    return calls
+
+
+@pytest.mark.parametrize("plain, fix, expected", [
+    (None, None, (False, ())),
+    ("1", "0", (True, ("gc_freeze_capture",))),
+    (" Yes ", "off", (True, ("gc_freeze_capture",))),
+    ("off", "on", (False, ())),
+])
+def test_register_hands_the_registry_switch_and_the_fix_switches_down_from_its_settings(monkeypatch, plain, fix,
+                                                                                      expected):
+    environ = {"WARMUP_BUNDLE": "/nowhere/b.warmup"}
+    if plain is not None:
+        environ["WARMUP_REGISTRY_PLAIN_HTTP"] = plain
+    if fix is not None:
+        environ["WARMUP_FIX_GC_FREEZE_CAPTURE"] = fix
+    calls = registered(monkeypatch, **environ)
+    plain_http, off = expected
+    assert calls == [("patch_worker",), ("fixes", off), ("fork", False), ("source", "/nowhere/b.warmup", plain_http)]
+
+
+@pytest.mark.parametrize("name, value, cause", [
+    ("WARMUP_REGISTRY_PLAIN_HTTP", "maybe", "WARMUP_REGISTRY_PLAIN_HTTP must be 1 or 0, got 'maybe'"),
+    ("WARMUP_BUNDLE_INERT", "fatal", "WARMUP_BUNDLE_INERT must be warn or error, got 'fatal'"),
+    ("WARMUP_FIX_GC_FREEZE_CAPTURE", "disabled", "WARMUP_FIX_GC_FREEZE_CAPTURE must be 1 or 0, got 'disabled'"),
+])
+def test_a_registry_inert_or_fix_value_the_plugin_cannot_use_steps_aside_in_one_line(caplog, monkeypatch, name,
+                                                                                      value, cause):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert registered(monkeypatch, WARMUP_BUNDLE="/nowhere/b.warmup", **{name: value}) == []
+    assert said(caplog) == [step_aside_line(cause)]
+    monkeypatch.setenv("WARMUP_STRICT", "1")
+    with pytest.raises(PluginError, match=rf"{cause} \(WARMUP_STRICT=1\)$"):
+        plugin.register()
+
+
+def test_the_workers_bundle_steps_take_the_registry_and_inert_settings_from_register(monkeypatch):
+    """load_model's wait for the pull and the use checked after ready: the Settings register read,
+    not the environment at that time."""
+    calls = recording_bundle(monkeypatch)
+    pulls = []
+    monkeypatch.setattr(plugin.bundle_source, "for_process", lambda value, timeout_s, *, plain_http: pulls.append(
+        (value, timeout_s, plain_http)) or NS(wait=lambda: ("b.warmup", 1.5)))
+    monkeypatch.setenv("WARMUP_REGISTRY_PLAIN_HTTP", "0")
+    monkeypatch.setenv("WARMUP_BUNDLE_INERT", "warn")
+    settings = Settings(None, bundle="oci://r.example/b:v1", pull_timeout_s=9.0, registry_plain_http=True,
+                        bundle_inert="error")
+    assert start_up(settings, StockWorker()) == [None, 42, "ready"]
+    assert pulls == [("oci://r.example/b:v1", 9.0, True)]
+    assert calls == [("install_before_compile", "b.warmup"), ("record_roots", None), ("check_use", "error"),
+                     ("build_after_ready", None, Origin())]
+
+
 def stock_worker_module(monkeypatch, name="stock_worker_mod"):
     module = types.ModuleType(name)
     module.Worker = type("Worker", (), {"load_model": lambda self: "vLLM's",
@@ -96,7 +171,7 @@ def recording_bundle(monkeypatch, uses=None):
     calls = []
     for name in ("install_before_compile", "record_roots"):
         monkeypatch.setattr(plugin.bundle, name, lambda worker, arg, *rest, name=name: calls.append((name, arg)))
-    monkeypatch.setattr(plugin.bundle, "check_use", lambda worker: calls.append(("check_use",)) or uses)
+    monkeypatch.setattr(plugin.bundle, "check_use", lambda worker, inert: calls.append(("check_use", inert)) or uses)
     monkeypatch.setattr(plugin.bundle, "build_after_ready",
                         lambda worker, out, origin: calls.append(("build_after_ready", out, origin)))
     return calls
@@ -110,7 +185,7 @@ def test_a_stepped_aside_worker_still_installs_and_builds_the_bundle_it_was_aske
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert start_up(Settings("p.yaml", bundle="in.tar", bundle_out="out.tar"), worker) == [None, 42, "ready"]
     assert worker.calls == VLLMS_OWN and said(caplog) == [step_aside_line("p.yaml: no such file")]
-    assert calls == [("install_before_compile", "in.tar"), ("record_roots", "out.tar"), ("check_use",),
+    assert calls == [("install_before_compile", "in.tar"), ("record_roots", "out.tar"), ("check_use", "warn"),
                      ("build_after_ready", "out.tar", Origin())]  # no plan ran: the bundle names none
 
 
@@ -132,7 +207,7 @@ def test_a_worker_that_runs_the_plan_reports_the_bundles_use_and_names_the_plan_
     assert wrapped(Settings("vllm-0.25", bundle_out="out.tar"))[2](worker) == "ready"
     assert ran == ["the plan"] and worker.calls == ["vLLM's compile_or_warm_up_model"]
     assert amended == [("bundle_use", [{"family": "triton", "loaded": 3}])]
-    assert calls == [("check_use",), ("build_after_ready", "out.tar", Origin("vllm-0.25", ENGINE, "d1g3st"))]
+    assert calls == [("check_use", "warn"), ("build_after_ready", "out.tar", Origin("vllm-0.25", ENGINE, "d1g3st"))]
 
 
 # --- the worker's side: a pool that is off, the monitor, the phases -------------------------------------------

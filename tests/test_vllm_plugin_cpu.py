@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from types import SimpleNamespace as NS
 
 import pytest
@@ -81,18 +82,42 @@ SHIPPED = sorted(f[:-5] for f in os.listdir(engines_dir()) if f.endswith(".yaml"
 def test_settings_default_to_the_pool_and_refuse_bad_values_in_one_line():
     s = Settings.from_env({"WARMUP_PLAN": "vllm-0.25"})
     assert (s.jobs, s.strict, s.timeout_s) == (None, False, 300.0)
+    assert (s.registry_plain_http, s.bundle_inert, s.fixes_off) == (False, "warn", ())
     s = Settings.from_env({"WARMUP_PLAN": "p", "WARMUP_JOBS": "0", "WARMUP_STRICT": "1",
                            "WARMUP_PRECOMPILE_TIMEOUT": "12.5"})
     assert (s.jobs, s.strict, s.timeout_s) == (0, True, 12.5)
     for env, name in (({"WARMUP_STRICT": "maybe"}, "WARMUP_STRICT"),
                       ({"WARMUP_PRECOMPILE_TIMEOUT": "0"}, "WARMUP_PRECOMPILE_TIMEOUT"),
-                      ({"WARMUP_PRECOMPILE_TIMEOUT": "inf"}, "WARMUP_PRECOMPILE_TIMEOUT")):
+                      ({"WARMUP_PRECOMPILE_TIMEOUT": "inf"}, "WARMUP_PRECOMPILE_TIMEOUT"),
+                      ({"WARMUP_REGISTRY_PLAIN_HTTP": "maybe"}, "WARMUP_REGISTRY_PLAIN_HTTP"),
+                      ({"WARMUP_BUNDLE_INERT": "fatal"}, "WARMUP_BUNDLE_INERT"),
+                      ({"WARMUP_FIX_GC_FREEZE_CAPTURE": "disabled"}, "WARMUP_FIX_GC_FREEZE_CAPTURE")):
         with pytest.raises(PluginError, match=name) as e:
             Settings.from_env({"WARMUP_PLAN": "p", **env})
         assert "\n" not in str(e.value)
 
 
-def test_torch_compile_after_ready_is_eager_by_default_and_compile_on_request(caplog):
+def test_the_registry_inert_and_fix_settings_are_read_with_the_others():
+    """WARMUP_REGISTRY_PLAIN_HTTP, WARMUP_BUNDLE_INERT and each WARMUP_FIX_<NAME>: read once, by
+    Settings, with the switches' one truth table (settings.TRUE, settings.FALSE)."""
+    s = Settings.from_env({"WARMUP_PLAN": "p", "WARMUP_REGISTRY_PLAIN_HTTP": " True ", "WARMUP_BUNDLE_INERT": "ERROR",
+                           "WARMUP_FIX_GC_FREEZE_CAPTURE": "0"})
+    assert (s.registry_plain_http, s.bundle_inert, s.fixes_off) == (True, "error", ("gc_freeze_capture",))
+    s = Settings.from_env({"WARMUP_PLAN": "p", "WARMUP_REGISTRY_PLAIN_HTTP": "no", "WARMUP_BUNDLE_INERT": " warn",
+                           "WARMUP_FIX_GC_FREEZE_CAPTURE": "1"})
+    assert (s.registry_plain_http, s.bundle_inert, s.fixes_off) == (False, "warn", ())
+    s = Settings.from_env({"WARMUP_PLAN": "p", "WARMUP_REGISTRY_PLAIN_HTTP": "", "WARMUP_BUNDLE_INERT": "",
+                           "WARMUP_FIX_GC_FREEZE_CAPTURE": ""})  # empty: the default, as unset
+    assert (s.registry_plain_http, s.bundle_inert, s.fixes_off) == (False, "warn", ())
+    for name, value, want in (("WARMUP_REGISTRY_PLAIN_HTTP", "2", "1 or 0"),
+                              ("WARMUP_BUNDLE_INERT", "fail", "warn or error"),
+                              ("WARMUP_FIX_GC_FREEZE_CAPTURE", "disable", "1 or 0")):
+        with pytest.raises(PluginError) as e:
+            Settings.from_env({"WARMUP_PLAN": "p", name: value})
+        assert str(e.value) == f"warmup-planner: {name} must be {want}, got {value!r}"
+
+
+def test_torch_compile_after_ready_is_eager_by_default_and_compile_on_request(caplog, monkeypatch):
     assert Settings.from_env({"WARMUP_PLAN": "p"}).torch_compile_after_ready == "eager"
     s = Settings.from_env({"WARMUP_PLAN": "p", "WARMUP_TORCH_COMPILE_AFTER_READY": " Compile "})
     assert s.torch_compile_after_ready == "compile"
@@ -106,6 +131,11 @@ def test_torch_compile_after_ready_is_eager_by_default_and_compile_on_request(ca
         assert torch_compile_after_ready("compile", 2) is False
     assert caplog.records[-1].getMessage() == ("warmup-planner: rank 2: a torch.compile call after ready compiles "
                                                "as in vLLM (WARMUP_TORCH_COMPILE_AFTER_READY=compile)")
+    caplog.clear()
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
+        assert torch_compile_after_ready("eager", 0) is False
+    assert caplog.records == [], "a process without torch has nothing to say about torch.compile"
 
 
 def test_the_seal_sets_dynamos_stance_unless_asked_to_compile(monkeypatch):

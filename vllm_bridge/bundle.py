@@ -44,7 +44,7 @@ from .step_aside import cause_of
 log = logging.getLogger("vllm.warmup_planner")
 ROOTS = "_warmup_planner_bundle_roots"  # on a worker: the Recorded of load_model
 INSTALLED = "_warmup_planner_bundle_installed"  # on a worker: the usage.Installed of its install
-INERT_SETTING = "WARMUP_BUNDLE_INERT"  # warn (default) | error
+INERT_SETTING = "WARMUP_BUNDLE_INERT"  # warn (default) | error: read as Settings.bundle_inert
 
 
 class InertBundle(RuntimeError):
@@ -189,10 +189,11 @@ def check_machine(worker) -> list[str]:
     return lines
 
 
-def check_use(worker, environ=os.environ) -> list | None:
+def check_use(worker, inert: str = "warn") -> list | None:
     """After ready: what of this worker's install was loaded, never loaded, compiled again (one log
     line per family, one per inert entry); None where this worker installed nothing. Raises
-    InertBundle (its line logged first) under WARMUP_BUNDLE_INERT=error when an entry is inert."""
+    InertBundle (its line logged first) where `inert` is "error" (WARMUP_BUNDLE_INERT=error,
+    Settings.bundle_inert) and an entry is inert."""
     installed = getattr(worker, INSTALLED, None)
     if installed is None:
         return None
@@ -203,12 +204,12 @@ def check_use(worker, environ=os.environ) -> list | None:
     except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
         log.warning("warmup-planner: the bundle's use could not be checked: %s", cause_of(e))
         return None
-    inert = usage.inert_count(uses)
     for line in usage.lines(uses):
         log.log(logging.WARNING if line.startswith("  ") else logging.INFO, "warmup-planner: bundle use: %s", line)
-    if inert and (environ.get(INERT_SETTING) or "warn") == "error":
-        message = (f"warmup-planner: {INERT_SETTING}=error: {inert} entries of the bundle {installed.bundle} are "
-                   "inert or were read from the building machine's copy (listed above)")
+    inert_entries = usage.inert_count(uses)
+    if inert_entries and inert == "error":
+        message = (f"warmup-planner: {INERT_SETTING}=error: {inert_entries} entries of the bundle {installed.bundle} "
+                   "are inert or were read from the building machine's copy (listed above)")
         log.error(message)
         raise InertBundle(message)
     return uses

@@ -12,6 +12,8 @@
 - A registry that is down, slow, or serves bytes that do not match their digest: the bundle is
   not installed, one line for the server (said by the process that met it), and vLLM starts as it
   would without it; the waits are bounded (WARMUP_BUNDLE_PULL_TIMEOUT_S, vllm_bridge.settings).
+- A registry that is not on loopback is spoken to over TLS unless the user set
+  WARMUP_REGISTRY_PLAIN_HTTP=1 (read by vllm_bridge.settings; `plain_http` here).
 """
 
 from __future__ import annotations
@@ -79,15 +81,17 @@ class Source:
 _STARTED: dict = {}  # (pid, WARMUP_BUNDLE's value) -> Source: a forked child starts its own
 
 
-def for_process(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os.environ) -> Source:
+def for_process(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os.environ, *,
+                plain_http: bool = False) -> Source:
     """The source register started in this process (started now where register did not run: a
     process forked after it, whose fetching thread stayed in the parent). Once the server's first
-    process has pinned the reference, its pinned value (or "": no bundle) is the one used."""
+    process has pinned the reference, its pinned value (or "": no bundle) is the one used.
+    `plain_http`: Settings.registry_plain_http (WARMUP_REGISTRY_PLAIN_HTTP)."""
     if SERVER in environ and value and "WARMUP_BUNDLE" in environ:
         value = environ["WARMUP_BUNDLE"] or None
     key = (os.getpid(), value)
     if key not in _STARTED:
-        _STARTED[key] = source = start(value, timeout_s, environ)
+        _STARTED[key] = source = start(value, timeout_s, environ, plain_http=plain_http)
         pinned = environ.get("WARMUP_BUNDLE") if SERVER in environ else None
         if value and pinned and pinned != value:  # start pinned an oci:// tag: the same source by either name
             _STARTED[(os.getpid(), pinned)] = source
@@ -95,19 +99,20 @@ def for_process(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os
 
 
 def start(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os.environ,
-          cache_dir: str | None = None) -> Source:
-    """At the plugin's register: the local file, or the node's copy of an oci:// bundle being fetched."""
+          cache_dir: str | None = None, *, plain_http: bool = False) -> Source:
+    """At the plugin's register: the local file, or the node's copy of an oci:// bundle being fetched
+    (`plain_http`: a registry not on loopback spoken to without TLS, WARMUP_REGISTRY_PLAIN_HTTP)."""
     from executor.bundle import oci_ref
 
     if not value or not oci_ref.is_reference(value):
         return _local(value)
     try:
-        ref = _pinned(oci_ref.parse(value, where="WARMUP_BUNDLE"), environ)
+        ref = _pinned(oci_ref.parse(value, where="WARMUP_BUNDLE"), environ, plain_http)
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts without the bundle
         environ["WARMUP_BUNDLE"] = ""  # the children inherit no bundle, and say nothing
         return _failed(value, cause_of(e))
     try:
-        return _fetch_in_background(ref, timeout_s, environ, cache_dir)
+        return _fetch_in_background(ref, timeout_s, environ, cache_dir, plain_http)
     except Exception as e:  # noqa: BLE001 - a cache root it cannot use, a thread it cannot start
         return _failed(str(ref), cause_of(e))
 
@@ -130,7 +135,7 @@ def _failed(value: str, cause: str) -> Source:
     return source
 
 
-def _pinned(ref, environ):
+def _pinned(ref, environ, plain_http: bool):
     """The reference pinned to a digest; the first process asks the registry (a tag resolves to the
     digest it names now; a digest is checked to exist) and hands the pinned one down."""
     from executor.bundle import oci
@@ -139,18 +144,14 @@ def _pinned(ref, environ):
         return ref  # a child: the API server pinned it
     environ.setdefault(SERVER, f"{os.getpid()}-{time.time_ns()}")
     asked = time.monotonic()
-    pinned, _ = oci.resolve(ref, timeout_s=RESOLVE_TIMEOUT_S, plain_http=plain_http(environ), environ=environ)
+    pinned, _ = oci.resolve(ref, timeout_s=RESOLVE_TIMEOUT_S, plain_http=plain_http, environ=environ)
     environ["WARMUP_BUNDLE"] = str(pinned)
     log.info("warmup-planner: bundle %s is %s (the registry answered in %.2f s); the node's copy is fetched in "
              "the background", ref, pinned.digest, time.monotonic() - asked)
     return pinned
 
 
-def plain_http(environ) -> bool:
-    return (environ.get("WARMUP_REGISTRY_PLAIN_HTTP") or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None) -> Source:
+def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None, plain_http: bool) -> Source:
     from executor.bundle import sources
 
     cache_dir = cache_dir or _cache_dir()
@@ -159,7 +160,7 @@ def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None) 
     def run() -> None:
         try:
             fetched = sources.fetch_once(ref, cache_dir, timeout_s=timeout_s, server=environ.get(SERVER, ""),
-                                         plain_http=plain_http(environ), environ=environ)
+                                         plain_http=plain_http, environ=environ)
         except sources.AlreadyFailed as e:  # the process that met it said it
             source.cause, source.said = str(e), True
             return

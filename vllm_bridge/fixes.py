@@ -1,9 +1,10 @@
 """Start-up fixes vLLM made after a release a user runs, applied by the plugin where the release row
 says the release lacks them (planner/engine/releases.py, missing_start_up_fixes; issue 46).
 
-Each fix has its own switch (an environment variable: `0` turns it off), its own line in vLLM's log
-when it is applied, and names the vLLM change it brings back. A fix that cannot be applied (a class
-without the method) is one warning line; vLLM starts without it, the plan is not touched.
+Each fix has its own switch (an environment variable, read by vllm_bridge.settings with the other
+settings: `0` turns it off, Settings.fixes_off), its own line in vLLM's log when it is applied, and
+names the vLLM change it brings back. A fix that cannot be applied (a class without the method) is
+one warning line; vLLM starts without it, the plan is not touched.
 
 - ``gc_freeze_capture``: the garbage collector frozen and disabled for the whole CUDA-graph
   capture, as vLLM 0.33's ``freeze_gc_for_cudagraph_capture`` does (vllm/utils/gc_utils.py, vLLM
@@ -21,7 +22,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -35,7 +36,7 @@ PATCHED = "_warmup_planner_fixes"  # on a patched class: {method: the original}
 class StartUpFix(NamedTuple):
     """One fix: what it wraps, how, and how to turn it off."""
 
-    switch: str                           # environment variable; "0" turns the fix off
+    switch: str                           # environment variable; "0" turns the fix off (Settings.fixes_off)
     upstream: str                         # the vLLM change it brings back
     targets: tuple[tuple[str, str, str], ...]  # (module, class, method) it wraps, where imported
     wrap: Callable                        # method -> the method with the fix
@@ -82,11 +83,11 @@ FIXES: dict[str, StartUpFix] = {
 
 
 def apply_fixes(missing: tuple[str, ...], on_import: Callable[[str, Callable], None],
-                environ: Mapping = os.environ) -> list[str]:
-    """Apply each fix of `missing` that its switch leaves on: to a target class now where its module
-    is imported, else when the process imports it (`on_import(module, callback)`); the fixes
-    turned on."""
-    on = [name for name in missing if environ.get(FIXES[name].switch, "1") != "0"]
+                off: tuple[str, ...] = ()) -> list[str]:
+    """Apply each fix of `missing` that its switch leaves on (`off`: those the user turned off,
+    Settings.fixes_off): to a target class now where its module is imported, else when the process
+    imports it (`on_import(module, callback)`); the fixes turned on."""
+    on = [name for name in missing if name not in off]
     for name in on:
         for module, cls, method in FIXES[name].targets:
             if module in sys.modules:

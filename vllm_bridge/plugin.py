@@ -80,10 +80,11 @@ def _register(settings: Settings) -> None:
     if release is None:
         return
     patch_worker(release, settings)
-    fixes.apply_fixes(release.missing_fixes, after_import)  # where the model runner is imported: workers
+    fixes.apply_fixes(release.missing_fixes, after_import, settings.fixes_off)  # where the model runner is imported
     engine_core_start.fork_engine_core(settings.engine_core_fork)  # before vLLM starts its engine core
     with _timed(bool(settings.bundle), "plugin: bundle pin"):
-        source = bundle_source.for_process(settings.bundle, settings.pull_timeout_s)  # an oci:// pull starts here
+        source = bundle_source.for_process(settings.bundle, settings.pull_timeout_s,  # an oci:// pull starts here
+                                           plain_http=settings.registry_plain_http)
     with _timed(bool(settings.bundle), "plugin: bundle install (model info)"):
         bundle.install_early(source.wait_early(), stage=source.thread is None)  # vLLM resolves the model next
     if settings.plan:
@@ -278,7 +279,8 @@ def _bundle_before_compile(worker, settings: Settings) -> None:
         with timeline.span("plugin: bundle machine check", timeline.PLUGIN):
             bundle.check_machine(worker)  # before vLLM, or a bundle, reads the caches
     with _timed(bool(settings.bundle), "plugin: bundle pull wait"):
-        path, waited_s = bundle_source.for_process(settings.bundle, settings.pull_timeout_s).wait()
+        path, waited_s = bundle_source.for_process(settings.bundle, settings.pull_timeout_s,
+                                                   plain_http=settings.registry_plain_http).wait()
     with _timed(bool(path), "plugin: bundle install"):
         bundle.install_before_compile(worker, path, waited_s)
     with _timed(bool(settings.bundle_out), "plugin: bundle roots recorded"):
@@ -331,7 +333,7 @@ def _bundle_after_ready(worker, settings: Settings, state) -> None:
     """The install's use checked (before packing, which reads every file), into the report where a
     plan ran; the start-up's caches listed for WARMUP_BUNDLE_OUT."""
     with _timed(bool(settings.bundle), "plugin: bundle use checked"):
-        uses = bundle.check_use(worker)
+        uses = bundle.check_use(worker, settings.bundle_inert)
     if uses is not None and state is not None:
         state.amend_report("bundle_use", [dataclasses.asdict(u) for u in uses])
     with _timed(bool(settings.bundle_out), "plugin: bundle listed for packing"):

@@ -15,7 +15,9 @@ DEFAULT_TIMEOUT_S = 300.0
 # An oci:// bundle not on the node after this long: vLLM starts without it (a stock cold start of the
 # smallest model served so far took ~330 s on the H100: a longer wait would lose to it).
 PULL_TIMEOUT_S = 120.0
-TRUE, FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+# The one truth table of a WARMUP_* switch (_flag): unset or empty is the switch's default.
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+FIX_SWITCH = "WARMUP_FIX_"  # + a start-up fix's name, upper case: its switch (fix_switch)
 
 
 class PluginError(RuntimeError):
@@ -41,6 +43,12 @@ class Settings(NamedTuple):
     engine_core_fork: bool = False  # WARMUP_ENGINE_CORE_FORK: vLLM's engine core started by fork (engine_core_start)
     torch_compile_after_ready: str = "eager"  # WARMUP_TORCH_COMPILE_AFTER_READY: eager (a call that would
     #                                compile runs eagerly: executor/dynamo_stance.py) or compile (Dynamo's default)
+    registry_plain_http: bool = False  # WARMUP_REGISTRY_PLAIN_HTTP: an oci:// bundle's registry spoken to
+    #                                without TLS though not on loopback (bundle_source; the CLI's is --plain-http)
+    bundle_inert: str = "warn"     # WARMUP_BUNDLE_INERT: warn (an installed entry nothing read by ready is
+    #                                listed) or error (it stops vLLM's start: bundle.check_use)
+    fixes_off: tuple[str, ...] = ()  # WARMUP_FIX_<NAME>=0: the start-up fixes the user turned off, by name
+    #                                (vllm_bridge/fixes.py: FIXES, switch fix_switch(name); unset: on)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -52,7 +60,9 @@ class Settings(NamedTuple):
                    _machine_check_pending(environ),
                    _seconds(environ.get("WARMUP_BUNDLE_PULL_TIMEOUT_S", ""), PULL_TIMEOUT_S, "WARMUP_BUNDLE_PULL_TIMEOUT_S"),
                    environ.get("WARMUP_TIMELINE") or None, _flag(environ, "WARMUP_ENGINE_CORE_FORK"),
-                   _choice(environ, "WARMUP_TORCH_COMPILE_AFTER_READY", ("eager", "compile")))
+                   _choice(environ, "WARMUP_TORCH_COMPILE_AFTER_READY", ("eager", "compile")),
+                   _flag(environ, "WARMUP_REGISTRY_PLAIN_HTTP"),
+                   _choice(environ, "WARMUP_BUNDLE_INERT", ("warn", "error")), _fixes_off(environ))
 
     @property
     def asked(self) -> bool:
@@ -87,11 +97,27 @@ def _jobs(text: str) -> int | None:
     return int(text)
 
 
-def _flag(environ, name: str) -> bool:
+def _flag(environ, name: str, default: bool = False) -> bool:
+    """A switch: TRUE or FALSE (any case, spaces around it ignored); unset or empty: `default`."""
     value = environ.get(name, "").strip().lower()
+    if not value:
+        return default
     if value not in TRUE + FALSE:
         raise PluginError(f"warmup-planner: {name} must be 1 or 0, got {environ[name]!r}")
     return value in TRUE
+
+
+def fix_switch(name: str) -> str:
+    """The switch of the start-up fix `name` (vllm_bridge/fixes.py: FIXES): WARMUP_FIX_<NAME>."""
+    return FIX_SWITCH + name.upper()
+
+
+def _fixes_off(environ) -> tuple[str, ...]:
+    """The start-up fixes the user turned off, by name: every WARMUP_FIX_<NAME> set is read as a
+    switch (on where unset or empty). Not only the known fixes' (importing fixes.FIXES here would
+    close an import circle: fixes -> step_aside -> settings); a name no fix has turns nothing off."""
+    return tuple(sorted(variable[len(FIX_SWITCH):].lower() for variable in environ
+                        if variable.startswith(FIX_SWITCH) and not _flag(environ, variable, default=True)))
 
 
 def _choice(environ, name: str, choices: tuple) -> str:

@@ -99,23 +99,33 @@ def test_a_mounted_directorys_hidden_entries_and_subdirectories_are_not_its_bund
 
 
 def test_the_plugin_speaks_plain_http_where_the_environment_asks(tmp_path, plain_registry):
-    """WARMUP_REGISTRY_PLAIN_HTTP=1 reaches a registry without TLS that is not named loopback; without
-    it the source speaks TLS and vLLM starts without the bundle."""
+    """WARMUP_REGISTRY_PLAIN_HTTP=1 (read by the plugin's Settings) reaches a registry without TLS that
+    is not named loopback; without it the source speaks TLS and vLLM starts without the bundle, whatever
+    the environment the source is handed says (Settings is its one reader)."""
     from vllm_bridge import bundle_source
+    from vllm_bridge.settings import PluginError, Settings
 
     bundle = tmp_path / "b.warmup"
     make_bundle(bundle)
     pushed = oci.push(str(bundle), oci_ref.parse(f"oci://{plain_registry.address}/w:v1"), {}, plain_http=True)
     value = f"oci://{plain_registry.address}/w:v1"
-    tls = {**plain_registry.environ, "WARMUP_BUNDLE": value}
-    assert bundle_source.start(value, 20, tls, str(tmp_path / "tls")).wait() == (None, None)
+    for flag in (None, "0", "off", ""):
+        tls = {**plain_registry.environ, "WARMUP_BUNDLE": value}
+        if flag is not None:
+            tls["WARMUP_REGISTRY_PLAIN_HTTP"] = flag
+        assert not Settings.from_env(tls).registry_plain_http, flag
+    tls = {**plain_registry.environ, "WARMUP_BUNDLE": value, "WARMUP_REGISTRY_PLAIN_HTTP": "1"}
+    assert bundle_source.start(value, 20, tls, str(tmp_path / "tls")).wait() == (None, None)  # not asked: TLS
     for flag in ("1", "true", "yes", "on", " ON "):
         environ = {**plain_registry.environ, "WARMUP_BUNDLE": value, "WARMUP_REGISTRY_PLAIN_HTTP": flag}
-        path, _ = bundle_source.start(value, 60, environ, str(tmp_path / f"cache-{flag.strip()}")).wait()
+        settings = Settings.from_env(environ)
+        path, _ = bundle_source.start(value, 60, environ, str(tmp_path / f"cache-{flag.strip()}"),
+                                      plain_http=settings.registry_plain_http).wait()
         assert path is not None and sha(path) == sha(bundle), flag
         assert environ["WARMUP_BUNDLE"] == str(pushed.reference)
-    assert not bundle_source.plain_http({"WARMUP_REGISTRY_PLAIN_HTTP": "0"})
-    assert not bundle_source.plain_http({})
+    with pytest.raises(PluginError) as e:
+        Settings.from_env({"WARMUP_REGISTRY_PLAIN_HTTP": "maybe"})
+    assert str(e.value) == "warmup-planner: WARMUP_REGISTRY_PLAIN_HTTP must be 1 or 0, got 'maybe'"
 
 
 def test_a_child_installs_the_digest_its_server_pinned_even_after_the_tag_moved(tmp_path, registry, monkeypatch):

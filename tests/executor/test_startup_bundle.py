@@ -400,16 +400,21 @@ def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin,
 def test_inert_entries_are_fatal_under_the_setting_and_only_then(plugin, bundle, tmp_path, monkeypatch, caplog):
     from executor.bundle import usage
     from vllm_bridge import bundle as bridge
-    from vllm_bridge.settings import Settings
+    from vllm_bridge.settings import PluginError, Settings
 
     out, _, _ = bundle
-    monkeypatch.setenv(bridge.INERT_SETTING, "error")
     monkeypatch.setattr(usage, "records_reads", lambda root: True)  # whatever the test's filesystem
+    settings = Settings.from_env({bridge.INERT_SETTING: " Error ", "WARMUP_BUNDLE": str(out)})
+    assert settings.bundle_inert == "error"
     with caplog.at_level("INFO", logger="vllm.warmup_planner"), pytest.raises(bridge.InertBundle, match="inert"):
-        plugin(tmp_path / "serve", Settings(None, bundle=str(out)), plugin_worker())
+        plugin(tmp_path / "serve", settings, plugin_worker())
     assert caplog.records[-1].levelname == "ERROR" and "WARMUP_BUNDLE_INERT=error" in caplog.records[-1].getMessage()
-    monkeypatch.setenv(bridge.INERT_SETTING, "warn")
+    monkeypatch.setenv(bridge.INERT_SETTING, "error")  # the settings read at register are what counts
+    assert Settings.from_env({"WARMUP_BUNDLE": str(out)}).bundle_inert == "warn"
     assert plugin(tmp_path / "serve2", Settings(None, bundle=str(out)), plugin_worker()) == ("loaded", "ready")
+    with pytest.raises(PluginError) as e:
+        Settings.from_env({bridge.INERT_SETTING: "fatal"})
+    assert str(e.value) == "warmup-planner: WARMUP_BUNDLE_INERT must be warn or error, got 'fatal'"
 
 
 def test_the_plugin_refuses_another_config_in_one_line_and_vllm_starts_cold(plugin, bundle, tmp_path, caplog):
