@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 
 STANCE = "eager_on_recompile"
+NO_TORCH = "torch is not imported in this process"  # nothing can compile through Dynamo here: nothing to say
 
 
 def eager_after_ready() -> str | None:
@@ -29,7 +30,7 @@ def eager_after_ready() -> str | None:
     the stance)."""
     torch = sys.modules.get("torch")
     if torch is None:
-        return "torch is not imported in this process"
+        return NO_TORCH
     set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
     if set_stance is None:
         return f"torch {torch.__version__} has no torch.compiler.set_stance"

@@ -22,6 +22,8 @@ def torch_compile_after_ready(setting: str, rank: int) -> bool:
                  "(WARMUP_TORCH_COMPILE_AFTER_READY=%s)", rank, setting)
         return False
     why_not = dynamo_stance.eager_after_ready()
+    if why_not == dynamo_stance.NO_TORCH:  # a process without torch compiles nothing through Dynamo
+        return False
     if why_not is not None:
         log.warning("warmup-planner: rank %d: a torch.compile call after ready may still compile: %s", rank, why_not)
         return False
