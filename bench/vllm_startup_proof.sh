@@ -232,7 +232,8 @@ run_part() {
                          cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE")
                      fi ;;
     esac
-    case " ${FORK_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=1) ;; esac
+    local fork=0  # issue 54: this part's engine core started by fork (FORK_PARTS)
+    case " ${FORK_PARTS:-} " in *" $part "*) fork=1 extra+=(WARMUP_ENGINE_CORE_FORK=1) ;; esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
         say "$part: skipped, no bundle at $BUNDLE_FILE (bundle-build first, or BUNDLE_IN from another machine)"
         mkdir -p "$dir" && json_run "$dir" skipped="no bundle built on this machine or brought here"
@@ -341,7 +342,7 @@ run_part() {
     fi
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
-        command="$(printf '%q ' "${cmd[@]}")" engine_core_fork="$(case " ${FORK_PARTS:-} " in *" $part "*) echo 1 ;; *) echo 0 ;; esac)" "${proof[@]}"
+        command="$(printf '%q ' "${cmd[@]}")" engine_core_fork="$fork" "${proof[@]}"
     if [ "$base" = bundle-build ]; then
         ls -la "$BUNDLE_FILE" > "$dir/bundle_inspect.txt" 2>&1
         PYTHONPATH="$PYPATH" python3 -m executor.cli bundle inspect "$BUNDLE_FILE" >> "$dir/bundle_inspect.txt" 2>&1
