@@ -121,6 +121,10 @@
 # bundle already installed; issue 54 item 2 says such a start pays nothing for it).
 # Issue 54 (the engine core's start): FORK_PARTS="plugin-warm_2 ..." runs those parts with WARMUP_ENGINE_CORE_FORK=1
 # (run.json: engine_core_fork=1); every other part without it, whatever the caller's environment holds.
+# Issue 53 (the plugin's default after ready): the plugin arm runs with WARMUP_TORCH_COMPILE_AFTER_READY=compile, so
+# a graph the plan missed compiles and is counted; EAGER_PARTS="plugin-cold ..." runs those parts at the plugin's
+# default instead (eager: such a graph runs eagerly, unseen), to show the default costs nothing (run.json:
+# torch_compile_after_ready).
 # STOCK_WARM_FROM=bundle-build: stock-warm runs on the caches bundle-build filled (the same flags, so the same
 # torch.compile hash; stock then finds every kernel it compiles at start-up there) instead of stock-cold's: a
 # stock-cold run of this series costs ~530 s of a device call. Say so wherever its figures are reported.
@@ -234,6 +238,8 @@ run_part() {
     esac
     local fork=0  # issue 54: this part's engine core started by fork (FORK_PARTS)
     case " ${FORK_PARTS:-} " in *" $part "*) fork=1 extra+=(WARMUP_ENGINE_CORE_FORK=1) ;; esac
+    local after_ready=compile  # issue 53: the plan's own coverage is measured; EAGER_PARTS: the plugin's default
+    case " ${EAGER_PARTS:-} " in *" $part "*) after_ready=eager ;; esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
         say "$part: skipped, no bundle at $BUNDLE_FILE (bundle-build first, or BUNDLE_IN from another machine)"
         mkdir -p "$dir" && json_run "$dir" skipped="no bundle built on this machine or brought here"
@@ -292,7 +298,7 @@ run_part() {
     if [ "$arm" = plugin ]; then
         # the plan's own coverage: Dynamo compiles what the plan missed after ready, and the plugin's monitor
         # reports it (the default, eager, would run it eagerly and unseen), with the guard that failed in the log
-        env_set+=(WARMUP_PLAN="$PLUGIN_PLAN" WARMUP_TORCH_COMPILE_AFTER_READY=compile TORCH_LOGS=recompiles)
+        env_set+=(WARMUP_PLAN="$PLUGIN_PLAN" WARMUP_TORCH_COMPILE_AFTER_READY="$after_ready" TORCH_LOGS=recompiles)
         [ -n "${PLUGIN_JOBS:-}" ] && env_set+=(WARMUP_JOBS="$PLUGIN_JOBS")
     fi
     local run=(python3 bench/vllm_plugin_trace.py) unset_mp=()
@@ -342,7 +348,8 @@ run_part() {
     fi
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
-        command="$(printf '%q ' "${cmd[@]}")" engine_core_fork="$fork" "${proof[@]}"
+        command="$(printf '%q ' "${cmd[@]}")" engine_core_fork="$fork" \
+            torch_compile_after_ready="$([ "$arm" = plugin ] && echo "$after_ready")" "${proof[@]}"
     if [ "$base" = bundle-build ]; then
         ls -la "$BUNDLE_FILE" > "$dir/bundle_inspect.txt" 2>&1
         PYTHONPATH="$PYPATH" python3 -m executor.cli bundle inspect "$BUNDLE_FILE" >> "$dir/bundle_inspect.txt" 2>&1

@@ -83,11 +83,14 @@ def row(runs_dir: str, name: str) -> dict | None:
 
 
 def proof_fields(run: dict) -> dict:
-    """A bundle-cold run's proof (issue 43 item 5): the building roots its tripwire watched, the
-    attempts it recorded on them, and where the bundle came from."""
+    """A run's proof settings: for bundle-cold (issue 43 item 5) the building roots its tripwire
+    watched, the attempts it recorded on them and where the bundle came from; for every run whether
+    its engine core was forked (issue 54) and, for the plugin arm, what torch.compile did after ready
+    (issue 53: "compile" counts a missed graph, "eager", the plugin's default, runs it unseen)."""
     opens = run.get("builder_opens")
     return {"builder_roots": run.get("builder_roots"), "builder_opens": None if opens in (None, "") else int(opens),
-            "bundle_from": run.get("bundle_from"), "engine_core_fork": run.get("engine_core_fork") == "1"}
+            "bundle_from": run.get("bundle_from"), "engine_core_fork": run.get("engine_core_fork") == "1",
+            "torch_compile_after_ready": run.get("torch_compile_after_ready") or None}
 
 
 def server_fields(result: dict) -> dict:

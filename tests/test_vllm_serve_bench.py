@@ -578,6 +578,17 @@ def test_proof_script_forks_the_engine_core_only_in_the_parts_named(tmp_path, mo
     assert "WARMUP_BUNDLE=" not in plain and "/plugin/vllm" in plain and "clear_placed_flashinfer_modules" in plain
 
 
+def test_proof_script_runs_the_plugin_default_after_ready_only_in_the_parts_named(tmp_path):
+    """Issue 53: the plugin arm compiles after ready (the plan's coverage is counted) but in EAGER_PARTS,
+    which run at the plugin's default; the stock arm is never given the plugin's setting."""
+    out = proof_dry_run(tmp_path, "plugin-cold_1 plugin-cold_2 stock-warm_1", EAGER_PARTS="plugin-cold_2")
+    drivers = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
+    assert len(drivers) == 3
+    stance = [next((w.split("=", 1)[1] for w in x.split() if w.startswith("WARMUP_TORCH_COMPILE_AFTER_READY=")), None)
+              for x in drivers]
+    assert stance == ["compile", "eager", None]
+
+
 def test_the_tripwire_records_every_attempt_on_the_watched_paths_in_every_process(tmp_path):
     watched = tmp_path / "built"
     watched.mkdir()
