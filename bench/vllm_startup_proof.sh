@@ -119,8 +119,10 @@
 # filled (with the FlashInfer modules it placed: no FlashInfer workspace on this machine holds them).
 # PLUGIN_WARM_FROM=bundle-cold: plugin-warm runs on those caches with WARMUP_BUNDLE still set (a warm node: the
 # bundle already installed; issue 54 item 2 says such a start pays nothing for it).
-# Issue 54 (the engine core's start): FORK_PARTS="plugin-warm_2 ..." runs those parts with WARMUP_ENGINE_CORE_FORK=1
-# (run.json: engine_core_fork=1); every other part without it, whatever the caller's environment holds.
+# Issue 54 (the engine core's start): FORK_PARTS="plugin-warm_2 ..." runs those parts with WARMUP_ENGINE_CORE_FORK=1,
+# SPAWN_PARTS="plugin-warm_3 ..." with WARMUP_ENGINE_CORE_FORK=0; every other part at the plugin's default (fork where
+# the engine runs on one GPU), whatever the caller's environment holds. run.json's engine_core_fork says what
+# happened (1: the plugin's line "engine core starts by fork" is in the server's log).
 # Issue 53 (the plugin's default after ready): the plugin arm runs with WARMUP_TORCH_COMPILE_AFTER_READY=compile, so
 # a graph the plan missed compiles and is counted; EAGER_PARTS="plugin-cold ..." runs those parts at the plugin's
 # default instead (eager: such a graph runs eagerly, unseen), to show the default costs nothing (run.json:
@@ -236,8 +238,8 @@ run_part() {
                          cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE")
                      fi ;;
     esac
-    local fork=0  # issue 54: this part's engine core started by fork (FORK_PARTS)
-    case " ${FORK_PARTS:-} " in *" $part "*) fork=1 extra+=(WARMUP_ENGINE_CORE_FORK=1) ;; esac
+    case " ${FORK_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=1) ;; esac  # issue 54
+    case " ${SPAWN_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=0) ;; esac
     local after_ready=compile  # issue 53: the plan's own coverage is measured; EAGER_PARTS: the plugin's default
     case " ${EAGER_PARTS:-} " in *" $part "*) after_ready=eager ;; esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
@@ -348,7 +350,7 @@ run_part() {
     fi
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
-        command="$(printf '%q ' "${cmd[@]}")" engine_core_fork="$fork" \
+        command="$(printf '%q ' "${cmd[@]}")" engine_core_fork="$(forked "$dir")" \
             torch_compile_after_ready="$([ "$arm" = plugin ] && echo "$after_ready")" "${proof[@]}"
     if [ "$base" = bundle-build ]; then
         ls -la "$BUNDLE_FILE" > "$dir/bundle_inspect.txt" 2>&1
@@ -429,6 +431,10 @@ clear_placed_flashinfer_modules() {  # the modules a bundle placed in FlashInfer
         [ -f "$marker" ] && rm -rf "$(dirname "$marker")"
     done
     return 0
+}
+
+forked() {  # 1 where the run's engine core started by fork (the plugin's line in its log), else 0
+    grep -qs "engine core starts by fork" "$1/server.log" "$1/stderr.txt" && echo 1 || echo 0
 }
 
 cache_sizes() {  # one arm's caches: "vllm 1.2G triton 40M inductor 300M nv 0 deep_gemm 45 entries"

@@ -72,7 +72,8 @@ def test_a_vllm_release_the_plugin_does_not_know_is_one_line_naming_it_at_regist
 # --- register: the settings it reads once, handed to what uses them ----------------------------------------
 
 ONE_READER = ("WARMUP_PLAN", "WARMUP_BUNDLE", "WARMUP_BUNDLE_OUT", "WARMUP_REGISTRY_PLAIN_HTTP", "WARMUP_BUNDLE_INERT",
-              "WARMUP_FIX_GC_FREEZE_CAPTURE", "WARMUP_STRICT", "WARMUP_TIMELINE", "WARMUP_PLAN_REPORT")
+              "WARMUP_FIX_GC_FREEZE_CAPTURE", "WARMUP_STRICT", "WARMUP_TIMELINE", "WARMUP_PLAN_REPORT",
+              "WARMUP_ENGINE_CORE_FORK")
 
 
 def registered(monkeypatch, **environ) -> list:
@@ -86,7 +87,7 @@ def registered(monkeypatch, **environ) -> list:
     monkeypatch.setitem(sys.modules, "vllm", NS(__version__="0.25.0"))
     monkeypatch.setattr(plugin, "patch_worker", lambda release, settings: calls.append(("patch_worker",)))
     monkeypatch.setattr(plugin.fixes, "apply_fixes", lambda missing, on_import, off: calls.append(("fixes", off)))
-    monkeypatch.setattr(plugin.engine_core_start, "fork_engine_core", lambda asked: calls.append(("fork", asked)))
+    monkeypatch.setattr(plugin.engine_core_start, "choose_start", lambda setting: calls.append(("fork", setting)))
     monkeypatch.setattr(plugin.bundle_source, "for_process", lambda value, timeout_s, *, plain_http: calls.append(
         ("source", value, plain_http)) or NS(wait_early=lambda: None, thread=None))
     monkeypatch.setattr(plugin.bundle, "install_early", lambda path, stage: None)
@@ -109,7 +110,15 @@ def test_register_hands_the_registry_switch_and_the_fix_switches_down_from_its_s
         environ["WARMUP_FIX_GC_FREEZE_CAPTURE"] = fix
     calls = registered(monkeypatch, **environ)
     plain_http, off = expected
-    assert calls == [("patch_worker",), ("fixes", off), ("fork", False), ("source", "/nowhere/b.warmup", plain_http)]
+    assert calls == [("patch_worker",), ("fixes", off), ("fork", None), ("source", "/nowhere/b.warmup", plain_http)]
+
+
+@pytest.mark.parametrize("value, setting", [(None, None), ("", None), ("1", True), ("0", False)])
+def test_register_hands_the_engine_core_setting_down_unset_as_unset(monkeypatch, value, setting):
+    """Issue 54: WARMUP_ENGINE_CORE_FORK unset is the plugin's default (fork where the engine runs on one
+    GPU), not 0."""
+    environ = {"WARMUP_BUNDLE": "/nowhere/b.warmup"} | ({} if value is None else {"WARMUP_ENGINE_CORE_FORK": value})
+    assert ("fork", setting) in registered(monkeypatch, **environ)
 
 
 @pytest.mark.parametrize("name, value, cause", [

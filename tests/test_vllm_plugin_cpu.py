@@ -458,6 +458,43 @@ def test_a_successful_load_model_checks_the_live_kernels(monkeypatch):
     assert wrapped(NS()) == "loaded" and order == ["pool", "weights", "checked"]
 
 
+def test_load_model_pins_tritons_directory_before_vllm_builds_the_model(tmp_path, monkeypatch):
+    """Issue 54 (part AI): the directory Triton reads is set before vLLM's load_model, so no Inductor
+    kernel of vLLM's cold compile moves it; a bundle-only start too (no plan)."""
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TRITON_HOME", str(tmp_path))
+    seen = []
+    wrapped = plugin._load_model(lambda self: seen.append(os.environ.get("TRITON_CACHE_DIR")), RELEASES["0.25.0"],
+                                 Settings(None, bundle_out=str(tmp_path / "b.warmup")))
+    monkeypatch.setattr(plugin.bundle, "record_roots", lambda worker, out: None)
+    wrapped(NS())
+    assert seen == [str(tmp_path / ".triton" / "cache")]
+
+
+def test_a_users_triton_directory_is_never_changed(tmp_path, monkeypatch):
+    from vllm_bridge.executor_options import pin_triton_cache
+
+    environ = {"TRITON_CACHE_DIR": str(tmp_path / "mine"), "TRITON_HOME": str(tmp_path)}
+    assert pin_triton_cache(environ) == str(tmp_path / "mine") and environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine")
+    environ = {"HOME": str(tmp_path)}
+    assert pin_triton_cache(environ) == environ["TRITON_CACHE_DIR"]
+
+
+def test_once_pinned_inductor_keeps_tritons_directory(tmp_path, monkeypatch):
+    """What the pin is for, against torch itself: Inductor's CachingAutotuner sets TRITON_CACHE_DIR only
+    where it is unset, from triton_cache_dir(), which returns the variable once it is set."""
+    cache_dir_utils = pytest.importorskip("torch._inductor.runtime.cache_dir_utils")
+    from vllm_bridge.executor_options import pin_triton_cache
+
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    assert cache_dir_utils.triton_cache_dir(0) == str(tmp_path / "inductor" / "triton" / "0")  # unpinned: moves
+    monkeypatch.setenv("TRITON_HOME", str(tmp_path))
+    pinned = pin_triton_cache()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "vllm-aot" / "inductor_cache"))  # vLLM's compile
+    assert cache_dir_utils.triton_cache_dir(0) == pinned == str(tmp_path / ".triton" / "cache")
+
+
 def test_a_failed_profile_run_ends_the_pool_at_once():
     ended = []
     state = NS(abandon=ended.append, finish_device_lane=lambda: ended.append("finished"))

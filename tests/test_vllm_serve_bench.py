@@ -561,15 +561,17 @@ def test_proof_script_hides_and_watches_the_building_caches_of_a_bundle_cold_run
 
 
 def test_proof_script_forks_the_engine_core_only_in_the_parts_named(tmp_path, monkeypatch):
-    """Issue 54: FORK_PARTS names the runs with WARMUP_ENGINE_CORE_FORK=1; every other run is without
-    it, even where the caller's environment sets it; PLUGIN_WARM_FROM=bundle-cold runs plugin-warm on
+    """Issue 54: FORK_PARTS names the runs with WARMUP_ENGINE_CORE_FORK=1, SPAWN_PARTS those with =0; every
+    other run is without it (the plugin's default), even where the caller's environment sets it;
+    PLUGIN_WARM_FROM=bundle-cold runs plugin-warm on
     the bundle-cold caches with the bundle still named (a warm node), keeping the modules it placed."""
     monkeypatch.setenv("WARMUP_ENGINE_CORE_FORK", "1")  # proof_dry_run drops WARMUP_*; the command unsets it too
     out = proof_dry_run(tmp_path, "plugin-warm_1 plugin-warm_2 stock-warm_1", FORK_PARTS="plugin-warm_2",
-                        PLUGIN_WARM_FROM="bundle-cold", STOCK_WARM_FROM="bundle-cold")
+                        SPAWN_PARTS="plugin-warm_1", PLUGIN_WARM_FROM="bundle-cold", STOCK_WARM_FROM="bundle-cold")
     drivers = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
     assert len(drivers) == 3 and all("-u WARMUP_ENGINE_CORE_FORK" in x for x in drivers)
-    assert ["WARMUP_ENGINE_CORE_FORK=1" in x for x in drivers] == [False, True, False]
+    assert [next((w for w in x.split() if w.startswith("WARMUP_ENGINE_CORE_FORK=")), None) for x in drivers] == [
+        "WARMUP_ENGINE_CORE_FORK=0", "WARMUP_ENGINE_CORE_FORK=1", None]
     cache = f"{tmp_path}/cache/llama-3.1-8b-instruct-fp8-block-fi-serve/bundle-cold/vllm"
     assert all(f"VLLM_CACHE_ROOT={cache}" in x for x in drivers)
     assert ["WARMUP_BUNDLE=" in x for x in drivers] == [True, True, False]

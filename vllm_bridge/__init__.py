@@ -8,7 +8,7 @@ failure of its own never stops vLLM. `warmup engine --from-vllm` lives here too.
     releases.py          what the plugin touches in each supported vLLM release: the names, no vLLM import
     fixes.py             start-up fixes vLLM made after a release, applied where the release row says it lacks them
     step_aside.py        the plugin steps aside: a failure of its own never stops vLLM
-    engine_core_start.py how vLLM starts its engine core: by fork, where the user asks for it
+    engine_core_start.py how vLLM starts its engine core: by fork where measured (one GPU) or asked for
     ahead.py             the pool's long poles started from vLLM's first process, before its engine process exists
     timeline.py          one start's timeline, process by process: where a `vllm serve` start spends its time
     warmup.py            the plan-driven warmup inside one vLLM worker (the patched methods call it)
@@ -27,5 +27,6 @@ failure of its own never stops vLLM. `warmup engine --from-vllm` lives here too.
     bundle_source.py     WARMUP_BUNDLE as a file this process can install (a file, a directory, an `oci://` reference)
     bundle_writer.py     a start-up bundle written after ready, beside vLLM, by a daemon thread
     cli.py               `warmup engine --from-vllm`: vLLM's own EngineArgs -> VllmConfig -> the engine config
+    patches.py           one method of a vLLM class wrapped once per process, vLLM's function kept on the class
     standins.py          stand-ins that let vLLM's own Python run on a machine without a GPU
 """

@@ -16,7 +16,6 @@ whose config.json is not on disk yet, or a plan that cannot be made from it, sta
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import logging
@@ -27,7 +26,7 @@ import threading
 from kernel_model.device import capability_text, sm_capability
 from planner.errors import PlanError, one_line
 
-from . import bundle_source, timeline
+from . import bundle_source, patches, timeline
 from .flashinfer_waits import prebuilt_cache_installed
 
 log = logging.getLogger("vllm.warmup_planner")
@@ -45,21 +44,18 @@ def watch_engine_args(settings) -> bool:
         from vllm.engine.arg_utils import EngineArgs
     except Exception:  # noqa: BLE001 - another vLLM layout: the pool alone builds them
         return False
-    if PATCHED in vars(EngineArgs):
-        return True
-    original = EngineArgs.create_engine_config
 
-    @functools.wraps(original)
-    def create_engine_config(self, *args, **kwargs):
-        try:
-            start(self, settings)
-        except Exception as e:  # noqa: BLE001 - an optimisation: vLLM makes its config either way
-            log.info("warmup-planner: FlashInfer's modules are not built ahead (%s: %s)", type(e).__name__,
-                     one_line(e))
-        return original(self, *args, **kwargs)
+    def starting_ahead(original):
+        def create_engine_config(self, *args, **kwargs):
+            try:
+                start(self, settings)
+            except Exception as e:  # noqa: BLE001 - an optimisation: vLLM makes its config either way
+                log.info("warmup-planner: FlashInfer's modules are not built ahead (%s: %s)", type(e).__name__,
+                         one_line(e))
+            return original(self, *args, **kwargs)
+        return create_engine_config
 
-    setattr(EngineArgs, PATCHED, original)
-    EngineArgs.create_engine_config = create_engine_config
+    patches.wrap_once(EngineArgs, "create_engine_config", PATCHED, starting_ahead)
     return True
 
 

@@ -54,7 +54,7 @@ class InertBundle(RuntimeError):
 class Recorded(NamedTuple):
     """What a bundle to be built is made of, taken at load_model, before vLLM compiles: the cache
     roots (vLLM's compile then points TORCHINDUCTOR_CACHE_DIR inside its torch.compile cache, while
-    Inductor's Triton kernels stay under the Inductor directory it started with) and the config hash
+    the Triton kernels stay in the directory the plugin pinned at load_model) and the config hash
     (VllmConfig.compute_hash() changes while vLLM starts; an installing worker checks it at
     load_model, so the bundle carries the load_model value: on the H100 pair the value taken at
     ready, '8962b20ae2', refused the same configuration's load_model value, '41a1425599')."""

@@ -57,6 +57,21 @@ def _triton_staging() -> str | None:
     return os.path.join(envs.VLLM_CACHE_ROOT, "warmup_planner", "triton")
 
 
+def pin_triton_cache(environ=os.environ) -> str:
+    """TRITON_CACHE_DIR set to the directory Triton reads now, where nobody set it (once per worker,
+    at load_model, before vLLM builds the model): every start then compiles and loads this process's
+    Triton kernels in one place. Left unset, the first Inductor kernel of a process pins it under
+    TORCHINDUCTOR_CACHE_DIR as it is at that moment (torch/_inductor/runtime/triton_heuristics.py,
+    CachingAutotuner): vLLM 0.25's cold compile points that inside its torch.compile cache
+    (torch_aot_compile/<hash>/inductor_cache/triton/0) while its warm start, loading the compiled graph
+    whole, may build no Inductor kernel and leave Triton's default. On an H200 (bench/RESULTS.md
+    part AI, Gemma-2-9B) the first warm start after a cold one compiled the plan's 22 Triton kernels and
+    25 generic variants again (~20 s) because of it."""
+    from executor.caches import roots
+
+    return environ.setdefault("TRITON_CACHE_DIR", roots.triton_root(roots.Env.of(environ)))
+
+
 def use_vllm_deep_gemm_cache() -> str:
     """DG_JIT_CACHE_DIR as vLLM sets it (vllm/utils/deep_gemm.py: $VLLM_CACHE_ROOT/deep_gemm unless
     set), early: the precompile workers and the JIT monitor read it before vLLM imports DeepGEMM."""

@@ -44,6 +44,7 @@ import sys
 import time
 
 from . import ahead, bundle, bundle_source, engine_core_start, fixes, timeline
+from .executor_options import pin_triton_cache
 from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
 from .step_aside import StepAside, Verdict, agree, cause_of, step_aside
@@ -81,7 +82,7 @@ def _register(settings: Settings) -> None:
         return
     patch_worker(release, settings)
     fixes.apply_fixes(release.missing_fixes, after_import, settings.fixes_off)  # where the model runner is imported
-    engine_core_start.fork_engine_core(settings.engine_core_fork)  # before vLLM starts its engine core
+    engine_core_start.choose_start(settings.engine_core_fork)  # before vLLM makes its config and starts its engine core
     with _timed(bool(settings.bundle), "plugin: bundle pin"):
         source = bundle_source.for_process(settings.bundle, settings.pull_timeout_s,  # an oci:// pull starts here
                                            plain_http=settings.registry_plain_http)
@@ -210,6 +211,7 @@ def _load_model(original, release: Release, settings: Settings):
 
 
 def _load_model_body(self, original, settings: Settings, release: Release, args, kwargs):
+    pin_triton_cache()  # before the model exists: the same Triton directory cold or warm, bundle or not
     with _timed(bool(settings.plan), "plugin: engine and plan"):
         state = _prepared(self, release, settings)  # before the weights: a failure steps aside at once
     _bundle_before_compile(self, settings)  # before the pool: it then finds the bundle's kernels

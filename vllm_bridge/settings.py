@@ -40,7 +40,8 @@ class Settings(NamedTuple):
     machine_check: bool = False    # an install made against a bundle's own fingerprint awaits this machine's check
     pull_timeout_s: float = PULL_TIMEOUT_S  # WARMUP_BUNDLE_PULL_TIMEOUT_S: longest wait for an oci:// bundle
     timeline: str | None = None    # WARMUP_TIMELINE: the start-up timeline's directory (else the report's)
-    engine_core_fork: bool = False  # WARMUP_ENGINE_CORE_FORK: vLLM's engine core started by fork (engine_core_start)
+    engine_core_fork: bool | None = None  # WARMUP_ENGINE_CORE_FORK: vLLM's engine core started by fork
+    #                                (engine_core_start: unset, where the engine runs on one GPU; 1 always; 0 never)
     torch_compile_after_ready: str = "eager"  # WARMUP_TORCH_COMPILE_AFTER_READY: eager (a call that would
     #                                compile runs eagerly: executor/dynamo_stance.py) or compile (Dynamo's default)
     registry_plain_http: bool = False  # WARMUP_REGISTRY_PLAIN_HTTP: an oci:// bundle's registry spoken to
@@ -59,7 +60,7 @@ class Settings(NamedTuple):
                    environ.get("WARMUP_BUNDLE") or None, environ.get("WARMUP_BUNDLE_OUT") or None,
                    _machine_check_pending(environ),
                    _seconds(environ.get("WARMUP_BUNDLE_PULL_TIMEOUT_S", ""), PULL_TIMEOUT_S, "WARMUP_BUNDLE_PULL_TIMEOUT_S"),
-                   environ.get("WARMUP_TIMELINE") or None, _flag(environ, "WARMUP_ENGINE_CORE_FORK"),
+                   environ.get("WARMUP_TIMELINE") or None, _unset_or_flag(environ, "WARMUP_ENGINE_CORE_FORK"),
                    _choice(environ, "WARMUP_TORCH_COMPILE_AFTER_READY", ("eager", "compile")),
                    _flag(environ, "WARMUP_REGISTRY_PLAIN_HTTP"),
                    _choice(environ, "WARMUP_BUNDLE_INERT", ("warn", "error")), _fixes_off(environ))
@@ -105,6 +106,11 @@ def _flag(environ, name: str, default: bool = False) -> bool:
     if value not in TRUE + FALSE:
         raise PluginError(f"warmup-planner: {name} must be 1 or 0, got {environ[name]!r}")
     return value in TRUE
+
+
+def _unset_or_flag(environ, name: str) -> bool | None:
+    """A switch whose absence means something of its own (the plugin decides): None where unset or empty."""
+    return _flag(environ, name) if environ.get(name, "").strip() else None
 
 
 def fix_switch(name: str) -> str:

@@ -22,7 +22,6 @@ bench/startup_timeline.py merges one start's files and puts two starts side by s
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import multiprocessing
@@ -31,6 +30,7 @@ import sys
 import threading
 import time
 
+from . import patches
 from .step_aside import cause_of
 
 log = logging.getLogger("vllm.warmup_planner")
@@ -225,25 +225,22 @@ def set_rank(rank: int) -> None:
 def watch_engine_args() -> bool:
     """Time vLLM's EngineArgs.create_engine_config where this process has imported it (the API
     server, whose argument parsing loaded the plugin); never imported only for this. True if wrapped."""
-    module = sys.modules.get("vllm.engine.arg_utils")
-    engine_args = getattr(module, "EngineArgs", None)
-    if engine_args is None or PATCHED in vars(engine_args):
-        return engine_args is not None
-    original = engine_args.create_engine_config
+    engine_args = getattr(sys.modules.get("vllm.engine.arg_utils"), "EngineArgs", None)
+    if engine_args is None:
+        return False
 
-    @functools.wraps(original)
-    def create_engine_config(self, *args, **kwargs):
-        with span("engine config (arguments, model resolution)"):
-            return original(self, *args, **kwargs)
+    def timed(original):
+        def create_engine_config(self, *args, **kwargs):
+            with span("engine config (arguments, model resolution)"):
+                return original(self, *args, **kwargs)
+        return create_engine_config
 
-    setattr(engine_args, PATCHED, original)
-    engine_args.create_engine_config = create_engine_config
+    patches.wrap_once(engine_args, "create_engine_config", PATCHED, timed)
     return True
 
 
 def unwatch_engine_args() -> None:
     """vLLM's own create_engine_config back (tests)."""
     engine_args = getattr(sys.modules.get("vllm.engine.arg_utils"), "EngineArgs", None)
-    if engine_args is not None and PATCHED in vars(engine_args):
-        engine_args.create_engine_config = vars(engine_args)[PATCHED]
-        delattr(engine_args, PATCHED)
+    if engine_args is not None:
+        patches.unwrap(engine_args, "create_engine_config", PATCHED)

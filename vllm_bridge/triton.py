@@ -9,12 +9,13 @@ plan's ``kernel`` step calls vLLM's own launcher on real tensors of the launch's
 plan's), so the variant compiled is the one vLLM looks up: same JITFunction, same arguments.
 
 Where the files go. A precompile worker writes to its own Triton cache directory (the
-``staging`` setting, its TRITON_CACHE_DIR), since the directory vLLM's process reads from is
-not known yet when the pool starts: Inductor pins TRITON_CACHE_DIR under its own cache the first
-time it builds a kernel, during vLLM's profile run. In vLLM's process, before its launches, the
-backend copies the staged entries into the directory Triton reads at that moment
-(executor.triton_cache, which points each entry's group file at the copies), so that the launches
-are disk loads and the files land where vLLM's own later launches look.
+``staging`` setting, its TRITON_CACHE_DIR): the plugin pins vLLM's process's at load_model
+(executor_options.pin_triton_cache), before the pool starts, and the staging directory is that one.
+Where something set TRITON_CACHE_DIR after the pool started (vLLM's own compile does in some
+releases), in vLLM's process, before its launches, the backend copies the staged entries into the
+directory Triton reads at that moment (executor.triton_cache, which points each entry's group file
+at the copies; nothing where the two are one), so that the launches are disk loads and the files
+land where vLLM's own later launches look.
 """
 
 from __future__ import annotations

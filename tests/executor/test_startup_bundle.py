@@ -330,7 +330,9 @@ def plugin(monkeypatch):
         monkeypatch.delenv(key, raising=False)
 
     def start(base, settings, worker, compile_or_warm_up=lambda self: "ready", load=lambda self: "loaded"):
-        """One vLLM start-up on the machine `base`: load_model, then compile_or_warm_up_model."""
+        """One vLLM start-up on the machine `base`: load_model, then compile_or_warm_up_model (a process
+        of its own: nothing the plugin pinned in the last start's, TRITON_CACHE_DIR, is set)."""
+        monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
         for key, value in environ(base).items():
             monkeypatch.setenv(key, value)
         release = RELEASES["0.25.0"]
