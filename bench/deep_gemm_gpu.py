@@ -53,7 +53,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from executor import dg_install  # noqa: E402
+from executor.caches import deep_gemm_install  # noqa: E402
 from kernel_model import deep_gemm as model  # noqa: E402
 from planner.engine.config import load_engine  # noqa: E402
 from planner.plan.expr import round_up  # noqa: E402
@@ -114,8 +114,9 @@ def model_layout(job: dict, m: int, num_sms: int) -> tuple:
 # --- reading DeepGEMM's cache -----------------------------------------------------------
 
 def kernel_dirs(cache_dir: str) -> set[str]:
-    """Complete kernel entries, in every DeepGEMM layout (executor.dg_install: 2.5/2.6 and 2.8)."""
-    return {entry.dirname for entry in dg_install.scan(cache_dir)}
+    """Complete kernel entries, in every DeepGEMM layout (executor.caches.deep_gemm_install: 2.5/2.6
+    and 2.8)."""
+    return {entry.dirname for entry in deep_gemm_install.scan(cache_dir)}
 
 
 def key_from_source(path: str) -> str | None:
@@ -174,7 +175,7 @@ def run_job(job, cache_dir, log_path, num_sms, dg, torch) -> dict:
             compile_s += time.perf_counter() - start
             for d in sorted(now - seen):
                 src = os.path.join(cache_dir, "cache", d, "kernel.cu")
-                name = dg_install.parse_entry(d)[1]
+                name = deep_gemm_install.parse_entry(d)[1]
                 if name.startswith("sm90_"):
                     new_gemm.setdefault(m, []).append(key_from_source(src) or d)
                 else:

@@ -47,11 +47,12 @@ def step(monitor, name, fn):
 
 
 def first_process(miss: int) -> dict:
-    from executor import dg_install, jit_monitor
+    from executor import jit_monitor
+    from executor.caches import deep_gemm_install
     from kernel_model import deep_gemm as model
 
     import torch  # noqa: F401 - DeepGEMM imports it too
-    install = dg_install.find_install()
+    install = deep_gemm_install.find_install()
     dg = __import__(install.module, fromlist=["_"])
     monitor = jit_monitor.Monitor("warn").install()
     warm = step(monitor, "warm/m1", lambda: call_gemm(dg, torch, 1))
@@ -60,14 +61,15 @@ def first_process(miss: int) -> dict:
     keys = model.dense_keys([1, miss], N, K, torch.cuda.get_device_properties(0).multi_processor_count)
     return {"install": install._asdict(), "warm": warm, "miss": miss_counts,
             "events": monitor.post_seal_events, "model_new_kernel": len(keys) == 2,
-            "layouts": sorted({e.layout for e in dg_install.scan(dg_install.writable_root())})}
+            "layouts": sorted({e.layout for e in deep_gemm_install.scan(deep_gemm_install.writable_root())})}
 
 
 def second_process(miss: int) -> dict:
-    from executor import dg_install, jit_monitor
+    from executor import jit_monitor
+    from executor.caches import deep_gemm_install
 
     import torch  # noqa: F401
-    dg = __import__(dg_install.find_install().module, fromlist=["_"])
+    dg = __import__(deep_gemm_install.find_install().module, fromlist=["_"])
     monitor = jit_monitor.Monitor("warn").install()
     monitor.seal(loads_ok=True)
     counts = step(monitor, "cached", lambda: (call_gemm(dg, torch, 1), call_gemm(dg, torch, miss)))

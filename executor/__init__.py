@@ -25,8 +25,5 @@ kernels load lazily, and an optional backend that is missing makes its steps
     dynamo_stance.py   after ready, a torch.compile function that would compile runs eagerly instead
     caches/            cache families: one module per cache a warmup or a vLLM start-up fills, and where each lives
     bundle/            warmup bundles: what a warmup put in the caches, packed, verified and installed elsewhere
-    triton_cache.py    Triton's file cache entries, moved between cache directories so that they still hit
-    dg_install.py      DeepGEMM as users have it: where it is installed, which version, and its JIT cache layouts
-    dg_rekey.py        re-keying DeepGEMM 2.5/2.6 cache entries for another install path
     environ.py         environment variables set for a block and restored after it
 """

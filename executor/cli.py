@@ -30,7 +30,7 @@ from planner.plan.steps import FAMILIES
 from planner.tables.kernel_configs import table_path
 from planner.words import did_you_mean
 
-from . import dg_install
+from .caches import deep_gemm_install
 from .environ import scoped_environ
 from .precompile import default_jobs
 from .progress import Progress
@@ -210,7 +210,7 @@ def load_input(args):
     """(expanded plan, Engine, source description, the files read): plan first, or load and check
     an expanded file."""
     target = api.load_target(args.plan)
-    installed = dg_install.find_install()
+    installed = deep_gemm_install.find_install()
     deep_gemm = installed.label() if installed is not None else None  # the DeepGEMM this run would use
     if target.expanded is not None:
         engine, plan = _sources_of(target.expanded, args, target.path)

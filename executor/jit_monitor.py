@@ -22,7 +22,8 @@ installed):
 * ``DeepGemmWatcher``: DeepGEMM has no compile hook, so it counts the kernels that appear
   in its JIT cache at step boundaries, in every layout in use (2.5 and 2.6:
   ``cache/kernel.<name>.<hash>/``; 2.8: ``cache/<name>.<hash>/`` with its ``.committed``
-  marker; executor.dg_install), and the loads where the layout records them (2.8);
+  marker; executor.caches.deep_gemm_install), and the loads where the layout records them
+  (2.8);
 * ``FlashInferWatcher``: ``flashinfer.jit`` module builds (``JitSpec.build`` wrapped).
 
 ``Monitor`` owns the watchers and the counts: per step, before and after the seal. After
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 
 from planner.output import append_line
 
-from . import dg_install
+from .caches import deep_gemm_install
 
 log = logging.getLogger("executor.jit_monitor")
 
@@ -282,12 +283,12 @@ def compiling_frame(frame) -> dict:
 
 def deep_gemm_cache_dir() -> str:
     """Where DeepGEMM writes its kernels under vLLM (executor/caches/roots.py)."""
-    return dg_install.writable_root()
+    return deep_gemm_install.writable_root()
 
 
 def deep_gemm_kernel_name(entry: str) -> str:
     """'kernel.sm90_fp8_gemm_1d2d.5b0c...' (2.5, 2.6) or 'sm90_fp8_gemm_1d2d.5b0c...' (2.8) -> the name."""
-    parsed = dg_install.parse_entry(entry)
+    parsed = deep_gemm_install.parse_entry(entry)
     if parsed is not None:
         return parsed[1]
     rest = entry[len("kernel."):] if entry.startswith("kernel.") else entry
@@ -300,7 +301,8 @@ _VERIFY_STEP = re.compile(r"verify/(?P<shape>[^/]+)/m(?P<m>\d+)")
 
 class DeepGemmWatcher(Watcher):
     """DeepGEMM kernels: compiles are complete entries appearing in its JIT cache, loads are
-    entries whose ``.committed`` marker a hit touched (executor.dg_install has the layouts).
+    entries whose ``.committed`` marker a hit touched (executor.caches.deep_gemm_install has the
+    layouts).
 
     One kernel is one directory, counted once it is complete: with its cubin (2.5, 2.6), and
     its ``.committed`` marker (2.8), at the first step boundary that sees it so. Every root of
@@ -309,7 +311,7 @@ class DeepGemmWatcher(Watcher):
     trace of a load, so there the count stays None (shown "-"), never a false 0. The cache may
     not exist until the first compile, and an unreadable entry is looked at again next time."""
 
-    library = dg_install.MODULES
+    library = deep_gemm_install.MODULES
 
     def __init__(self, monitor: "Monitor"):
         super().__init__(monitor)
@@ -321,13 +323,13 @@ class DeepGemmWatcher(Watcher):
         return any(name in sys.modules for name in self.library)
 
     def _attach(self) -> None:
-        self.roots = dg_install.cache_roots()
+        self.roots = deep_gemm_install.cache_roots()
         self.seen = {e.path: e.mtime_ns for e in self._entries()}
         self.records_loads = any(m is not None for m in self.seen.values())
         self.monitor._watch("deep_gemm.cache_dir")
 
     def _entries(self) -> list:
-        return [e for root in self.roots for e in dg_install.scan(root)]
+        return [e for root in self.roots for e in deep_gemm_install.scan(root)]
 
     def absorb(self, dirnames) -> None:
         """Entries compiled elsewhere (the precompile pool): seen, not this process's compiles."""

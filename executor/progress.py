@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 import time
 
+from planner.progress import erasing, on_terminal, write
+
 REDRAW_S = 0.1
 
 
@@ -25,7 +27,7 @@ def fmt_duration(seconds: float | None) -> str:
 class Progress:
     def __init__(self, stream=None, tty: bool | None = None, enabled: bool = True):
         self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
+        self.tty = on_terminal(self.stream) if tty is None else tty
         self.enabled = enabled
         self._stage = None
         self._last_draw = 0.0
@@ -106,12 +108,8 @@ class Progress:
 
     def _clear(self) -> None:
         if self.tty and self._width:
-            self._write("\r" + " " * self._width + "\r")
+            self._write(erasing(self._width))
             self._width = 0
 
     def _write(self, text: str) -> None:
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except (OSError, ValueError):
-            pass
+        write(self.stream, text)  # a terminal gone: the run goes on without its line

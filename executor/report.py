@@ -19,7 +19,8 @@ from planner.words import count
 from kernel_model.deep_gemm import CHECKED_VERSIONS
 from kernel_model.device import capability_text
 
-from . import dg_install, registry
+from . import registry
+from .caches import deep_gemm_install
 from .records import STATUSES, StepRecord
 
 FORMAT = "warmup-execute-report/v1"
@@ -293,7 +294,7 @@ def environment(device: str | None = None) -> dict:
         mod = sys.modules.get(name)
         if mod is not None:
             env[name] = getattr(mod, "__version__", "?")
-    install = dg_install.find_install()
+    install = deep_gemm_install.find_install()
     if install is not None:
         env["deep_gemm"] = install.version or "?"
         env["deep_gemm_install"] = {"module": install.module, "root": install.root,

@@ -31,8 +31,9 @@ import traceback
 from planner.engine.facts import EngineFacts
 from planner.errors import PlanError, one_line
 
-from . import dg_install, registry
+from . import registry
 from .backends.base import Skipped, Unavailable, is_oom
+from .caches import deep_gemm_install
 from .context import Context, Options, backend_name
 from .environ import scoped_environ
 from .hooks import ProgressHook, ReportHook
@@ -65,7 +66,7 @@ def execute(expanded, engine: EngineFacts | None = None, options: Options | None
     before loading its weights and builds its runner meanwhile); execute finishes it.
     `monitor`: a JIT monitor the caller installed and keeps (a serving engine's, which spans
     more than the plan): the steps are counted on it, and execute neither seals nor removes it."""
-    with scoped_environ(dg_install.environment()):  # vLLM's DeepGEMM cache when unset, for this run only
+    with scoped_environ(deep_gemm_install.environment()):  # vLLM's DeepGEMM cache when unset, for this run only
         return _execute(expanded, engine, options, progress, report, runner, precompiler, monitor)
 
 

@@ -110,15 +110,28 @@ class Progress(_Silent):
         self.thread.join()
         with self.lock:
             if self.drawn:
-                self._write("\r" + " " * self.drawn + "\r")
+                self._write(erasing(self.drawn))
                 self.drawn = 0
 
     def _write(self, text: str) -> None:
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except (OSError, ValueError):  # the terminal went away: the work goes on without a line
+        if not write(self.stream, text):
             self.stop.set()
+
+
+def write(stream, text: str) -> bool:
+    """`text` on a terminal's stream, flushed; False where the terminal went away (the work goes on
+    without a line). The executor's stage line (executor/progress.py) writes through this too."""
+    try:
+        stream.write(text)
+        stream.flush()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def erasing(width: int) -> str:
+    """What erases a line of `width` characters drawn in place, the cursor back at its start."""
+    return "\r" + " " * width + "\r"
 
 
 def _size(done: int, total: int) -> str:

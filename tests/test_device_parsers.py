@@ -4,8 +4,7 @@ item 4: each identity declared once)."""
 
 import pytest
 
-from executor import dg_rekey
-from executor.caches import flashinfer_jit
+from executor.caches import deep_gemm_rekey, flashinfer_jit
 from kernel_model.device import capability_text, parse_capability, sm_capability, sm_number
 from planner.cli import main
 from planner.engine import releases
@@ -54,12 +53,12 @@ def test_capability_text_writes_what_torch_and_nvml_pairs_say():
 @pytest.mark.parametrize("text,arch", [("9.0", "90a"), ("10.0", "100a"), ("10.3", "100a"), ("10.1", "101a"),
                                        ("12.0", "120a"), ("8.9", "89a")])
 def test_deep_gemm_arch_reads_the_capability_through_the_parser(text, arch):
-    assert dg_rekey.arch_of(text) == arch
+    assert deep_gemm_rekey.arch_of(text) == arch
 
 
 def test_deep_gemm_arch_refuses_a_capability_that_is_not_one():
     with pytest.raises(ValueError, match="'9' is not MAJOR.MINOR"):
-        dg_rekey.arch_of("9")
+        deep_gemm_rekey.arch_of("9")
 
 
 @pytest.mark.parametrize("fingerprint,sms", [({"capability": "9.0"}, [90]), ({"capability": "12.0"}, [120]),

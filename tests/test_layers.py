@@ -270,3 +270,25 @@ def test_the_planner_floor_check_sees_an_import_up_and_one_sideways():
              "planner.plan.steps": {"planner.plan.records", "planner.yamlio"}}
     assert planner_floor_breaks(graph) == ["planner.engine.facts (engine) imports planner.tables.vllm_moe (tables)",
                                            "planner.errors (base) imports planner.review.phrasing (review)"]
+
+
+# --- the executor's ground floor: its caches (issue 56 item 1) --------------------------------------------
+
+def caches_reaching_up(graph: dict) -> list[str]:
+    """executor.caches' imports of the executor's other modules: none (the pool, the monitor, the bundle
+    and the run read the caches, never the reverse)."""
+    return [f"{module} imports {target}" for module, imports in sorted(graph.items())
+            if module.startswith("executor.caches") for target in sorted(imports)
+            if target.startswith("executor") and not target.startswith("executor.caches")]
+
+
+def test_the_caches_are_the_executors_ground_floor():
+    known = project_modules()
+    graph = {name: module_imports(name, path, package, known) for name, (path, package) in known.items()
+             if name.startswith("executor.caches")}
+    assert graph and caches_reaching_up(graph) == []
+
+
+def test_the_ground_floor_check_sees_an_import_up():
+    graph = {"executor.caches.triton": {"executor.precompile", "executor.caches.roots", "planner.output"}}
+    assert caches_reaching_up(graph) == ["executor.caches.triton imports executor.precompile"]

@@ -13,9 +13,9 @@ Where the files go. A precompile worker writes to its own Triton cache directory
 (executor_options.pin_triton_cache), before the pool starts, and the staging directory is that one.
 Where something set TRITON_CACHE_DIR after the pool started (vLLM's own compile does in some
 releases), in vLLM's process, before its launches, the backend copies the staged entries into the
-directory Triton reads at that moment (executor.triton_cache, which points each entry's group file
-at the copies; nothing where the two are one), so that the launches are disk loads and the files
-land where vLLM's own later launches look.
+directory Triton reads at that moment (executor.caches.triton_entries, which points each entry's
+group file at the copies; nothing where the two are one), so that the launches are disk loads and
+the files land where vLLM's own later launches look.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 
 from executor.backends.base import BaseBackend, Unavailable, torch_cuda_available
-from executor.triton_cache import install_entries
+from executor.caches.triton_entries import install_entries
 
 SAMPLER_MODULE = "vllm.v1.sample.ops.topk_topp_triton"
 SAMPLER_FUNCTION = "apply_top_k_top_p_triton"

@@ -351,7 +351,7 @@ class WorkerWarmup:
         staging = (self.options.backend_settings.get("vllm_triton") or {}).get("staging")
         if not staging or self.precompiler is None:
             return
-        from executor.triton_cache import install_entries
+        from executor.caches.triton_entries import install_entries
 
         try:
             installed = install_entries(staging)

@@ -13,9 +13,9 @@ unit scales.
 
 DeepGEMM is imported the way vLLM imports it: a top-level ``deep_gemm`` (PyPI's
 ``sgl-deep-gemm``, or deepseek-ai/DeepGEMM built into the environment), else the copy vLLM
-vendors, ``vllm.third_party.deep_gemm`` (executor.dg_install); DG_JIT_CACHE_DIR is vLLM's when
-unset (executor.run sets it). When neither imports the backend is unavailable and its steps say
-why; nothing here imports it before ``available()``. A version the dispatch model was not
+vendors, ``vllm.third_party.deep_gemm`` (executor.caches.deep_gemm_install); DG_JIT_CACHE_DIR is
+vLLM's when unset (executor.run sets it). When neither imports the backend is unavailable and its
+steps say why; nothing here imports it before ``available()``. A version the dispatch model was not
 checked against (kernel_model.deep_gemm.CHECKED_VERSIONS) is run, with a warning.
 """
 
@@ -27,7 +27,7 @@ import sys
 from kernel_model.arith import cdiv
 from kernel_model.deep_gemm import CHECKED_VERSIONS
 
-from .. import dg_install
+from ..caches import deep_gemm_install
 from .base import BaseBackend, Unavailable, torch_cuda_available
 
 DENSE_NAMES = ("fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt")
@@ -49,7 +49,7 @@ class DeepGemmBackend(BaseBackend):
         self._buffers: dict = {}
 
     def available(self) -> tuple[bool, str]:
-        install = dg_install.find_install()
+        install = deep_gemm_install.find_install()
         if install is None:
             return False, ("deep_gemm is not installed (neither deep_gemm nor vllm.third_party.deep_gemm: "
                            "install vLLM, sgl-deep-gemm built for this torch, or deepseek-ai/DeepGEMM)")

@@ -42,8 +42,8 @@ from planner.errors import PlanError
 from planner.output import check_outputs
 from planner.plan.steps import Keyed
 
-from .. import dg_install, precompile
-from ..caches import registry
+from .. import precompile
+from ..caches import deep_gemm_install, registry
 from ..caches.registry import CacheRoots
 from ..caches.relocate import Relocation, relocate_family, summary_lines
 from ..caches.roots import default_vllm_cache_root
@@ -379,7 +379,7 @@ def _deep_gemm_notes(manifest) -> list[str]:
     helpers = sorted({k.name for k in manifest.deep_gemm if not k.key})
     if helpers:
         lines.append(f"deep_gemm helper kernels (no plan key, compiled with the first call): {', '.join(helpers)}")
-    legacy = [k for k in manifest.deep_gemm if k.layout == dg_install.LEGACY]
+    legacy = [k for k in manifest.deep_gemm if k.layout == deep_gemm_install.LEGACY]
     if legacy:
         movable = sum(k.context is not None for k in legacy)
         lines.append(f"deep_gemm 2.5/2.6 entries re-keyable for another install path: {movable} of {len(legacy)}")

@@ -18,7 +18,8 @@ import sys
 
 from kernel_model.device import capability_text
 
-from .. import dg_rekey, precompile
+from .. import precompile
+from ..caches import deep_gemm_rekey
 
 FIELDS = ("gpu", "num_sms", "capability", "driver_major", "cuda", "nvcc", "torch", "triton",
           "deep_gemm_version", "deep_gemm_headers", "flashinfer")
@@ -63,7 +64,7 @@ def current() -> dict:
     """This machine's fingerprint (imports torch to ask the GPU)."""
     deep_gemm = precompile.deep_gemm_fingerprint()  # the precompile manifest's own reading
     fp = dict.fromkeys(FIELDS + PATH_FIELDS)
-    fp.update(_gpu(), driver_major=_driver_major(), nvcc=dg_rekey.nvcc_version(),
+    fp.update(_gpu(), driver_major=_driver_major(), nvcc=deep_gemm_rekey.nvcc_version(),
               triton=_module_version("triton"), flashinfer=_module_version("flashinfer-python"),
               vllm=_module_version("vllm"))
     if deep_gemm is not None:

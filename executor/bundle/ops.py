@@ -4,11 +4,12 @@
   directories, so that everything in them is the plan's, then pack them with the manifest.
 * install: check the fingerprint (one line naming the field and both values), extract into a
   temporary directory and check every file's sha256, re-key DeepGEMM 2.5/2.6 entries for this
-  install path (executor.dg_rekey), then place each family (executor/bundle/placement.py:
-  relocated to this machine's paths, each entry with one rename, checked as its loader takes it)
-  under an fcntl lock: an entry already there and complete wins, a concurrent installer or
-  DeepGEMM compiling the same kernel is harmless, and nothing half-written is ever visible. The
-  Triton precompile manifest is rewritten for this machine, so a warm start skips the pool.
+  install path (executor.caches.deep_gemm_rekey), then place each family
+  (executor/bundle/placement.py: relocated to this machine's paths, each entry with one rename,
+  checked as its loader takes it) under an fcntl lock: an entry already there and complete wins,
+  a concurrent installer or DeepGEMM compiling the same kernel is harmless, and nothing
+  half-written is ever visible. The Triton precompile manifest is rewritten for this machine, so a
+  warm start skips the pool.
 * verify: install into a fresh directory, then ``warmup execute --expect-cached --jit-monitor
   error`` in a fresh process: 0 compiles, or it fails.
 """

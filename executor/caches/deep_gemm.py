@@ -1,8 +1,8 @@
-"""DeepGEMM's JIT cache: one directory per kernel under ``<root>/cache/`` (executor/dg_install.py).
+"""DeepGEMM's JIT cache: one directory per kernel under ``<root>/cache/`` (deep_gemm_install.py).
 
 - Lives in: the first root of DG_JIT_CACHE_DIR, vLLM's ``$VLLM_CACHE_ROOT/deep_gemm`` when unset.
 - Packs: every complete entry, as ``deep_gemm/<entry>/<file>``, with a KernelRecord each (its plan
-  key and, for 2.5/2.6, the context that re-keys it for another include path: executor/dg_rekey.py).
+  key and, for 2.5/2.6, the context that re-keys it for another include path: deep_gemm_rekey.py).
 - Relocates: DeepGEMM finds a kernel by its directory's name under its root and never follows a
   path written inside one (paths there are the compile's debug information). 2.5/2.6 keys carry the
   include path: an entry is renamed to this machine's key at install.
@@ -19,15 +19,14 @@ from typing import NamedTuple
 from kernel_model.deep_gemm import key_from_source
 from planner.errors import PlanError
 
-from .. import dg_install, dg_rekey
-from . import checks, roots
+from . import checks, deep_gemm_install, deep_gemm_rekey, roots
 from .family import PLAN, VLLM, Family, Monitored, PathRule, Placing, Unresolved
 from .tree import Placed, collect_tree, place
 
 
 class KernelRecord(NamedTuple):
     """One DeepGEMM cache entry: its directory, kernel, the plan key it is (None: a helper kernel
-    such as transpose_fp32), and for 2.5/2.6 the context that re-keys it (dg_rekey)."""
+    such as transpose_fp32), and for 2.5/2.6 the context that re-keys it (deep_gemm_rekey)."""
 
     entry: str
     name: str
@@ -38,16 +37,16 @@ class KernelRecord(NamedTuple):
 
 def collect(root: str, fingerprint: dict) -> tuple[dict, list]:
     """The kernels of a DeepGEMM cache, with their plan keys and (2.5/2.6) re-key contexts."""
-    contexts = dg_rekey.candidates(fingerprint.get("nvcc") or "", dg_rekey.arch_of(fingerprint.get("capability") or "9.0"),
-                                   int(os.environ.get("DG_JIT_CPP_STANDARD", 20)))
+    arch = deep_gemm_rekey.arch_of(fingerprint.get("capability") or "9.0")
+    contexts = deep_gemm_rekey.candidates(fingerprint.get("nvcc") or "", arch, int(os.environ.get("DG_JIT_CPP_STANDARD", 20)))
     kernels, sources = [], {}
-    for entry in dg_install.scan(root):
-        with open(os.path.join(entry.path, dg_install.SOURCE), "rb") as f:
+    for entry in deep_gemm_install.scan(root):
+        with open(os.path.join(entry.path, deep_gemm_install.SOURCE), "rb") as f:
             code = f.read()
         context = None
-        if entry.layout == dg_install.LEGACY:
-            found = dg_rekey.find_context(entry.name, entry.hash, code, fingerprint.get("deep_gemm_include_dir") or "",
-                                          contexts)
+        if entry.layout == deep_gemm_install.LEGACY:
+            found = deep_gemm_rekey.find_context(entry.name, entry.hash, code,
+                                                 fingerprint.get("deep_gemm_include_dir") or "", contexts)
             context = list(found) if found else None
         kernels.append(KernelRecord(entry.dirname, entry.name, entry.layout,
                                     key_from_source(code.decode("utf-8", "replace")), context))
@@ -61,7 +60,7 @@ def names_here(manifest, include_dir: str | None, path: str) -> dict:
     built = manifest.fingerprint.get("deep_gemm_include_dir")
     names = {}
     for kernel in manifest.deep_gemm:
-        if kernel.layout != dg_install.LEGACY or include_dir in (None, built):
+        if kernel.layout != deep_gemm_install.LEGACY or include_dir in (None, built):
             names[kernel.entry] = kernel.entry
             continue
         if kernel.context is None:
@@ -87,9 +86,9 @@ def place_kernels(p: Placing) -> Placed:
 
 
 def _rekey(kernel: KernelRecord, src: str, include_dir: str) -> str:
-    with open(os.path.join(src, dg_install.SOURCE), "rb") as f:
+    with open(os.path.join(src, deep_gemm_install.SOURCE), "rb") as f:
         code = f.read()
-    return f"kernel.{kernel.name}.{dg_rekey.LegacyContext(*kernel.context).key(kernel.name, code, include_dir)}"
+    return f"kernel.{kernel.name}.{deep_gemm_rekey.LegacyContext(*kernel.context).key(kernel.name, code, include_dir)}"
 
 
 def member_path(root: str, member: str, names: dict) -> str | None:

@@ -25,6 +25,13 @@ import tempfile
 from typing import Mapping, NamedTuple
 
 
+# The precompile pool's own files inside a cache root (executor/precompile): its claims' directory,
+# which a bundle leaves behind, and its manifest in Triton's cache, which a bundle rewrites for the
+# installing machine. Named here, the ground floor, so that the cache families need not reach up.
+CLAIMS_DIR = "warmup-claims"
+MANIFEST_NAME = "warmup-precompiled.json"
+
+
 class Env(NamedTuple):
     """One machine's environment as the caches' owners read it; `fingerprint`: its GPU and library
     versions (executor/bundle/environment.py), where the caller has them, for a cache kept per GPU

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import NamedTuple
 
-from .. import triton_cache
+from . import triton_entries
 from .targets import cannot_write
 
 # What `place` put into a cache during the current install (None: no install is recording): an
@@ -163,7 +163,7 @@ def place_tree(src: str, dest: str, move: bool = False) -> Placed:
         return placed
     for name in sorted(os.listdir(src)):
         source, target = os.path.join(src, name), os.path.join(dest, name)
-        if os.path.isdir(source) and os.path.isdir(target) and not triton_cache.groups(source):
+        if os.path.isdir(source) and os.path.isdir(target) and not triton_entries.groups(source):
             placed = placed.merge(place_tree(source, target, move))
             continue
         placed = placed.add(place(source, target, rehome_tree if os.path.isdir(source) else None, move), target)
@@ -174,5 +174,5 @@ def rehome_tree(copy: str, final: str) -> None:
     """Every Triton entry under `copy` (being prepared) points at where it will be once renamed to
     `final` (a relocation already did this in the staging tree; a copy made elsewhere is done here)."""
     for folder, _, _ in os.walk(copy):
-        if triton_cache.groups(folder):
-            triton_cache.rehome_entry(folder, os.path.normpath(os.path.join(final, os.path.relpath(folder, copy))))
+        if triton_entries.groups(folder):
+            triton_entries.rehome_entry(folder, os.path.normpath(os.path.join(final, os.path.relpath(folder, copy))))

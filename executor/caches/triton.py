@@ -1,4 +1,4 @@
-"""Triton's file cache: one directory per compile key (executor/triton_cache.py).
+"""Triton's file cache: one directory per compile key (triton_entries.py).
 
 - Lives in: TRITON_CACHE_DIR, else ``$TRITON_HOME/.triton/cache`` (vLLM's own Triton kernels and the
   plan's). Inductor's Triton kernels are in Inductor's cache (executor/caches/inductor.py).
@@ -16,24 +16,23 @@ from __future__ import annotations
 
 import os
 
-from .. import precompile, triton_cache
-from . import checks, roots
+from . import checks, roots, triton_entries
 from .family import PLAN, VLLM, Family, Monitored, PathRule, Placing, Unresolved
 from .tree import Placed, collect_tree, place_children
 
 
 def in_entry(rel: str, path: str) -> bool:
     """Whether the file is in a Triton cache entry (a directory holding a group file)."""
-    return bool(triton_cache.groups(os.path.dirname(path)))
+    return bool(triton_entries.groups(os.path.dirname(path)))
 
 
 def is_group(rel: str, path: str) -> bool:
-    return os.path.basename(path).startswith(triton_cache.GROUP_PREFIX) and in_entry(rel, path)
+    return os.path.basename(path).startswith(triton_entries.GROUP_PREFIX) and in_entry(rel, path)
 
 
 def rewrite_group(data: bytes, relocation, final: str) -> bytes:
     """The group's files, listed where the entry will be: its own directory here."""
-    return triton_cache.rehome_group(data, os.path.dirname(final))
+    return triton_entries.rehome_group(data, os.path.dirname(final))
 
 
 ENTRY_RULES = (
@@ -45,10 +44,10 @@ ENTRY_RULES = (
 def entry_check(path: str) -> list[Unresolved]:
     """A file of a Triton entry Triton would fail on: the entry goes whole."""
     entry, name = os.path.dirname(path), os.path.basename(path)
-    if not triton_cache.groups(entry):
+    if not triton_entries.groups(entry):
         return []
     problem = checks.by_kind(path)
-    if problem is None and name.startswith(triton_cache.GROUP_PREFIX):
+    if problem is None and name.startswith(triton_entries.GROUP_PREFIX):
         problem = checks.group_problem(path)
     return [Unresolved(entry, f"{name}: {problem}")] if problem else []
 
@@ -58,18 +57,18 @@ def check(root: str, path: str) -> list[Unresolved]:
 
 
 def collect(root: str, fingerprint: dict) -> tuple[dict, list]:
-    return collect_tree(root, "triton", skip=frozenset({precompile.CLAIMS_DIR})), []
+    return collect_tree(root, "triton", skip=frozenset({roots.CLAIMS_DIR})), []
 
 
 def place_entries(p: Placing) -> Placed:
-    return place_children(p.staged, p.dest, triton_cache.rehome_entry, p.move, skip=frozenset({precompile.MANIFEST_NAME}))
+    return place_children(p.staged, p.dest, triton_entries.rehome_entry, p.move, skip=frozenset({roots.MANIFEST_NAME}))
 
 
 def identity(root: str, entry: str) -> str:
     """An entry's kernel names (a recompile writes them under another key)."""
     folder = os.path.join(root, entry)
     names = sorted(n[:-5] for n in os.listdir(folder)
-                   if n.endswith(".json") and not n.startswith(triton_cache.GROUP_PREFIX)) if os.path.isdir(folder) else []
+                   if n.endswith(".json") and not n.startswith(triton_entries.GROUP_PREFIX)) if os.path.isdir(folder) else []
     return "triton:" + ",".join(names)
 
 

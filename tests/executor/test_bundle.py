@@ -12,10 +12,9 @@ import tarfile
 
 import pytest
 
-from executor import dg_install, dg_rekey
 from executor import precompile
 from executor.bundle import archive, cli, environment, ops
-from executor.caches import registry
+from executor.caches import deep_gemm_install, deep_gemm_rekey, registry
 from executor.caches import triton as triton_family
 from executor.caches.registry import CacheRoots
 
@@ -26,7 +25,7 @@ CODE = (b"// Includes' hash value: 0123\n#include <deep_gemm/impls/sm90_fp8_gemm
         b" 1,\n 64, 112, 128,\n 128, 128, 64,\n 9,\n 128, 128,\n 1, false,\n 132, GemmType::Normal,\n"
         b" cutlass::bfloat16_t, EpilogueIdentity\n>);\n")
 KEY = "sm90_fp8_gemm_1d2d:n=7168,k=2048,block_m=64,block_n=112,block_k=128,stages=9,multicast=1,sms=132"
-CONTEXT = dg_rekey.candidates("13.0", "90a")[0]
+CONTEXT = deep_gemm_rekey.candidates("13.0", "90a")[0]
 
 
 def elf(payload: bytes = b"") -> bytes:
@@ -48,7 +47,7 @@ def fingerprint(version="2.5.0", include=OLD_INC, **changes):
 
 
 def legacy_entry(root, name="sm90_fp8_gemm_1d2d", code=CODE, include=OLD_INC):
-    """A 2.5/2.6 entry named by the hash DeepGEMM gives it (dg_rekey reproduces the formula)."""
+    """A 2.5/2.6 entry named by the hash DeepGEMM gives it (deep_gemm_rekey reproduces the formula)."""
     path = root / "cache" / f"kernel.{name}.{CONTEXT.key(name, code, include)}"
     path.mkdir(parents=True)
     (path / "kernel.cu").write_bytes(code)
@@ -113,7 +112,7 @@ def test_install_at_the_same_path(built, tmp_path):
     dirs = dirs_in(tmp_path)
     placed = ops.install(str(out), dirs, fingerprint())
     assert (placed.families["deep_gemm"].new, placed.families["deep_gemm"].rekeyed, placed.families["triton"].new) == (2, 0, 1)
-    assert sorted(e.dirname for e in dg_install.scan(dirs.deep_gemm)) == sorted(k.entry for k in manifest.deep_gemm)
+    assert sorted(e.dirname for e in deep_gemm_install.scan(dirs.deep_gemm)) == sorted(k.entry for k in manifest.deep_gemm)
     assert os.path.isfile(dirs.flashinfer)
     doc = json.load(open(os.path.join(dirs.triton, precompile.MANIFEST_NAME)))
     assert doc["keys"]["triton"] == ["fp8_gemm:BM=64"]
@@ -135,7 +134,7 @@ def test_install_at_another_path_rekeys_legacy_entries(built, tmp_path):
     dirs = dirs_in(tmp_path)
     placed = ops.install(str(out), dirs, fingerprint(include=NEW_INC))
     assert placed.families["deep_gemm"].rekeyed == 2
-    names = {e.name: e.dirname for e in dg_install.scan(dirs.deep_gemm)}
+    names = {e.name: e.dirname for e in deep_gemm_install.scan(dirs.deep_gemm)}
     assert names["sm90_fp8_gemm_1d2d"] == f"kernel.sm90_fp8_gemm_1d2d.{CONTEXT.key('sm90_fp8_gemm_1d2d', CODE, NEW_INC)}"
     assert names["sm90_fp8_gemm_1d2d"] not in {k.entry for k in manifest.deep_gemm}
 
@@ -162,7 +161,7 @@ def test_deepjit_entries_need_no_rekeying(tmp_path, monkeypatch):
     dirs = dirs_in(tmp_path)
     placed = ops.install(str(out), dirs, fingerprint("2.8.1", include=NEW_INC))
     assert (placed.families["deep_gemm"].new, placed.families["deep_gemm"].rekeyed) == (1, 0)
-    [entry] = dg_install.scan(dirs.deep_gemm)
+    [entry] = deep_gemm_install.scan(dirs.deep_gemm)
     assert entry.layout == "deepjit" and entry.dirname == "sm90_fp8_gemm_1d2d." + "ab" * 16
 
 
@@ -248,7 +247,7 @@ def test_concurrent_installers_leave_complete_entries_once(built, tmp_path):
     for p in procs:
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
-    entries = dg_install.scan(dirs.deep_gemm)
+    entries = deep_gemm_install.scan(dirs.deep_gemm)
     assert sorted(e.dirname for e in entries) == sorted(k.entry for k in manifest.deep_gemm)
     assert not [n for n in os.listdir(os.path.join(dirs.deep_gemm, "cache")) if n.startswith(".warmup")]
 
@@ -306,7 +305,7 @@ def test_verify_installs_fresh_and_fails_on_any_compile(built, monkeypatch, caps
     runs = []
 
     def fake_run(plan, engine, dirs, extra, report_path, keep_report=True):
-        runs.append((plan, engine, extra, sorted(e.dirname for e in dg_install.scan(dirs.deep_gemm))))
+        runs.append((plan, engine, extra, sorted(e.dirname for e in deep_gemm_install.scan(dirs.deep_gemm))))
         return 0, {"stages": [{"stage": "deep_gemm", "wall_s": 0.08}], "jit_monitor": {"post_seal_events": []}}
 
     monkeypatch.setattr(ops, "run_execute", fake_run)
@@ -327,7 +326,7 @@ def test_verify_names_what_the_run_never_loaded_and_fails_on_it_when_asked(built
     monkeypatch.setattr(usage, "records_reads", lambda root: True)
 
     def loads_one_kernel(plan, engine, dirs, extra, report_path, keep_report=True):
-        first = sorted(e.path for e in dg_install.scan(dirs.deep_gemm))[0]
+        first = sorted(e.path for e in deep_gemm_install.scan(dirs.deep_gemm))[0]
         with open(os.path.join(first, "kernel.cubin"), "rb") as f:  # DeepGEMM loads one of the two
             f.read()
         return 0, {"stages": [], "jit_monitor": {"post_seal_events": []}}

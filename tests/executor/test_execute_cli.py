@@ -100,6 +100,22 @@ def test_progress_on_a_terminal_shows_counts_and_eta():
     assert stream.getvalue().endswith("3 compiled, 0 from disk cache, 1.2 s\n")
 
 
+def test_progress_on_a_terminal_that_went_away_lets_the_run_go_on():
+    class Gone(io.StringIO):
+        def isatty(self):
+            return True
+
+        def write(self, text):
+            raise OSError("terminal closed")
+
+    p = Progress(Gone())  # a terminal, as planner.progress.on_terminal tells it
+    assert p.tty
+    p.stage_start("s", 1, 10)
+    p.tick(10)
+    p._draw(force=True)
+    p.message("a line")  # nothing raised: the run goes on without its line
+
+
 def test_progress_off_a_terminal_is_one_line_per_stage():
     stream = io.StringIO()
     p = Progress(stream, tty=False)

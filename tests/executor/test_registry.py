@@ -10,8 +10,9 @@ import os
 import pytest
 from execlib import ROOT
 
-from executor import dg_install, registry
+from executor import registry
 from executor.backends.base import BaseBackend, Unavailable
+from executor.caches import deep_gemm_install
 from executor.jit_monitor import Monitor
 from executor.progress import Progress
 from executor.run import Context, Options
@@ -49,7 +50,7 @@ def test_missing_optional_libraries_are_unavailable_with_a_reason():
 
     checked = []
     for name, lib in (("deep_gemm", "deep_gemm"), ("flashinfer", "flashinfer")):
-        if importlib.util.find_spec(lib) is not None or (lib == "deep_gemm" and dg_install.find_install()):
+        if importlib.util.find_spec(lib) is not None or (lib == "deep_gemm" and deep_gemm_install.find_install()):
             continue  # really installed here
         ok, why = registry.load_backend(name)("cuda", Options()).available()
         assert not ok and lib in why and "not installed" in why

@@ -46,8 +46,8 @@ def write(path, text):
 @pytest.fixture(autouse=True)
 def no_cache_variables(monkeypatch):
     """Every cache root from `environ` alone: an earlier test's `warmup execute` in this process
-    sets DG_JIT_CACHE_DIR (vLLM's default, executor.dg_install), which would send an install
-    into this user's real cache."""
+    sets DG_JIT_CACHE_DIR (vLLM's default, executor.caches.deep_gemm_install), which would send an
+    install into this user's real cache."""
     for key in ("TRITON_CACHE_DIR", "DG_JIT_CACHE_DIR", "XDG_CACHE_HOME", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"):
         monkeypatch.delenv(key, raising=False)
 

@@ -20,7 +20,8 @@ import json
 import logging
 import os
 
-from ... import dg_install, registry
+from ... import registry
+from ...caches import deep_gemm_install
 from ..jobs.manifest import manifest_path, triton_cache_dir
 from .on_disk import CLAIMS_DIR, DONE, STALE_S, WAIT_S, KeyClaim, bound, read_doc
 from .waits import Waits
@@ -31,7 +32,7 @@ log = logging.getLogger("warmup_planner.precompile")  # a takeover's line, unles
 def cache_dir(backend: str, worker_env: dict | None) -> str | None:
     """The cache directory a backend's workers compile into (None: unknown)."""
     if registry.writes_deep_gemm(backend):
-        return dg_install.writable_root()
+        return deep_gemm_install.writable_root()
     override = (worker_env or {}).get("TRITON_CACHE_DIR")
     if override:
         return str(override)

@@ -25,7 +25,9 @@ import socket
 import time
 from dataclasses import dataclass
 
-CLAIMS_DIR, DONE = "warmup-claims", "done"
+from ...caches.roots import CLAIMS_DIR
+
+DONE = "done"
 BEAT_S = 5.0      # an owner touches its claim this often
 STALE_S = 60.0    # a claim untouched this long holds nothing (another host's dead owner, a reused pid)
 WAIT_S = 600.0    # a live owner holding one key longer than this is taken over (a hung compile)

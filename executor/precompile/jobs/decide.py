@@ -13,7 +13,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
-from ... import dg_install
+from ...caches import deep_gemm_install
 from ...registry import backend_attr
 from .from_plan import PRECOMPILE_BACKENDS
 
@@ -101,6 +101,6 @@ def _missing_library(backend: str) -> str | None:
     if backend == "deep_gemm":
         if importlib.util.find_spec("torch") is None:
             return "torch"
-        if dg_install.find_install() is None:
+        if deep_gemm_install.find_install() is None:
             return "deep_gemm"
     return None

@@ -13,7 +13,7 @@ import hashlib
 import importlib.util
 import os
 
-from ... import dg_install
+from ...caches import deep_gemm_install
 
 # Sources that decide which variant a call compiles: the kernels, the backends' allocation
 # paths and the dispatch models. A change to any invalidates the manifest.
@@ -91,8 +91,8 @@ def fingerprint() -> dict:
 def deep_gemm_fingerprint() -> dict | None:
     """The DeepGEMM vLLM would import: version, where its headers live (2.5/2.6 put that path in
     every kernel's key) and their content (2.8 keys on it)."""
-    install = dg_install.find_install()
+    install = deep_gemm_install.find_install()
     if install is None:
         return None
     return {"version": install.version, "include_dir": install.include_dir,
-            "headers": dg_install.headers_digest(install.include_dir)}
+            "headers": deep_gemm_install.headers_digest(install.include_dir)}

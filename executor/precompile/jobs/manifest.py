@@ -19,10 +19,10 @@ from planner.output import write_atomic
 
 from ... import registry
 from ...caches import roots
+from ...caches.roots import MANIFEST_NAME
 from ...jit_monitor import deep_gemm_cache_dir
 from .fingerprint import fingerprint
 
-MANIFEST_NAME = "warmup-precompiled.json"
 MANIFEST_FORMAT = "warmup-precompiled/v1"
 
 

@@ -13,7 +13,7 @@ import os
 
 from kernel_model.device import capability_text, sm_capability
 
-from ... import dg_install
+from ...caches import deep_gemm_install
 from ...backends.flashinfer_jit import FLASHINFER_ARCHS
 from .gpu import gpu_capability
 
@@ -28,7 +28,8 @@ def worker_setup(device: str, extra_env: dict | None = None, cuda_free: bool = F
     to compile for. A CUDA-free worker (`cuda_free`: the compile lane) is also told the target
     FlashInfer would otherwise ask CUDA for: the same architecture, so the same ninja file and
     build directory as vLLM's process (a user's own FLASHINFER_CUDA_ARCH_LIST stays)."""
-    env = {**dg_install.environment(), **{k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV_PREFIXES)}}
+    env = {**deep_gemm_install.environment(),
+           **{k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV_PREFIXES)}}
     env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
     capability = gpu_capability() if str(device).startswith("cuda") else None
     if cuda_free and capability and FLASHINFER_ARCHS not in os.environ:

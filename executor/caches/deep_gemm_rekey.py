@@ -9,7 +9,7 @@ C++ standard (DG_JIT_CPP_STANDARD, 20) and the optional verbose-PTXAS and line-i
 ``digest`` runs FNV-1a (64-bit, prime 0x100000001b3) over the bytes from two seeds and prints
 each state through the split-mix-64 finalizer as 16 hex digits. The include directory is the
 package's ``include/``: moving DeepGEMM moves every key. 2.8 keys on header content instead
-(executor.dg_install), so its entries need no re-keying.
+(executor.caches.deep_gemm_install), so its entries need no re-keying.
 
 A bundle records, per entry, the context that reproduces its hash here (``find_context``
 tries the few flag combinations DeepGEMM can produce and keeps the one whose digest equals the

@@ -1,4 +1,4 @@
-"""Triton cache entries copied to another directory still hit (executor/triton_cache.py).
+"""Triton cache entries copied to another directory still hit (executor/caches/triton_entries.py).
 
 Triton's group file lists an entry's files by absolute path, and its lookup keeps only paths that
 exist: an entry copied as it is (a bundle installed elsewhere, a precompile worker's private
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.triton_cache import GROUP_PREFIX, install_entries
+from executor.caches.triton_entries import GROUP_PREFIX, install_entries
 
 SCRIPT = Path(__file__).with_name("compile_only_worker.py")
 

@@ -37,7 +37,7 @@ import re
 import sys
 from typing import NamedTuple
 
-from .caches import roots
+from . import roots
 
 MODULES = ("deep_gemm", "vllm.third_party.deep_gemm")  # vLLM's order
 LEGACY, DEEPJIT = "legacy", "deepjit"
