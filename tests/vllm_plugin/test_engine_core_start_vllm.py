@@ -1,7 +1,9 @@
 """The premises of vllm_bridge/engine_core_start.py, against vLLM 0.25's and 0.33's own code on CPU:
-`vllm serve`'s CLI sets VLLM_WORKER_MULTIPROC_METHOD=spawn only where it is absent, and vLLM starts
-its processes with the method that variable names where no CUDA context stops it. Skips as the
-plugin tests do without WARMUP_VLLM_ENVS (tests/vllm_parity/setup_vllm.sh)."""
+`vllm serve`'s CLI sets VLLM_WORKER_MULTIPROC_METHOD=spawn only where it is absent, vLLM starts
+its processes with the method that variable names where no CUDA context stops it, and the API
+server makes its config (EngineArgs.create_engine_config, where the plugin's default decides) before
+it starts the engine core, a config whose ParallelConfig says how many GPUs the engine runs on.
+Skips as the plugin tests do without WARMUP_VLLM_ENVS (tests/vllm_parity/setup_vllm.sh)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from vllm_bridge.engine_core_start import METHOD
 # keeps it (0.25: serve/utils/api_utils.py, 0.33: common/startup.py); main() itself needs the server's
 # packages (uvicorn, fastapi), which the CPU environments leave out
 PROBE = f"""
-import importlib, inspect, json, os
+import importlib, importlib.util, inspect, json, os
 from vllm.entrypoints.cli import main as cli
 from vllm.utils import system_utils
 
@@ -39,6 +41,17 @@ def cli_leaves(value):
     return os.environ.get({METHOD!r})
 
 out = {{"cli_sets": cli_leaves(None), "cli_keeps": cli_leaves("user-choice")}}
+
+# the API server's engine client (0.25: entrypoints/openai/api_server.py, 0.33: launchers/api_server/entry.py),
+# read as text: importing it needs the server's packages
+for where in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.launchers.api_server.entry"):
+    source = open(importlib.util.find_spec(where).origin).read()
+    if "def build_async_engine_client_from_engine_args" in source:
+        body = source.split("def build_async_engine_client_from_engine_args", 1)[1].split("\\ndef ", 1)[0]
+        out["config_then_engine"] = body.index("create_engine_config(") < body.index("from_vllm_config(")
+        break
+from vllm.config import ParallelConfig
+out["parallel_fields"] = sorted({{"world_size", "data_parallel_size"}} & set(ParallelConfig.__dataclass_fields__))
 os.environ[{METHOD!r}] = "fork"
 out["context"] = system_utils.get_mp_context().get_start_method()
 print(json.dumps(out))
@@ -62,3 +75,10 @@ def test_the_cli_chooses_spawn_only_where_the_user_did_not(vllm):
 
 def test_vllm_starts_its_processes_by_the_method_the_variable_names(vllm):
     assert vllm["context"] == "fork"
+
+
+def test_the_server_makes_its_config_before_it_starts_the_engine_core(vllm):
+    """Where the plugin's default decides (after create_engine_config) comes before the engine core's start,
+    and what it reads of the config (one_gpu_engine) is there."""
+    assert vllm["config_then_engine"] is True
+    assert vllm["parallel_fields"] == ["data_parallel_size", "world_size"]
