@@ -12,6 +12,7 @@ installed on machines that never built it. The caches themselves are families of
     records.py        where the records of installs are kept
     machine_check.py  installs against a bundle's own fingerprint, checked on the machine at start
     reading.py        opening a bundle to read it, bounded: every read of an input ends
+    locks.py          the bundle's one lock: an exclusive fcntl lock on a file, released when its holder ends
     sources.py        where a bundle comes from: a file, a directory holding one, or an `oci://` reference
     oci_ref.py        a bundle's place in an OCI registry: `oci://REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]`
     oci_auth.py       registry credentials and the answer to a registry's challenge, as docker and oras-go do it

@@ -16,14 +16,12 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
 
 from planner import api
 from planner import output as planner_output
@@ -35,7 +33,7 @@ from ..caches.family import PLAN
 from ..caches.registry import CacheRoots, for_origin
 from ..caches.targets import cannot_write, check_directories
 from ..report import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
-from . import archive, environment, packing
+from . import archive, environment, locks, packing
 from .archive import FORMAT, Manifest
 from .placement import Installation, families, place_all
 
@@ -186,21 +184,11 @@ def install(path: str, roots: CacheRoots, here: dict) -> Installation:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-@contextmanager
 def locked(root: str):
-    """One installer at a time per DeepGEMM cache (others wait): fcntl, released on exit or crash."""
-    with _lock_file(root) as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _lock_file(root: str):
-    """The lock file in `root` (both made if missing); a cache that cannot take it is one line."""
+    """One installer at a time per cache root (others wait), the root made if missing; a cache that
+    cannot take the lock file is one line."""
     try:
         os.makedirs(root, exist_ok=True)
-        return open(os.path.join(root, LOCK), "a")
     except OSError as e:
         raise cannot_write(e, root, "nothing was placed") from None
+    return locks.exclusive(os.path.join(root, LOCK), cannot_open=lambda e: cannot_write(e, root, "nothing was placed"))

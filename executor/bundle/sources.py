@@ -11,18 +11,15 @@ with that cause instead of each asking the registry again; another server starts
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
-from contextlib import contextmanager
 from typing import NamedTuple
 
 from planner.errors import PlanError
 
-from . import archive, oci
+from . import archive, locks, oci
 from .oci_ref import Reference
 
-POLL_S = 0.05
 
 
 class AlreadyFailed(oci.RegistryError):
@@ -99,19 +96,7 @@ def _write_mark(path: str, cause: str) -> None:
         pass  # the others then ask the registry themselves
 
 
-@contextmanager
 def _locked(lock_path: str, deadline: float, ref: Reference):
     """The node's pull lock, waited for until the deadline (another process is pulling)."""
-    with open(lock_path, "a") as f:
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise oci.RegistryError(f"{ref}: another process's pull did not finish by the deadline") from None
-                time.sleep(POLL_S)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return locks.exclusive(lock_path, deadline=deadline, waited_too_long=lambda: oci.RegistryError(
+        f"{ref}: another process's pull did not finish by the deadline"))

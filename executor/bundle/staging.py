@@ -11,14 +11,13 @@ extracting leaves a directory without its ``.checked`` mark, which the next one 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import tempfile
 import threading
 from contextlib import contextmanager
 
-from . import archive
+from . import archive, locks
 from .archive import Manifest
 
 CHECKED = ".checked"
@@ -29,14 +28,9 @@ def staging_dir(manifest: Manifest, parent: str | None = None) -> str:
     return os.path.join(parent or tempfile.gettempdir(), f"warmup-bundle-{manifest.digest()[:20]}")
 
 
-@contextmanager
 def _lock(folder: str):
-    with open(folder + ".lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """One check of a bundle's members per machine: the others wait, then find it done."""
+    return locks.exclusive(folder + ".lock")
 
 
 def _check_into(path: str, manifest: Manifest, folder: str) -> None:
