@@ -54,7 +54,7 @@ def ms(fn, repeat: int):
 def first_call_ms() -> dict:
     """A fresh interpreter's first derive + make_plan (lazy imports included: what one process pays once)."""
     code = ("import json,time,sys; sys.path.insert(0,'.'); t=time.perf_counter();"
-            "from vllm_bridge.worker_plan import make_plan; from vllm_bridge.settings import Settings;"
+            "from vllm_bridge.warmup.worker_plan import make_plan; from vllm_bridge.settings import Settings;"
             "from planner.api import load_engine; e=load_engine('llama-3.1-8b-fp8-h100'); t1=time.perf_counter();"
             "make_plan(Settings('vllm-0.33'), e); t2=time.perf_counter();"
             "print(json.dumps({'imports_and_engine_ms': round((t1-t)*1000,1), 'first_make_plan_ms': round((t2-t1)*1000,1)}))")
@@ -89,7 +89,7 @@ def case(model: str, plan: str, repeat: int, record_root: str) -> dict:
     from planner.engine.config import engine_from_document
     from planner.yamlio import Document
     from vllm_bridge.settings import Settings
-    from vllm_bridge.worker_plan import check_live_layers, make_plan, plugin_plan
+    from vllm_bridge.warmup.worker_plan import check_live_layers, make_plan, plugin_plan
 
     path = os.path.join(ROOT, "tests", "fixtures", "hf", f"{model}.json")
 
@@ -149,7 +149,7 @@ def shipped(name: str, plan: str, repeat: int, record_root: str) -> dict:
     """A shipped engine config (plans/engines): expand, against reading a record of its result."""
     from planner.api import load_engine
     from vllm_bridge.settings import Settings
-    from vllm_bridge.worker_plan import make_plan
+    from vllm_bridge.warmup.worker_plan import make_plan
 
     engine = load_engine(name)
     row = {"engine": name, "plan": plan}

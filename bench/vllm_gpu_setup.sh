@@ -162,7 +162,9 @@ part_files() {
                  "vllm/third_party/deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh" \
                  "tvm_ffi compressed_tensors loguru xgrammar pydantic" \
                  "uvicorn watchfiles httptools model_hosting_container_standards prometheus_fastapi_instrumentator" ;;
-        plugin) echo "vllm_bridge/plugin.py" ;;
+        # plugin.py: what vLLM loads by name; kernels/deep_gemm.py: where the wheel's warmup.backends entry
+        # points (an install from before vllm_bridge's sub-packages lacks it, and its backends would name nothing)
+        plugin) echo "vllm_bridge/plugin.py vllm_bridge/kernels/deep_gemm.py" ;;
         fi) echo "flashinfer/__init__.py flashinfer/data/csrc pynvml.py tabulate" ;;
         mla) echo "vllm/_flashmla_C.abi3.so vllm/_flashmla_extension_C.abi3.so" ;;
         registry) echo "oras/__init__.py jsonschema/__init__.py registry-bin/docker-registry" ;;

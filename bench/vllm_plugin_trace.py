@@ -188,9 +188,9 @@ def install_phase_wrappers(arm: str) -> None:
     install_dynamo_callbacks()
     if arm == "plugin":
         try:
-            from vllm_bridge.warmup import WorkerWarmup
+            from vllm_bridge.warmup.worker import WorkerWarmup
         except Exception as e:  # noqa: BLE001 - the plugin arm then shows plugin_active false
-            NOT_FOUND.append(f"vllm_bridge.warmup ({type(e).__name__}: {e})")
+            NOT_FOUND.append(f"vllm_bridge.warmup.worker ({type(e).__name__}: {e})")
         else:
             # Whichever of these the plugin has (it changes; the result lists what was not found).
             for attr, label in (("prepare", "plugin prepare"), ("start", "plugin start"),

@@ -730,7 +730,7 @@ def serve_and_measure(args, proc, port: int, log: ServerLog, caches: dict, deadl
         write_result(args.out)
 
 
-# The bundle writer's one outcome line (vllm_bridge/bundle_writer.py; bundle.py's line when the
+# The bundle writer's one outcome line (vllm_bridge/bundles/writer.py; startup.py's line when the
 # caches could not be recorded at load_model, in which case no writer starts and none other comes).
 BUNDLE_WRITTEN = re.compile(r"warmup-planner: bundle (?P<path>\S+) written [\d.]+ s after ready")
 BUNDLE_NOT_WRITTEN = re.compile(r"warmup-planner: (?:WARMUP_BUNDLE_OUT: )?no bundle (?:will be )?written")

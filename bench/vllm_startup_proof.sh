@@ -400,7 +400,7 @@ push_bundle() {  # `warmup bundle push` as a user runs it; OCI_PROOF: what run.j
                push_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')")
 }
 
-node_copy_sha256() {  # the node's pulled copy (vllm_bridge/bundle_source.py: under vLLM's cache root)
+node_copy_sha256() {  # the node's pulled copy (vllm_bridge/bundles/source.py: under vLLM's cache root)
     local f
     for f in "$1"/vllm/warmup_bundles/oci/*.bundle; do [ -f "$f" ] && sha256sum "$f" | cut -c1-64 && return; done
     echo none

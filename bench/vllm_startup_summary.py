@@ -31,7 +31,7 @@ import json
 import os
 
 RUNS = ("stock-cold", "plugin-cold", "plugin-warm", "stock-warm", "bundle-build", "bundle-cold")
-# The plugin report's compile kinds (vllm_bridge/phases.py KINDS, from the families the monitor counts;
+# The plugin report's compile kinds (vllm_bridge/warmup/phases.py KINDS, from the families the monitor counts;
 # tests/test_vllm_startup_bench.py holds them equal): this script runs with Python alone.
 KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
 COLUMNS = ("run", "rc", "wall_s", "tp", "ready_s", "llm_init_s", "kv_blocks", "first_request_s", "max_step_s",

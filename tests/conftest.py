@@ -40,7 +40,7 @@ def _no_vllm_moe_tables(monkeypatch):
 @pytest.fixture(autouse=True)
 def _triton_cache_dir_back(monkeypatch):
     """A test that runs the plugin's load_model pins TRITON_CACHE_DIR for the whole process
-    (vllm_bridge/executor_options.py, pin_triton_cache): the next test starts from the value before."""
+    (vllm_bridge/warmup/executor_options.py, pin_triton_cache): the next test starts from the value before."""
     if "TRITON_CACHE_DIR" in os.environ:
         monkeypatch.setenv("TRITON_CACHE_DIR", os.environ["TRITON_CACHE_DIR"])
     else:

@@ -151,7 +151,7 @@ def old_fp8_linear_shapes(engine):  # executor/backends/flashinfer.py
     return list(seen)
 
 
-def old_bridge_kernels(data, choose):  # vllm_bridge/engine.py, _apply_linear_kernels
+def old_bridge_kernels(data, choose):  # vllm_bridge/engine/from_vllm.py, _apply_linear_kernels
     chosen = {}
     for layer in data["model"]["linear"]:
         quant = layer.get("quant") or {}
@@ -198,7 +198,7 @@ def test_executor_and_bridge_compute_what_they_did(engine, monkeypatch):
     pytest.importorskip("torch")  # the reference runner's module imports torch
     from executor.backends import flashinfer
     from executor.runner import model
-    from vllm_bridge import engine as bridge
+    from vllm_bridge.engine import from_vllm as bridge
 
     facts = engine_facts(engine)
     pairs = zip(engine["model"]["linear"] + engine["model"]["moe"] + [None],

@@ -138,7 +138,7 @@ def test_without_flashinfer_the_backend_is_unavailable(monkeypatch):
 # --- the engine of a live vLLM --------------------------------------------------------------------------
 
 def test_the_live_engine_records_the_sampler_vllm_takes_here(monkeypatch):
-    from vllm_bridge import engine as bridge
+    from vllm_bridge.engine import from_vllm as bridge
 
     monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "0")
     assert bridge.sampler_of_this_process() == "triton"  # vLLM's own switch, GPU or not

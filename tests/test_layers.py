@@ -53,7 +53,7 @@ def test_the_check_sees_a_lazy_import_up(tmp_path):
 # planner.engine.facts.EngineFacts (or planner/engine/queries.py's questions of it), never a path
 # into the engine dict.
 ENGINE_MODULES = {"planner/engine/config.py", "planner/engine/facts.py", "planner/engine/hf/choices.py",
-                  "vllm_bridge/engine.py"}  # hf/choices.py: --from-hf edits the engine dict it assembled
+                  "vllm_bridge/engine/from_vllm.py"}  # hf/choices.py: --from-hf edits the engine dict it assembled
 SECTIONS = {"model", "kv_cache", "scheduler", "speculative", "parallel", "compilation", "device"}
 SECTION_ONLY = {"kv_cache", "scheduler", "speculative", "compilation"}  # names nothing else uses
 
@@ -292,3 +292,78 @@ def test_the_caches_are_the_executors_ground_floor():
 def test_the_ground_floor_check_sees_an_import_up():
     graph = {"executor.caches.triton": {"executor.precompile", "executor.caches.roots", "planner.output"}}
     assert caches_reaching_up(graph) == ["executor.caches.triton imports executor.precompile"]
+
+
+# --- the vLLM bridge's own floors: its folders are its layers (issue 56 item 3) -----------------------
+
+# Top to bottom, as the planner's. The entry modules put the rest together (vLLM loads plugin.py in
+# every process; cli.py is `warmup engine --from-vllm`; ahead.py starts the pool's long poles from
+# vLLM's first process); the warmup and the bundles stand side by side, and so do the kernels and
+# the engine (neither of a pair imports the other); the base modules import no sub-package.
+VLLM_BRIDGE_FLOORS = [
+    {"entry": ["vllm_bridge.plugin", "vllm_bridge.cli", "vllm_bridge.ahead"]},
+    {"warmup": ["vllm_bridge.warmup"], "bundles": ["vllm_bridge.bundles"]},
+    {"kernels": ["vllm_bridge.kernels"], "engine": ["vllm_bridge.engine"]},
+    {"base": ["vllm_bridge.settings", "vllm_bridge.releases", "vllm_bridge.step_aside", "vllm_bridge.fixes",
+              "vllm_bridge.engine_core_start", "vllm_bridge.timeline", "vllm_bridge.patches", "vllm_bridge"]},
+]
+
+
+def floor_part(module: str, floors: list, top: str) -> tuple[int, str] | None:
+    """(floor, part) of a module of the package `top` under `floors`: the longest listed prefix names
+    it (`top` names the package's own __init__ only, so that a new module has to be given a floor)."""
+    best = None
+    for floor, parts in enumerate(floors):
+        for part, prefixes in parts.items():
+            for prefix in prefixes:
+                inside = module == prefix or prefix != top and module.startswith(prefix + ".")
+                if inside and (best is None or len(prefix) > best[0]):
+                    best = (len(prefix), floor, part)
+    return best[1:] if best else None
+
+
+def floor_breaks(graph: dict, floors: list, top: str) -> list[str]:
+    """Each import of a module up a floor, or sideways to another part of its floor."""
+    found = []
+    for module, imports in sorted(graph.items()):
+        here = floor_part(module, floors, top)
+        for target in sorted(imports):
+            there = floor_part(target, floors, top)
+            if here and there and (there[0] < here[0] or there[0] == here[0] and there[1] != here[1]):
+                found.append(f"{module} ({here[1]}) imports {target} ({there[1]})")
+    return found
+
+
+def test_every_vllm_bridge_module_has_a_floor():
+    modules = [name for name in project_modules() if name.split(".")[0] == "vllm_bridge"]
+    assert {"vllm_bridge.plugin", "vllm_bridge.warmup.worker", "vllm_bridge.engine.from_vllm"} <= set(modules)
+    assert [name for name in modules if floor_part(name, VLLM_BRIDGE_FLOORS, "vllm_bridge") is None] == []
+    assert floor_part("vllm_bridge.new_module", VLLM_BRIDGE_FLOORS, "vllm_bridge") is None
+    assert floor_part("vllm_bridge", VLLM_BRIDGE_FLOORS, "vllm_bridge") == (3, "base")
+    assert floor_part("vllm_bridge.warmup", VLLM_BRIDGE_FLOORS, "vllm_bridge") == (1, "warmup")
+
+
+def test_the_vllm_bridge_imports_go_down_its_floors():
+    known = project_modules()
+    graph = {name: module_imports(name, path, package, known) for name, (path, package) in known.items()
+             if name.split(".")[0] == "vllm_bridge"}
+    assert graph and floor_breaks(graph, VLLM_BRIDGE_FLOORS, "vllm_bridge") == []
+
+
+def test_the_vllm_bridge_floor_check_sees_an_import_up_and_one_sideways(tmp_path):
+    graph = {"vllm_bridge.settings": {"vllm_bridge.warmup.worker_plan"},
+             "vllm_bridge.bundles.startup": {"vllm_bridge.warmup.phases", "vllm_bridge.step_aside"},
+             "vllm_bridge.engine.from_vllm": {"vllm_bridge.kernels.triton"},
+             "vllm_bridge.warmup.worker": {"vllm_bridge.warmup.phases", "vllm_bridge.engine.from_vllm",
+                                           "vllm_bridge.timeline"}}
+    assert floor_breaks(graph, VLLM_BRIDGE_FLOORS, "vllm_bridge") == [
+        "vllm_bridge.bundles.startup (bundles) imports vllm_bridge.warmup.phases (warmup)",
+        "vllm_bridge.engine.from_vllm (engine) imports vllm_bridge.kernels.triton (kernels)",
+        "vllm_bridge.settings (base) imports vllm_bridge.warmup.worker_plan (warmup)"]
+    # a lazy relative import up, read from a module's file as the real check reads it
+    (tmp_path / "timeline.py").write_text("def f():\n    from .warmup import phases\n    from . import patches\n")
+    known = {"vllm_bridge.timeline": None, "vllm_bridge.patches": None, "vllm_bridge.warmup.phases": None}
+    imports = module_imports("vllm_bridge.timeline", str(tmp_path / "timeline.py"), False, known)
+    assert imports == {"vllm_bridge.warmup.phases", "vllm_bridge.patches"}
+    assert floor_breaks({"vllm_bridge.timeline": imports}, VLLM_BRIDGE_FLOORS, "vllm_bridge") == [
+        "vllm_bridge.timeline (base) imports vllm_bridge.warmup.phases (warmup)"]

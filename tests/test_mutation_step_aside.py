@@ -1,5 +1,5 @@
 """Issue 44 item 7: the plugin's step-aside path, where the mutation pass over vllm_bridge/step_aside.py,
-plugin.py and warmup.py found no test that would notice a planted bug (CPU, without vLLM)."""
+plugin.py and warmup.py (now warmup/worker.py) found no test that would notice a planted bug (CPU, without vLLM)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from vllm_bridge import plugin, step_aside
 from vllm_bridge.releases import RELEASES, Release
 from vllm_bridge.settings import PluginError, Settings
 from vllm_bridge.step_aside import StepAside, step_aside_line
-from vllm_bridge.warmup import WorkerWarmup
+from vllm_bridge.warmup.worker import WorkerWarmup
 
 
 def fake_modules(monkeypatch, **modules):

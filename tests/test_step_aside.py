@@ -32,7 +32,7 @@ from vllm_bridge.step_aside import (
     step_aside,
     step_aside_line,
 )
-from vllm_bridge.warmup import WorkerWarmup
+from vllm_bridge.warmup.worker import WorkerWarmup
 
 LOGGER = "vllm.warmup_planner"
 ENGINE = "llama-3.1-8b-fp8-h100"
@@ -359,7 +359,7 @@ def test_the_reports_path_is_checked_before_anything_slow(tmp_path):
 # --- the engine's refusals as one line each ------------------------------------------------------------------
 
 def refusing(monkeypatch, error):
-    import vllm_bridge.engine as engine_module
+    import vllm_bridge.engine.from_vllm as engine_module
 
     def engine_from_vllm_config(vllm_config, device=None):
         raise error
@@ -368,7 +368,7 @@ def refusing(monkeypatch, error):
 
 def test_what_the_models_config_says_is_refused_at_its_line(monkeypatch, tmp_path):
     from planner.engine.hf.source import config_error
-    from vllm_bridge.worker_plan import engine_of
+    from vllm_bridge.warmup.worker_plan import engine_of
 
     (tmp_path / "config.json").write_text('{\n  "architectures": ["MambaForCausalLM"],\n  "state_size": 16\n}\n')
     source = str(tmp_path / "config.json")
@@ -379,7 +379,7 @@ def test_what_the_models_config_says_is_refused_at_its_line(monkeypatch, tmp_pat
 
 
 def test_what_vllm_resolved_is_refused_at_the_vllm_config(monkeypatch, tmp_path):
-    from vllm_bridge.worker_plan import engine_of
+    from vllm_bridge.warmup.worker_plan import engine_of
 
     refusing(monkeypatch, ValueError("speculative method 'suffix' is not one the engine config models"))
     with pytest.raises(PlanError) as e:

@@ -89,7 +89,7 @@ def test_a_bundle_named_by_its_directory_or_a_registry_is_read_through_its_local
     holds are not built ahead either (on the H200, part AD, the oci:// start built both for nothing)."""
     from executor.bundle import archive
     from planner.errors import PlanError
-    from vllm_bridge import bundle_source
+    from vllm_bridge.bundles import source as bundle_source
 
     manifest = archive.Manifest(archive.FORMAT, "", "", "", {}, [archive.FileRecord(
         "flashinfer_jit/sampling/sampling.so", "0" * 64, 1)], [], {}, origin=archive.VLLM)

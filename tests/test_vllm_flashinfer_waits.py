@@ -1,4 +1,4 @@
-"""vLLM's own calls of FlashInfer modules the pool builds (vllm_bridge/flashinfer_waits.py): a call
+"""vLLM's own calls of FlashInfer modules the pool builds (vllm_bridge/warmup/flashinfer_waits.py): a call
 that finds FlashInfer's lock held by another process is a wait for the pool, timed and logged; the
 line on what FlashInfer's prebuilt JIT cache would save."""
 
@@ -12,7 +12,7 @@ import pytest
 
 filelock = pytest.importorskip("filelock")
 
-from vllm_bridge.flashinfer_waits import FlashInferWaits, held_elsewhere, prebuilt_line  # noqa: E402
+from vllm_bridge.warmup.flashinfer_waits import FlashInferWaits, held_elsewhere, prebuilt_line  # noqa: E402
 
 FAKE_CORE = '''
 CALLS = []
@@ -83,9 +83,9 @@ def test_the_prebuilt_cache_line_names_what_the_pool_built(monkeypatch):
                 "wall_s": 118.44},
                {"backend": "flashinfer_jit", "key": "flashinfer.jit[gemm]", "status": "ok", "compiled": 0, "wall_s": 0.1},
                {"backend": "deep_gemm_vllm", "key": "dg", "status": "ok", "compiled": 1, "wall_s": 4.0}]
-    monkeypatch.setattr("vllm_bridge.flashinfer_waits.prebuilt_cache_installed", lambda: False)
+    monkeypatch.setattr("vllm_bridge.warmup.flashinfer_waits.prebuilt_cache_installed", lambda: False)
     assert prebuilt_line(records) == (
         "FlashInfer's prebuilt JIT cache (flashinfer-jit-cache, on FlashInfer's own wheel index) is not installed: "
         "the pool built its modules here (sampling 118.4 s); with it, nothing would be built")
-    monkeypatch.setattr("vllm_bridge.flashinfer_waits.prebuilt_cache_installed", lambda: True)
+    monkeypatch.setattr("vllm_bridge.warmup.flashinfer_waits.prebuilt_cache_installed", lambda: True)
     assert prebuilt_line(records) is None

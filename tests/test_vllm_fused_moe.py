@@ -214,7 +214,7 @@ def test_the_installed_vllms_tables_are_found_without_importing_it(tmp_path, mon
 def test_the_plugin_plans_with_the_tables_of_the_vllm_it_runs_in(tmp_path, monkeypatch):
     """Inside vLLM (the plugin's make_plan), with nothing set, the running vLLM's tables are read."""
     from vllm_bridge.settings import Settings
-    from vllm_bridge.worker_plan import make_plan
+    from vllm_bridge.warmup.worker_plan import make_plan
 
     fake_vllm(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -374,7 +374,7 @@ def test_one_expert_aliases_one_expert_with_the_real_layers_specialization():
     building them with the full strides), and Triton specializes the expert stride as it does the
     real layer's (a multiple of 16, 32-bit)."""
     torch = pytest.importorskip("torch")
-    from vllm_bridge.triton import one_expert
+    from vllm_bridge.kernels.triton import one_expert
 
     w = one_expert((128, 1536, 2048), torch.uint8, "cpu")
     assert w.shape == (128, 1536, 2048) and w.stride() == (0, 2048, 1)

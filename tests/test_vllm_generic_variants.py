@@ -16,8 +16,8 @@ from executor.triton_generic import CloseResult, GenericUse
 from planner.api import expand, load_engine, load_plan
 from vllm_bridge.releases import RELEASES
 from vllm_bridge.settings import Settings
-from vllm_bridge.generic_variants import built_line
-from vllm_bridge.warmup import WorkerWarmup
+from vllm_bridge.warmup.generic_variants import built_line
+from vllm_bridge.warmup.worker import WorkerWarmup
 
 
 class Closure:

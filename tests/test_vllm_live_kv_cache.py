@@ -1,4 +1,4 @@
-"""The plugin's plan follows the KV cache vLLM allocated (vllm_bridge.worker_plan.check_live_kv_cache):
+"""The plugin's plan follows the KV cache vLLM allocated (vllm_bridge.warmup.worker_plan.check_live_kv_cache):
 a batch step hands block ids to every KV-cache group, and a group the engine config lacked failed
 every batch step on an H200 (Cohere2: vLLM made four groups of its 8 full and 24 sliding layers, the
 engine two). vLLM's own grouping of a layer pattern is checked in tests/vllm_plugin."""
@@ -10,11 +10,11 @@ from types import SimpleNamespace as NS
 
 from planner.api import expand, load_engine, load_plan
 from planner.plan.steps import Prefill
-from vllm_bridge.engine import kv_cache_mismatch, live_kv_cache, with_live_kv_cache
+from vllm_bridge.engine.from_vllm import kv_cache_mismatch, live_kv_cache, with_live_kv_cache
 from vllm_bridge.releases import RELEASES
 from vllm_bridge.settings import Settings
-from vllm_bridge.warmup import WorkerWarmup
-from vllm_bridge.worker_plan import check_live_kv_cache
+from vllm_bridge.warmup.worker import WorkerWarmup
+from vllm_bridge.warmup.worker_plan import check_live_kv_cache
 
 
 # vLLM's KVCacheSpec classes as the check reads them: by class name, through the class's ancestry

@@ -14,7 +14,7 @@ from planner.resources import engines_dir
 from vllm_bridge.releases import RELEASES, UnsupportedVllm, release_for
 from vllm_bridge.settings import PluginError, Settings, with_rank
 from vllm_bridge.step_aside import SAID
-from vllm_bridge.warmup import WorkerWarmup
+from vllm_bridge.warmup.worker import WorkerWarmup
 
 
 def test_settings_from_env_inert_without_a_plan():
@@ -70,11 +70,11 @@ import logging  # noqa: E402
 
 from executor.precompile import Precompiler, compile_jobs, default_jobs  # noqa: E402
 from planner.plan.steps import GemmLike  # noqa: E402
-from vllm_bridge import phases as ph  # noqa: E402
 from vllm_bridge import plugin  # noqa: E402
-from vllm_bridge.executor_options import DEEP_GEMM_BACKEND, local_ranks, options_for, precompile_jobs  # noqa: E402
-from vllm_bridge.log_lines import summary_line  # noqa: E402
-from vllm_bridge.worker_plan import compile_keys, plugin_plan  # noqa: E402
+from vllm_bridge.warmup import phases as ph  # noqa: E402
+from vllm_bridge.warmup.executor_options import DEEP_GEMM_BACKEND, local_ranks, options_for, precompile_jobs  # noqa: E402
+from vllm_bridge.warmup.log_lines import summary_line  # noqa: E402
+from vllm_bridge.warmup.worker_plan import compile_keys, plugin_plan  # noqa: E402
 
 SHIPPED = sorted(f[:-5] for f in os.listdir(engines_dir()) if f.endswith(".yaml"))
 
@@ -125,7 +125,7 @@ def test_torch_compile_after_ready_is_eager_by_default_and_compile_on_request(ca
         Settings.from_env({"WARMUP_PLAN": "p", "WARMUP_TORCH_COMPILE_AFTER_READY": "never"})
     assert str(e.value) == ("warmup-planner: WARMUP_TORCH_COMPILE_AFTER_READY must be eager or compile, "
                             "got 'never'")
-    from vllm_bridge.after_ready import torch_compile_after_ready
+    from vllm_bridge.warmup.after_ready import torch_compile_after_ready
 
     with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
         assert torch_compile_after_ready("compile", 2) is False
@@ -140,7 +140,7 @@ def test_torch_compile_after_ready_is_eager_by_default_and_compile_on_request(ca
 
 def test_the_seal_sets_dynamos_stance_unless_asked_to_compile(monkeypatch):
     """The worker's warmup ends with the seal and the stance (one call, rank and setting handed)."""
-    from vllm_bridge import warmup as warmup_module
+    from vllm_bridge.warmup import worker as warmup_module
 
     calls = []
     monkeypatch.setattr(warmup_module, "torch_compile_after_ready", lambda setting, rank: calls.append((setting, rank)))
@@ -380,7 +380,7 @@ def live_model(*kernels):
 
 
 def test_the_live_layers_kernels_are_checked_against_the_engine_after_load(caplog):
-    from vllm_bridge.engine import live_linear_kernels
+    from vllm_bridge.engine.from_vllm import live_linear_kernels
 
     state = bare_state(Settings("vllm-0.25"))  # llama: flashinfer_deep_gemm recorded
     flashinfer = live_model(*[FlashInferFp8DeepGEMMDynamicBlockScaledKernel] * 4)
@@ -396,7 +396,7 @@ def test_the_live_layers_kernels_are_checked_against_the_engine_after_load(caplo
 
 
 def test_a_live_block_fp8_shape_the_engine_does_not_list_is_one_warning(caplog):
-    from vllm_bridge.engine import live_block_fp8_linears
+    from vllm_bridge.engine.from_vllm import live_block_fp8_linears
 
     state = bare_state(Settings("vllm-0.25"))  # llama: qkv n6144 k4096, o n4096 k4096, ...
     listed = [NS(quant_method=NS(fp8_linear=FlashInferFp8DeepGEMMDynamicBlockScaledKernel(), block_quant=True),
@@ -472,7 +472,7 @@ def test_load_model_pins_tritons_directory_before_vllm_builds_the_model(tmp_path
 
 
 def test_a_users_triton_directory_is_never_changed(tmp_path, monkeypatch):
-    from vllm_bridge.executor_options import pin_triton_cache
+    from vllm_bridge.warmup.executor_options import pin_triton_cache
 
     environ = {"TRITON_CACHE_DIR": str(tmp_path / "mine"), "TRITON_HOME": str(tmp_path)}
     assert pin_triton_cache(environ) == str(tmp_path / "mine") and environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine")
@@ -484,7 +484,7 @@ def test_once_pinned_inductor_keeps_tritons_directory(tmp_path, monkeypatch):
     """What the pin is for, against torch itself: Inductor's CachingAutotuner sets TRITON_CACHE_DIR only
     where it is unset, from triton_cache_dir(), which returns the variable once it is set."""
     cache_dir_utils = pytest.importorskip("torch._inductor.runtime.cache_dir_utils")
-    from vllm_bridge.executor_options import pin_triton_cache
+    from vllm_bridge.warmup.executor_options import pin_triton_cache
 
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))

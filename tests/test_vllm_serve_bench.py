@@ -657,10 +657,10 @@ class Server:
         return self.returncode
 
 
-WRITTEN = ("(EngineCore_DP0 pid=9) INFO 11-27 03:04:12 [bundle_writer.py:55] warmup-planner: bundle "
+WRITTEN = ("(EngineCore_DP0 pid=9) INFO 11-27 03:04:12 [writer.py:55] warmup-planner: bundle "
            "/r/bundles/x.warmup written 41.3 s after ready, in 41.0 s beside vLLM (its files listed at ready "
            "in 0.20 s): 812 files")
-NOT_WRITTEN = ("(EngineCore_DP0 pid=9) WARNING 11-27 03:04:12 [bundle_writer.py:52] warmup-planner: no bundle "
+NOT_WRITTEN = ("(EngineCore_DP0 pid=9) WARNING 11-27 03:04:12 [writer.py:52] warmup-planner: no bundle "
                "written: a file listed at ready changed: /c/x.cubin")
 
 

@@ -345,8 +345,8 @@ def test_bundle_check_fails_where_the_building_caches_were_opened_or_not_watched
 
 def test_the_summarys_compile_kinds_are_the_monitored_families():
     """bench/vllm_startup_summary.py runs with Python alone, so it names the kinds itself: the same as
-    the families the JIT monitor counts (executor/caches/registry.py, vllm_bridge/phases.py)."""
-    from vllm_bridge.phases import KINDS
+    the families the JIT monitor counts (executor/caches/registry.py, vllm_bridge/warmup/phases.py)."""
+    from vllm_bridge.warmup.phases import KINDS
 
     assert load("vllm_startup_summary").KINDS == KINDS
 

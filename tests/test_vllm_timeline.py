@@ -19,11 +19,11 @@ import pytest
 from test_step_aside import StockWorker, wrapped
 from test_vllm_startup_bench import BENCH, load
 
-from vllm_bridge import phases as ph
 from vllm_bridge import plugin, timeline
-from vllm_bridge.log_lines import LogProgress
 from vllm_bridge.settings import Settings
-from vllm_bridge.warmup import WorkerWarmup
+from vllm_bridge.warmup import phases as ph
+from vllm_bridge.warmup.log_lines import LogProgress
+from vllm_bridge.warmup.worker import WorkerWarmup
 
 LOGGER = "vllm.warmup_planner"
 

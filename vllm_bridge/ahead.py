@@ -26,8 +26,9 @@ import threading
 from kernel_model.device import capability_text, sm_capability
 from planner.errors import PlanError, one_line
 
-from . import bundle_source, patches, timeline
-from .flashinfer_waits import prebuilt_cache_installed
+from . import patches, timeline
+from .bundles import source as bundle_source
+from .warmup.flashinfer_waits import prebuilt_cache_installed
 
 log = logging.getLogger("vllm.warmup_planner")
 
@@ -133,8 +134,8 @@ def modules_ahead(request: Request, settings) -> tuple[list, str]:
     from planner.engine.config import engine_from_document
     from planner.yamlio import Document
 
-    from .engine import gpu_of_device_name, installed_release
-    from .worker_plan import config_path, make_plan
+    from .engine.from_vllm import gpu_of_device_name, installed_release
+    from .warmup.worker_plan import config_path, make_plan
 
     path = config_path(request.model, request.revision)
     capability, name = gpu_capability(), gpu_name()

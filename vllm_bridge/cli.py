@@ -1,7 +1,7 @@
 """`warmup engine --from-vllm [--gpu NAME] [-o FILE] -- <vllm serve arguments>`.
 
 Builds vLLM's own EngineArgs -> VllmConfig from the arguments (vLLM's parser, vLLM's defaults
-for `vllm serve`), then writes the engine config of what it resolved (vllm_bridge/engine.py).
+for `vllm serve`), then writes the engine config of what it resolved (vllm_bridge/engine/from_vllm.py).
 Loaded by planner/commands/engine.py through the `warmup.engine_sources` entry point `vllm`, only
 when --from-vllm is given: the planner never imports this module, vLLM or torch otherwise. Every
 failure is a PlanError: one line, exit 2, nothing written.
@@ -21,8 +21,8 @@ from planner.engine import hf
 from planner.engine.releases import parse_release
 from planner.errors import PlanError, one_line
 from planner.output import emit
-from vllm_bridge.releases import RELEASES
-from vllm_bridge.standins import Device
+from .engine.standins import Device
+from .releases import RELEASES
 
 # A per-release plan is named after the release it follows (plans/vllm-0.33.yaml).
 RELEASE_PLAN = re.compile(r"^vllm-(\d+\.\d+)$")
@@ -141,7 +141,7 @@ def build_engine(argv: list[str], gpu: str | None):
     check_release(release)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     if not has_gpu():
-        from vllm_bridge.standins import install
+        from .engine.standins import install
         gpu = gpu or "H100"
         install(device_of(gpu))
         stand_in_vendored_deep_gemm()  # the linear-kernel selection asks whether DeepGEMM is there
@@ -149,7 +149,7 @@ def build_engine(argv: list[str], gpu: str | None):
     check_model_dir(str(engine_args.model))
     vllm_config = create_engine_config(engine_args)
     # the plugin's own derivation, refusals and all
-    from vllm_bridge.worker_plan import engine_of
+    from .warmup.worker_plan import engine_of
 
     return engine_of(vllm_config, gpu, where=WHERE), release, os.path.join(str(engine_args.model), "config.json")
 

@@ -23,7 +23,7 @@ the environment or the command's, is never changed. WARMUP_ENGINE_CORE_FORK (Set
 - 0: never.
 In the forked engine core the plugin does not register again (vLLM loads plugins once per
 process, and the child inherits the parent's): what the plugin keeps per process is keyed by the
-process id (vllm_bridge.timeline, vllm_bridge.bundle_source), and the Worker is patched by the
+process id (vllm_bridge.timeline, vllm_bridge.bundles.source), and the Worker is patched by the
 import hook the parent installed.
 """
 

@@ -10,7 +10,7 @@ while it resolves the model), and that release's GPU Worker is patched:
 - ``EngineArgs.create_engine_config`` (in vLLM's first process): FlashInfer's modules the plan would
   build are started then, from the model's config.json, in a process of their own (vllm_bridge.ahead);
 - ``load_model``: the plan is made (engine from the live VllmConfig, a stale saved plan refused),
-  a start-up bundle installed (WARMUP_BUNDLE, vllm_bridge.bundle) and the cache directories
+  a start-up bundle installed (WARMUP_BUNDLE, vllm_bridge.bundles.startup) and the cache directories
   recorded for one to be built (WARMUP_BUNDLE_OUT), and the plan's precompile pool started before
   vLLM loads the weights; once they are loaded, the kernel each block-FP8 linear was built with is
   checked against the engine config's (one warning line);
@@ -20,8 +20,8 @@ while it resolves the model), and that release's GPU Worker is patched:
   falls back to vLLM's own warmup). The compile lane (CUDA-free: FlashInfer's nvcc builds, Triton)
   goes on, bounded by WARMUP_PRECOMPILE_TIMEOUT;
 - ``compile_or_warm_up_model``: vLLM's own method with the plan in place of what the plan models
-  (vllm_bridge.warmup); then, vLLM ready, the start-up's caches listed, and packed into
-  WARMUP_BUNDLE_OUT by a thread of their own while vLLM reports ready (vllm_bridge.bundle).
+  (vllm_bridge.warmup.worker); then, vLLM ready, the start-up's caches listed, and packed into
+  WARMUP_BUNDLE_OUT by a thread of their own while vLLM reports ready (vllm_bridge.bundles.startup).
 
 Patching twice is a no-op: the originals are kept on the class.
 
@@ -43,12 +43,13 @@ import os
 import sys
 import time
 
-from . import ahead, bundle, bundle_source, engine_core_start, fixes, timeline
-from .executor_options import pin_triton_cache
+from . import ahead, engine_core_start, fixes, timeline
+from .bundles import source as bundle_source, startup as bundle
 from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
 from .step_aside import StepAside, Verdict, agree, cause_of, step_aside
-from .warmup import WorkerWarmup, swapped
+from .warmup.executor_options import pin_triton_cache
+from .warmup.worker import WorkerWarmup, swapped
 
 PATCHED = "_warmup_planner_originals"  # on the Worker class: {method name: vLLM's function}
 STATE = "_warmup_planner"               # on a worker: its WorkerWarmup, or its StepAside
@@ -302,7 +303,7 @@ def _determine_available_memory_body(self, original, release: Release, args, kwa
     if not runs_plan(state):
         return original(self, *args, **kwargs)
     # The device lane's processes, and their GPU memory, gone before vLLM measures (after its
-    # profile run, inside its memory profile); the compile lane goes on (vllm_bridge.warmup).
+    # profile run, inside its memory profile); the compile lane goes on (vllm_bridge.warmup.worker).
     runner = self.model_runner
     profile = getattr(runner, release.profile_method)
     with state.phases.phase("profile run"), swapped(runner, release.profile_method,

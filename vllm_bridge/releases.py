@@ -38,7 +38,7 @@ class Release(NamedTuple):
     deep_gemm_module: str = "vllm.utils.deep_gemm"
     deep_gemm_init: str = "_lazy_init"
     deep_gemm_import: str = "_import_deep_gemm"
-    # vLLM's Triton top-k/top-p sampler (vllm_bridge.triton warms it where the plan asks)
+    # vLLM's Triton top-k/top-p sampler (vllm_bridge.kernels.triton warms it where the plan asks)
     sampler_module: str = "vllm.v1.sample.ops.topk_topp_triton"
     # vLLM's JIT monitor, started at the end of compile_or_warm_up_model: the generic Triton variants
     # (executor.triton_generic) are built and sealed right before it starts watching

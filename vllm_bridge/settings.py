@@ -45,9 +45,9 @@ class Settings(NamedTuple):
     torch_compile_after_ready: str = "eager"  # WARMUP_TORCH_COMPILE_AFTER_READY: eager (a call that would
     #                                compile runs eagerly: executor/dynamo_stance.py) or compile (Dynamo's default)
     registry_plain_http: bool = False  # WARMUP_REGISTRY_PLAIN_HTTP: an oci:// bundle's registry spoken to
-    #                                without TLS though not on loopback (bundle_source; the CLI's is --plain-http)
+    #                                without TLS though not on loopback (bundles.source; the CLI's is --plain-http)
     bundle_inert: str = "warn"     # WARMUP_BUNDLE_INERT: warn (an installed entry nothing read by ready is
-    #                                listed) or error (it stops vLLM's start: bundle.check_use)
+    #                                listed) or error (it stops vLLM's start: bundles.startup.check_use)
     fixes_off: tuple[str, ...] = ()  # WARMUP_FIX_<NAME>=0: the start-up fixes the user turned off, by name
     #                                (vllm_bridge/fixes.py: FIXES, switch fix_switch(name); unset: on)
 

@@ -6,7 +6,7 @@ again) and, with tensor parallelism, each worker. Each of them keeps its own mar
 start (from /proc: what the interpreter and the imports cost before vLLM loads its plugins), the
 plugin's register, vLLM's EngineArgs.create_engine_config (arguments and model resolution, in the
 API server), the worker's three methods the plugin wraps and vLLM's phases inside them
-(vllm_bridge.phases: weights, profile run, warmup around the plan), each plan stage, the generic
+(vllm_bridge.warmup.phases: weights, profile run, warmup around the plan), each plan stage, the generic
 Triton variants, the bundle's pin, pull and install, and ready. Each mark says whose work it is:
 ``plugin`` (the plugin's own) or ``vllm`` (vLLM's, the plugin's marks nested inside it are its share).
 

@@ -53,7 +53,7 @@ class Unresolved(NamedTuple):
 class Monitored(NamedTuple):
     """How the JIT monitor counts a family's compiles (its StepCounts counters)."""
 
-    kind: str                 # the key of the start-up phases' counts (vllm_bridge/phases.py)
+    kind: str                 # the key of the start-up phases' counts (vllm_bridge/warmup/phases.py)
     backend: str              # the backend its post-seal events name (executor/jit_monitor.py)
     label: str                # as a log line says it
     compiled: str             # the counter of compiles

@@ -5,7 +5,7 @@
   TORCHINDUCTOR_CACHE_DIR inside its torch.compile cache (packed with that family). Inductor's
   Triton kernels go to TRITON_CACHE_DIR, which Inductor sets under its cache directory of the
   moment where nobody set it (its first kernel's CachingAutotuner); the vLLM plugin sets it first,
-  at load_model, to Triton's own directory (vllm_bridge/executor_options.py, pin_triton_cache).
+  at load_model, to Triton's own directory (vllm_bridge/warmup/executor_options.py, pin_triton_cache).
 - Packs: every file but locks.
 - Relocates: its Triton entries' group files (executor/caches/triton.py), and the paths its FX graph
   and AOTAutograd entries (pickles) hold: each kernel's autotuner keeps the absolute path of its

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from executor.bundle import archive, environment, startup
-from vllm_bridge import bundle_writer
+from vllm_bridge.bundles import writer as bundle_writer
 from test_startup_bundle import environ, fill_startup, plugin_worker, vllm_fp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -91,7 +91,7 @@ def test_the_bundle_holds_what_a_build_at_ready_holds(start_up, tmp_path):
     seen = {}
 
     def compile_or_warm_up(self):
-        from vllm_bridge import bundle as bridge
+        from vllm_bridge.bundles import startup as bridge
 
         fill_startup(tmp_path / "b")
         seen["manifest"] = startup.build(str(before), bridge.roots_now(), vllm_fp(), startup.Origin())
@@ -169,7 +169,7 @@ SCRIPT = r"""
 import json, logging, sys, time
 from executor.bundle import archive, startup
 from executor.caches.registry import CacheRoots
-from vllm_bridge import bundle, bundle_writer
+from vllm_bridge.bundles import startup as bundle, writer as bundle_writer
 
 logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s", stream=sys.stdout)
 env, fp, out, slow = json.loads(sys.argv[1])

@@ -1,4 +1,4 @@
-"""WARMUP_BUNDLE in the plugin (vllm_bridge/bundle_source.py), against the CNCF registry on loopback:
+"""WARMUP_BUNDLE in the plugin (vllm_bridge/bundles/source.py), against the CNCF registry on loopback:
 the first process pins a tag to its digest and hands it down, the node's copy is fetched once in the
 background, and every failure of the registry is one line for the server and a bounded wait, after
 which vLLM starts without the bundle."""
@@ -17,7 +17,7 @@ import pytest
 from executor.bundle import oci, oci_ref
 from registry_server import PASSWORD, free_port, serve
 from test_bundle_oci import make_bundle, push, sha
-from vllm_bridge import bundle_source
+from vllm_bridge.bundles import source as bundle_source
 from vllm_bridge.settings import PluginError, Settings
 
 LOGGER = "vllm.warmup_planner"

@@ -1,4 +1,4 @@
-"""Where a bundle comes from (executor/bundle/sources.py, vllm_bridge/bundle_source.py), each promise
+"""Where a bundle comes from (executor/bundle/sources.py, vllm_bridge/bundles/source.py), each promise
 made to bite (issue 55 item 6's mutation pass): the node's pull lock and the caller's deadline bound
 every wait, a mounted directory's hidden entries are not bundles, a failed pull's mark is read back by
 the server's other processes, and the plugin's source honours WARMUP_REGISTRY_PLAIN_HTTP."""
@@ -102,7 +102,7 @@ def test_the_plugin_speaks_plain_http_where_the_environment_asks(tmp_path, plain
     """WARMUP_REGISTRY_PLAIN_HTTP=1 (read by the plugin's Settings) reaches a registry without TLS that
     is not named loopback; without it the source speaks TLS and vLLM starts without the bundle, whatever
     the environment the source is handed says (Settings is its one reader)."""
-    from vllm_bridge import bundle_source
+    from vllm_bridge.bundles import source as bundle_source
     from vllm_bridge.settings import PluginError, Settings
 
     bundle = tmp_path / "b.warmup"
@@ -132,7 +132,7 @@ def test_a_child_installs_the_digest_its_server_pinned_even_after_the_tag_moved(
     """vLLM's engine core and workers inherit WARMUP_BUNDLE pinned by the API server: a child asking
     for the tag gets the pinned bytes, though the tag names another bundle by then; where the server
     found none (WARMUP_BUNDLE=""), the child has none and says nothing."""
-    from vllm_bridge import bundle_source
+    from vllm_bridge.bundles import source as bundle_source
 
     first, second = tmp_path / "1.warmup", tmp_path / "2.warmup"
     make_bundle(first, seed=1)
@@ -161,7 +161,7 @@ def test_a_pull_that_hangs_is_waited_for_no_longer_than_the_timeout(tmp_path, mo
     import logging
     import threading
 
-    from vllm_bridge import bundle_source
+    from vllm_bridge.bundles import source as bundle_source
 
     ref = oci_ref.parse(PINNED.format(port=1))
     stuck = threading.Event()

@@ -307,7 +307,7 @@ def test_a_deep_gemm_kernel_another_process_compiled_is_not_counted_here():
 
 
 def test_the_rank_line_says_what_it_compiled_waited_for_and_the_node_total():
-    from vllm_bridge.log_lines import _pool_line, summary_line
+    from vllm_bridge.warmup.log_lines import _pool_line, summary_line
 
     p = {"ok": 6, "jobs": 6, "workers": 4, "wall_s": 2.0, "compiled": 3,
          "claims": {"compiled": 3, "waited": 2, "loaded": 1, "taken_over": ["precompile: taking over ..."],

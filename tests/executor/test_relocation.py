@@ -461,7 +461,9 @@ def test_the_plugin_is_on_for_an_install_awaiting_the_machine_and_steps_aside_fo
     the machine at load_model); with a vLLM the plugin does not support, that is one line, not a stop."""
     import sys
 
-    from vllm_bridge import bundle as bridge, plugin as plugin_module
+    from vllm_bridge import plugin as plugin_module
+
+    from vllm_bridge.bundles import startup as bridge
     from vllm_bridge.settings import Settings
 
     root = tmp_path / "vllm"
@@ -485,7 +487,8 @@ def test_the_plugin_is_on_for_an_install_awaiting_the_machine_and_steps_aside_fo
 
 
 def test_load_model_checks_an_install_awaiting_the_machine_before_vllm_reads_the_caches(tmp_path, monkeypatch, caplog):
-    from vllm_bridge import bundle as bridge, plugin as plugin_module
+    from vllm_bridge import plugin as plugin_module
+    from vllm_bridge.bundles import startup as bridge
     from vllm_bridge.settings import Settings
 
     out = str(tmp_path / "s.warmup")

@@ -14,7 +14,7 @@ import pytest
 from executor.bundle import archive, cli, environment, startup
 from executor.caches import registry
 from executor.caches.registry import CacheRoots
-from vllm_bridge import bundle_writer
+from vllm_bridge.bundles import writer as bundle_writer
 from test_bundle import deepjit_entry, elf, fingerprint, parse, rewrite
 
 CFG = "cfg0123456789"
@@ -211,7 +211,7 @@ def test_model_info_of_another_vllm_is_refused_in_one_line_nothing_written(bundl
 def test_the_plugin_places_model_info_at_register_and_says_so_in_one_line(bundle, tmp_path, monkeypatch, caplog):
     import importlib.metadata
 
-    from vllm_bridge import bundle as bridge
+    from vllm_bridge.bundles import startup as bridge
 
     out, _, _ = bundle
     for key, value in environ(tmp_path / "serve").items():
@@ -401,7 +401,7 @@ def test_the_plugin_builds_after_ready_and_installs_before_vllm_compiles(plugin,
 
 def test_inert_entries_are_fatal_under_the_setting_and_only_then(plugin, bundle, tmp_path, monkeypatch, caplog):
     from executor.bundle import usage
-    from vllm_bridge import bundle as bridge
+    from vllm_bridge.bundles import startup as bridge
     from vllm_bridge.settings import PluginError, Settings
 
     out, _, _ = bundle
@@ -463,7 +463,7 @@ def test_with_a_plan_the_bundle_names_it_and_is_packed_after_the_plans_warmup(pl
 
     from vllm_bridge import plugin as plugin_module
     from vllm_bridge.settings import Settings
-    from vllm_bridge.warmup import WorkerWarmup
+    from vllm_bridge.warmup.worker import WorkerWarmup
 
     out = tmp_path / "s.warmup"
     state = NS(start=lambda: None, check_live_kernels=lambda: None,
@@ -492,7 +492,9 @@ def test_register_places_the_bundles_model_info_after_patching_the_worker(monkey
     import sys
     from types import SimpleNamespace as NS
 
-    from vllm_bridge import bundle as bridge, plugin as plugin_module
+    from vllm_bridge import plugin as plugin_module
+
+    from vllm_bridge.bundles import startup as bridge
 
     calls = []
     monkeypatch.setitem(sys.modules, "vllm", NS(__version__="0.25.0"))

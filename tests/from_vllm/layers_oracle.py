@@ -9,11 +9,11 @@ leaves out), picks the model class from its registry, and builds it under torch.
 every parallel linear, fused-MoE layer and attention layer is vLLM's own, sharded as on rank 0 of
 `tp` ranks (the tensor-parallel group is a stand-in that says its size; no process group, no
 kernel, no weight is loaded). The facts each layer reports are read back, with the config dict
-`--from-vllm` derives its engine from (vllm_bridge/engine.py's _hf_config_dict): a linear's
+`--from-vllm` derives its engine from (vllm_bridge/engine/from_vllm.py's _hf_config_dict): a linear's
 output/input size per partition and its quant method, the experts held and their width, each
 attention layer's heads, head size, scale, soft cap, sliding window and backend.
 
-The device is vllm_bridge/standins.py's H100: vLLM's CUDA platform with that GPU's facts.
+The device is vllm_bridge/engine/standins.py's H100: vLLM's CUDA platform with that GPU's facts.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from vllm_bridge.cli import stand_in_vendored_deep_gemm  # noqa: E402
-from vllm_bridge.standins import Device, install  # noqa: E402
+from vllm_bridge.engine.standins import Device, install  # noqa: E402
 
 
 class Group:
@@ -102,7 +102,7 @@ class NoStream:
 
 
 def stand_ins() -> None:
-    """What building a model on a machine without a GPU needs beyond vllm_bridge/standins.py: the
+    """What building a model on a machine without a GPU needs beyond vllm_bridge/engine/standins.py: the
     compiled activation ops a constructor names, CUDA stream and event objects, a model-class inspection in this process
     (vLLM inspects in a subprocess, which has none of the stand-ins), and the image processors a
     multimodal model module imports where torchvision is absent (none is run)."""
@@ -181,7 +181,7 @@ def layers(case: dict) -> dict:
     with set_default_torch_dtype(config.model_config.dtype), torch.device("meta"):
         cls, architecture = get_model_architecture(config.model_config)
         model = initialize_model(vllm_config=config)
-    from vllm_bridge.engine import _hf_config_dict
+    from vllm_bridge.engine.from_vllm import _hf_config_dict
 
     # the config.json as `--from-vllm` and the plugin hand it to planner/engine/hf
     hf_config = json.loads(json.dumps(_hf_config_dict(config.model_config), default=str))

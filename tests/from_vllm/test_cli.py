@@ -102,7 +102,7 @@ def test_from_hf_imports_neither_the_bridge_nor_torch(tmp_path):
     fixture = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "hf",
                            "qwen3-8b.json")
     code = ("import sys; from planner import cli; rc = cli.main(['engine', '--from-hf', sys.argv[1], '-o', "
-            "sys.argv[2]]); print(rc, sorted(m for m in ('torch', 'vllm', 'vllm_bridge.cli', 'vllm_bridge.engine') "
+            "sys.argv[2]]); print(rc, sorted(m for m in ('torch', 'vllm', 'vllm_bridge.cli', 'vllm_bridge.engine.from_vllm') "
             "if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code, fixture, str(tmp_path / "e.yaml")], capture_output=True,
                          text=True, check=True)

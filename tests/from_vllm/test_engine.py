@@ -14,7 +14,7 @@ import pytest
 from planner.engine import hf
 from planner.engine.config import Engine
 from planner.schema import load_schema
-from vllm_bridge.engine import engine_from_vllm_config, gpu_of_device_name
+from vllm_bridge.engine.from_vllm import engine_from_vllm_config, gpu_of_device_name
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "hf")
 
@@ -46,14 +46,14 @@ def vllm_config(fixture="llama-3.1-8b-instruct-fp8-block.json", *, spec=None, bl
 
 @pytest.fixture(autouse=True)
 def linear_kernel(monkeypatch):
-    """vLLM's kernel selection (vllm_bridge.engine.fp8_linear_kernel needs vLLM): a stand-in that
+    """vLLM's kernel selection (vllm_bridge.engine.from_vllm.fp8_linear_kernel needs vLLM): a stand-in that
     records what it was asked and answers `linear_kernel.answer`."""
     asked = NS(calls=[], answer="flashinfer_deep_gemm")
 
     def choose(config, weight_shape, block):
         asked.calls.append((tuple(weight_shape), tuple(block)))
         return asked.answer
-    monkeypatch.setattr("vllm_bridge.engine.fp8_linear_kernel", choose)
+    monkeypatch.setattr("vllm_bridge.engine.from_vllm.fp8_linear_kernel", choose)
     return asked
 
 

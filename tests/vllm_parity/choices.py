@@ -4,7 +4,7 @@ in the subprocess whose sys.path holds that release).
 - the model runner: `VllmConfig.use_v2_model_runner` on a stand-in of the config's attributes it
   reads (the private methods it calls are vLLM's own, bound to the stand-in);
 - each block-FP8 linear's kernel: `choose_scaled_mm_linear_kernel` through
-  vllm_bridge.engine.fp8_linear_kernel (the function `--from-vllm` and the plugin call), against
+  vllm_bridge.engine.from_vllm.fp8_linear_kernel (the function `--from-vllm` and the plugin call), against
   the FlashInfer installed beside the release (0.25: flashinfer-python 0.6.13, its real
   `flashinfer.gemm.fp8_blockscale_gemm_sm90` export), once as installed and once with
   VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0;
@@ -76,7 +76,7 @@ def kernel_config(engine: dict):
 
 def linear_kernels(engine: dict, flashinfer: bool) -> dict:
     """{layer name: kernel} of the block-FP8 linears, FlashInfer as installed or turned off."""
-    from vllm_bridge.engine import fp8_linear_kernel
+    from vllm_bridge.engine.from_vllm import fp8_linear_kernel
     with flashinfer_switch(flashinfer):
         config = kernel_config(engine)
         return {layer["name"]: fp8_linear_kernel(config, (layer["n"], layer["k"]), layer["quant"]["weight_block_size"])

@@ -1,7 +1,7 @@
 """What a vLLM release's own code says of its Triton fused_moe kernel, for tests/test_vllm_fused_moe.py.
 
 Run in a subprocess whose sys.path holds the release (`python fused_moe_oracle.py < cases.json`).
-With the CUDA stand-ins of vllm_bridge/standins.py vLLM believes it runs on the case's GPU (the
+With the CUDA stand-ins of vllm_bridge/engine/standins.py vLLM believes it runs on the case's GPU (the
 device name picks the tuned table), so this script can ask vLLM's ``try_get_optimal_moe_config``
 for every token count, and call vLLM's ``_prepare_expert_assignment`` and
 ``invoke_fused_moe_triton_kernel`` on meta tensors laid out as ``TritonExperts.apply`` lays them
@@ -20,7 +20,7 @@ import sys
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from vllm_bridge.standins import Device, install  # noqa: E402
+from vllm_bridge.engine.standins import Device, install  # noqa: E402
 
 from launch_recorder import Recorder  # noqa: E402 - beside this script (its directory is sys.path[0])
 

@@ -19,7 +19,7 @@ from types import SimpleNamespace as NS
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from tests.vllm_parity import choices  # noqa: E402
 from vllm_bridge.cli import stand_in_vendored_deep_gemm  # noqa: E402
-from vllm_bridge.standins import Device, install  # noqa: E402
+from vllm_bridge.engine.standins import Device, install  # noqa: E402
 
 
 def main() -> None:

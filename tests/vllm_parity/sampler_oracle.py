@@ -1,7 +1,7 @@
 """What vLLM 0.25.0's own code says of its top-k/top-p sampler kernel, for tests/test_vllm_sampler.py.
 
 Run in a subprocess whose sys.path holds the release (`python sampler_oracle.py < cases.json`).
-With the CUDA stand-ins of vllm_bridge/standins.py, vLLM's Triton path is live on a machine
+With the CUDA stand-ins of vllm_bridge/engine/standins.py, vLLM's Triton path is live on a machine
 without a GPU: this script reads ``_topk_topp_kernel``'s declaration (a Triton JITFunction), then
 calls vLLM's ``apply_top_k_top_p`` on meta tensors shaped as the V2 sampler passes them, with
 the kernel replaced by a recorder, so nothing compiles or runs: what the kernel would be
@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from vllm_bridge.standins import Device, install  # noqa: E402
+from vllm_bridge.engine.standins import Device, install  # noqa: E402
 
 from launch_recorder import Recorder  # noqa: E402 - beside this script (its directory is sys.path[0])
 

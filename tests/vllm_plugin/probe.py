@@ -1,7 +1,7 @@
 """The plugin inside one installed vLLM release, on CPU: `python probe.py < request.json > facts.json`.
 
 Run by tests/vllm_plugin/test_plugin.py in a subprocess whose sys.path holds the release. vLLM's
-CUDA platform comes from vllm_bridge.standins; the worker and model runner are recording
+CUDA platform comes from vllm_bridge.engine.standins; the worker and model runner are recording
 stand-ins (what they receive is vLLM's own objects, built by the plugin); nothing runs a kernel.
 """
 
@@ -18,7 +18,7 @@ from types import SimpleNamespace as NS
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from vllm_bridge.cli import stand_in_vendored_deep_gemm  # noqa: E402
-from vllm_bridge.standins import Device, install  # noqa: E402
+from vllm_bridge.engine.standins import Device, install  # noqa: E402
 
 
 def derived_engine(request) -> dict:
@@ -26,7 +26,7 @@ def derived_engine(request) -> dict:
     (the live config's stand-in: vLLM's own EngineArgs -> VllmConfig on the H100 stand-in)."""
     from vllm_bridge.cli import create_engine_config, parse_engine_args
     from vllm_bridge.settings import Settings
-    from vllm_bridge.worker_plan import derive_engine
+    from vllm_bridge.warmup.worker_plan import derive_engine
 
     vllm_config = create_engine_config(parse_engine_args(request["serve_args"]))
     engine = derive_engine(vllm_config, Settings.from_env({"WARMUP_PLAN": request["plan"]}))
@@ -140,7 +140,7 @@ def runner(request) -> dict:
     """The plan's batch and capture steps, run by the executor through VllmWorkerRunner."""
     from vllm_bridge import releases
     from vllm_bridge.settings import Settings
-    from vllm_bridge.warmup import WorkerWarmup
+    from vllm_bridge.warmup.worker import WorkerWarmup
 
     release = releases.release_for(version(request))
     worker = RecordingWorker(vllm_config_standin(request))
@@ -160,7 +160,7 @@ def redirect(request) -> dict:
 
     from vllm_bridge import releases
     from vllm_bridge.settings import Settings
-    from vllm_bridge.warmup import WorkerWarmup
+    from vllm_bridge.warmup.worker import WorkerWarmup
 
     release = releases.release_for(version(request))
     seen, real_dg, real_batches = [], kernel_module.deep_gemm_warmup, worker_module.warmup_kernels

@@ -82,7 +82,7 @@ def describe(step, out, threshold: int) -> dict:
 
 def main() -> None:
     from planner.api import expand, load_engine, load_plan
-    from vllm_bridge.runner import VllmWorkerRunner
+    from vllm_bridge.warmup.runner import VllmWorkerRunner
 
     plan_name, engine_name = sys.argv[1:3]
     steps = [s for s in expand(load_plan(plan_name), load_engine(engine_name)).steps if s.stage == "serving_paths"]

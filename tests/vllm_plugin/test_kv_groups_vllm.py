@@ -1,5 +1,5 @@
 """vLLM's own KV-cache grouping against the engine's (planner/engine/hf/attention.py) and the
-KVCacheSpec class names the plugin reads the live KV cache by (vllm_bridge/engine.py), in both
+KVCacheSpec class names the plugin reads the live KV cache by (vllm_bridge/engine/from_vllm.py), in both
 releases, on CPU (tests/vllm_plugin/kv_groups_probe.py). Skips as the plugin tests do without
 WARMUP_VLLM_ENVS (tests/vllm_parity/setup_vllm.sh)."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from planner.engine.hf.attention import _kv_cache_groups
 from tests.vllm_parity.test_parity import RELEASES
-from vllm_bridge.engine import LIVE_KV_KINDS
+from vllm_bridge.engine.from_vllm import LIVE_KV_KINDS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # layer by layer, F full and S sliding: Cohere2 (3:1), Gemma 3 1B (5:1 over 26), Gemma 2 (1:1),

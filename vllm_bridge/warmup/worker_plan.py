@@ -20,8 +20,8 @@ from planner.errors import PlanError, one_line
 from planner.plan.steps import Autotune, GemmLike
 from planner.words import count
 
+from ..settings import Settings
 from .executor_options import DEEP_GEMM_BACKEND
-from .settings import Settings
 
 VLLM_RUNS = (Autotune,)  # steps vLLM's own kernel_warmup runs (FlashInfer tunes through the model)
 
@@ -35,11 +35,11 @@ def derive_engine(vllm_config, settings: Settings):
 
 
 def engine_of(vllm_config, device: str | None = None, where: str | None = None):
-    """vllm_bridge.engine's engine config of a VllmConfig, its refusals one line each (PlanError):
+    """vllm_bridge.engine.from_vllm's engine config of a VllmConfig, its refusals one line each (PlanError):
     what the model's config.json says, at that file (as `warmup engine --from-hf` says it); what
     vLLM resolved, at `where` (default: the VllmConfig)."""
-    # vllm_bridge.engine imports nothing of vLLM's: it reads the live config
-    from .engine import engine_from_vllm_config
+    # vllm_bridge.engine.from_vllm imports nothing of vLLM's: it reads the live config
+    from ..engine.from_vllm import engine_from_vllm_config
 
     try:
         return engine_from_vllm_config(vllm_config, device)
@@ -128,7 +128,7 @@ def check_live_layers(model, settings: Settings, engine, expanded) -> LiveCheck:
     DeepGEMM steps follow them). A shape the engine lacks (a router gate the checkpoint left in
     FP8, say) joins the engine and the plan is made again (_replan_with), so its kernels compile
     before ready."""
-    from .engine import kernel_counts, kernels_mismatch, live_block_fp8_linears, shapes_mismatch
+    from ..engine.from_vllm import kernel_counts, kernels_mismatch, live_block_fp8_linears, shapes_mismatch
 
     try:
         live = live_block_fp8_linears(model)
@@ -146,7 +146,7 @@ def _replan_with(live: dict, why: str, settings: Settings, engine, expanded) -> 
     """The plan made again for the engine plus the live shapes it lacked, so that their kernels
     compile before ready (in vLLM's process, at the plan's run: the pool has its jobs already);
     a saved expanded plan is kept as it is (made for the engine it names)."""
-    from .engine import with_live_linears
+    from ..engine.from_vllm import with_live_linears
 
     try:
         grown = with_live_linears(engine, live)
@@ -172,7 +172,7 @@ def check_live_kv_cache(model_runner, settings: Settings, engine, expanded) -> L
     lacks (vLLM splits layers of two kinds into groups of equal size) failed every batch step. Where
     they differ the plan is made again for vLLM's KV cache; `why` is said only for the groups (the
     block count differs at every start: the engine's was an estimate)."""
-    from .engine import kv_cache_mismatch, live_kv_cache, with_live_kv_cache
+    from ..engine.from_vllm import kv_cache_mismatch, live_kv_cache, with_live_kv_cache
 
     try:
         live = live_kv_cache(model_runner)

@@ -19,8 +19,8 @@ import logging
 
 from executor.triton_generic import GenericVariants
 
-from . import timeline
-from .step_aside import cause_of
+from .. import timeline
+from ..step_aside import cause_of
 
 log = logging.getLogger("vllm.warmup_planner")
 

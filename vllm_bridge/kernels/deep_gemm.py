@@ -8,7 +8,7 @@ vLLM's layers look up: same directory, same DeepGEMM, same include path and sett
 DeepGEMM's cache key), in vLLM's process and in every precompile worker alike.
 
 Which functions to call comes with the backend's settings (``Options.backend_settings``, built
-from the release table by vllm_bridge.executor_options), so a precompile worker, a fresh process that
+from the release table by vllm_bridge.warmup.executor_options), so a precompile worker, a fresh process that
 never saw the plugin, resolves the same DeepGEMM as vLLM's worker.
 """
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
-from .releases import Release
-from .settings import Settings
+from ..releases import Release
+from ..settings import Settings
 
-DEEP_GEMM_BACKEND = "deep_gemm_vllm"   # vllm_bridge.deep_gemm: DeepGEMM as vLLM imports it
+DEEP_GEMM_BACKEND = "deep_gemm_vllm"   # vllm_bridge.kernels.deep_gemm: DeepGEMM as vLLM imports it
 FLASHINFER_JIT = "flashinfer_jit"      # FlashInfer's JIT modules, built by the pool's compile lane
 
 
@@ -24,7 +24,7 @@ def options_for(worker, release: Release, jobs: int):
     installed, steps failing on their own (the server starts)."""
     from executor.context import Options
 
-    from .deep_gemm import release_settings
+    from ..kernels.deep_gemm import release_settings
 
     device = str(getattr(worker, "device", "cuda"))
     staging = _triton_staging()
@@ -46,7 +46,7 @@ def _worker_env(staging: str | None) -> dict:
 
 def _triton_staging() -> str | None:
     """Where the pool's workers write vLLM's Triton kernels: the directory the user chose for
-    Triton, else one under vLLM's cache root (vllm_bridge.triton copies them into the directory
+    Triton, else one under vLLM's cache root (vllm_bridge.kernels.triton copies them into the directory
     vLLM's process reads once Inductor has chosen it). None outside vLLM (tests)."""
     if os.environ.get("TRITON_CACHE_DIR"):
         return os.environ["TRITON_CACHE_DIR"]

@@ -10,7 +10,7 @@ plan's), so the variant compiled is the one vLLM looks up: same JITFunction, sam
 
 Where the files go. A precompile worker writes to its own Triton cache directory (the
 ``staging`` setting, its TRITON_CACHE_DIR): the plugin pins vLLM's process's at load_model
-(executor_options.pin_triton_cache), before the pool starts, and the staging directory is that one.
+(warmup/executor_options.py: pin_triton_cache), before the pool starts, and the staging directory is that one.
 Where something set TRITON_CACHE_DIR after the pool started (vLLM's own compile does in some
 releases), in vLLM's process, before its launches, the backend copies the staged entries into the
 directory Triton reads at that moment (executor.caches.triton_entries, which points each entry's

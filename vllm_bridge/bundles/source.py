@@ -1,4 +1,4 @@
-"""WARMUP_BUNDLE as a file this process can install (vllm_bridge.bundle installs it).
+"""WARMUP_BUNDLE as a file this process can install (vllm_bridge.bundles.startup installs it).
 
 - A file: itself. A directory: the one bundle in it (Kubernetes mounts an OCI artifact as an
   image volume, read-only, with the bundle file under its title).
@@ -23,9 +23,9 @@ import os
 import threading
 import time
 
-from . import timeline
-from .settings import PULL_TIMEOUT_S
-from .step_aside import cause_of
+from .. import timeline
+from ..settings import PULL_TIMEOUT_S
+from ..step_aside import cause_of
 
 log = logging.getLogger("vllm.warmup_planner")
 
@@ -172,7 +172,7 @@ def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None, 
             log.info("warmup-planner: bundle %s pulled to %s (%.1f MiB in %.2f s, sha256 checked)",
                      fetched.pulled.reference, fetched.path, fetched.pulled.size / 2**20,
                      time.monotonic() - source.started)
-        from .bundle import prepare_unless_in_place
+        from .startup import prepare_unless_in_place
 
         prepare_unless_in_place(fetched.path)  # the members checked while vLLM starts, as for a file bundle
 
@@ -187,7 +187,7 @@ def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None, 
 
 def _cache_dir() -> str:
     """The node's bundles under vLLM's cache root (where its other caches are)."""
-    from .bundle import record_dir
+    from .startup import record_dir
 
     return os.path.join(record_dir(), "warmup_bundles")
 

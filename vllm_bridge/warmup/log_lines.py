@@ -1,7 +1,7 @@
 """The plugin's lines in vLLM's log: the device lane's barrier, the pool, each plan stage, the summary.
 
 They go through vLLM's own logger (its handler, level and format), among vLLM's own lines. Their
-counts add up: each compile is counted in one row (vllm_bridge.phases), and the report
+counts add up: each compile is counted in one row (vllm_bridge.warmup.phases), and the report
 (WARMUP_PLAN_REPORT) holds the same rows.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
+from .. import timeline
 from . import phases as ph
-from . import timeline
 
 log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format
 

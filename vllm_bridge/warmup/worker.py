@@ -3,12 +3,12 @@
 Per worker, in the order vLLM calls the three patched methods:
 
 - ``load_model`` (``start``): the engine config from the live VllmConfig, the plan (a stale
-  saved plan refused; vllm_bridge.worker_plan), the report's path checked (``prepare``: a failure
+  saved plan refused; vllm_bridge.warmup.worker_plan), the report's path checked (``prepare``: a failure
   of any of them makes the plugin step aside, vllm_bridge.step_aside), the JIT monitor installed,
   and the precompile pool started before the weights load: one job per distinct compile key of
   the plan (DeepGEMM on vLLM's own DeepGEMM, into vLLM's cache; vLLM's own Triton kernels the plan
   warms), in as many worker processes as the machine and the key count allow (WARMUP_JOBS overrides;
-  vllm_bridge.executor_options); once the weights are loaded, the live layers checked against the
+  vllm_bridge.warmup.executor_options); once the weights are loaded, the live layers checked against the
   engine config (``check_live_kernels``);
 - ``determine_available_memory`` (``finish_device_lane``): no global barrier. vLLM's memory
   profile counts every GPU byte in use when it measures, the workers' CUDA contexts included: so
@@ -33,15 +33,15 @@ Per worker, in the order vLLM calls the three patched methods:
   kernel_warmup runs again, whole, and its batches and capture run as without the plugin.
 
 What the plugin runs differs from the plan in how, never in what: its compile keys are the
-plan's (vllm_bridge.worker_plan.plugin_plan; tests/test_vllm_plugin_cpu.py checks it on every
+plan's (vllm_bridge.warmup.worker_plan.plugin_plan; tests/test_vllm_plugin_cpu.py checks it on every
 shipped engine). It sets no VLLM_* variable (they feed vLLM's torch.compile cache key); vLLM's
 DeepGEMM sweep is skipped by swapping the function in kernel_warmup's module for the duration of
 the call.
 
 This module is the worker's side of it, WorkerWarmup; what it uses is in modules of its own: the
-user's settings (vllm_bridge.settings), the worker's plan (vllm_bridge.worker_plan), the
-executor's options in vLLM's worker (vllm_bridge.executor_options) and the lines in vLLM's log
-(vllm_bridge.log_lines).
+user's settings (vllm_bridge.settings), the worker's plan (vllm_bridge.warmup.worker_plan), the
+executor's options in vLLM's worker (vllm_bridge.warmup.executor_options) and the lines in vLLM's log
+(vllm_bridge.warmup.log_lines).
 """
 
 from __future__ import annotations
@@ -54,16 +54,16 @@ import time
 from planner.errors import PlanError, one_line
 from planner.output import check_writable
 
+from .. import timeline
+from ..releases import Release
+from ..settings import PluginError, Settings, rank_of, with_rank
+from ..step_aside import cause_of, step_aside, strict_error
 from . import phases as ph
-from . import timeline
 from .after_ready import torch_compile_after_ready
 from .executor_options import FLASHINFER_JIT, local_ranks, options_for, precompile_jobs, use_vllm_deep_gemm_cache
 from .flashinfer_waits import FlashInferWaits, prebuilt_line
 from .generic_variants import WorkerGenerics
 from .log_lines import LogProgress, device_lane_line, summary_line
-from .releases import Release
-from .settings import PluginError, Settings, rank_of, with_rank
-from .step_aside import cause_of, step_aside, strict_error
 from .worker_plan import check_live_kv_cache, check_live_layers, derive_engine, make_plan, plugin_plan
 
 log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format

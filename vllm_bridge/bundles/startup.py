@@ -37,9 +37,9 @@ import os
 import time
 from typing import NamedTuple
 
-from .bundle_writer import Writer
-from .settings import rank_of
-from .step_aside import cause_of
+from ..settings import rank_of
+from ..step_aside import cause_of
+from .writer import Writer
 
 log = logging.getLogger("vllm.warmup_planner")
 ROOTS = "_warmup_planner_bundle_roots"  # on a worker: the Recorded of load_model
@@ -150,7 +150,7 @@ def prepare_unless_in_place(path: str) -> None:
 
 
 def install_before_compile(worker, path: str | None, waited_s: float | None = None) -> dict | None:
-    """Install WARMUP_BUNDLE (the local file: vllm_bridge.bundle_source; `waited_s`, how long this
+    """Install WARMUP_BUNDLE (the local file: vllm_bridge.bundles.source; `waited_s`, how long this
     worker waited for its pull, None: a file, no pull); what was placed, or None (not asked, or refused: one log line)."""
     if not path:
         return None

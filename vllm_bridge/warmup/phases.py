@@ -27,7 +27,7 @@ from executor.caches.registry import monitored
 from executor.jit_monitor import StepCounts
 from planner.plan.steps import Keyed
 
-from . import timeline
+from .. import timeline
 
 COUNTED = tuple(f.monitor for f in monitored())  # how the monitor counts each family's compiles (its module)
 KINDS = tuple(m.kind for m in COUNTED)

@@ -1,4 +1,4 @@
-"""A start-up bundle written after ready, beside vLLM (vllm_bridge/bundle.py lists the caches at ready
+"""A start-up bundle written after ready, beside vLLM (vllm_bridge/bundles/startup.py lists the caches at ready
 and hands the listing here): a daemon thread packs it, and the process's exit waits for it a bounded
 time, then stops it; the file is written whole or not at all (executor/bundle/archive.py)."""
 
@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 
-from .step_aside import cause_of
+from ..step_aside import cause_of
 
 log = logging.getLogger("vllm.warmup_planner")
 

@@ -38,7 +38,7 @@ class PatternOp:
         self.default = self
 
     def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"torch.ops._C.{self.name} is a stand-in (vllm_bridge/standins.py): no kernel runs here")
+        raise RuntimeError(f"torch.ops._C.{self.name} is a stand-in (vllm_bridge/engine/standins.py): no kernel runs here")
 
 
 class Device(NamedTuple):
