@@ -71,7 +71,7 @@ def choose_start(setting: bool | None, environ=os.environ, proc: str = "/proc") 
 def watch_engine_config(environ=os.environ, proc: str = "/proc") -> bool:
     """Wrap vLLM's EngineArgs.create_engine_config where this process imported it (the API server: its
     argument parsing loaded the plugin; never imported only for this). True if wrapped."""
-    engine_args = getattr(sys.modules.get("vllm.engine.arg_utils"), "EngineArgs", None)
+    engine_args = patches.imported("vllm.engine.arg_utils", "EngineArgs")
     if engine_args is None:
         return False
 

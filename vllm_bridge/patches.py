@@ -9,6 +9,13 @@ function it wrapped.
 from __future__ import annotations
 
 import functools
+import sys
+
+
+def imported(module: str, name: str):
+    """`module`.`name` where this process has imported the module, else None: a class the plugin wraps
+    only where vLLM itself loaded it (the API server's EngineArgs), never imported just to patch it."""
+    return getattr(sys.modules.get(module), name, None)
 
 
 def wrap_once(cls, method: str, marker: str, wrap) -> bool:

@@ -26,7 +26,6 @@ import json
 import logging
 import multiprocessing
 import os
-import sys
 import threading
 import time
 
@@ -225,7 +224,7 @@ def set_rank(rank: int) -> None:
 def watch_engine_args() -> bool:
     """Time vLLM's EngineArgs.create_engine_config where this process has imported it (the API
     server, whose argument parsing loaded the plugin); never imported only for this. True if wrapped."""
-    engine_args = getattr(sys.modules.get("vllm.engine.arg_utils"), "EngineArgs", None)
+    engine_args = patches.imported("vllm.engine.arg_utils", "EngineArgs")
     if engine_args is None:
         return False
 
@@ -241,6 +240,6 @@ def watch_engine_args() -> bool:
 
 def unwatch_engine_args() -> None:
     """vLLM's own create_engine_config back (tests)."""
-    engine_args = getattr(sys.modules.get("vllm.engine.arg_utils"), "EngineArgs", None)
+    engine_args = patches.imported("vllm.engine.arg_utils", "EngineArgs")
     if engine_args is not None:
         patches.unwrap(engine_args, "create_engine_config", PATCHED)

@@ -187,8 +187,11 @@ def install(path: str, roots: CacheRoots, here: dict) -> Installation:
 def locked(root: str):
     """One installer at a time per cache root (others wait), the root made if missing; a cache that
     cannot take the lock file is one line."""
+    def cannot(e: OSError):
+        return cannot_write(e, root, "nothing was placed")
+
     try:
         os.makedirs(root, exist_ok=True)
     except OSError as e:
-        raise cannot_write(e, root, "nothing was placed") from None
-    return locks.exclusive(os.path.join(root, LOCK), cannot_open=lambda e: cannot_write(e, root, "nothing was placed"))
+        raise cannot(e) from None
+    return locks.exclusive(os.path.join(root, LOCK), cannot_open=cannot)
