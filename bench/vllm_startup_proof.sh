@@ -118,7 +118,9 @@
 # before the runs; STOCK_WARM_FROM=bundle-cold then gives stock-warm the caches the last bundle-cold run
 # filled (with the FlashInfer modules it placed: no FlashInfer workspace on this machine holds them).
 # PLUGIN_WARM_FROM=bundle-cold: plugin-warm runs on those caches with WARMUP_BUNDLE still set (a warm node: the
-# bundle already installed; issue 54 item 2 says such a start pays nothing for it).
+# bundle already installed; issue 54 item 2 says such a start pays nothing for it). PLUGIN_WARM_FROM=bundle-build:
+# plugin-warm on the caches bundle-build filled (a plugin cold run that also wrote the bundle: one cold run gives
+# the cold row, the bundle and the warm series).
 # Issue 54 (the engine core's start): FORK_PARTS="plugin-warm_2 ..." runs those parts with WARMUP_ENGINE_CORE_FORK=1,
 # SPAWN_PARTS="plugin-warm_3 ..." with WARMUP_ENGINE_CORE_FORK=0; every other part at the plugin's default (fork where
 # the engine runs on one GPU), whatever the caller's environment holds. run.json's engine_core_fork says what
@@ -234,9 +236,10 @@ run_part() {
         bundle-cold) arm=plugin temp=cold cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE")
                      [ "$BUNDLE_VIA" = oci ] && extra=(WARMUP_BUNDLE="$(oci_ref)") ;;
         stock-warm) [ -n "${STOCK_WARM_FROM:-}" ] && cache=$ROOT/cache/$SERIES/$STOCK_WARM_FROM ;;
-        plugin-warm) if [ "${PLUGIN_WARM_FROM:-}" = bundle-cold ]; then  # a warm node: the bundle in place, still named
-                         cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE")
-                     fi ;;
+        plugin-warm) case "${PLUGIN_WARM_FROM:-}" in
+                         bundle-cold) cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE") ;;  # a warm node: the bundle in place, still named
+                         bundle-build) cache=$ROOT/cache/$SERIES/bundle-build ;;  # a plugin cold's caches, the bundle written from them
+                     esac ;;
     esac
     case " ${FORK_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=1) ;; esac  # issue 54
     case " ${SPAWN_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=0) ;; esac
