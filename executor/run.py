@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 import traceback
@@ -34,6 +35,7 @@ from planner.errors import PlanError, one_line
 from . import registry
 from .backends.base import Skipped, Unavailable, is_oom
 from .caches import deep_gemm_install
+from .caches.roots import Env
 from .context import Context, Options, backend_name
 from .environ import scoped_environ
 from .hooks import ProgressHook, ReportHook
@@ -66,11 +68,19 @@ def execute(expanded, engine: EngineFacts | None = None, options: Options | None
     before loading its weights and builds its runner meanwhile); execute finishes it.
     `monitor`: a JIT monitor the caller installed and keeps (a serving engine's, which spans
     more than the plan): the steps are counted on it, and execute neither seals nor removes it."""
-    with scoped_environ(deep_gemm_install.environment()):  # vLLM's DeepGEMM cache when unset, for this run only
-        return _execute(expanded, engine, options, progress, report, runner, precompiler, monitor)
+    # DeepGEMM reads DG_JIT_CACHE_DIR from the environment itself, in this process and in the
+    # workers: vLLM's DeepGEMM cache when unset, set for this run only.
+    with scoped_environ(deep_gemm_install.environment()):
+        return _execute(expanded, engine, options, progress, report, runner, precompiler, monitor, run_env())
 
 
-def _execute(expanded, engine, options, progress, report, runner, precompiler, monitor) -> Report:
+def run_env() -> Env:
+    """The run's environment, resolved once (the cache roots the run's monitor, pool and claims
+    read: executor/caches/roots.py), a copy: what the run's own steps set later is not a root."""
+    return Env.of(dict(os.environ))
+
+
+def _execute(expanded, engine, options, progress, report, runner, precompiler, monitor, env: Env) -> Report:
     options = with_engine_tables(options or Options(), engine)
     if options.verify_trace and options.runner == "none":
         raise PlanError("--verify-trace runs a serving trace on the model runner: it cannot be used with "
@@ -78,9 +88,9 @@ def _execute(expanded, engine, options, progress, report, runner, precompiler, m
     progress = progress or Progress(enabled=False)
     report = report or Report(expanded, options.public())
     owned = monitor is None
-    monitor = monitor or Monitor(_monitor_mode(options, report), options.jit_log)
+    monitor = monitor or Monitor(_monitor_mode(options, report), options.jit_log, env=env)
     ctx = Context(options, engine, progress, monitor, runner)
-    pre = precompiler or _start_precompile(expanded.steps, options, progress, monitor)  # before torch and triton
+    pre = precompiler or _start_precompile(expanded.steps, options, progress, monitor, env=env)  # before torch and triton
     pre.attach(monitor, progress)  # a pool started ahead of the run (start_precompile) without them
     monitor.install()
     try:
@@ -323,6 +333,8 @@ def start_precompile(expanded, engine: EngineFacts | None, options: Options,
 
 
 def _start_precompile(steps, options: Options, progress: Progress | None,
-                      monitor: Monitor | None, note=None) -> Precompiler:
-    """The pool started (a start that fails leaves it off, with why: never the run's failure)."""
-    return Precompiler(steps, options, lambda step: backend_name(options, step), progress, monitor, note).start()
+                      monitor: Monitor | None, note=None, env: Env | None = None) -> Precompiler:
+    """The pool started (a start that fails leaves it off, with why: never the run's failure);
+    `env`: the run's resolved environment (none ahead of a run: the pool reads this process's)."""
+    return Precompiler(steps, options, lambda step: backend_name(options, step), progress, monitor, note,
+                       env).start()

@@ -118,15 +118,17 @@ class _Fn:
 def plugin_jit_log(path):
     """Events written by the executor's own Monitor (its Triton, DeepGEMM, FlashInfer, torch.compile
     watchers' event shapes), sealed as the plugin seals it at ready."""
-    from executor.jit_monitor import DeepGemmWatcher, Monitor, TritonWatcher
+    from executor.caches.deep_gemm import DeepGemmWatcher
+    from executor.caches.triton import TritonWatcher
+    from executor.jit_monitor import Monitor
 
     monitor = Monitor("warn", str(path))
     monitor.sealed = True
     TritonWatcher(monitor).on_jit_miss({"fn": _Fn(), "key": "(['*fp32'], 'k')", "repr": "_my_unplanned_kernel[...]",
                                         "compile": {"constants": {"BLOCK": 64}}})
-    monitor._post_seal(DeepGemmWatcher(monitor).event("sm90_fp8_gemm_1d2d.5b0c9e", "/cache/deep_gemm"))
-    monitor._post_seal({"backend": "flashinfer", "event": "JIT module build", "kernel": "sampling"})
-    monitor._post_seal({"backend": "torch.compile", "event": "dynamo compile", "kernel": "torch.compile frame"})
+    monitor.post_seal(DeepGemmWatcher(monitor).event("sm90_fp8_gemm_1d2d.5b0c9e", "/cache/deep_gemm"))
+    monitor.post_seal({"backend": "flashinfer", "event": "JIT module build", "kernel": "sampling"})
+    monitor.post_seal({"backend": "torch.compile", "event": "dynamo compile", "kernel": "torch.compile frame"})
     return str(path)
 
 

@@ -110,7 +110,7 @@ def build_only(path: str) -> str:
     its library, UP_TO_DATE where ninja found nothing to do, PREBUILT where FlashInfer's prebuilt JIT
     cache holds it (FlashInfer loads that one). FlashInfer's lock is held while ninja runs: a
     process that calls the module meanwhile waits for this build alone."""
-    from executor.jit_monitor import library_mtime
+    from executor.caches.flashinfer_jit import library_mtime
 
     spec = generator(path)()
     if spec.is_aot:

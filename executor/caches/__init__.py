@@ -2,7 +2,8 @@
 where each lives (issue 43 item 1).
 
     roots.py              where the caches live: the one resolver, from an environment (no writes)
-    family.py             what a family's module says (the Family record)
+    family.py             what a family's module says (the Family record; Monitored: how the JIT monitor watches it)
+    watcher.py            what a monitored family's watcher is: its library's hooks into the JIT monitor
     registry.py           the table of families, and CacheRoots (family -> its root on one machine)
     tree.py               packing a root's files, placing staged entries into a root
     targets.py            why a cache cannot take what an install places (a file in the way, read-only, full)
@@ -13,7 +14,8 @@ where each lives (issue 43 item 1).
     deep_gemm_install.py  DeepGEMM as users have it: where it is installed, which version, and its JIT cache layouts
     deep_gemm_rekey.py    re-keying DeepGEMM 2.5/2.6 cache entries for another install path
 
-The families:
+The families (those the JIT monitor counts define their watcher: executor/jit_monitor.py builds its
+watchers and counters from the table):
 
     deep_gemm.py             DeepGEMM's JIT cache: one directory per kernel
     triton.py                Triton's file cache: one directory per compile key

@@ -9,19 +9,25 @@
 - Is used: a kernel loaded reads its cubin (its access time); one compiled again is another entry
   of the same kernel name. The JIT monitor counts the entries that appear (``deep_gemm_jit``) and,
   with 2.8's marker, the loads.
+- Is watched (``DeepGemmWatcher``): DeepGEMM has no compile hook, so the kernels that appear in its
+  JIT cache are counted at step boundaries, in every layout in use, and the loads where the layout
+  records them (2.8).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import sys
 from typing import NamedTuple
 
 from kernel_model.deep_gemm import key_from_source
 from planner.errors import PlanError
 
 from . import checks, deep_gemm_install, deep_gemm_rekey, roots
-from .family import PLAN, VLLM, Family, Monitored, PathRule, Placing, Unresolved
+from .family import PLAN, VLLM, Counter, Family, Monitored, PathRule, Placing, Unresolved
 from .tree import Placed, collect_tree, place
+from .watcher import Watcher
 
 
 class KernelRecord(NamedTuple):
@@ -112,10 +118,105 @@ def identity(root: str, entry: str) -> str:
     return "deep_gemm:" + entry.split("/")[-1].rsplit(".", 1)[0]
 
 
+# --- the JIT monitor's watcher ------------------------------------------------------------------
+
+def kernel_name(entry: str) -> str:
+    """'kernel.sm90_fp8_gemm_1d2d.5b0c...' (2.5, 2.6) or 'sm90_fp8_gemm_1d2d.5b0c...' (2.8) -> the name."""
+    parsed = deep_gemm_install.parse_entry(entry)
+    if parsed is not None:
+        return parsed[1]
+    rest = entry[len("kernel."):] if entry.startswith("kernel.") else entry
+    name, dot, _hash = rest.rpartition(".")
+    return name if dot else rest
+
+
+_VERIFY_STEP = re.compile(r"verify/(?P<shape>[^/]+)/m(?P<m>\d+)")
+
+
+class DeepGemmWatcher(Watcher):
+    """DeepGEMM kernels: compiles are complete entries appearing in its JIT cache, loads are
+    entries whose ``.committed`` marker a hit touched (executor.caches.deep_gemm_install has the
+    layouts).
+
+    One kernel is one directory, counted once it is complete: with its cubin (2.5, 2.6), and
+    its ``.committed`` marker (2.8), at the first step boundary that sees it so. Every root of
+    ``DG_JIT_CACHE_DIR`` is watched. Loads are counted where the layout records them (2.8
+    touches the marker on every disk hit, once per kernel and process); 2.5 and 2.6 leave no
+    trace of a load, so there the count stays None (shown "-"), never a false 0. The cache may
+    not exist until the first compile, and an unreadable entry is looked at again next time."""
+
+    library = deep_gemm_install.MODULES
+
+    def __init__(self, monitor):
+        super().__init__(monitor)
+        self.roots: list[str] = []
+        self.seen: dict[str, int | None] = {}  # entry path -> marker mtime (None: legacy)
+        self.records_loads = False           # a deepjit entry was seen: loads are observable
+
+    def ready(self) -> bool:
+        return any(name in sys.modules for name in self.library)
+
+    def _attach(self) -> None:
+        self.roots = roots.deep_gemm_roots(self.monitor.cache_env())
+        self.seen = {e.path: e.mtime_ns for e in self._entries()}
+        self.records_loads = any(m is not None for m in self.seen.values())
+        self.monitor.watch("deep_gemm.cache_dir")
+
+    def _entries(self) -> list:
+        return [e for root in self.roots for e in deep_gemm_install.scan(root)]
+
+    def absorb(self, entries) -> None:
+        """Entries compiled elsewhere (the precompile pool): seen, not this process's compiles."""
+        with self.monitor.lock:
+            for entry in self._entries():
+                if entry.dirname in entries:
+                    self.seen[entry.path] = entry.mtime_ns
+
+    def poll(self) -> None:
+        m = self.monitor
+        if m.pool_busy is not None and m.pool_busy():
+            return  # the precompile pool is compiling into the same cache: its kernels, not ours
+        with m.lock:  # steps may end on several threads: each entry is counted once
+            new, loaded = self._changes()
+            m.current.deep_gemm_entries += [entry.dirname for entry in new]
+        if loaded or self.records_loads:
+            m.count("deep_gemm_loads", len(loaded))
+        if new:
+            m.count("deep_gemm_jit", len(new))
+            m.post_seal(*(self.event(entry.dirname, entry.root) for entry in new))
+
+    def _changes(self) -> tuple[list, list]:
+        new, loaded = [], []
+        for entry in self._entries():
+            if entry.path not in self.seen:
+                new.append(entry)
+            elif entry.mtime_ns is not None and entry.mtime_ns != self.seen[entry.path]:
+                loaded.append(entry)
+            self.seen[entry.path] = entry.mtime_ns
+            self.records_loads = self.records_loads or entry.mtime_ns is not None
+        return new, loaded
+
+    def event(self, entry: str, root: str | None = None) -> dict:
+        out = {"backend": "deep_gemm", "event": "JIT compilation", "kernel": kernel_name(entry),
+               "cache_entry": entry, "cache_dir": root or (self.roots[0] if self.roots else None)}
+        # The hot-path check names its calls verify/<shape key>/m<M>: the GEMM that compiled it.
+        match = _VERIFY_STEP.fullmatch(self.monitor.step_id or "")
+        if match:
+            out.update(shape=match["shape"], m=int(match["m"]))
+        return out
+
+
+COUNTERS = (
+    Counter("deep_gemm_jit"),                # new kernels in its JIT cache
+    Counter("deep_gemm_loads", unset=None),  # kernels loaded from it (None: the layout cannot tell)
+)
+
+
 FAMILY = Family(
     name="deep_gemm", label="DeepGEMM", root=roots.deep_gemm_root, collect=collect, place=place_kernels,
     paths=(PathRule(lambda rel, path: True, None,
                     "DeepGEMM finds a kernel by its directory's name; paths inside are its compile's debug information"),),
     check=check, identity=identity, member_path=member_path,
-    monitor=Monitored("deep_gemm", "deep_gemm", "DeepGEMM", "deep_gemm_jit", "deep_gemm_loads"),
+    monitor=Monitored("deep_gemm", "deep_gemm", "DeepGEMM", "deep_gemm_jit", "deep_gemm_loads", counters=COUNTERS,
+                      watcher=DeepGemmWatcher, order=2),
     env_var="DG_JIT_CACHE_DIR", origins=(PLAN, VLLM))

@@ -14,7 +14,8 @@ torch.compile cache, ...). Its record says, in one place:
   and the library compiles that piece itself (executor/caches/checks.py);
 - ``identity``: what an entry is a compile of, whatever its key (the use report's "compiled again"),
   and ``rebuilt_in``: where the library builds an entry again outside the root, if it does;
-- ``monitor``: the JIT monitor's counters of its compiles (executor/jit_monitor.py), if it counts them.
+- ``monitor``: how the JIT monitor watches it and counts its compiles (its watcher and counters:
+  executor/jit_monitor.py builds itself from these), if it counts them.
 """
 
 from __future__ import annotations
@@ -50,14 +51,27 @@ class Unresolved(NamedTuple):
     removes: bool = True
 
 
+class Counter(NamedTuple):
+    """One of the JIT monitor's counters (a key of its StepCounts and of the report's counts)."""
+
+    name: str
+    unset: int | None = 0     # its value before anything is counted (None: the watcher may be unable to tell)
+    per_kernel: bool = False  # also counted per kernel name (StepCounts.kernels)
+
+
 class Monitored(NamedTuple):
-    """How the JIT monitor counts a family's compiles (its StepCounts counters)."""
+    """How the JIT monitor watches a family and counts its compiles (executor/jit_monitor.py builds
+    its watchers and its counters from these rows, so a monitored family is its module and its row)."""
 
     kind: str                 # the key of the start-up phases' counts (vllm_bridge/warmup/phases.py)
     backend: str              # the backend its post-seal events name (executor/jit_monitor.py)
     label: str                # as a log line says it
     compiled: str             # the counter of compiles
     loaded: str | None = None  # the counter of loads from the disk cache, where the monitor sees them
+    counters: tuple = ()      # every Counter its watcher keeps, `compiled` and `loaded` among them
+    watcher: Callable | None = None  # (monitor) -> its Watcher (executor/caches/watcher.py)
+    order: int = 99           # its place among the monitor's watchers and counters: the report's counts
+                              # keep their key order from before the table (a new family comes last)
 
 
 class Placing(NamedTuple):

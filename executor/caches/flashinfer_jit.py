@@ -22,6 +22,7 @@ placed module is the one this machine would have built.
   inside a library are its build's.
 - Is used: dlopen reads the library; a module built again appears in the JIT workspace
   (``rebuilt``). The JIT monitor counts FlashInfer's module builds.
+- Is watched (``FlashInferWatcher``): ``flashinfer.jit`` module builds, ``JitSpec.build`` wrapped.
 
 The kernels FlashInfer's TensorRT-LLM DeepGEMM (inside ``fp8_blockscale_gemm_90``) compiles with nvcc
 at first call are a family of their own (executor/caches/flashinfer_trtllm_dg.py).
@@ -37,8 +38,9 @@ from importlib.metadata import PackageNotFoundError, version
 from kernel_model.device import parse_capability, sm_capability, sm_number
 
 from . import checks
-from .family import Family, Monitored, PathRule, Placing
+from .family import Counter, Family, Monitored, PathRule, Placing
 from .tree import Placed, place_tree
+from .watcher import Watcher
 
 MARKER = ".warmup-bundle"  # beside a module a bundle placed: packed again by a bundle built here
 
@@ -176,9 +178,69 @@ def identity(aot: str, entry: str) -> str:
     return "flashinfer_jit:" + entry
 
 
+# --- the JIT monitor's watcher ------------------------------------------------------------------
+
+class FlashInferWatcher(Watcher):
+    """FlashInfer JIT: module builds, seen by wrapping ``build`` of the JitSpec classes.
+
+    FlashInfer 0.6 declares ``JitSpec.build`` abstract and ``JitSpecNvcc`` implements it, so
+    every class in the hierarchy that defines ``build`` is wrapped. Every process calls
+    ``build()`` when it loads a module and ninja finds nothing to do when the ``.so`` is up to
+    date (bench/RESULTS.md, part F, "Found on the way"): a build counts as a compile only when
+    the module's library file is new or newer afterwards."""
+
+    library = "flashinfer"
+
+    def _attach(self) -> None:
+        try:
+            from flashinfer.jit import core
+        except Exception:  # noqa: BLE001 - a FlashInfer without the JIT package
+            return
+        base = getattr(core, "JitSpec", None)
+        if base is None:
+            return
+        for cls in (base, *_subclasses(base)):
+            if "build" in vars(cls):
+                self._set(cls, "build", self._monitored(vars(cls)["build"]), "flashinfer.jit")
+
+    def _monitored(self, build):
+        monitor = self.monitor
+
+        def monitored_build(spec, *a, **kw):
+            before = library_mtime(spec)
+            try:
+                return build(spec, *a, **kw)
+            finally:
+                after = library_mtime(spec)
+                if after is not None and after != before:
+                    name = getattr(spec, "name", "flashinfer")
+                    monitor.count("flashinfer_jit", kernel=name)
+                    monitor.post_seal({"backend": "flashinfer", "event": "JIT module build", "kernel": name})
+
+        return monitored_build
+
+
+def _subclasses(cls) -> list:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_subclasses(sub)]
+    return out
+
+
+def library_mtime(spec) -> int | None:
+    """mtime of the module's .so (FlashInfer's ``get_library_path``), or None when absent."""
+    try:
+        path = spec.get_library_path()
+        return os.stat(path).st_mtime_ns
+    except Exception:  # noqa: BLE001 - no library yet, or an older JitSpec without the method
+        return None
+
+
 FAMILY = Family(
     name="flashinfer_jit", label="FlashInfer JIT", root=root, collect=collect_modules, place=place_modules,
     paths=(PathRule(lambda rel, path: True, None, "FlashInfer dlopens the library at a path it computes; "
                                                  "paths inside are its build's"),),
     check=checks.file_check, identity=identity, rebuilt_in=rebuilt_in, rebuilt=rebuilt,
-    monitor=Monitored("flashinfer", "flashinfer", "FlashInfer modules", "flashinfer_jit"))
+    monitor=Monitored("flashinfer", "flashinfer", "FlashInfer modules", "flashinfer_jit",
+                      counters=(Counter("flashinfer_jit"),),  # JIT module builds
+                      watcher=FlashInferWatcher, order=3))

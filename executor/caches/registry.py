@@ -1,8 +1,8 @@
 """The cache families, in one table, and where they live on a machine (``CacheRoots``).
 
 Adding a family is a module of its own (executor/caches/<family>.py, its ``FAMILY``) and one row
-here; the bundle's archive, build, install, relocation, checks, use report and the start-up phases'
-counts all read this table.
+here; the bundle's archive, build, install, relocation, checks, use report, the start-up phases'
+counts and the JIT monitor's watchers and counters all read this table.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@
   core exits. An entry that fails is taken out of the file (vLLM compiles that graph itself).
 - Is used: vLLM reads the compile cache and the artifacts; a graph compiled again writes a directory
   under another hash. The JIT monitor counts Dynamo's frame compiles.
+- Is watched (``DynamoWatcher``): through Dynamo's compile-start callback, once the process has
+  imported ``torch._dynamo`` (the monitor imports nothing the process has not).
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ import ast
 import os
 import pprint
 import re
+import sys
+import types
 
 from . import checks, inductor, roots, triton
-from .family import Family, Monitored, PathRule, Placing, Unresolved
+from .family import Counter, Family, Monitored, PathRule, Placing, Unresolved
 from .tree import Placed, collect_tree, place_tree
+from .watcher import Watcher
 
 COMPILE_CACHE = "vllm_compile_cache.py"
 STANDALONE = "inductor_standalone"  # vLLM's InductorStandaloneAdaptor.name: the compiler whose handles name files
@@ -157,6 +162,47 @@ def place(p: Placing) -> Placed:
     return place_tree(p.staged, p.dest, p.move)
 
 
+class DynamoWatcher(Watcher):
+    """torch.compile: Dynamo calls us at the start of every frame compile (and recompile)."""
+
+    library = "torch._dynamo"
+
+    def _attach(self) -> None:
+        try:
+            from torch._dynamo.callback import callback_handler
+        except Exception:  # noqa: BLE001 - older torch: no callback to register
+            self.monitor.watch("torch.compile(counters)")
+            return
+
+        def on_start(*_args, **_kw):
+            m = self.monitor
+            m.count("dynamo_compiles")
+            if m.sealed:  # the stack is read only for what a user must be told
+                m.post_seal({"backend": "torch.compile", **compiling_frame(sys._getframe())})
+
+        callback_handler.register_start_callback(on_start)
+        self.restore.append(lambda: callback_handler.remove_start_callback(on_start))
+        self.monitor.watch("torch.compile")
+
+
+def compiling_frame(frame) -> dict:
+    """The event of the function Dynamo is compiling, read from the stack its start callback runs on:
+    convert_frame's ``_compile(code, ...)`` holds the code object, and a cache entry where the
+    function has graphs already (a recompile: the guards of every one failed). Where the stack does
+    not show it (another torch), the event says only that a frame compiled."""
+    while frame is not None:
+        code = frame.f_locals.get("code") if frame.f_code.co_name == "_compile" else None
+        if isinstance(code, types.CodeType) and frame.f_code.co_filename.endswith("convert_frame.py"):
+            again = frame.f_locals.get("cache_entry") is not None
+            where = f"{code.co_filename}:{code.co_firstlineno}"
+            return {"event": "dynamo recompile" if again else "dynamo compile", "kernel": code.co_name,
+                    "repr": f"({where}; TORCH_LOGS=recompiles names the guard that failed)" if again else f"({where})"}
+        frame = frame.f_back
+    return {"event": "dynamo compile", "kernel": "torch.compile frame"}
+
+
 FAMILY = Family(
     name="torch_compile", label="torch.compile", root=root, collect=collect, place=place, paths=PATHS,
-    check=check, monitor=Monitored("torch_compile", "torch.compile", "torch.compile", "dynamo_compiles"))
+    check=check, monitor=Monitored("torch_compile", "torch.compile", "torch.compile", "dynamo_compiles",
+                                   counters=(Counter("dynamo_compiles"),),  # frames compiled (first compiles and recompiles)
+                                   watcher=DynamoWatcher, order=1))

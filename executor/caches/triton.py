@@ -10,15 +10,23 @@
   kernel's source file for debugging only; Triton finds an entry by its key.
 - Is used: a kernel loaded reads its files; one compiled again is an entry of the same kernel name
   under another key. The JIT monitor counts ``triton.compile`` calls, compiled and loaded.
+- Is watched (``TritonWatcher``): ``@triton.jit`` in-memory misses through
+  ``knobs.runtime.jit_cache_hook`` (fires before the compile or disk load, names the kernel and its
+  specialization) and ``jit_post_compile_hook``; every ``triton.compile()`` through
+  ``knobs.compilation.listener`` with ``cache_hit``, so a miss is split into *compiled* and *loaded
+  from the disk cache* (it also sees torch-Inductor's kernels, which bypass the JIT hooks); first-use
+  module loads through ``knobs.runtime.kernel_load_start_hook``.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 from . import checks, roots, triton_entries
-from .family import PLAN, VLLM, Family, Monitored, PathRule, Placing, Unresolved
+from .family import PLAN, VLLM, Counter, Family, Monitored, PathRule, Placing, Unresolved
 from .tree import Placed, collect_tree, place_children
+from .watcher import Watcher
 
 
 def in_entry(rel: str, path: str) -> bool:
@@ -72,8 +80,127 @@ def identity(root: str, entry: str) -> str:
     return "triton:" + ",".join(names)
 
 
+class TritonWatcher(Watcher):
+    """Triton's knobs: JIT-cache misses, every triton.compile() and first-use module loads."""
+
+    def __init__(self, monitor):
+        super().__init__(monitor)
+        self._in_jit = threading.local()  # inside a @jit miss: its triton.compile is not a separate event
+        self._pending_loads = 0           # post-seal misses whose module load is the same event
+
+    def _attach(self) -> None:
+        try:
+            from triton import knobs
+        except Exception:  # noqa: BLE001 - no Triton (or one without knobs, < 3.4): nothing to hook
+            return
+        if not hasattr(knobs.runtime, "jit_cache_hook"):
+            return
+        self._hook_jit(knobs.runtime)
+        if hasattr(knobs.compilation, "listener"):
+            self._hook_listener(knobs.compilation)
+        chain = getattr(knobs.runtime, "kernel_load_start_hook", None)
+        if chain is not None and hasattr(chain, "add"):  # a HookChain: add, not replace
+            chain.add(self.on_module_load)
+            self.restore.append(lambda: chain.remove(self.on_module_load))
+            self.monitor.watch("triton.kernel_load")
+
+    def _hook_jit(self, runtime) -> None:
+        prev_cache, prev_post = runtime.jit_cache_hook, runtime.jit_post_compile_hook
+
+        def cache_hook(**kw):
+            skip = prev_cache(**kw) if prev_cache else None
+            self.on_jit_miss(kw)
+            return skip
+
+        def post_hook(**kw):
+            self._in_jit.value = False
+            return prev_post(**kw) if prev_post else None
+
+        self._set(runtime, "jit_cache_hook", cache_hook)
+        self._set(runtime, "jit_post_compile_hook", post_hook, "triton.jit")
+
+    def _hook_listener(self, compilation) -> None:
+        prev_listener = compilation.listener
+
+        def listener(**kw):
+            if prev_listener:
+                prev_listener(**kw)
+            self.on_compile(kw)
+
+        self._set(compilation, "listener", listener, "triton.compile")
+
+    def on_jit_miss(self, kw: dict) -> None:
+        m = self.monitor
+        fn = kw.get("fn")
+        name = getattr(fn, "name", None) or "?"
+        self._in_jit.value = True
+        m.count("jit_misses", kernel=name)
+        if not m.sealed or m.loads_ok:  # loads_ok: the listener says whether it really compiled
+            return
+        if not kw.get("is_manual_warmup"):
+            with m.lock:
+                self._pending_loads += 1  # its module load at the launch is the same event
+        info = kw.get("compile") or {}
+        m.post_seal({
+            "backend": "triton", "event": "kernel JIT compilation", "kernel": name,
+            "module": getattr(fn, "module", None), "repr": kw.get("repr"),
+            "key": str(kw.get("key")), "signature": _plain(info.get("signature")),
+            "constants": _plain(info.get("constants")), "num_warps": info.get("num_warps"),
+            "num_stages": info.get("num_stages"), "is_warmup": kw.get("is_manual_warmup"),
+            "specialization_data": info.get("specialization_data"),
+        })
+
+    def on_compile(self, kw: dict) -> None:
+        m = self.monitor
+        hit = bool(kw.get("cache_hit"))
+        total_us = getattr(kw.get("times"), "total", 0) or 0
+        m.count("disk_loads" if hit else "compiled", compile_ms=total_us / 1000.0)
+        if m.sealed and m.loads_ok and not hit:
+            meta = kw.get("metadata") or {}
+            m.post_seal({"backend": "triton", "event": "kernel compiled (not in the disk cache)",
+                         "kernel": meta.get("name", "?"), "cache_hit": False})
+        elif m.sealed and not m.loads_ok and not getattr(self._in_jit, "value", False):
+            # Not behind a @triton.jit miss: torch-Inductor, preload(), or a direct triton.compile.
+            meta = kw.get("metadata") or {}
+            m.post_seal({"backend": "triton", "event": "triton.compile (not via @triton.jit)",
+                         "kernel": meta.get("name", "?"), "cache_hit": hit})
+
+    def on_module_load(self, module, function, name, metadata_group, hash_) -> None:
+        m = self.monitor
+        m.count("module_loads")
+        if not m.sealed or m.loads_ok:
+            return
+        with m.lock:
+            if self._pending_loads:
+                self._pending_loads -= 1
+                return
+        # Compiled (or preloaded) before the seal but never launched: the first launch
+        # still builds the launcher and loads the module in the hot path.
+        m.post_seal({"backend": "triton", "event": "first launch (module load)", "kernel": name})
+
+
+def _plain(value):
+    """JSON-friendly form of Triton's signature/constants dicts (keys may be tuples or params)."""
+    if isinstance(value, dict):
+        return {str(getattr(k, "name", k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+COUNTERS = (
+    Counter("jit_misses", per_kernel=True),  # @jit in-memory misses (each is a compile or a disk load)
+    Counter("compiled"),                     # triton.compile() that really compiled
+    Counter("disk_loads"),                   # triton.compile() served by the disk cache
+    Counter("module_loads"),                 # first launches that loaded a module onto the GPU
+)
+
+
 FAMILY = Family(
     name="triton", label="Triton", root=roots.triton_root, collect=collect, place=place_entries,
     paths=ENTRY_RULES, check=check, identity=identity,
-    monitor=Monitored("triton", "triton", "Triton", "compiled", "disk_loads"),
+    monitor=Monitored("triton", "triton", "Triton", "compiled", "disk_loads", counters=COUNTERS,
+                      watcher=TritonWatcher, order=0),
     env_var="TRITON_CACHE_DIR", origins=(PLAN, VLLM))

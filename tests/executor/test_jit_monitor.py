@@ -17,6 +17,7 @@ import pytest
 from execlib import ROOT
 
 from executor import jit_monitor
+from executor.caches import deep_gemm, torch_compile
 from executor.jit_monitor import JitAfterSealError, Monitor
 
 knobs = pytest.importorskip("triton").knobs
@@ -198,7 +199,7 @@ def test_the_warning_line_of_a_recompile_is_read_back_with_its_function(tmp_path
 
 
 def test_a_stack_without_dynamo_s_compile_frame_says_only_a_frame_compiled():
-    assert jit_monitor.compiling_frame(sys._getframe()) == {"event": "dynamo compile", "kernel": "torch.compile frame"}
+    assert torch_compile.compiling_frame(sys._getframe()) == {"event": "dynamo compile", "kernel": "torch.compile frame"}
 
 
 # --- DeepGEMM: kernels in its JIT cache (DeepGEMM 2.x layout, csrc/jit/compiler.hpp) -------------
@@ -340,9 +341,9 @@ def test_deep_gemm_imported_after_install_is_attached_at_the_next_step(tmp_path,
 
 
 def test_deep_gemm_kernel_names():
-    assert jit_monitor.deep_gemm_kernel_name(GEMM) == "sm90_fp8_gemm_1d2d"
-    assert jit_monitor.deep_gemm_kernel_name(TRANSPOSE) == "transpose_fp32"
-    assert jit_monitor.deep_gemm_kernel_name("kernel.nohash") == "nohash"
+    assert deep_gemm.kernel_name(GEMM) == "sm90_fp8_gemm_1d2d"
+    assert deep_gemm.kernel_name(TRANSPOSE) == "transpose_fp32"
+    assert deep_gemm.kernel_name("kernel.nohash") == "nohash"
 
 
 def test_flashinfer_builds_are_counted_and_the_wrapper_removed(monkeypatch, tmp_path):
@@ -484,7 +485,7 @@ def test_deep_gemm_pool_kernels_are_the_pools_not_the_main_process(dg, monitor):
     dg_kernel(dg, GEMM)  # a worker compiles meanwhile
     assert monitor.end_step().deep_gemm_jit == 0
     busy[0] = False
-    monitor.absorb_deep_gemm({GEMM})  # the pool's results name it
+    monitor.absorb("deep_gemm", {GEMM})  # the pool's results name it
     monitor.begin_step("deep_gemm/b")
     dg_kernel(dg, TRANSPOSE)  # this one the main process compiled itself
     counts = monitor.end_step()

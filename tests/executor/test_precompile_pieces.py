@@ -171,7 +171,7 @@ def dg_result(key, end, entries):
 def test_the_first_wait_takes_every_deep_gemm_job_and_the_monitor_is_told_once():
     book = book_of([gemm("a", ["k1"]), gemm("d", ["d1", "d2"], backend="deep_gemm")])
     told = []
-    monitor = NS(pool_busy=None, absorb_deep_gemm=told.append)
+    monitor = NS(pool_busy=None, absorb=lambda family, entries: told.append((family, entries)))
     barrier = DeepGemmBarrier(book, monitor)
     assert monitor.pool_busy == barrier.busy
     a, d1, d2 = book.slots
@@ -188,7 +188,7 @@ def test_the_first_wait_takes_every_deep_gemm_job_and_the_monitor_is_told_once()
     assert not barrier.busy()
     barrier.absorb()
     barrier.absorb()
-    assert told == [{"e1", "e2"}] and d2.result.deep_gemm_entries == ["e2"]  # each kernel counted for one job
+    assert told == [("deep_gemm", {"e1", "e2"})] and d2.result.deep_gemm_entries == ["e2"]  # each kernel counted for one job
 
 
 # --- timings, the report's share ------------------------------------------------------------------------------
@@ -256,13 +256,13 @@ def test_a_pool_that_ends_idle_tells_the_monitor_its_deep_gemm_kernels():
 
     book = book_of([gemm("d", ["d1"], backend="deep_gemm")])
     told = []
-    barrier = DeepGemmBarrier(book, NS(pool_busy=None, absorb_deep_gemm=told.append))
+    barrier = DeepGemmBarrier(book, NS(pool_busy=None, absorb=lambda family, entries: told.append((family, entries))))
     (slot,) = book.slots
     book.submitted(slot, done(dg_result("d1", 1.0, ["e1"])))
     ended = []
     Precompiler.end_idle(NS(book=book, barrier=barrier, _end_pool=lambda: ended.append(True),
                             _announce=lambda: None))
-    assert told == [{"e1"}] and ended == [True]
+    assert told == [("deep_gemm", {"e1"})] and ended == [True]
 
 
 def test_a_rank_pool_worker_launches_on_its_rank_gpu(monkeypatch):
@@ -346,7 +346,7 @@ def test_a_flashinfer_module_a_worker_builds_counts_as_compiled(monkeypatch):
         def kernel(self, step, values, tick):
             for built in values:
                 if built:
-                    monitor._count("flashinfer_jit", kernel="sampling")
+                    monitor.count("flashinfer_jit", kernel="sampling")
 
         def synchronize(self):
             pass

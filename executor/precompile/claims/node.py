@@ -21,7 +21,8 @@ import logging
 import os
 
 from ... import registry
-from ...caches import deep_gemm_install
+from ...caches import roots
+from ...caches.roots import Env
 from ..jobs.manifest import manifest_path, triton_cache_dir
 from .on_disk import CLAIMS_DIR, DONE, STALE_S, WAIT_S, KeyClaim, bound, read_doc
 from .waits import Waits
@@ -29,14 +30,16 @@ from .waits import Waits
 log = logging.getLogger("warmup_planner.precompile")  # a takeover's line, unless the caller takes them
 
 
-def cache_dir(backend: str, worker_env: dict | None) -> str | None:
-    """The cache directory a backend's workers compile into (None: unknown)."""
+def cache_dir(backend: str, worker_env: dict | None, env: Env | None = None) -> str | None:
+    """The cache directory a backend's workers compile into (None: unknown), in `env`, the run's
+    resolved environment (default: this process's now)."""
+    env = env or Env.of()
     if registry.writes_deep_gemm(backend):
-        return deep_gemm_install.writable_root()
+        return roots.deep_gemm_root(env)
     override = (worker_env or {}).get("TRITON_CACHE_DIR")
     if override:
         return str(override)
-    return triton_cache_dir() if manifest_path() is not None else None
+    return triton_cache_dir(env) if manifest_path(env=env) is not None else None
 
 
 def namespace(fingerprint: dict) -> str:
@@ -51,8 +54,8 @@ class NodeClaims:
     """The claim directories of one run, by backend, the keys found done when it started, and the
     waits for the keys other processes hold (waits.py) with their takeovers' lines."""
 
-    def __init__(self, worker_env: dict | None = None, note=None):
-        self.worker_env, self.on_note = worker_env, note
+    def __init__(self, worker_env: dict | None = None, note=None, env: Env | None = None):
+        self.worker_env, self.on_note, self.env = worker_env, note, env  # env: the run's roots' (cache_dir)
         self.notes: list[str] = []   # one line per takeover, for the report
         self.waits: Waits | None = None
         self.roots: dict = {}      # backend -> its claims directory (none: its keys get no claim)
@@ -64,7 +67,7 @@ class NodeClaims:
         """The directories of `backends` under this fingerprint (jobs/decide.py, once a pool may run)."""
         ns = namespace(fingerprint)
         for backend in backends:
-            cache = cache_dir(backend, self.worker_env)
+            cache = cache_dir(backend, self.worker_env, self.env)
             if cache:
                 self.roots[backend] = os.path.join(cache, CLAIMS_DIR, ns)
 

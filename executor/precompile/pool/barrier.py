@@ -5,7 +5,7 @@ the main process share. While workers may still add kernels there, the monitor m
 what appears (``busy``: it would charge the pool's kernels to whatever step runs), so the first
 step that waits for jobs waits for every DeepGEMM job too. Once they are all done, each kernel
 the pool compiled is counted for one job (deep_gemm_counts.py) and the monitor is told which
-they are (``absorb_deep_gemm``): they are not the main process's compiles.
+they are (its ``absorb`` of family ``deep_gemm``): they are not the main process's compiles.
 """
 
 from __future__ import annotations
@@ -66,4 +66,4 @@ class DeepGemmBarrier:
         theirs = compiled_elsewhere(ours)
         attribute_deep_gemm(ours + theirs)
         if self.monitor is not None:
-            self.monitor.absorb_deep_gemm(self.entries() | {e for r in theirs for e in r.deep_gemm_entries})
+            self.monitor.absorb("deep_gemm", self.entries() | {e for r in theirs for e in r.deep_gemm_entries})

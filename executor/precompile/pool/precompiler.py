@@ -34,17 +34,19 @@ CANCEL_WAIT_S = 10.0  # how long cancel() waits for a starter thread that is sti
 class Precompiler:
     """The precompile phase of one run: whether a pool runs, its start and end, and what it did.
     `monitor`: the JIT monitor of the process that runs the plan; `progress`: the pool's line;
-    `note`: where a takeover's line goes (claims/node.py: a logger). Callers use its methods and
+    `note`: where a takeover's line goes (claims/node.py: a logger); `env`: the run's environment,
+    resolved once, where the caches the claims and the manifest live in are (executor/caches/roots.py;
+    default: this process's when they are read). Callers use its methods and
     properties (submit() and end_idle() are the loop hook's, hook.py); its pieces (book, pool,
     barrier, claims, ...) are the package's own."""
 
-    def __init__(self, steps, options, backend_of, progress=None, monitor=None, note=None):
+    def __init__(self, steps, options, backend_of, progress=None, monitor=None, note=None, env=None):
         self.steps, self.options, self.progress = steps, options, progress
         self.decision = Decision.of(options)
         self._status, self._reason = "off", None  # off | skipped | ran | cancelled, and why not ran
-        self.manifest = RunManifest()
+        self.manifest = RunManifest(env)
         self.book = JobBook(steps, backend_of)
-        self.claims = NodeClaims(options.worker_env, note)  # other processes' compiles of the same keys
+        self.claims = NodeClaims(options.worker_env, note, env)  # other processes' compiles of the same keys
         self.barrier = DeepGemmBarrier(self.book, monitor)
         self.timings = Timings()
         self.costs = JobCosts()                  # the jobs' seconds at the last start: longest first

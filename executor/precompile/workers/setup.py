@@ -28,6 +28,8 @@ def worker_setup(device: str, extra_env: dict | None = None, cuda_free: bool = F
     to compile for. A CUDA-free worker (`cuda_free`: the compile lane) is also told the target
     FlashInfer would otherwise ask CUDA for: the same architecture, so the same ninja file and
     build directory as vLLM's process (a user's own FLASHINFER_CUDA_ARCH_LIST stays)."""
+    # Read from this process's environment, not from resolved roots: what is handed down is the
+    # environment itself, since Triton and DeepGEMM in the worker read their roots from it.
     env = {**deep_gemm_install.environment(),
            **{k: v for k, v in os.environ.items() if k.startswith(WORKER_ENV_PREFIXES)}}
     env.update({str(k): str(v) for k, v in (extra_env or {}).items()})

@@ -58,6 +58,8 @@ def init_worker(specs: dict, device: str, monitor_mode: str, options, setup: dic
     try:
         from ...jit_monitor import Monitor
 
+        # No roots handed down: a worker is a process of its own, whose cache roots are the
+        # environment the main process gave it (setup.py), as Triton and DeepGEMM here read them.
         state["monitor"] = Monitor("warn" if monitor_mode != "off" else "off").install()
     except Exception as e:  # noqa: BLE001
         state["errors"]["monitor"] = f"{type(e).__name__}: {e}"
