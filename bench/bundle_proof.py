@@ -26,7 +26,7 @@ PART = 15 << 20
 
 def foreign_roots(bundle: str) -> list[str]:
     """The bundle's building roots, less those that are this environment's own root of that family."""
-    from executor.bundle.archive import read_manifest
+    from executor.bundle import read_manifest
     from executor.caches.registry import CacheRoots
 
     built = read_manifest(bundle).roots or {}

@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     add_commands(sub)
-    from .bundle.cli import add_commands as add_bundle_commands  # `python3 -m executor.cli bundle ...`
+    from .bundle import add_commands as add_bundle_commands  # `python3 -m executor.cli bundle ...`
 
     add_bundle_commands(sub)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

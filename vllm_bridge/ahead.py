@@ -117,10 +117,10 @@ def bundled_modules(path: str | None) -> set:
     """The FlashInfer modules a start-up bundle holds (its manifest only: the tar's first member)."""
     if not path:
         return set()
-    from executor.bundle import archive
+    from executor.bundle import read_manifest
 
     try:
-        manifest = archive.read_manifest(path)
+        manifest = read_manifest(path)
     except Exception:  # noqa: BLE001 - the install says why in one line, at load_model
         return set()
     return {f.path.split("/")[1] for f in manifest.files if f.path.startswith("flashinfer_jit/")}

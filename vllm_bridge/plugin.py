@@ -359,7 +359,7 @@ def _agreed(worker, release: Release, settings: Settings):
 
 def _origin(state):
     """What the bundle says started vLLM: the plan the plugin ran, if any."""
-    from executor.bundle.startup import Origin
+    from executor.bundle import Origin
 
     if state is None:
         return Origin()

@@ -84,7 +84,7 @@ def strict_setting(environ=os.environ) -> bool:
 
 def _machine_check_pending(environ) -> bool:
     """Whether an install under vLLM's cache root awaits this machine's check (one directory listing)."""
-    from executor.bundle.records import pending
+    from executor.bundle import pending_installs as pending
     from executor.caches.roots import default_vllm_cache_root
 
     return bool(pending(default_vllm_cache_root(environ)))

@@ -1,31 +1,36 @@
 """`warmup bundle build|verify|install|inspect|push|pull` (a `warmup.commands` plugin, like `execute`).
 
     warmup bundle build PLAN --engine E -o FILE [--jobs N] [--runner none] [--report FILE]
-    warmup bundle verify FILE          install into a fresh directory, run the plan: 0 compiles or exit 1;
+    warmup bundle verify BUNDLE        install into a fresh directory, run the plan: 0 compiles or exit 1;
                                        per family what was never loaded, compiled again or read from the
                                        building machine's copy (--inert error: any such entry is exit 1).
                                        A vLLM start-up's bundle: what of its install into these caches the
                                        server used (run it after the load)
-    warmup bundle install FILE         into DG_JIT_CACHE_DIR (vLLM's when unset), TRITON_CACHE_DIR and
+    warmup bundle install BUNDLE       into DG_JIT_CACHE_DIR (vLLM's when unset), TRITON_CACHE_DIR and
                                        --flashinfer-cache (default: the file `warmup execute` keeps for
                                        the bundle's FlashInfer version and GPU), every path a loader
                                        follows made this machine's;
                                        refused (exit 2, one line) on a mismatch; --target bundle: checked
                                        against the bundle's own fingerprint (an image built without a GPU)
-    warmup bundle inspect FILE         every member checked as install checks it; the fingerprint
+    warmup bundle inspect BUNDLE       every member checked as install checks it; the fingerprint
                                        table; per family the entries, bytes (and the plan's keys)
     warmup bundle push FILE REF        to an OCI registry, REF oci://HOST/REPO[:TAG]: one artifact; prints
                                        REF pinned to its digest (executor/bundle/cli_registry.py)
     warmup bundle pull REF -o FILE     from an OCI registry, by tag or digest, every byte checked
+
+BUNDLE, as the vLLM plugin's WARMUP_BUNDLE: a file, a directory holding one (an image volume), or
+an oci:// reference, pulled into a temporary directory for the command's length (--plain-http,
+--timeout as `pull`); each opened by its scheme's module (executor/bundle/sources/).
 
 A bundle of a whole vLLM start-up is written by the vLLM plugin (WARMUP_BUNDLE_OUT) and installed by
 it (WARMUP_BUNDLE) or by `install`, into vLLM's caches (--vllm-cache-root, else VLLM_CACHE_ROOT).
 Its FlashInfer JIT modules go where FlashInfer loads prebuilt ones (its data/aot directory).
 
 Exit codes as `warmup execute`: 0 ok; 1 verify saw a compile, a step failed, or build cannot
-run its warmup here (no CUDA device: said in one line before any work); 2 invalid input (a
-plan or engine, an output that cannot be written, a foreign, truncated, corrupted or unsafe
-bundle, a fingerprint mismatch); 3 internal error.
+run its warmup here (no CUDA device: said in one line before any work), or an oci:// bundle's
+registry could not be used; 2 invalid input (a plan or engine, an output that cannot be written, a
+foreign, truncated, corrupted or unsafe bundle, a directory without one bundle, a reference that is
+not one, a fingerprint mismatch); 3 internal error.
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ from ..report import EXIT_FAILED, EXIT_OK
 from . import archive, cli_registry, environment, ops, startup, usage
 
 
+BUNDLE_HELP = ("the bundle: a file, a directory holding one (an image volume), or oci://HOST/REPO[:TAG][@sha256:D] "
+               "(pulled into a temporary directory for the command's length)")
+OPENED = ("verify", "install", "inspect")  # their argument is opened through the table of sources (sources/)
+
 BUILD_HELP = """Run the plan's warmup (`warmup execute`, in a fresh process) into fresh cache
 directories and pack them into one file. Before any work: the plan and engine must expand, the
 output (and --report) must be writable (exit 2 otherwise), and the machine must have a CUDA
@@ -73,7 +82,7 @@ def add_commands(sub) -> None:
     b.add_argument("--report", help="keep the warmup's JSON report here")
     v = cmds.add_parser("verify", help="install into a fresh directory and run the plan: 0 compiles or exit 1; "
                                         "for a vLLM start-up's bundle, report what of its install was used")
-    v.add_argument("bundle", help="the bundle file")
+    v.add_argument("bundle", help=BUNDLE_HELP)
     v.add_argument("--runner", choices=("reference", "none"), default="reference",
                    help="the model the verifying run's batches run through, as `warmup execute` takes it")
     v.add_argument("--report", help="the verifying run's JSON report")
@@ -83,7 +92,7 @@ def add_commands(sub) -> None:
     v.add_argument("--vllm-cache-root", help="a vLLM start-up's bundle: the vLLM cache root it was installed "
                                              "under (default: VLLM_CACHE_ROOT, else ~/.cache/vllm)")
     i = cmds.add_parser("install", help="install into this machine's caches")
-    i.add_argument("bundle", help="the bundle file")
+    i.add_argument("bundle", help=BUNDLE_HELP)
     i.add_argument("--deep-gemm-cache", help="DeepGEMM's cache root (default: DG_JIT_CACHE_DIR, else vLLM's)")
     i.add_argument("--triton-cache", help="Triton's cache (default: TRITON_CACHE_DIR, else ~/.triton/cache)")
     i.add_argument("--flashinfer-cache", help="FlashInfer's autotune file (default: the one `warmup execute` uses "
@@ -101,7 +110,9 @@ def add_commands(sub) -> None:
                         "GPU; the vLLM plugin checks the real machine when vLLM starts)")
     n = cmds.add_parser("inspect", help="check every member as install does; per family the entries, bytes, "
                                          "the plan's keys present and missing")
-    n.add_argument("bundle", help="the bundle file")
+    n.add_argument("bundle", help=BUNDLE_HELP)
+    for q in (v, i, n):
+        cli_registry.add_registry_options(q, " of an oci:// bundle")
     for q in (b, v, i, n, *cli_registry.add_commands(cmds)):
         q.set_defaults(func=cmd_bundle)
 
@@ -114,7 +125,10 @@ def cmd_bundle(args) -> int:
 
 def _run_action(args) -> int:
     try:
-        return ACTIONS[args.bundle_command](args)
+        if args.bundle_command not in OPENED:
+            return ACTIONS[args.bundle_command](args)
+        with cli_registry.opened(args.bundle, args) as path:
+            return ACTIONS[args.bundle_command](argparse.Namespace(**{**vars(args), "bundle": path, "named": args.bundle}))
     except ops.Failed as e:
         print(f"warmup: error: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -211,7 +225,7 @@ def verify_startup(args, manifest) -> int:
     root = args.vllm_cache_root or default_vllm_cache_root()
     installed = usage.load(usage.record_path(root, manifest.digest()))
     if installed is None:
-        raise ops.Failed(f"{args.bundle} was not installed under the vLLM cache root {root} (no record of it): "
+        raise ops.Failed(f"{args.named} was not installed under the vLLM cache root {root} (no record of it): "
                          "start vLLM with WARMUP_BUNDLE, or `warmup bundle install` it, then verify")
     return use_verdict(usage.check(installed), args.inert)
 
@@ -253,7 +267,7 @@ def cmd_inspect(args) -> int:
         shutil.rmtree(work, ignore_errors=True)
     vllm = manifest.origin == archive.VLLM
     what = f"a vLLM start-up (plan {manifest.plan or 'none'})" if vllm else f"plan {manifest.plan}"
-    print(f"bundle {args.bundle}: {what}, engine {manifest.engine or '-'}, digest {manifest.plan_digest or '-'}")
+    print(f"bundle {args.named}: {what}, engine {manifest.engine or '-'}, digest {manifest.plan_digest or '-'}")
     for line in fingerprint_table(manifest.fingerprint, with_vllm=vllm):
         print(line)
     print(f"members: {len(manifest.files)} files, each a listed regular file matching its size and sha256 "

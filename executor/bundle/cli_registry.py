@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 
 from planner import progress
 from planner.errors import PlanError
 from planner.output import check_output
 
 from ..report import EXIT_FAILED, EXIT_OK
-from . import archive, oci, oci_ref
+from . import archive, oci, oci_ref, sources
+from .ops import Failed
 
 TIMEOUT_S = 600.0
 
@@ -36,11 +38,31 @@ def add_commands(cmds) -> list:
     pull.add_argument("reference", help="oci://HOST[:PORT]/REPOSITORY[:TAG][@sha256:DIGEST]")
     pull.add_argument("-o", "--output", required=True, help="the bundle file (written atomically)")
     for p in (push, pull):
-        p.add_argument("--plain-http", action="store_true",
-                       help="speak HTTP, not HTTPS, to the registry (loopback registries always are)")
-        p.add_argument("--timeout", type=seconds, default=TIMEOUT_S, metavar="S",
-                       help=f"give up after S seconds (default {TIMEOUT_S:.0f})")
+        add_registry_options(p)
     return [push, pull]
+
+
+def add_registry_options(p, what: str = "") -> None:
+    """--plain-http and --timeout: how the registry is spoken to (`what`: for which argument, where
+    the command also takes a local bundle)."""
+    p.add_argument("--plain-http", action="store_true",
+                   help=f"speak HTTP, not HTTPS, to the registry{what} (loopback registries always are)")
+    p.add_argument("--timeout", type=seconds, default=TIMEOUT_S, metavar="S",
+                   help=f"give up on the registry{what} after S seconds (default {TIMEOUT_S:.0f})"
+                   if what else f"give up after S seconds (default {TIMEOUT_S:.0f})")
+
+
+@contextmanager
+def opened(value: str, args):
+    """The local file of the bundle argument `value`, through the table of sources (a file, a
+    directory holding one, an oci:// reference pulled into a temporary directory for the command's
+    length): a registry that cannot be used is ops.Failed (exit 1, one line), a bad name PlanError
+    (exit 2, one line)."""
+    try:
+        with sources.local_file(value, timeout_s=args.timeout, plain_http=args.plain_http) as path:
+            yield path
+    except oci.RegistryError as e:
+        raise Failed(str(e)) from None
 
 
 def seconds(text: str) -> float:

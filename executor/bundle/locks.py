@@ -2,7 +2,7 @@
 kernel when its holder exits or crashes (a killed installer leaves nothing to clean up).
 
 Three things take it: one installer at a time per cache (ops.locked), one check of a bundle's members
-per machine (staging.py), one pull of an `oci://` reference per node (sources.py, which waits no
+per machine (staging.py), one pull of an `oci://` reference per node (sources/oci.py, which waits no
 longer than its deadline).
 """
 

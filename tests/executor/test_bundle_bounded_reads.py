@@ -13,9 +13,9 @@ import tarfile
 
 import pytest
 
-from executor.bundle import archive, cli, reading
+from executor.bundle import archive, reading
 from planner.errors import PlanError
-from test_bundle import built, fingerprint, parse  # noqa: F401 - fixtures
+from test_bundle import built, fingerprint  # noqa: F401 - fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -38,10 +38,12 @@ def test_a_bundle_that_is_no_regular_file_is_one_line_exit_2(tmp_path, special, 
     assert done.stderr == f"warmup: error: {path}: {kind}, expected a warmup bundle (a regular file)\n"
 
 
-def test_a_directory_is_refused_as_such(tmp_path, capsys):
-    assert cli.cmd_bundle(parse(["inspect", str(tmp_path)])) == 2
-    assert capsys.readouterr().err == (f"warmup: error: {tmp_path}: is a directory, expected a warmup bundle "
-                                       "(a regular file)\n")
+def test_a_directory_is_refused_as_such(tmp_path):
+    """Read as a bundle file, a directory is refused as such (the commands open a directory for the one
+    bundle it holds: executor/bundle/sources/directory.py, tests/executor/test_bundle_cli_sources.py)."""
+    with pytest.raises(PlanError) as refused:
+        archive.read_manifest(str(tmp_path))
+    assert str(refused.value) == f"{tmp_path}: is a directory, expected a warmup bundle (a regular file)"
 
 
 def test_a_link_to_a_bundle_is_read_through(built, tmp_path):

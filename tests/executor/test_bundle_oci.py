@@ -2,7 +2,7 @@
 loopback: tests/executor/registry_server.py): push and pull by tag and digest, bit-identical; a
 tampered blob, a tampered manifest and a wrong digest refused; a registry that goes away mid-pull
 or is not there at all is one line, no file and no leftover, within the deadline; the node's copy
-pulled once by whichever process comes first (executor/bundle/sources.py)."""
+pulled once by whichever process comes first (executor/bundle/sources/oci.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import time
 import pytest
 
 from executor.bundle import archive, oci, oci_auth, oci_ref, sources
+from executor.bundle.sources import directory, oci as oci_source
 from executor.bundle.archive import FORMAT, FileRecord, Manifest
 from planner.errors import PlanError
 from registry_server import RegistryServer, free_port, serve
@@ -368,8 +369,9 @@ def test_a_mounted_directory_holding_one_bundle_is_that_bundle(tmp_path):
     (volume / "README").write_text("an image volume may hold other files")
     os.chmod(volume, 0o555)  # mounted read-only
     try:
-        assert sources.bundle_in(str(volume)) == str(volume / "llama.warmup")
-        assert sources.bundle_in(str(volume / "llama.warmup")) == str(volume / "llama.warmup")
+        assert directory.bundle_in(str(volume)) == str(volume / "llama.warmup")
+        assert sources.open_source(str(volume)).path() == str(volume / "llama.warmup")
+        assert sources.open_source(str(volume / "llama.warmup")).path() == str(volume / "llama.warmup")
     finally:
         os.chmod(volume, 0o755)
 
@@ -379,13 +381,13 @@ def test_a_directory_without_exactly_one_bundle_is_one_line(tmp_path, count, why
     for i in range(count):
         make_bundle(tmp_path / f"{i}.warmup", seed=i)
     with pytest.raises(PlanError, match=why):
-        sources.bundle_in(str(tmp_path))
+        sources.open_source(str(tmp_path)).path()
 
 
 def _fetch_in_child(ref: str, cache: str, out: str) -> None:
     """One of a server's processes asking for the node's copy (a separate interpreter)."""
-    code = ("import sys, json; from executor.bundle import sources, oci_ref; "
-            "f = sources.fetch_once(oci_ref.parse(sys.argv[1]), sys.argv[2], timeout_s=60, server='s1'); "
+    code = ("import sys, json; from executor.bundle import oci_ref; from executor.bundle.sources import oci; "
+            "f = oci.fetch_once(oci_ref.parse(sys.argv[1]), sys.argv[2], timeout_s=60, server='s1'); "
             "print(json.dumps([f.path, f.pulled is not None]))")
     with open(out, "w") as f:
         subprocess.run([sys.executable, "-c", code, ref, cache], stdout=f, check=True, cwd=ROOT, timeout=120)
@@ -413,16 +415,16 @@ def test_the_node_copy_is_pulled_once_by_whichever_process_comes_first(tmp_path,
 def test_a_failed_pull_is_not_asked_again_by_the_same_servers_processes(tmp_path):
     ref = oci_ref.parse(f"oci://127.0.0.1:{free_port()}/w@sha256:" + "2" * 64)
     with pytest.raises(oci.RegistryError, match="cannot be reached"):
-        sources.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")
+        oci_source.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")
     calls = []
     real = oci.pull
     try:
         oci.pull = lambda *a, **k: calls.append(a) or real(*a, **k)
         with pytest.raises(oci.RegistryError, match="cannot be reached"):
-            sources.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")  # the mark: no second ask
+            oci_source.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")  # the mark: no second ask
         assert calls == []
         with pytest.raises(oci.RegistryError, match="cannot be reached"):
-            sources.fetch_once(ref, str(tmp_path), timeout_s=10, server="s2")  # another server asks again
+            oci_source.fetch_once(ref, str(tmp_path), timeout_s=10, server="s2")  # another server asks again
         assert len(calls) == 1
     finally:
         oci.pull = real

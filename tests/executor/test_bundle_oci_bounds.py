@@ -1,5 +1,5 @@
 """The OCI client's bounds and promises, each made to bite (issue 55 item 6: a mutation pass over
-executor/bundle/oci.py, oci_ref.py, cli_registry.py, sources.py and vllm_bridge/bundles/source.py).
+executor/bundle/oci.py, oci_ref.py, cli_registry.py, sources/ and vllm_bridge/bundles/source.py).
 
 Each test checks what a user or a node sees (an exit code, a line, a time bound, a digest refused,
 the bytes a registry holds), against the CNCF registry on loopback without and with HTTP Basic auth

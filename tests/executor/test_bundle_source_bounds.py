@@ -1,4 +1,4 @@
-"""Where a bundle comes from (executor/bundle/sources.py, vllm_bridge/bundles/source.py), each promise
+"""Where a bundle comes from (executor/bundle/sources/, vllm_bridge/bundles/source.py), each promise
 made to bite (issue 55 item 6's mutation pass): the node's pull lock and the caller's deadline bound
 every wait, a mounted directory's hidden entries are not bundles, a failed pull's mark is read back by
 the server's other processes, and the plugin's source honours WARMUP_REGISTRY_PLAIN_HTTP."""
@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from executor.bundle import oci, oci_ref, sources
+from executor.bundle import oci, oci_ref
+from executor.bundle.sources import AlreadyFailed, directory, oci as sources
 from planner.errors import PlanError
 from test_bundle_oci import make_bundle, push, sha
 from test_bundle_oci_bounds import plain_registry, registry  # noqa: F401 - fixtures
@@ -66,13 +67,13 @@ def test_a_failed_pulls_mark_is_the_cause_the_other_processes_give(tmp_path):
     ref = oci_ref.parse(PINNED.format(port=1))
     with pytest.raises(oci.RegistryError) as first:
         sources.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")
-    with pytest.raises(sources.AlreadyFailed) as again:
+    with pytest.raises(AlreadyFailed) as again:
         sources.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")
     assert str(again.value) == str(first.value)
     mark = sources.node_path(ref, str(tmp_path))[:-len(".bundle")] + ".s1.failed"
     with open(mark, "w"):
         pass  # a mark whose cause was not written (a full disk)
-    with pytest.raises(sources.AlreadyFailed, match="^an earlier pull of this server failed$"):
+    with pytest.raises(AlreadyFailed, match="^an earlier pull of this server failed$"):
         sources.fetch_once(ref, str(tmp_path), timeout_s=10, server="s1")
 
 
@@ -92,10 +93,10 @@ def test_a_mounted_directorys_hidden_entries_and_subdirectories_are_not_its_bund
     make_bundle(volume / ".llama.warmup.old", seed=1)
     (volume / "..2026_01_01").mkdir()
     (volume / "other.warmup").mkdir()
-    assert sources.bundle_in(str(volume)) == str(volume / "llama.warmup")
+    assert directory.bundle_in(str(volume)) == str(volume / "llama.warmup")
     os.unlink(volume / "llama.warmup")
     with pytest.raises(PlanError, match="it holds no warmup bundle"):
-        sources.bundle_in(str(volume))
+        directory.bundle_in(str(volume))
 
 
 def test_the_plugin_speaks_plain_http_where_the_environment_asks(tmp_path, plain_registry):

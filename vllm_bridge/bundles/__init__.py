@@ -5,6 +5,6 @@ A floor of vllm_bridge's (tests/test_layers.py): it imports the base modules (se
 timeline), never warmup/ beside it or the entry modules above.
 
     startup.py   start-up bundles in vLLM's processes: WARMUP_BUNDLE installed, WARMUP_BUNDLE_OUT listed at ready
-    source.py    WARMUP_BUNDLE as a file this process can install (a file, a directory, an `oci://` reference)
+    source.py    WARMUP_BUNDLE as a file this process can install: which process pins, pulls, hands down, waits
     writer.py    a start-up bundle written after ready, beside vLLM, by a daemon thread
 """

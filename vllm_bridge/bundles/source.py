@@ -1,12 +1,16 @@
 """WARMUP_BUNDLE as a file this process can install (vllm_bridge.bundles.startup installs it).
 
+What the value names, and how a remote bundle is pinned and fetched, is executor/bundle/sources/'s
+(one module per scheme, the table the CLI opens its argument through too); what is here is the
+process choreography: which process pins, what it hands down, which thread fetches, who waits.
+
 - A file: itself. A directory: the one bundle in it (Kubernetes mounts an OCI artifact as an
   image volume, read-only, with the bundle file under its title).
 - ``oci://REGISTRY/REPO[:TAG][@sha256:D]``: the first process of the server (vLLM's API server)
   asks the registry for the manifest (RESOLVE_TIMEOUT_S at most), names the digest in one line and
   puts the pinned reference into the environment its children inherit (the engine core, the
   workers), so that every rank installs the same bytes even if the tag moves meanwhile. Each
-  process then fetches the node's copy in a background thread (executor/bundle/sources.py: the
+  process then fetches the node's copy in a background thread (executor/bundle/sources/oci.py: the
   first pulls, the others wait on its lock and find the file), started at ``register``, long
   before a worker's ``load_model`` waits for it.
 - A registry that is down, slow, or serves bytes that do not match their digest: the bundle is
@@ -100,30 +104,32 @@ def for_process(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os
 
 def start(value: str | None, timeout_s: float = PULL_TIMEOUT_S, environ=os.environ,
           cache_dir: str | None = None, *, plain_http: bool = False) -> Source:
-    """At the plugin's register: the local file, or the node's copy of an oci:// bundle being fetched
-    (`plain_http`: a registry not on loopback spoken to without TLS, WARMUP_REGISTRY_PLAIN_HTTP)."""
-    from executor.bundle import oci_ref
+    """At the plugin's register: the local file, or the node's copy of a remote bundle being fetched
+    (`plain_http`: a registry not on loopback spoken to without TLS, WARMUP_REGISTRY_PLAIN_HTTP).
+    Which scheme the value names, and how it is pinned and fetched, is executor/bundle/sources/'s."""
+    if not value:
+        return Source(None)
+    from executor.bundle import open_source
 
-    if not value or not oci_ref.is_reference(value):
-        return _local(value)
     try:
-        ref = _pinned(oci_ref.parse(value, where="WARMUP_BUNDLE"), environ, plain_http)
+        place = open_source(value, where="WARMUP_BUNDLE")  # a local scheme takes any name: a remote one refused it
+        if not place.remote:
+            return _local(value, place)
+        place = _pinned(place, environ, plain_http)
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts without the bundle
         environ["WARMUP_BUNDLE"] = ""  # the children inherit no bundle, and say nothing
         return _failed(value, cause_of(e))
     try:
-        return _fetch_in_background(ref, timeout_s, environ, cache_dir, plain_http)
+        return _fetch_in_background(place, timeout_s, environ, cache_dir, plain_http)
     except Exception as e:  # noqa: BLE001 - a cache root it cannot use, a thread it cannot start
-        return _failed(str(ref), cause_of(e))
+        return _failed(place.name, cause_of(e))
 
 
-def _local(value: str | None) -> Source:
-    if not value:
-        return Source(None)
-    from executor.bundle import sources
-
+def _local(value: str, place) -> Source:
+    """A file, or a directory's one bundle: its path now (a directory without one: one line, and
+    each process of the server says it, as each reads the directory itself)."""
     try:
-        return Source(value, sources.bundle_in(value))
+        return Source(value, place.path())
     except Exception as e:  # noqa: BLE001
         return _failed(value, cause_of(e))
 
@@ -135,33 +141,31 @@ def _failed(value: str, cause: str) -> Source:
     return source
 
 
-def _pinned(ref, environ, plain_http: bool):
-    """The reference pinned to a digest; the first process asks the registry (a tag resolves to the
-    digest it names now; a digest is checked to exist) and hands the pinned one down."""
-    from executor.bundle import oci
-
-    if SERVER in environ and ref.digest:
-        return ref  # a child: the API server pinned it
+def _pinned(place, environ, plain_http: bool):
+    """The bundle named by fixed bytes; the first process asks (a tag resolves to the digest it
+    names now; a digest is checked to exist) and hands the pinned name down to its children."""
+    if SERVER in environ and place.digest:
+        return place  # a child: the API server pinned it
     environ.setdefault(SERVER, f"{os.getpid()}-{time.time_ns()}")
     asked = time.monotonic()
-    pinned, _ = oci.resolve(ref, timeout_s=RESOLVE_TIMEOUT_S, plain_http=plain_http, environ=environ)
-    environ["WARMUP_BUNDLE"] = str(pinned)
+    pinned = place.pin(timeout_s=RESOLVE_TIMEOUT_S, plain_http=plain_http, environ=environ)
+    environ["WARMUP_BUNDLE"] = pinned.name
     log.info("warmup-planner: bundle %s is %s (the registry answered in %.2f s); the node's copy is fetched in "
-             "the background", ref, pinned.digest, time.monotonic() - asked)
+             "the background", place.name, pinned.digest, time.monotonic() - asked)
     return pinned
 
 
-def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None, plain_http: bool) -> Source:
-    from executor.bundle import sources
+def _fetch_in_background(place, timeout_s: float, environ, cache_dir: str | None, plain_http: bool) -> Source:
+    from executor.bundle import AlreadyFailed
 
     cache_dir = cache_dir or _cache_dir()
-    source = Source(str(ref), sources.node_path(ref, cache_dir), timeout_s)
+    source = Source(place.name, place.path(cache_dir), timeout_s)
 
     def run() -> None:
         try:
-            fetched = sources.fetch_once(ref, cache_dir, timeout_s=timeout_s, server=environ.get(SERVER, ""),
-                                         plain_http=plain_http, environ=environ)
-        except sources.AlreadyFailed as e:  # the process that met it said it
+            fetched = place.fetch(cache_dir, timeout_s=timeout_s, server=environ.get(SERVER, ""),
+                                  plain_http=plain_http, environ=environ)
+        except AlreadyFailed as e:  # the process that met it said it
             source.cause, source.said = str(e), True
             return
         except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts without the bundle
@@ -177,7 +181,7 @@ def _fetch_in_background(ref, timeout_s: float, environ, cache_dir: str | None, 
         prepare_unless_in_place(fetched.path)  # the members checked while vLLM starts, as for a file bundle
 
     def timed() -> None:  # beside vLLM's start, in this process's timeline
-        with timeline.span("plugin: bundle pull", timeline.PLUGIN, background=True, reference=str(ref)):
+        with timeline.span("plugin: bundle pull", timeline.PLUGIN, background=True, reference=place.name):
             run()
 
     source.thread = threading.Thread(target=timed, name="warmup-bundle-pull", daemon=True)

@@ -98,9 +98,9 @@ def config_hash(vllm_config) -> str | None:
 def machine(vllm_config, recorded_hash: str | None = None) -> dict:
     """This worker's fingerprint: the machine's (torch is imported already) and the config hash
     (`recorded_hash`: the one taken at load_model, else the config's now)."""
-    from executor.bundle import environment
+    from executor.bundle import current_environment
 
-    return {**environment.current(), "vllm_config_hash": recorded_hash or config_hash(vllm_config)}
+    return {**current_environment(), "vllm_config_hash": recorded_hash or config_hash(vllm_config)}
 
 
 def install_early(path: str | None, stage: bool = True) -> dict | None:
@@ -112,10 +112,10 @@ def install_early(path: str | None, stage: bool = True) -> dict | None:
         return None
     from importlib.metadata import version
 
-    from executor.bundle import startup
+    from executor.bundle import install_startup_early
 
     try:
-        placed = startup.install_early(path, roots_now(), version("vllm"), record_dir())
+        placed = install_startup_early(path, roots_now(), version("vllm"), record_dir())
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM resolves the model itself
         log.warning("warmup-planner: bundle's model info not installed: %s", cause_of(e))
         return None
@@ -137,16 +137,16 @@ def _log_problems(placed) -> None:
 def prepare_unless_in_place(path: str) -> None:
     """The members checked in a background thread while vLLM starts (the install waits for it),
     unless this node's caches hold the bundle already (a rank started after another placed it)."""
-    from executor.bundle import archive, staging, startup, usage
+    from executor.bundle import load_usage, prepare_in_background, read_manifest, startup_in_place, usage_record_path
 
     try:
-        manifest = archive.read_manifest(path)
-        earlier = usage.load(usage.record_path(record_dir(), manifest.digest()))
-        if startup.all_in_place(manifest, roots_now(), left_out=earlier.left_out if earlier else None):
+        manifest = read_manifest(path)
+        earlier = load_usage(usage_record_path(record_dir(), manifest.digest()))
+        if startup_in_place(manifest, roots_now(), left_out=earlier.left_out if earlier else None):
             return
     except Exception:  # noqa: BLE001 - the install says why in one line
         return
-    staging.prepare_in_background(path)
+    prepare_in_background(path)
 
 
 def install_before_compile(worker, path: str | None, waited_s: float | None = None) -> dict | None:
@@ -154,11 +154,11 @@ def install_before_compile(worker, path: str | None, waited_s: float | None = No
     worker waited for its pull, None: a file, no pull); what was placed, or None (not asked, or refused: one log line)."""
     if not path:
         return None
-    from executor.bundle import startup
+    from executor.bundle import install_startup
 
     started = time.monotonic()
     try:
-        placed = startup.install(path, roots_now(), machine(worker.vllm_config), record_dir())
+        placed = install_startup(path, roots_now(), machine(worker.vllm_config), record_dir())
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts cold
         log.warning("warmup-planner: bundle not installed, vLLM starts cold: %s", cause_of(e))
         return None
@@ -174,12 +174,12 @@ def check_machine(worker) -> list[str]:
     """Installs made against a bundle's own fingerprint (`warmup bundle install --target bundle`, an
     image built without this GPU), checked against this machine before vLLM reads its caches: one
     line each; a mismatch removes what that install placed (executor/bundle/machine_check.py)."""
-    from executor.bundle import machine_check, records
+    from executor.bundle import check_installs_on_machine, pending_installs
 
     try:
-        if not records.pending(record_dir()):
+        if not pending_installs(record_dir()):
             return []
-        lines = machine_check.check(record_dir(), machine(worker.vllm_config))
+        lines = check_installs_on_machine(record_dir(), machine(worker.vllm_config))
     except Exception as e:  # noqa: BLE001 - ours: one line, vLLM starts (compiling what does not load)
         log.warning("warmup-planner: the installs made against a bundle's fingerprint could not be checked: %s",
                     cause_of(e))
@@ -197,16 +197,16 @@ def check_use(worker, inert: str = "warn") -> list | None:
     installed = getattr(worker, INSTALLED, None)
     if installed is None:
         return None
-    from executor.bundle import usage
+    from executor.bundle import check_usage, inert_count, usage_lines
 
     try:
-        uses = usage.check(installed)
+        uses = check_usage(installed)
     except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
         log.warning("warmup-planner: the bundle's use could not be checked: %s", cause_of(e))
         return None
-    for line in usage.lines(uses):
+    for line in usage_lines(uses):
         log.log(logging.WARNING if line.startswith("  ") else logging.INFO, "warmup-planner: bundle use: %s", line)
-    inert_entries = usage.inert_count(uses)
+    inert_entries = inert_count(uses)
     if inert_entries and inert == "error":
         message = (f"warmup-planner: {INERT_SETTING}=error: {inert_entries} entries of the bundle {installed.bundle} "
                    "are inert or were read from the building machine's copy (listed above)")
@@ -221,11 +221,11 @@ def record_roots(worker, out: str | None) -> None:
     and nothing is packed at the end."""
     if not out:
         return
-    from executor.bundle import ops
+    from executor.bundle import check_output
 
     try:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        ops.check_output(out)
+        check_output(out)
     except Exception as e:  # noqa: BLE001
         log.warning("warmup-planner: WARMUP_BUNDLE_OUT: no bundle will be written: %s", cause_of(e))
         return
@@ -240,14 +240,14 @@ def build_after_ready(worker, out: str | None, origin) -> Writer | None:
     recorded = getattr(worker, ROOTS, None)
     if not out or recorded is None or rank_of(worker) != 0:
         return None
-    from executor.bundle import startup
+    from executor.bundle import list_startup
 
     # The roots of load_model: where vLLM's AOT compile moved TORCHINDUCTOR_CACHE_DIR since is
     # inside the torch.compile cache (packed with it), and Inductor's Triton kernels are in the
     # directory Inductor started with, which that move would have left out.
     ready = time.monotonic()
     try:
-        listed = startup.listing(out, recorded.roots, machine(worker.vllm_config, recorded.config_hash), origin)
+        listed = list_startup(out, recorded.roots, machine(worker.vllm_config, recorded.config_hash), origin)
     except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
         log.warning("warmup-planner: no bundle written: %s", cause_of(e))
         return None

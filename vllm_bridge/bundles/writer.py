@@ -40,12 +40,12 @@ class Writer:
         return self
 
     def _run(self) -> None:
-        from executor.bundle import archive, startup
+        from executor.bundle import Cancelled, startup_summary, write_listed
 
         started = time.monotonic()
         try:
-            manifest = startup.write_listed(self.out, self.listed, cancelled=self.cancel.is_set)
-        except archive.Cancelled:
+            manifest = write_listed(self.out, self.listed, cancelled=self.cancel.is_set)
+        except Cancelled:
             log.warning("warmup-planner: no bundle written: the process exited %.1f s into writing %s, "
                         "which was not waited for longer", time.monotonic() - started, self.out)
         except Exception as e:  # noqa: BLE001 - ours: one line, the server runs
@@ -54,7 +54,7 @@ class Writer:
             done = time.monotonic()
             log.info("warmup-planner: bundle %s written %.1f s after ready, in %.1f s beside vLLM (its files listed "
                      "at ready in %.2f s): %s", self.out, done - self.ready, done - started, self.listed_s,
-                     startup.summary(manifest))
+                     startup_summary(manifest))
         finally:
             with _lock:
                 if self in _writers:
