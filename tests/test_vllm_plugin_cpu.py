@@ -471,6 +471,19 @@ def test_load_model_pins_tritons_directory_before_vllm_builds_the_model(tmp_path
     assert seen == [str(tmp_path / ".triton" / "cache")]
 
 
+@pytest.mark.parametrize("asked", [True, False])
+def test_load_model_loads_the_compiled_model_beside_the_weights_only_where_asked(tmp_path, monkeypatch, asked):
+    """Issue 54: WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS=1 installs vllm_bridge/compile_load.py's hooks before
+    vLLM's load_model makes the model; unset, vLLM's loader is left as it is."""
+    order = []
+    monkeypatch.setattr(plugin.compile_load, "installed", lambda: order.append("hooks") or True)
+    monkeypatch.setattr(plugin.bundle, "record_roots", lambda worker, out: None)
+    wrapped = plugin._load_model(lambda self: order.append("vLLM's load_model"), RELEASES["0.25.0"],
+                                 Settings(None, bundle_out=str(tmp_path / "b.warmup"), compile_load_beside_weights=asked))
+    wrapped(NS())
+    assert order == (["hooks"] if asked else []) + ["vLLM's load_model"]
+
+
 def test_a_users_triton_directory_is_never_changed(tmp_path, monkeypatch):
     from vllm_bridge.warmup.executor_options import pin_triton_cache
 
@@ -542,3 +555,17 @@ def test_the_worker_is_patched_when_its_module_is_imported_not_before(tmp_path, 
         sys.meta_path[:] = finders
         for name in [n for n in sys.modules if n.startswith("fakevllm_lazy")]:
             del sys.modules[name]
+
+
+def test_every_variable_the_settings_read_is_in_the_settings_reference():
+    """One Settings reads every WARMUP_* variable of the plugin (issue 56 item 3), and docs/reference/settings.md
+    names each: a setting added to the one and not the other fails here."""
+    import re
+
+    from vllm_bridge import settings
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    read = set(re.findall(r'"(WARMUP_[A-Z_]*[A-Z])"', open(settings.__file__).read()))
+    documented = open(os.path.join(root, "docs", "reference", "settings.md")).read()
+    assert "WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS" in read and len(read) > 10
+    assert sorted(v for v in read if f"`{v}" not in documented) == []

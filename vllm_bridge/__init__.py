@@ -22,6 +22,7 @@ sub-package imports none of its siblings.
     fixes.py             start-up fixes vLLM made after a release, applied where the release row says it lacks them
     step_aside.py        the plugin steps aside: a failure of its own never stops vLLM
     engine_core_start.py how vLLM starts its engine core: by fork where measured (one GPU) or asked for
+    compile_load.py      vLLM's AOT-compiled model loaded in a thread while the weights load (where asked)
     timeline.py          one start's timeline, process by process: where a `vllm serve` start spends its time
     patches.py           one method of a vLLM class wrapped once per process, vLLM's function kept on the class
 """

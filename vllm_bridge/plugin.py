@@ -43,7 +43,7 @@ import os
 import sys
 import time
 
-from . import ahead, engine_core_start, fixes, timeline
+from . import ahead, compile_load, engine_core_start, fixes, timeline
 from .bundles import source as bundle_source, startup as bundle
 from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
@@ -213,6 +213,8 @@ def _load_model(original, release: Release, settings: Settings):
 
 def _load_model_body(self, original, settings: Settings, release: Release, args, kwargs):
     pin_triton_cache()  # before the model exists: the same Triton directory cold or warm, bundle or not
+    if settings.compile_load_beside_weights:
+        compile_load.installed()  # before vLLM's loader makes the model
     with _timed(bool(settings.plan), "plugin: engine and plan"):
         state = _prepared(self, release, settings)  # before the weights: a failure steps aside at once
     _bundle_before_compile(self, settings)  # before the pool: it then finds the bundle's kernels

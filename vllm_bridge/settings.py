@@ -50,6 +50,8 @@ class Settings(NamedTuple):
     #                                listed) or error (it stops vLLM's start: bundles.startup.check_use)
     fixes_off: tuple[str, ...] = ()  # WARMUP_FIX_<NAME>=0: the start-up fixes the user turned off, by name
     #                                (vllm_bridge/fixes.py: FIXES, switch fix_switch(name); unset: on)
+    compile_load_beside_weights: bool = False  # WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS: vLLM's AOT-compiled
+    #                                model loaded in a thread while the weights load (vllm_bridge/compile_load.py)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -63,7 +65,8 @@ class Settings(NamedTuple):
                    environ.get("WARMUP_TIMELINE") or None, _unset_or_flag(environ, "WARMUP_ENGINE_CORE_FORK"),
                    _choice(environ, "WARMUP_TORCH_COMPILE_AFTER_READY", ("eager", "compile")),
                    _flag(environ, "WARMUP_REGISTRY_PLAIN_HTTP"),
-                   _choice(environ, "WARMUP_BUNDLE_INERT", ("warn", "error")), _fixes_off(environ))
+                   _choice(environ, "WARMUP_BUNDLE_INERT", ("warn", "error")), _fixes_off(environ),
+                   _flag(environ, "WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS"))
 
     @property
     def asked(self) -> bool:
