@@ -87,7 +87,7 @@ def run(command: str, model_dir: str, vllm_path: str | None) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("pages", nargs="+", help="README.md and the docs pages that hold the section")
-    parser.add_argument("--vllm-path", help="a sys.path holding vLLM (tests/vllm_parity/setup_vllm.sh's)")
+    parser.add_argument("--vllm-path", help="a sys.path holding vLLM (tests/integration/vllm_parity/setup_vllm.sh's)")
     args = parser.parse_args()
     found = []
     for name in args.pages:

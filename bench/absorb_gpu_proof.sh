@@ -2,7 +2,7 @@
 # Issue 38's GPU proof, not run yet: a plugin run with a plan that leaves a stage out makes
 # compiles after ready; `warmup absorb` turns its logs into an overlay; a rerun with the overlay
 # compiles nothing after ready. Written on the CPU machine; its CPU parts (absorb, check, diff)
-# are tested by tests/test_absorb.py on the recorded logs.
+# are tested by tests/planner/test_absorb.py on the recorded logs.
 #
 #   STEP=miss   the plugin arm (server mode, cold caches) with PLAN_OUT_STAGE (default
 #               tests/fixtures/logs/vllm-0.25-plugin-no-sampler.yaml: vllm-0.25-plugin less its

@@ -20,8 +20,8 @@
 #                                           # installed where the machine has no ninja of its own
 #
 # That is the smallest set `import flashinfer` needs (found with CPU torch: apache-tvm-ffi for
-# the JIT modules, pynvml, tqdm and requests at import); on the H100 image (2026-11) only
-# flashinfer-python and apache-tvm-ffi were missing, the rest was there already. Left out, and not needed for the
+# the JIT modules, pynvml, tqdm and requests at import); the GPU image lacked only flashinfer-python
+# and apache-tvm-ffi (bench/RESULTS.md part F). Left out, and not needed for the
 # autotuner and FP8 GEMM: cuda-python, cuda-tile, nccl4py, nvidia-cutlass-dsl (CuTe-DSL
 # kernels), nvidia-cudnn-frontend (cuDNN GEMM runners), einops, click, tabulate. The machine's
 # own nvcc and ninja build the JIT modules.

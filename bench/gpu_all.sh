@@ -116,13 +116,13 @@ unset WARMUP_KERNEL_CONFIG_DIR
 
 # Ctrl-C in the middle of a cold brute-force run: exit 130 and the report is still written.
 # --foreground: without it, coreutils timeout signals its whole process group and on the device
-# machine the python process died of the SIGINT before its handler ran (measured 2026-11-22).
+# machine the python process died of the SIGINT before its handler ran (bench/RESULTS.md part B).
 export TRITON_CACHE_DIR=$WORK/triton-cache-sigint
 run sigint 130 timeout --foreground --preserve-status -s INT 12 $EX bench/plans/triton-full.yaml \
     --engine llama-3.1-8b-fp8-h100 --jobs 1 --report "$RES/sigint.json"
 
 # The sparse plan (16 GEMM calls) with the tuned tables: --verify names the variants it left cold
-# (M=1209 on 2026-11-22; tests/executor/test_exact_keys.py explains it).
+# (M=1209: bench/RESULTS.md part E; tests/executor/test_exact_keys.py explains it).
 export TRITON_CACHE_DIR=$WORK/triton-cache-sparse
 run sparse-buckets any $EX bench/plans/sparse-buckets.yaml --engine llama-3.1-8b-fp8-h100 --jobs 1 --verify 2000 \
     --report "$RES/sparse-buckets.json" --jit-log "$RES/sparse-buckets.jsonl"

@@ -22,7 +22,7 @@ kernel vLLM's JIT monitor reported after ready is a red dotted line.
 
 Needs matplotlib, which is not a dependency of this project (nor installed in CI): here
 `python3 -m pip install matplotlib`. The layout (which bar goes on which row, in which colour) is
-`layout()`, plain Python, tested without matplotlib (tests/test_vllm_startup_bench.py).
+`layout()`, plain Python, tested without matplotlib (tests/bench/test_vllm_startup_bench.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ start: a thread, another process) cover inside it. With B_DIR, each phase of A b
 phase of B (same process role, same name, same occurrence) and the differences: B's wall minus A's,
 and B's end minus A's (how much later B reached the end of it). --json writes the rows.
 
-Standard library only; tested on synthetic files (tests/test_vllm_timeline.py).
+Standard library only; tested on synthetic files (tests/vllm_bridge/test_vllm_timeline.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# vLLM 0.25.0 and this project's vLLM plugin on the GPU machine (H100, torch 2.11.0+cu130, Python
-# 3.12, nvcc 13.0, no network), carried in four parts, one device call each at most 64 MiB with the
-# repository (about 7 MiB). What is in here was learned on real runs there (2026-11-23/24,
-# ../shared/reference/vllm-on-the-gpu-machine.md). This version, with the server's dependencies
-# (SERVER_DEPS) and the fi part, installed vLLM 0.25.0 on the H100 and served `vllm serve` with and
-# without the plugin on 2026-11-27 (bench/RESULTS.md part X: core, ext, then py + plugin + fi).
+# vLLM 0.25.0 and this project's vLLM plugin on the GPU machine (H100 or H200, torch 2.11.0+cu130,
+# Python 3.12, nvcc 13.0, no network), carried in four parts, one device call each at most 64 MiB with
+# the repository (about 7 MiB). What is in here rests on real runs there
+# (../shared/reference/vllm-on-the-gpu-machine.md; `vllm serve` with SERVER_DEPS and the fi part:
+# bench/RESULTS.md part X on).
 #
 # Here, where PyPI is reachable, from the repository root:
 #   bash bench/vllm_gpu_setup.sh prepare   # .vllm/{core,ext,py,fi,mla}/part.tar.xz and .vllm/plugin/ (FORCE=1: rebuild all;
@@ -27,7 +26,7 @@
 #                                        WITH_FLASHINFER=1 puts its site ($FI_SITE) on `env`'s PYTHONPATH
 # (`install` takes several parts; `check [PART...]` prints one line, exits 1 if a part is missing.)
 #
-# What each part holds (sizes from `prepare` here on 2026-11-25; the repo's tracked files: 7.0 MiB):
+# What each part holds (sizes from `prepare` here; the repo's tracked files: 7.0 MiB):
 #   core    vllm/_C_stable_libtorch.abi3.so: vLLM's own CUDA ops (51.2 MiB xz)
 #   ext     vllm/_moe_C_stable_libtorch.abi3.so (fused MoE ops) and vllm_flash_attn's FA3 module:
 #           model modules import vllm.vllm_flash_attn, which needs FA2 or FA3 (48.2 MiB xz)
@@ -36,8 +35,7 @@
 #           call fails), a few tiny .so (cumem_allocator, spinloop, fs_io_C), and the wheels of the
 #           dependencies the GPU image lacks ($DEPS and, for `vllm serve`, $SERVER_DEPS, pinned),
 #           installed with pip --target; vLLM's Python is byte-compiled at install, so no run pays
-#           for it (25.1 MiB xz, built with `part py` into another PARTS_DIR on 2026-11-27; 23.7
-#           before SERVER_DEPS)
+#           for it (25.1 MiB xz)
 #   plugin  this repository's wheel (pip wheel . --no-deps, built here: the GPU image has no
 #           hatchling, so `pip install -e .` fails there), installed with pip --target into the
 #           vLLM site dir: its warmup_planner-*.dist-info/entry_points.txt is how vLLM finds the
@@ -47,7 +45,7 @@
 #           differs from the installed one (0.3 MiB; rebuilt by every `prepare` and by `plugin`).
 #   mla     (optional, MLA models: DeepSeek-V2/V3) vllm/_flashmla_C.abi3.so and
 #           vllm/_flashmla_extension_C.abi3.so, FlashMLA's dense and FP8 decode kernels (1.7 + 0.25 MB;
-#           0.9 MiB xz, `part mla` here on 2026-11-28). What vLLM 0.25.0 runs for DeepSeek-V3 on SM 9.0
+#           0.9 MiB xz). What vLLM 0.25.0 runs for DeepSeek-V3 on SM 9.0
 #           is elsewhere: the MLA backend is FLASH_ATTN_MLA, first in platforms/cuda.py's SM 9.0 list
 #           (_get_backend_priorities), FA3's varlen kernels (ext's _vllm_fa3_C: flashattn_mla.py's
 #           supports_combination needs FA3 on SM 9.x), prefill FLASH_ATTN too (mla/prefill/selector.py);
@@ -111,7 +109,7 @@ PY=(--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -
     --only-binary=:all:)
 # The dependencies vLLM needs at start that the GPU image lacks (found by importing vLLM there and by
 # serving a model with it, ../shared/reference/vllm-on-the-gpu-machine.md). Pinned to what PyPI
-# resolved for cp312 manylinux on 2026-11-25 (the runs of 2026-11-23/24 used these names unpinned).
+# resolved for cp312 manylinux.
 # apache-tvm-ffi: xgrammar imports tvm_ffi (vLLM's pin 0.1.9 fails with this xgrammar; 0.1.15.post2
 # worked); compressed-tensors: vLLM 0.25.0's pin (0.12 lacks compressors.pack_quantized); loguru:
 # compressed-tensors imports it. llguidance 1.6.1 is below vLLM's >=1.7 (the newest with a cp312
@@ -140,16 +138,11 @@ DEPS=(pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspe
 # with --tool-server), mistral_common (lazily, for Mistral tokenizers), opentelemetry's exporters
 # (vllm/tracing imports them in a try, for --otlp-traces-endpoint), supervisor and setuptools
 # (model-hosting-container-standards requires them but does not import them). Pinned to what PyPI
-# resolved for cp312 manylinux on 2026-11-27; within vLLM 0.25.0's bounds
+# resolved for cp312 manylinux, within vLLM 0.25.0's bounds
 # (model-hosting-container-standards >=0.1.14,<1; prometheus-fastapi-instrumentator >=8).
-# Checked here (Python 3.12 venv with these wheels, DEPS' fastapi/starlette/pydantic and the
-# image's kind of anyio, h11, click, uvloop): each imports; vLLM's own serve/utils/ssl.py and
-# serve/instrumentator/metrics.py import with them (vllm's parent package stood in: its __init__
-# needs torch); every attribute vLLM uses of model_hosting_container_standards.sagemaker and
-# prometheus_fastapi_instrumentator.routing exists; a FastAPI app with the instrumentator and
-# sagemaker's bootstrap served /health and /metrics under uvicorn, which picked httptools and
-# uvloop; the py part built with them installed with Python 3.12's pip --target, and `check py`'s
-# files were there. Not checked before the GPU machine: vLLM's whole server import there.
+# Each imports in a Python 3.12 venv with DEPS (vLLM's serve/utils/ssl.py and
+# serve/instrumentator/metrics.py with them; a FastAPI app with the instrumentator and sagemaker's
+# bootstrap serves /health and /metrics under uvicorn); the whole server: bench/RESULTS.md part X on.
 SERVER_DEPS=(uvicorn==0.54.0 httptools==0.9.0 websockets==17.4 python-dotenv==1.2.4 watchfiles==1.3.0
              model-hosting-container-standards==0.1.16 jmespath==1.1.0 prometheus-fastapi-instrumentator==8.1.0)
 
@@ -301,11 +294,11 @@ pack_fi() {
 }
 
 # The registry part (issue 47): the ORAS client the plugin pulls oci:// bundles with, with the
-# dependencies the GPU image lacks (jsonschema and its own: found there, 2026-11-28, when the first
-# push said "No module named 'jsonschema'"; requests and urllib3 are in the image), and the CNCF
+# dependencies the GPU image lacks (jsonschema and its own, which oras imports: bench/RESULTS.md part AD;
+# requests and urllib3 are in the image), and the CNCF
 # distribution registry's binary from Debian's docker-registry package, taken out of the .deb here (the
 # GPU machine has no network and maybe no dpkg) into registry-bin/, where no later `pip --target
-# --upgrade` of a wheel with scripts replaces it (a wheel's bin/ would: seen there the same day).
+# --upgrade` of a wheel with scripts replaces it (a wheel's bin/ would, part AD).
 REGISTRY_WHEELS=(oras==0.2.43 jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.36.2 rpds-py==0.27.1)
 pack_registry() {
     [ -f "$PARTS_DIR/registry/part.tar.xz" ] && [ -z "${FORCE:-}" ] && { echo "registry: kept (FORCE=1 rebuilds)"; return; }

@@ -8,7 +8,7 @@ Needs vLLM 0.25.0 on the path (bench/vllm_gpu_setup.sh: install, then `source ..
 repository first on PYTHONPATH (the JIT monitor, and the plugin's code), a CUDA GPU. Normally run by
 bench/vllm_startup_proof.sh, which sets each arm's cache directories and WARMUP_* variables.
 Without a GPU only `--help` runs (and, here, the whole script against a stand-in vllm package, to
-check the harness itself). Not run on a GPU in this form yet.
+check the harness itself). Its GPU runs: bench/RESULTS.md, from part S.
 
 result.json (written once at ready, again at the end, and on failure or SIGTERM with "error"):
 ready_s (process start to LLM() built; process_start from /proc), llm_init_s, kv_cache

@@ -60,8 +60,8 @@ flashinfer stay None (vLLM's monitor does not watch them: the caches do).
 --dry-run prints the server's command and environment changes, and runs nothing. Needs, besides
 vLLM 0.25.0 with its server's dependencies (bench/vllm_gpu_setup.sh's py part), nothing beyond
 the standard library; this repository on the path for the plugin arm's reports (vllm_bridge).
-Written and tested here against a stand-in `vllm` package (tests/test_vllm_serve_bench.py); not
-run on a GPU yet.
+Written and tested here against a stand-in `vllm` package (tests/bench/test_vllm_serve_bench.py); its GPU
+runs: bench/RESULTS.md, from part X.
 """
 
 from __future__ import annotations
@@ -724,8 +724,8 @@ def serve_and_measure(args, proc, port: int, log: ServerLog, caches: dict, deadl
     RESULT["server_alive_after_requests"] = proc.poll() is None
     if os.environ.get("WARMUP_BUNDLE_OUT"):
         # The plugin packs the bundle in a daemon thread after ready; the stop's SIGINT, then SIGKILL
-        # after --stop-grace, ends a bundle still being written (a DeepSeek-class one on an H200
-        # outlived both): wait here for its outcome line, within the run's deadline.
+        # after --stop-grace, ends a bundle still being written (a DeepSeek-class one outlived both:
+        # bench/RESULTS.md part AG): wait here for its outcome line, within the run's deadline.
         RESULT["bundle_out"] = wait_for_bundle(log, proc, os.environ["WARMUP_BUNDLE_OUT"], deadline)
         write_result(args.out)
 

@@ -6,7 +6,7 @@
 Builds an offline ``vllm.LLM`` from a config.json the repo ships (no weights, no tokenizer:
 ``load_format="dummy"``, ``skip_tokenizer_init=True``), on the Triton attention backend, runs a
 few requests and prints the time to ready and per request. The first step of issue 17's proof.
-NOT YET RUN on a GPU (2026-11-23: no device machine was lent after the DeepGEMM probe).
+Not yet run on a GPU.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 # The vLLM start-up proof on the GPU machine: vLLM 0.25.0 + this project's plugin against stock
 # vLLM 0.25.0, from cold caches and warm, one process per run (bench/vllm_plugin_trace.py), or in
 # server mode (MODE=server) one `vllm serve` per run driven over HTTP (bench/vllm_serve_trace.py).
-# Written here without a GPU: dry-run, and run end to end against a stand-in vLLM package (no
-# GPU, no real engine); the offline mode ran on the H100 (bench/RESULTS.md), the server mode not yet.
+# Tested here without a GPU (dry-run, and end to end against a stand-in vLLM package); its GPU runs
+# are in bench/RESULTS.md (offline mode from part S, server mode from part X).
 #
 # Claims it measures (bench/vllm_startup_summary.py prints PASS / FAIL / n/a for each):
 #   1. cold start: stock-cold's time to ready / plugin-cold's >= 2 (process start to LLM() built;
@@ -14,9 +14,9 @@
 #   3. KV cache: the plugin runs' GPU blocks equal a warm stock boot's.
 #
 # Needs: vLLM 0.25.0 and the plugin installed by bench/vllm_gpu_setup.sh on the same warm machine
-# (its parts core, ext, py, plugin: `check` must pass), an H100. Model: Llama-3.1-8B-Instruct FP8
-# block-128 (tests/fixtures/hf/llama-3.1-8b-instruct-fp8-block.json) on dummy weights; MODEL=qwen
-# for Qwen3-30B-A3B FP8 (a separate series of calls, only where time remains).
+# (its parts core, ext, py, plugin: `check` must pass), an SM 9.0 GPU (H100, H200). Model:
+# Llama-3.1-8B-Instruct FP8 block-128 (tests/fixtures/hf/llama-3.1-8b-instruct-fp8-block.json) on
+# dummy weights; MODEL=qwen for Qwen3-30B-A3B FP8 (a separate series of calls, only where time remains).
 #
 # Device calls, in order, each with timeout_s 600 and made within 30 s of the last (the machine and
 # its /tmp go back 30 s after a call; a fresh machine needs the three install calls again; the runs
@@ -26,10 +26,9 @@
 #   3 carry [".vllm/py", ".vllm/plugin"]  export CALL_START=$(date +%s); bash bench/vllm_gpu_setup.sh check core ext && bash bench/vllm_gpu_setup.sh install py plugin && PARTS="plugin-cold" bash bench/vllm_startup_proof.sh
 #   4 carry []                            PARTS="stock-cold" bash bench/vllm_startup_proof.sh
 #   5 carry []                            PARTS="plugin-warm stock-warm" bash bench/vllm_startup_proof.sh
-# (stock-cold gets a call of its own: stock's cold start of this model alone took most of a call in
-# the run of 2026-11-24, ../shared/reference/vllm-on-the-gpu-machine.md, and its trace follows
-# it; the install in call 3 counts against that call's budget through CALL_START.) The script
-# runs `bash bench/vllm_gpu_setup.sh check`
+# (stock-cold gets a call of its own: stock's cold start of this model takes most of a call, 395.8 s
+# in bench/RESULTS.md part S, and its trace follows it; the install in call 3 counts against that
+# call's budget through CALL_START.) The script runs `bash bench/vllm_gpu_setup.sh check`
 # first and stops if a part is gone. Qwen3-30B-A3B: the same three runs with MODEL=qwen, in a lease
 # of its own if the 30 minutes a machine is held are spent (then the installs again first).
 # Then here, with matplotlib (pip install matplotlib), from the files that came back:
@@ -62,10 +61,11 @@
 #   3 carry [".vllm/py", ".vllm/plugin", ".vllm/fi", ".vllm/mla"]  bash bench/vllm_gpu_setup.sh check core ext && bash bench/vllm_gpu_setup.sh install py plugin fi mla && bash bench/vllm_gpu_setup.sh check core ext py plugin fi mla
 #   4 carry []   MODE=server WITH_FLASHINFER=1 MODEL=deepseek-v3-5l TP=4 PARTS="stock-cold" bash bench/vllm_startup_proof.sh
 #   5 carry []   MODE=server WITH_FLASHINFER=1 MODEL=deepseek-v3-5l TP=4 PARTS="plugin-cold" bash bench/vllm_startup_proof.sh
-# Issue 48 item 4 (not yet run): the TP 4 start's bundle on another four-GPU lease. Lease 1, after its
-# three install calls: PARTS="bundle-build" (same variables), then `python3 bench/bundle_proof.py split
-# $ROOT/bundles/<series>.warmup $OUT/bundle --budget 60` in the same call (a DeepSeek TP 4 start filled
-# 335 MiB of vLLM's cache and 165 MiB of Inductor's in part AE: expect several calls of `split --first N`,
+# Issue 48 item 4 (not yet run: bench/RESULTS.md part AE): the TP 4 start's bundle on another four-GPU
+# lease. Lease 1, after its three install calls: PARTS="bundle-build" (same variables), then
+# `python3 bench/bundle_proof.py split $ROOT/bundles/<series>.warmup $OUT/bundle --budget 60` in the
+# same call (a DeepSeek TP 4 start fills
+# 335 MiB of vLLM's cache and 165 MiB of Inductor's, part AE: expect several calls of `split --first N`,
 # each bringing out what the tool returns, 8 files and 64 MiB at most). Lease 2 (a fresh four-GPU lease of
 # the same card): the install calls, then calls that each carry one folder of parts, .vllm/bundle_in_K
 # (a carried path replaces the one there: one folder per call), and copy it to /tmp/bundle_in, then
@@ -125,6 +125,10 @@
 # SPAWN_PARTS="plugin-warm_3 ..." with WARMUP_ENGINE_CORE_FORK=0; every other part at the plugin's default (fork where
 # the engine runs on one GPU), whatever the caller's environment holds. run.json's engine_core_fork says what
 # happened (1: the plugin's line "engine core starts by fork" is in the server's log).
+# Issue 54 (settings off by default until measured): COMPILE_LOAD_PARTS="plugin-warm_2 ..." runs those parts with
+# WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS=1, INSPECTION_FORK_PARTS with WARMUP_MODEL_INSPECTION_FORK=1; NO_MODELINFO_PARTS
+# removes vLLM's model-info cache ($VLLM_CACHE_ROOT/modelinfos) before those warm parts, so that the model class
+# is inspected as on a cold start. run.json: compile_load_beside and model_inspection_forked (1: the plugin's line).
 # Issue 53 (the plugin's default after ready): the plugin arm runs with WARMUP_TORCH_COMPILE_AFTER_READY=compile, so
 # a graph the plan missed compiles and is counted; EAGER_PARTS="plugin-cold ..." runs those parts at the plugin's
 # default instead (eager: such a graph runs eagerly, unseen), to show the default costs nothing (run.json:
@@ -243,6 +247,8 @@ run_part() {
     esac
     case " ${FORK_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=1) ;; esac  # issue 54
     case " ${SPAWN_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=0) ;; esac
+    case " ${COMPILE_LOAD_PARTS:-} " in *" $part "*) extra+=(WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS=1) ;; esac
+    case " ${INSPECTION_FORK_PARTS:-} " in *" $part "*) extra+=(WARMUP_MODEL_INSPECTION_FORK=1) ;; esac
     local after_ready=compile  # issue 53: the plan's own coverage is measured; EAGER_PARTS: the plugin's default
     case " ${EAGER_PARTS:-} " in *" $part "*) after_ready=eager ;; esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
@@ -268,6 +274,9 @@ run_part() {
         [ "$DRY_RUN" = 1 ] || json_run "$dir" skipped="no time left in this call (${left} s)"
         return
     fi
+    case " ${NO_MODELINFO_PARTS:-} " in  # a warm start without vLLM's model-info cache: its inspection's cost
+        *" $part "*) [ "$temp" = cold ] || do_or_show rm -rf "$cache/vllm/modelinfos" ;;
+    esac
     if [ "$temp" = cold ]; then
         do_or_show rm -rf "$cache"
         do_or_show mkdir -p "$cache/vllm" "$cache/triton" "$cache/inductor" "$cache/nv" "$cache/flashinfer" "$cache/trtllm_dg"
@@ -318,6 +327,7 @@ run_part() {
         env_set=(VLLM_ENABLE_V1_MULTIPROCESSING=0 "${env_set[@]}")
     fi
     local cmd=(env -u TRITON_CACHE_DIR -u DG_JIT_CACHE_DIR -u WARMUP_PLAN -u WARMUP_JOBS -u WARMUP_ENGINE -u WARMUP_ENGINE_CORE_FORK
+               -u WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS -u WARMUP_MODEL_INSPECTION_FORK
                -u VLLM_PLUGINS -u TORCHINDUCTOR_FX_GRAPH_CACHE "${unset_mp[@]}" "${env_set[@]}"
                timeout --kill-after=20 "$limit" "${run[@]}" --config "$CONFIG" --arm "$arm"
                --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS" --tensor-parallel-size "$TP")
@@ -354,6 +364,8 @@ run_part() {
     json_run "$dir" rc="$rc" wall_s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         timeout_s="$limit" caches_before="$before" caches_after="$(cache_sizes "$cache")" \
         command="$(printf '%q ' "${cmd[@]}")" engine_core_fork="$(forked "$dir")" \
+        compile_load_beside="$(said "$dir" "compiled model loaded beside the weights")" \
+        model_inspection_forked="$(said "$dir" "model class inspected in a forked child")" \
             torch_compile_after_ready="$([ "$arm" = plugin ] && echo "$after_ready")" "${proof[@]}"
     if [ "$base" = bundle-build ]; then
         ls -la "$BUNDLE_FILE" > "$dir/bundle_inspect.txt" 2>&1
@@ -437,7 +449,11 @@ clear_placed_flashinfer_modules() {  # the modules a bundle placed in FlashInfer
 }
 
 forked() {  # 1 where the run's engine core started by fork (the plugin's line in its log), else 0
-    grep -qs "engine core starts by fork" "$1/server.log" "$1/stderr.txt" && echo 1 || echo 0
+    said "$1" "engine core starts by fork"
+}
+
+said() {  # 1 where the plugin's line $2 is in the run $1's log, else 0
+    grep -qs "$2" "$1/server.log" "$1/stderr.txt" && echo 1 || echo 0
 }
 
 cache_sizes() {  # one arm's caches: "vllm 1.2G triton 40M inductor 300M nv 0 deep_gemm 45 entries"

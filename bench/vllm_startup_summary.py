@@ -32,7 +32,7 @@ import os
 
 RUNS = ("stock-cold", "plugin-cold", "plugin-warm", "stock-warm", "bundle-build", "bundle-cold")
 # The plugin report's compile kinds (vllm_bridge/warmup/phases.py KINDS, from the families the monitor counts;
-# tests/test_vllm_startup_bench.py holds them equal): this script runs with Python alone.
+# tests/bench/test_vllm_startup_bench.py holds them equal): this script runs with Python alone.
 KINDS = ("triton", "deep_gemm", "torch_compile", "flashinfer")
 COLUMNS = ("run", "rc", "wall_s", "tp", "ready_s", "llm_init_s", "kv_blocks", "first_request_s", "max_step_s",
            "trace_s", *KINDS, "events", "cache_kernels", "rank_events", "node_compiled", "node_keys", "node_failed", "startup_compiles",

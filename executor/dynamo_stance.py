@@ -3,8 +3,8 @@
 A plan covers the torch.compile graphs its rules know of (serving_paths gives each size key a call:
 kernel_model/dynamo_shapes.py). A model or release nobody wrote a rule for can still reach a
 function with sizes, a grad mode or a first call no warmup gave it, and Dynamo then traces and
-compiles in the request's path: seconds (measured on an H200, issue 53: the V1 runner's
-batch-change correction, 9 s after ready). Dynamo's own "eager_on_recompile" stance
+compiles in the request's path: seconds (the V1 runner's batch-change correction, 9 s after
+ready: bench/RESULTS.md part AH). Dynamo's own "eager_on_recompile" stance
 (torch.compiler.set_stance, torch 2.6+) runs the compiled graphs whose guards hold and any other
 call eagerly, with the same result and no compile: set once the warmup is sealed, it makes
 "nothing compiles after ready" hold for torch.compile whatever the plan missed, as the generic

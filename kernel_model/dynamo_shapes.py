@@ -5,9 +5,9 @@ With dynamic shapes every size is a symbol but for two rules (torch/fx/experimen
   * duck sizing: sizes that are equal when the graph is traced share one symbol, and the graph
     guards on their equality (torch.fx.experimental._config.use_duck_shape, on by default).
 So a graph traced at sizes (3, 3) does not serve (2, 3), nor (3, 3) one of (1, 3): each such call
-traces a graph of its own. Observed on an H200 (vLLM 0.25, DeepSeek-V3 with MTP): the V1 runner's
-`update_num_computed_tokens_for_batch_change` compiled after ready at a pair of batch sizes the
-warmup never gave it. A plan covers such a function by giving it one call per key.
+traces a graph of its own. So the V1 runner's `update_num_computed_tokens_for_batch_change` compiled
+after ready at a pair of batch sizes the warmup never gave it (vLLM 0.25, DeepSeek-V3 with MTP:
+bench/RESULTS.md part AH). A plan covers such a function by giving it one call per key.
 """
 
 from __future__ import annotations

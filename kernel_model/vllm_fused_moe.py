@@ -39,7 +39,7 @@ Tuned tables are vLLM's data and are never carried here: a table is read from th
 is given (``TableDirs``: in vLLM's order, VLLM_TUNED_CONFIG_FOLDER's then the configs directory of
 the vLLM that serves; planner/tables/vllm_moe.py says where they come from), named as
 ``get_config_file_name`` names it (``table_file_name``) and parsed as ``get_moe_configs`` parses it
-(``parse_table``). The parity test (tests/test_vllm_fused_moe.py) holds the configs to vLLM's own
+(``parse_table``). The parity test (tests/kernel_model/test_vllm_fused_moe.py) holds the configs to vLLM's own
 function for every M, with vLLM's own configs directory.
 """
 

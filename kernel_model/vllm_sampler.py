@@ -48,7 +48,7 @@ BLOCK_SIZE_TRUNC = 4096
 MASK_VALUE = float("-inf")
 
 # The kernel's parameters in declaration order, constexprs apart: the parity test
-# (tests/test_vllm_sampler.py) holds them to vLLM 0.25.0's own definition.
+# (tests/kernel_model/test_vllm_sampler.py) holds them to vLLM 0.25.0's own definition.
 PARAMETERS = ("LOGITS", "LOGITS_STRIDE_0", "BUFFER", "PERCENTILE_TO_STD_TABLE", "NORMAL_CDF_TO_SIGMA_TABLE",
               "K", "P", "BATCH_SIZE")
 INTS = ("LOGITS_STRIDE_0", "BATCH_SIZE")

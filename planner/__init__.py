@@ -18,7 +18,7 @@ ms, A3), the records inside steps and the plan's own (Document, Engine and its E
 Stage, ExpandedPlan) are named tuples, a record that changes is a class with __slots__
 (stages.scope.Scope); dataclasses only where the plan path never goes (planner.engine.hf,
 planner.review's diff and lints, the executor) and in the launch models, which only plans
-with kernel steps pay for. tests/test_plan_speed_paths.py fails when `warmup plan` imports
+with kernel steps pay for. tests/planner/test_plan_speed_paths.py fails when `warmup plan` imports
 more.
 
     cli.py            the `warmup` command line: a few verbs, each a function returning an exit code

@@ -1,5 +1,10 @@
 """The `gpu` marker skips by itself where there is no CUDA GPU (or under the Triton interpreter),
-so GPU test modules only say `pytestmark = pytest.mark.gpu`."""
+so GPU test modules only say `pytestmark = pytest.mark.gpu`.
+
+This conftest applies to every folder below: tests/<package>/ (the unit tests of each package),
+tests/integration/ (the harnesses run against vLLM's own sources) and the repository-wide tests
+left flat here; tests/test_layout.py holds that layout and says why. Loading it puts tests/ on
+sys.path, so every folder imports the helpers here (factories, skip_policy...) by name."""
 
 import os
 import sys

@@ -19,7 +19,7 @@ import pytest
 # (pattern of the reason, why that skip is expected); the reason as pytest reports it, without
 # its "Skipped: " prefix.
 ALLOWED = (
-    (r"WARMUP_VLLM_ENVS (not set|has no [0-9.]+ release) \(tests/vllm_parity/setup_vllm\.sh\)",
+    (r"WARMUP_VLLM_ENVS (not set|has no [0-9.]+ release) \(tests/integration/vllm_parity/setup_vllm\.sh\)",
      "the vLLM environments: CI's vLLM step sets them up and fails on any skip"),
     (r"GPU tests never run interpreted|needs (torch and )?a CUDA GPU", "the gpu marker (tests/conftest.py)"),
     (r"Triton 3\.6 interpreter: bf16 tl\.dot multiplies raw bits \(triton#11584\); GPU only",

@@ -305,7 +305,8 @@ VLLM_BRIDGE_FLOORS = [
     {"warmup": ["vllm_bridge.warmup"], "bundles": ["vllm_bridge.bundles"]},
     {"kernels": ["vllm_bridge.kernels"], "engine": ["vllm_bridge.engine"]},
     {"base": ["vllm_bridge.settings", "vllm_bridge.releases", "vllm_bridge.step_aside", "vllm_bridge.fixes",
-              "vllm_bridge.engine_core_start", "vllm_bridge.compile_load", "vllm_bridge.timeline",
+              "vllm_bridge.engine_core_start", "vllm_bridge.compile_load", "vllm_bridge.model_inspection",
+              "vllm_bridge.timeline",
               "vllm_bridge.patches", "vllm_bridge"]},
 ]
 

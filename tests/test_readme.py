@@ -171,7 +171,7 @@ def test_the_vllm_033_user_is_told_the_plan_and_what_is_proven_where(name):
     four_steps = " ".join(section("For vLLM users: four steps", EVERYTHING[name]).split())
     assert VLLM_RELEASES["0.33.0"].plan == "vllm-0.33"
     assert "WARMUP_PLAN=vllm-0.33 vllm serve" in four_steps
-    assert "has not run on a GPU with 0.33" in four_steps and "tests/vllm_plugin" in four_steps
+    assert "has not run on a GPU with 0.33" in four_steps and "tests/integration/vllm_plugin" in four_steps
 
 
 def test_the_moe_example_says_what_it_needs_as_the_plan_table_does():

@@ -24,7 +24,7 @@ def test_on_a_gpu():
     pytest.skip("needs a CUDA GPU")
 
 def test_vllm():
-    pytest.skip("WARMUP_VLLM_ENVS not set (tests/vllm_parity/setup_vllm.sh)")
+    pytest.skip("WARMUP_VLLM_ENVS not set (tests/integration/vllm_parity/setup_vllm.sh)")
 
 def test_torch():
     pytest.importorskip("a_library_nobody_installed")
@@ -67,7 +67,7 @@ def test_a_module_skipped_at_collection_is_judged_too(tmp_path):
 
 
 @pytest.mark.parametrize("reason, markers, ok", [
-    ("Skipped: WARMUP_VLLM_ENVS has no 0.25 release (tests/vllm_parity/setup_vllm.sh)", (), True),
+    ("Skipped: WARMUP_VLLM_ENVS has no 0.25 release (tests/integration/vllm_parity/setup_vllm.sh)", (), True),
     ("GPU tests never run interpreted", (), True),
     ("anything at all", ("gpu",), True),
     ("could not import 'flashinfer': No module named 'flashinfer'", (), True),

@@ -31,7 +31,7 @@ WHERE = "--from-vllm"
 
 def supported_releases() -> list[str]:
     """Releases (major.minor) the project supports: the plugin's table (vllm_bridge.releases) is
-    the one list; tests/from_vllm/test_cli.py checks each row has its plan and each plan a row."""
+    the one list; tests/vllm_bridge/test_from_vllm_cli.py checks each row has its plan and each plan a row."""
     minors = {parse_release(version)[:2] for version in RELEASES}
     return [f"{major}.{minor}" for major, minor in sorted(minors)]
 

@@ -15,10 +15,8 @@ started with, /proc/self/environ) and that process holds no CUDA context. A user
 the environment or the command's, is never changed. WARMUP_ENGINE_CORE_FORK (Settings.engine_core_fork):
 - unset, the default: once vLLM has made its config (EngineArgs.create_engine_config, before the
   engine core starts), where that engine runs on one GPU (one rank, one data-parallel engine): the
-  case measured. bench/RESULTS.md part AI, H200, warm, the plugin: ready 38.8 s with fork against
-  62.4 s with spawn and stock's 56.4 s (Gemma-2-9B), 51.7 s against 67.2 s and 61.4 s (DeepSeek-V3
-  5 layers with MTP), the same greedy and seeded tokens in every run; part AH: 50.1 s against
-  64.9 s and 63.2 s. More ranks keep vLLM's spawn until a run measures them;
+  case measured (bench/RESULTS.md part AI: warm ready 0.69-0.84x stock's with fork, the same tokens
+  in every run; part AH: 0.79x). More ranks keep vLLM's spawn until a run measures them;
 - 1: at register, whatever the engine's size;
 - 0: never.
 In the forked engine core the plugin does not register again (vLLM loads plugins once per

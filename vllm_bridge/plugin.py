@@ -43,7 +43,7 @@ import os
 import sys
 import time
 
-from . import ahead, compile_load, engine_core_start, fixes, timeline
+from . import ahead, compile_load, engine_core_start, fixes, model_inspection, timeline
 from .bundles import source as bundle_source, startup as bundle
 from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
@@ -84,6 +84,8 @@ def _register(settings: Settings) -> None:
     patch_worker(release, settings)
     fixes.apply_fixes(release.missing_fixes, after_import, settings.fixes_off)  # where the model runner is imported
     engine_core_start.choose_start(settings.engine_core_fork)  # before vLLM makes its config and starts its engine core
+    if settings.model_inspection_fork:
+        model_inspection.watch(after_import)  # before vLLM resolves the model's class
     with _timed(bool(settings.bundle), "plugin: bundle pin"):
         source = bundle_source.for_process(settings.bundle, settings.pull_timeout_s,  # an oci:// pull starts here
                                            plain_http=settings.registry_plain_http)

@@ -9,7 +9,7 @@ that workspace does not travel: its ``build.ninja`` names the building machine's
 ninja's log holds their hashes, so ninja rebuilds a workspace copied to another path. The library
 itself names no path. So a bundle packs ``cached_ops/<name>/<name>.so`` alone, as
 ``flashinfer_jit/<name>/<name>.so``, and install places it at ``FLASHINFER_AOT_DIR/<name>/<name>.so``:
-FlashInfer's own ``is_aot`` then says the module is there (tests/vllm_parity/test_flashinfer_aot.py
+FlashInfer's own ``is_aot`` then says the module is there (tests/integration/vllm_parity/test_flashinfer_aot.py
 runs FlashInfer's ``build_and_load`` on such a placement and sees it load without building).
 
 Both directories are found here by FlashInfer's own rules (flashinfer/jit/env.py), without

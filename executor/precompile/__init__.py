@@ -13,7 +13,7 @@ step as before, and its launches are disk loads. Processes that share those cach
 tensor-parallel server's ranks) compile each key once between them: a worker claims a key
 before compiling it, the others wait for it.
 
-The interface, which is all the rest of the project uses (tests/test_precompile_interface.py):
+The interface, which is all the rest of the project uses (tests/executor/test_precompile_interface.py):
 
     Precompiler            the pool of one run: start(), hook() for the executor's loop, the
                            caller's barriers (finish, finish_lane, finish_device_lane, bound),
@@ -46,7 +46,7 @@ The package, by topic (each sub-package's docstring maps its modules):
                 (book.py), the executor loop's hook (hook.py), DeepGEMM's shared cache (barrier.py,
                 deep_gemm_counts.py), and what the report gets (timings.py, summary.py)
 
-Inside, imports go one way (tests/test_precompile_interface.py): jobs/ imports none of the others,
+Inside, imports go one way (tests/executor/test_precompile_interface.py): jobs/ imports none of the others,
 claims/ imports jobs/, workers/ imports both, pool/ all three.
 """
 

@@ -31,7 +31,7 @@ def num_lookahead_tokens(method: str, k: int) -> int:
     if method == "dflash":
         return k + 1
     # MTP drafts through the EAGLE path (SpeculativeConfig.use_eagle() at vLLM 0.25 and 0.33),
-    # so it reserves k slots too (tests/vllm_parity checks this against vLLM 0.33's property).
+    # so it reserves k slots too (tests/integration/vllm_parity checks this against vLLM 0.33's property).
     if method in ("eagle", "eagle3", "mtp", "draft_model", "dspark"):
         return k
     return 0  # ngram, suffix

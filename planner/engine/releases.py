@@ -1,7 +1,7 @@
 """The vLLM releases this project supports: one row per release, the one table.
 
 A supported release is an exact vLLM version whose warmup a built-in plan follows (its names
-were read in that release's source; tests/vllm_parity checks the plans and this row's rules
+were read in that release's source; tests/integration/vllm_parity checks the plans and this row's rules
 against it). Supporting a new release is its row here plus its plan file (plans/vllm-X.Y.yaml,
 `vllm_release: "X.Y.0"`). Everything that names supported releases reads this table:
 
@@ -13,9 +13,9 @@ against it). Supporting a new release is its row here plus its plan file (plans/
   applies the rows' model-build facts, each rule there citing vLLM's code),
 - the vLLM plugin's release lookup (vllm_bridge/releases.py keys the names it patches by the
   row's version, and the plugin refuses any other version), `warmup engine --from-vllm`,
-- tests/vllm_parity/setup_vllm.sh (`python -m planner.engine.releases setup`) and the parity tests,
+- tests/integration/vllm_parity/setup_vllm.sh (`python -m planner.engine.releases setup`) and the parity tests,
 - `warmup --version`, and pyproject's `vllm` extra, which pins the newest release
-  (tests/test_releases.py checks it).
+  (tests/planner/test_releases.py checks it).
 The planner only names the releases; it never imports vLLM or the bridge.
 """
 
@@ -132,7 +132,7 @@ def upstream_fix(version: str | None, kernel: str) -> str | None:
 
 
 def setup_lines() -> list[str]:
-    """What tests/vllm_parity/setup_vllm.sh installs, one release a line: `VERSION FLASHINFER`
+    """What tests/integration/vllm_parity/setup_vllm.sh installs, one release a line: `VERSION FLASHINFER`
     ('-': none beside it). The script reads the table through this, so it holds no release list."""
     return [f"{version} {VLLM_RELEASES[version].flashinfer or '-'}" for version in supported()]
 

@@ -24,7 +24,7 @@ Three choices shape what a release warms and what it leaves to compile at first 
 
 These are the rules; which release follows which rule is the release's row in
 planner/engine/releases.py (VLLM_RELEASES), the one table of supported releases. `--from-vllm` and the
-plugin record vLLM's own answers instead (vllm_bridge/engine/from_vllm.py), and tests/vllm_parity checks
+plugin record vLLM's own answers instead (vllm_bridge/engine/from_vllm.py), and tests/integration/vllm_parity checks
 each row's rules against that release's functions.
 """
 

@@ -1,7 +1,7 @@
 """FlashInfer's JIT modules in start-up bundles (issue 35 item 1), on CPU: a workspace planted the
 way FlashInfer 0.6.13 builds it, packed, installed into another machine's FlashInfer AOT directory.
 That FlashInfer itself then loads the placed module without building is shown against its own code
-in tests/vllm_parity/test_flashinfer_aot.py."""
+in tests/integration/vllm_parity/test_flashinfer_aot.py."""
 
 from __future__ import annotations
 

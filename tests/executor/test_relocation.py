@@ -6,7 +6,7 @@ artifact by absolute path, Triton's group files name their files, Inductor's cod
 artifacts name A in comments and repro strings. The bundle is built, A is deleted, and it is
 installed into B. The test's own reading of the loaders' formats (not the install's) then finds
 every path a loader follows in the installed files: each must be in B and there. That vLLM's own
-loader takes such a cache is tests/vllm_parity/test_compile_cache_relocation.py.
+loader takes such a cache is tests/integration/vllm_parity/test_compile_cache_relocation.py.
 """
 
 from __future__ import annotations

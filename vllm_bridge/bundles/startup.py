@@ -56,8 +56,8 @@ class Recorded(NamedTuple):
     roots (vLLM's compile then points TORCHINDUCTOR_CACHE_DIR inside its torch.compile cache, while
     the Triton kernels stay in the directory the plugin pinned at load_model) and the config hash
     (VllmConfig.compute_hash() changes while vLLM starts; an installing worker checks it at
-    load_model, so the bundle carries the load_model value: on the H100 pair the value taken at
-    ready, '8962b20ae2', refused the same configuration's load_model value, '41a1425599')."""
+    load_model, so the bundle carries the load_model value: one taken at ready refused the same
+    configuration's load_model value, bench/RESULTS.md part T)."""
 
     roots: object
     config_hash: str | None

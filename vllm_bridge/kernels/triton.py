@@ -115,8 +115,8 @@ def one_expert(shape: tuple, dtype, device: str):
     """An (E, N, K) weight whose experts all alias one expert's memory (every token is routed to
     expert 0): the expert stride is 0. Triton keys an int argument by its type and by whether it is
     1 or a multiple of 16 (0 and n * k alike give ('i32', 'D')), so the variant is the real
-    layer's. (The full strides over one expert's storage, tried first, are out of bounds for
-    torch: on the H100 the first GPU run failed there, 2026-11-25.)"""
+    layer's. (The full strides over one expert's storage would be out of bounds for torch:
+    bench/RESULTS.md part T.)"""
     import torch
 
     experts, n, k = shape

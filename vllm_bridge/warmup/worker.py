@@ -33,7 +33,7 @@ Per worker, in the order vLLM calls the three patched methods:
   kernel_warmup runs again, whole, and its batches and capture run as without the plugin.
 
 What the plugin runs differs from the plan in how, never in what: its compile keys are the
-plan's (vllm_bridge.warmup.worker_plan.plugin_plan; tests/test_vllm_plugin_cpu.py checks it on every
+plan's (vllm_bridge.warmup.worker_plan.plugin_plan; tests/vllm_bridge/test_vllm_plugin_cpu.py checks it on every
 shipped engine). It sets no VLLM_* variable (they feed vLLM's torch.compile cache key); vLLM's
 DeepGEMM sweep is skipped by swapping the function in kernel_warmup's module for the duration of
 the call.
@@ -347,7 +347,7 @@ class WorkerWarmup:
     def _install_pool_triton_files(self) -> None:
         """The pool's Triton files into the directory Triton reads now (Inductor has chosen it by
         this point), before the first stage: the synthetic batches' sampling launches a variant
-        of the sampler kernel too (the first H100 run compiled it there, ahead of its own stage)."""
+        of the sampler kernel too (compiled there, ahead of its own stage: bench/RESULTS.md part S)."""
         staging = (self.options.backend_settings.get("vllm_triton") or {}).get("staging")
         if not staging or self.precompiler is None:
             return

@@ -6,7 +6,7 @@ refused). Once the weights are loaded, the live layers are checked against the e
 the plan made again for the shapes it lacked (``check_live_layers``).
 
 What the plugin runs differs from the plan in how, never in what: its compile keys are the
-plan's (``plugin_plan``; tests/test_vllm_plugin_cpu.py checks it on every shipped engine).
+plan's (``plugin_plan``; tests/vllm_bridge/test_vllm_plugin_cpu.py checks it on every shipped engine).
 """
 
 from __future__ import annotations

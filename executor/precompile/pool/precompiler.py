@@ -5,7 +5,7 @@ results), workers/lanes.py (the worker processes), hook.py (the executor loop's 
 (DeepGEMM's cache, shared with the JIT monitor), claims/node.py (the keys other processes compile),
 timings.py and summary.py (the report); the package docstring says what each does. The class is
 the package's interface (executor/precompile/__init__.py): outside the package, only its methods
-and properties are used, never its pieces (tests/test_precompile_interface.py). Nothing here
+and properties are used, never its pieces (tests/executor/test_precompile_interface.py). Nothing here
 imports torch or triton."""
 
 from __future__ import annotations

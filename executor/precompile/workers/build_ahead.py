@@ -41,8 +41,8 @@ def main(argv=None) -> int:
     except OSError:
         pass
     # FlashInfer's generator modules imported here, one after the other: two threads importing two
-    # of its submodules at once deadlock in Python's import locks (seen on the H100: _DeadlockError
-    # on flashinfer.jit.sampling, and one module was not built ahead). The builds then run at once.
+    # of its submodules at once deadlock in Python's import locks (_DeadlockError on
+    # flashinfer.jit.sampling: bench/RESULTS.md part X). The builds then run at once.
     ready = [g for g in args.generators if _imported(g)]
     threads = [threading.Thread(target=_build, args=(g,), daemon=True) for g in ready]
     for t in threads:

@@ -7,7 +7,7 @@ runs, after tensor-parallel (and expert-parallel) sharding, plus KV-cache,
 scheduler, parallel and device facts. ``engine_to_yaml`` writes it as YAML.
 
 Which architectures: those with a layout declaration (layouts.LAYOUTS, checked against vLLM's
-own model built on the meta device by tests/from_vllm/test_model_layers.py); their shapes come from
+own model built on the meta device by tests/integration/from_vllm/test_model_layers.py); their shapes come from
 the config's keys by rule (MoE from the expert counts, MLA from kv_lora_rank, head_dim, sliding
 windows from layer_types or the interleave rule, soft caps, query_pre_attn_scalar,
 attention_multiplier, tied embeddings). Any other architecture or quantization is refused in one
@@ -16,7 +16,7 @@ line that says what to do instead (refusal.py).
 This package imports only the standard library and the planner's YAML codec, whose
 writer needs nothing else (besides the engine schema's bounds, planner.errors for an
 error's line, kernel_model.arith's cdiv and the rules of planner/engine/vllm_choices.py:
-tests/test_hf.py checks each module): ``warmup`` must start fast, and ``warmup plan``
+tests/planner/test_hf.py checks each module): ``warmup`` must start fast, and ``warmup plan``
 never imports it (planner/__init__.py).
 
 Modules, in the order engine_from_hf uses them

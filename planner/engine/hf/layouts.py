@@ -3,7 +3,7 @@
 Shapes are not declared here: they come from the config's keys, by rule, for every architecture
 (decoder.py, layers.py, deepseek.py, attention.py). A layout says only what the keys cannot, each
 item read from vLLM's model code (vllm/model_executor/models/<module>.py, the same in 0.25.0 and
-0.33.0 unless a comment says otherwise) and checked by tests/from_vllm/test_model_layers.py, which
+0.33.0 unless a comment says otherwise) and checked by tests/integration/from_vllm/test_model_layers.py, which
 builds vLLM's own model on the meta device and compares every linear, MoE and attention layer:
 
 * the names vLLM gives the linears of a decoder layer, and the checkpoint modules each fused one

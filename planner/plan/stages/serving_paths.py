@@ -34,8 +34,8 @@ So this stage schedules, as vLLM's scheduler would send them (vllm/v1/core/sched
      nothing, or only new requests, empties the persistent batch (GPUModelRunner._update_states
      removes every request it does not schedule). So the sequence never lets a request finish or
      join in a step of its own: requests wait instead, and each step keeps one of the step before.
-     Measured on an H200 (DeepSeek-V3 with MTP): a batch that shrank to 1 compiled it after ready
-     while the plan's cleanup steps had kept it from ever seeing a batch of 1 after a larger one.
+     A batch that shrank to 1 compiled it after ready where the plan's batches never had one of 1
+     after a larger one (DeepSeek-V3 with MTP: bench/RESULTS.md part AH).
 Each sequence starts from an empty batch and ends with a cleanup of every request it added, so its
 block ids start again from 1 (block 0 is the null block). Blocks are what the scheduler reserves
 (batches.BlockCounter with the lookahead). A sequence the engine cannot hold (max_num_seqs,

@@ -1,0 +1,99 @@
+"""vllm_bridge/model_inspection.py on CPU: vLLM's registry's _run_in_subprocess, stood in for by a module
+with the same function (its name and call are checked against vLLM 0.25's and 0.33's own code in
+tests/integration/vllm_plugin/test_model_inspection_vllm.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import types
+
+import pytest
+
+from vllm_bridge import model_inspection
+from vllm_bridge.settings import Settings
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A stand-in for vllm.model_executor.models.registry: its _run_in_subprocess records that vLLM's own
+    subprocess ran."""
+    module = types.ModuleType(model_inspection.REGISTRY)
+    module.ran = []
+    module._run_in_subprocess = lambda fn: module.ran.append("vLLM's subprocess") or ("vLLM's", fn())
+    monkeypatch.setitem(sys.modules, model_inspection.REGISTRY, module)
+    yield module
+    model_inspection.uninstall(module)
+
+
+def inspect_class():
+    """What vLLM runs there (_ModelInfo.from_model_cls of the imported class): here, this process's pid."""
+    return {"pid": os.getpid(), "supports_pp": True}
+
+
+def test_the_inspection_runs_in_a_forked_child_and_its_result_comes_back(registry, caplog):
+    assert model_inspection.install() is True
+    with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
+        info = registry._run_in_subprocess(inspect_class)
+    assert info["supports_pp"] is True and info["pid"] != os.getpid()  # run in another process
+    assert registry.ran == []  # vLLM's fresh interpreter did not run
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "model class inspected in a forked child" in line and "not a fresh interpreter" in line
+
+
+def fail():
+    raise ImportError("No module named 'vllm.model_executor.models.nemo'")
+
+
+def test_a_failure_in_the_child_falls_back_to_vllms_own_subprocess_in_one_line(registry, caplog):
+    model_inspection.install()
+    with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"), pytest.raises(ImportError):
+        registry._run_in_subprocess(fail)  # vLLM's own then raises as it would (here: the stand-in runs fn)
+    assert registry.ran == ["vLLM's subprocess"]
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "failed (ImportError: No module named 'vllm.model_executor.models.nemo')" in line
+
+
+def hang():
+    time.sleep(60)
+
+
+def test_a_child_past_the_deadline_is_killed_and_vllms_subprocess_runs(registry):
+    started = time.monotonic()
+    assert model_inspection.in_fork(hang, deadline_s=0.5) is model_inspection._NONE
+    assert time.monotonic() - started < 10
+
+
+def die():
+    os._exit(3)
+
+
+def test_a_child_that_dies_without_a_result_is_no_result():
+    assert model_inspection.in_fork(die) is model_inspection._NONE
+
+
+def test_a_cuda_context_in_the_server_keeps_vllms_subprocess(registry, monkeypatch):
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    model_inspection.install()
+    assert registry._run_in_subprocess(inspect_class)[0] == "vLLM's"
+    assert registry.ran == ["vLLM's subprocess"]
+
+
+def test_installed_once_now_or_when_vllm_imports_its_registry(registry, monkeypatch):
+    original = registry._run_in_subprocess
+    assert model_inspection.install() is True and model_inspection.install() is False
+    model_inspection.uninstall(registry)
+    assert registry._run_in_subprocess is original
+    hooks = []
+    monkeypatch.delitem(sys.modules, model_inspection.REGISTRY)
+    model_inspection.watch(lambda name, callback: hooks.append((name, callback)))
+    assert hooks == [(model_inspection.REGISTRY, model_inspection.install)]
+    assert model_inspection.install(registry) is True  # what the hook does with the module once imported
+
+
+def test_the_setting_is_off_unless_asked():
+    assert Settings.from_env({}).model_inspection_fork is False
+    assert Settings.from_env({"WARMUP_MODEL_INSPECTION_FORK": "1"}).model_inspection_fork is True
