@@ -357,7 +357,7 @@ def _agreed(worker, release: Release, settings: Settings):
     own = state.cause if isinstance(state, StepAside) else getattr(state, "fallback", None)
     first = agree(Verdict(rank_of(worker), own), settings.strict)
     if first is not None and own is None:
-        state.fall_back(f"rank {first.rank} stepped aside ({first.cause})")
+        state.step_aside(f"rank {first.rank} stepped aside ({first.cause})", by_another_rank=True)
     return state
 
 

@@ -253,7 +253,7 @@ def test_another_ranks_step_aside_makes_this_rank_run_vllms_own_warmup(monkeypat
     """Rank 0 prepared its plan; rank 1 stepped aside: at compile_or_warm_up_model rank 0 runs vLLM's
     own warmup (its fallback), not the plan."""
     monkeypatch.setattr(plugin, "agree", lambda own, strict: Verdict(1, "m/config.json: no engine"))
-    state = NS(fallback=None, fall_back=lambda why: setattr(state, "fallback", why),
+    state = NS(fallback=None, step_aside=lambda why, by_another_rank: setattr(state, "fallback", why),
                warm_up=lambda original: original(), expanded=NS(plan="vllm-0.25", engine=ENGINE), report=None)
     worker = StockWorker()
     setattr(worker, plugin.STATE, state)
@@ -669,11 +669,12 @@ def test_a_failed_warmup_withdraws_the_plan_and_lets_vllms_error_through(monkeyp
     assert [row["phase"] for row in state.phases.rows] == ["warmup before the plan"]  # the open phase closed
 
 
-def test_another_ranks_step_aside_is_this_workers_fallback():
-    state = bare_state(Settings("vllm-0.25"))
+def test_another_ranks_step_aside_is_this_workers_fallback_without_a_second_line(caplog):
+    state = bare_state(Settings("vllm-0.25", strict=True))
     state.fallback = None
-    state.fall_back("rank 1 stepped aside (no engine)")
-    assert state.fallback == "rank 1 stepped aside (no engine)"
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        state.step_aside("rank 1 stepped aside (no engine)", by_another_rank=True)  # strict: its rank raised
+    assert state.fallback == "rank 1 stepped aside (no engine)" and said(caplog) == []
 
 
 def test_a_pool_that_does_not_start_is_this_ranks_step_aside(caplog, monkeypatch):
@@ -696,7 +697,9 @@ def test_a_pool_that_does_not_start_is_this_ranks_step_aside(caplog, monkeypatch
 
 def test_a_summary_that_fails_at_ready_is_one_line(caplog, monkeypatch):
     state = bare_state(Settings("vllm-0.25"))
-    monkeypatch.setattr(state, "_summarise", lambda: (_ for _ in ()).throw(KeyError("stages")))
+    from vllm_bridge.warmup import worker_report
+
+    monkeypatch.setattr(worker_report, "summarise", lambda state: (_ for _ in ()).throw(KeyError("stages")))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         state._finish_report()
     assert said(caplog) == ["warmup-planner: cannot write the report: KeyError: 'stages'"]

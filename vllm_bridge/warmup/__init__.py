@@ -7,6 +7,7 @@ A floor of vllm_bridge's (tests/test_layers.py): it imports kernels/, engine/ an
 
     worker.py            WorkerWarmup: the plan-driven warmup inside one vLLM worker (the patched methods call it)
     worker_plan.py       the plan one worker runs: its engine config, the plan made for it, the plan as run
+    worker_report.py     one worker's report and summary line: checked at load_model, written at ready, amended after
     executor_options.py  how the executor runs a plan inside one worker: its options, and the precompile pool's
     runner.py            VllmWorkerRunner: the executor's ModelRunner protocol on vLLM's worker
     generic_variants.py  the generic Triton variants in one worker, built in the background and loaded before ready

@@ -49,21 +49,20 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import time
 
 from planner.errors import PlanError, one_line
-from planner.output import check_writable
 
 from .. import timeline
 from ..releases import Release
 from ..settings import PluginError, Settings, rank_of, with_rank
-from ..step_aside import cause_of, step_aside, strict_error
+from ..step_aside import cause_of, step_aside
 from . import phases as ph
+from . import worker_report
 from .after_ready import torch_compile_after_ready
 from .executor_options import FLASHINFER_JIT, local_ranks, options_for, precompile_jobs, use_vllm_deep_gemm_cache
-from .flashinfer_waits import FlashInferWaits, prebuilt_line
+from .flashinfer_waits import FlashInferWaits
 from .generic_variants import WorkerGenerics
-from .log_lines import LogProgress, device_lane_line, summary_line
+from .log_lines import LogProgress, device_lane_line
 from .worker_plan import check_live_kv_cache, check_live_layers, derive_engine, make_plan, plugin_plan
 
 log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format
@@ -114,7 +113,7 @@ class WorkerWarmup:
         try:
             engine = derive_engine(worker.vllm_config, settings)
             expanded = make_plan(settings, engine)
-            check_report_path(settings, rank_of(worker))
+            worker_report.check_report_path(settings, rank_of(worker))
         except PlanError as e:
             raise PluginError(f"warmup-planner: {one_line(e)}") from None
         use_vllm_deep_gemm_cache()
@@ -155,7 +154,7 @@ class WorkerWarmup:
             self.precompiler = start_precompile(self.in_worker_plan(), self.engine.facts, self.options,
                                                 monitor=self.monitor, note=self._note)
         except Exception as e:  # noqa: BLE001 - an optimisation: vLLM's warmup is the fallback
-            self._give_up(f"the precompile pool did not start ({type(e).__name__}: {one_line(e)})")
+            self.step_aside(f"the precompile pool did not start ({type(e).__name__}: {one_line(e)})")
 
     def check_live_kernels(self) -> str | None:
         """After the weights load: the live layers against the engine config the plan was made for,
@@ -210,7 +209,7 @@ class WorkerWarmup:
         if why is None:
             log.info("warmup-planner: %s", device_lane_line(lane, self.rank))
             return
-        self._give_up(f"the precompile pool {why}")
+        self.step_aside(f"the precompile pool {why}")
 
     def abandon(self, why: str) -> None:
         """vLLM's worker failed before the barrier: end the pool now (its processes hold GPU memory
@@ -226,13 +225,11 @@ class WorkerWarmup:
         self.generics.uninstall()
         self.flashinfer_waits.uninstall()
 
-    def _give_up(self, why: str) -> None:
-        """This rank steps aside (one line; WARMUP_STRICT=1: PluginError): vLLM's own warmup runs."""
-        self.fallback = step_aside(why, self.settings.strict, self.rank).cause
-
-    def fall_back(self, why: str) -> None:
-        """Another rank stepped aside (the agreement said it): vLLM's own warmup runs here too."""
-        self.fallback = why
+    def step_aside(self, why: str, by_another_rank: bool = False) -> None:
+        """The one way this worker's plan gives way: vLLM's own warmup runs instead. This rank's cause
+        is one line (WARMUP_STRICT=1: PluginError); another rank's (the ranks' agreement said it) is
+        kept without a second line."""
+        self.fallback = why if by_another_rank else step_aside(why, self.settings.strict, self.rank).cause
 
     # --- compile_or_warm_up_model: the plan ---
 
@@ -296,7 +293,7 @@ class WorkerWarmup:
                 self.run_plan()
             return True
         except Exception as e:  # noqa: BLE001 - any failure of ours: vLLM's own warmup runs
-            self._give_up(f"the plan's run failed ({cause_of(e)})")
+            self.step_aside(f"the plan's run failed ({cause_of(e)})")
             return False
 
     @contextlib.contextmanager
@@ -362,63 +359,19 @@ class WorkerWarmup:
             log.info("warmup-planner: %d Triton kernels of the pool installed where vLLM's Triton reads them",
                      installed)
 
-    # --- the report and the summary line ---
+    # --- the report and the summary line (vllm_bridge.warmup.worker_report) ---
 
     def _finish_report(self) -> None:
-        """The summary line and the report; vLLM is ready: a failure of either is one line
-        (_report_failed)."""
+        """The summary line and the report; vLLM is ready: a failure of either is one line."""
         try:
-            self._summarise()
+            self.report = worker_report.summarise(self)
         except Exception as e:  # noqa: BLE001 - any failure of ours: vLLM serves
-            self._report_failed(cause_of(e))
+            worker_report.failed(self.settings, cause_of(e))
             return
-        self._write_report()
-
-    def _summarise(self) -> None:
-        from executor.registry import writes_deep_gemm
-        from executor.report import Report
-
-        if self.report is None:  # the fallback: no plan ran
-            self.report = Report(self.in_worker_plan(), self.options.public())
-            self.report.precompile = self.precompiler.summary() if self.precompiler else None
-            self.report.finished = time.time()
-        stages = ph.stage_rows(self.report.steps, writes_deep_gemm, ph.step_kernels(self.in_worker_plan().steps))
-        self.flashinfer_waits.uninstall()
-        self.report.host = {"engine": "vllm", "rank": self.rank, "fallback": self.fallback,
-                            "precompile_wait_s": self.waited_s, "phases": self.phases.rows, "stages": stages,
-                            "flashinfer_waits": list(self.flashinfer_waits.waits),
-                            "after_ready_jsonl": self.monitor.jsonl_path}
-        log.info(summary_line(self.expanded.plan, stages, self.phases.rows, self.report.precompile, self.fallback,
-                              self.rank))
-        for line in (self.flashinfer_waits.line(), prebuilt_line((self.report.precompile or {}).get("records") or [])):
-            if line:
-                log.info("warmup-planner: %s", line)
+        worker_report.write(self.report, self.settings, self.rank)
 
     def amend_report(self, key: str, value) -> None:
         """What was learnt after the report was written (the bundle's use), into its host part."""
         if self.report is not None:
             self.report.host = {**(self.report.host or {}), key: value}
-            self._write_report()
-
-    def _write_report(self) -> None:
-        if self.settings.report:
-            try:
-                self.report.write(with_rank(self.settings.report, self.rank))
-            except Exception as e:  # noqa: BLE001 - checked writable at load_model: a disk full since, say
-                self._report_failed(cause_of(e))
-
-    def _report_failed(self, cause: str) -> None:
-        """After ready there is nothing to step aside from: one warning line (WARMUP_STRICT=1: PluginError)."""
-        why = f"cannot write the report: {cause}"
-        if self.settings.strict:
-            raise strict_error(why)
-        log.warning("warmup-planner: %s", why)
-
-
-def check_report_path(settings: Settings, rank: int) -> None:
-    """The report this rank writes once vLLM is ready (WARMUP_PLAN_REPORT), refused now rather than
-    after minutes of warmup: WriteError (a PlanError) names it."""
-    path = with_rank(settings.report, rank)
-    if path:
-        check_writable(path)
-
+            worker_report.write(self.report, self.settings, self.rank)
