@@ -22,6 +22,8 @@ Each run is a fresh process:
 
 The parent writes $OUT/summary.json, $OUT/logs.txt and a copy of the cache file, and prints a
 short summary. --phase runs one phase in this process (what the parent does for each).
+
+Over 400 lines: a GPU script carried to the device alone: its set-up, the run and the checks in one file.
 """
 
 from __future__ import annotations

@@ -56,6 +56,9 @@ temporary VLLM_CACHE_ROOT that is deleted afterwards (with Inductor's fresh_cach
 figure needs an unmeasured warm-up start that is itself cold for vLLM's caches: two cold stock
 starts and a warm one in one command, more than one device call holds; Triton's cache is not
 separated per arm, and it times LLM.from_engine_args, not the process from its start.
+
+Over 400 lines: a GPU driver carried to the device alone: the engine's start, the trace, the JIT counts and
+the result file in one script.
 """
 
 from __future__ import annotations

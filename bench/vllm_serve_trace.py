@@ -62,6 +62,9 @@ vLLM 0.25.0 with its server's dependencies (bench/vllm_gpu_setup.sh's py part), 
 the standard library; this repository on the path for the plugin arm's reports (vllm_bridge).
 Written and tested here against a stand-in `vllm` package (tests/bench/test_vllm_serve_bench.py); its GPU
 runs: bench/RESULTS.md, from part X.
+
+Over 400 lines: a GPU driver carried to the device alone: the server's start, the HTTP trace of every sampling
+kind, the JIT monitor's lines and the result file in one script.
 """
 
 from __future__ import annotations

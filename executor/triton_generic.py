@@ -46,6 +46,9 @@ Triton 3.6 and 3.7 (``JITFunction._pack_args`` / ``_do_compile``, ``compute_cach
 knobs) are what this patches, on the classes: the hot path (a cache hit) is untouched; both
 wrappers run on a miss only. Another Triton without them: ``install`` says why and nothing is
 patched (without the hook knobs: nothing is built ahead).
+
+Over 400 lines: GenericVariants is one lifecycle (hooks installed, variants built in the background, loaded,
+closed before vLLM's monitor starts) whose steps share its state and its lock.
 """
 
 from __future__ import annotations

@@ -60,6 +60,10 @@ Checked on the GPU by bench/deep_gemm_gpu.py against DeepGEMM built from 54e2261
 kernel compiled where and as predicted (its kernel.cu template arguments equal the key), and
 DeepGEMM's printed configuration, cycle count included, equal to ``dense_layout`` /
 ``grouped_contiguous_layout`` for every call (bench/RESULTS.md, part D).
+
+Over 400 lines: DeepGEMM's selection is one chain of heuristics (block sizes, then multicast, then pipeline
+stages, each reading the last), modelled in the order the library runs it and compared call by call with it
+(tests/kernel_model/test_deep_gemm_dispatch.py); split, the chain would be read across files.
 """
 
 from __future__ import annotations

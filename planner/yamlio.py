@@ -34,6 +34,9 @@ plans/engines), so the option keeps them byte for byte.
 Compression (lossless, documented in schemas/expanded-plan.schema.json): inside a list
 of integers, a run of MIN_RUN or more values with a constant step is written as the
 string "a..b" (step 1) or "a..b/s" (step s). `expand_runs` and `decompress` undo it.
+
+Over 400 lines: the planner's one YAML codec, its loader and its writer in one module, so that what the one
+writes the other reads (compressed runs, float and string forms).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ The package:
     oci_auth.py       registry credentials and the answer to a registry's challenge, as docker and oras-go do it
     oci.py            a bundle file as one OCI artifact, pushed to and pulled from a registry through `oras`
     cli.py            `warmup bundle build|verify|install|inspect`
+    inspect_report.py what `warmup bundle inspect` prints of a bundle: building paths, families, keys held and planned
     cli_registry.py   `warmup bundle push|pull`: a bundle to and from an OCI registry
 """
 

@@ -14,6 +14,9 @@ shape (executor/runner/trace.py): a step's ``requests`` may mix new requests
 (``NewRequest``, with block ids) and cached ones (``CachedRequest``) and come with
 ``finished_req_ids``; a new request may carry its own ``prompt_token_ids`` and
 ``sampling_params``; a grammar bitmask may name its rows' ``req_ids``.
+
+Over 400 lines: one runner's state (requests, KV blocks, the persistent batch) and the two ways it runs a
+batch read the same fields; a test bench for the executor, kept whole so that it reads as one runner.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ checks before it reads anything: where a piece is cut out (the items of `steps`,
 prefill's or decode's `requests`), the schema around it constrains the list only by its type,
 its length and one schema for every item, and nothing around it looks into the items (the
 top level has no allOf, oneOf or if; a step's `if` clauses read only its `kind`).
+
+Over 400 lines: two event readers (YAML and JSON) that feed one check of the same schema parts; they differ
+only in the tokens they read.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import tarfile
 import pytest
 
 from executor import precompile
-from executor.bundle import archive, cli, environment, ops
+from executor.bundle import archive, cli, environment, inspect_report, ops
 from executor.caches import deep_gemm_install, deep_gemm_rekey, registry
 from executor.caches import triton as triton_family
 from executor.caches.registry import CacheRoots
@@ -272,7 +272,7 @@ def test_inspect_checks_members_and_prints_a_table_per_family(built, capsys):
         ["flashinfer", "1", str(sizes["flashinfer"]), "0", "0", "0", "0"],
         ["total", "4", str(sum(sizes.values())), "141", "1", "140", "1"]]
     missing = lines.index("deep_gemm: plan keys missing (140):")
-    assert len([line for line in lines[missing + 1:missing + 21] if line.startswith("  sm90_")]) == cli.LIST_LIMIT
+    assert len([line for line in lines[missing + 1:missing + 21] if line.startswith("  sm90_")]) == inspect_report.LIST_LIMIT
     assert lines[missing + 21] == "  ... and 120 more"
     assert lines[lines.index("triton: keys in the bundle, not in the plan (1):") + 1] == "  fp8_gemm:BM=64"
     assert "helper kernels (no plan key, compiled with the first call): transpose_fp32" in text
