@@ -96,8 +96,8 @@ def case(model: str, plan: str, repeat: int, record_root: str) -> dict:
     def derive():
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
-        data = hf.engine_from_hf(config, gpu="H100", source=path, max_model_len=8192, num_blocks=4096,
-                                 ignore_memory=lambda w: None)
+        data = hf.engine_from_hf(config, hf.EngineRequest(max_model_len=8192, num_blocks=4096, ignore_memory=True,
+                                                          gpu="H100", source=path))
         return engine_from_document(Document(data=data, file=f"<{path}>"))
 
     row = {"model": model, "plan": plan}

@@ -1,4 +1,4 @@
-"""The explicit registries: step kind -> handler, and backend name -> class.
+"""The explicit registries: step kind -> handler, and backend name -> its row (class, compile-only twin).
 
 Importing this imports no torch, triton or optional library: backend modules import
 their libraries inside ``available()`` and the family methods. A backend class says
@@ -9,6 +9,7 @@ step kinds' (planner.plan.steps.FAMILIES).
 from __future__ import annotations
 
 import importlib
+from typing import NamedTuple
 
 from planner.plan import steps
 from planner.plugins import load_plugins_by_group
@@ -28,14 +29,32 @@ HANDLERS = {
     steps.Kernel: family.handle,
 }
 
-BACKENDS = {
-    "triton": ("executor.backends.triton", "TritonBackend"),
-    "deep_gemm": ("executor.backends.deep_gemm", "DeepGemmBackend"),
-    "flashinfer": ("executor.backends.flashinfer", "FlashInferBackend"),
-    "flashinfer_jit": ("executor.backends.flashinfer_jit", "FlashInferJitBackend"),
-    "torch": ("executor.backends.torch_backend", "TorchBackend"),
-    "null": ("executor.backends.null", "NullBackend"),
+class BackendRow(NamedTuple):
+    """One backend of the executor, declared once: where its class lives, and the compile-only twin a
+    precompile worker runs it with where it has one (executor/precompile/workers/backend_classes.py).
+    The backend's class says its own `name` (the row's key) and families; the plan's steps name it;
+    a backend another package provides is an entry point of `warmup.backends` in pyproject.toml instead.
+    tests/executor/test_registry.py holds the class, the twin, the entry points and the planner's
+    stages to these rows."""
+
+    module: str
+    cls: str
+    worker: tuple[str, str] | None = None  # (module, class) of the compile-only twin
+
+
+BACKEND_ROWS = {
+    "triton": BackendRow("executor.backends.triton", "TritonBackend",
+                         worker=("executor.backends.triton_compile", "TritonCompileOnly")),
+    "deep_gemm": BackendRow("executor.backends.deep_gemm", "DeepGemmBackend"),
+    "flashinfer": BackendRow("executor.backends.flashinfer", "FlashInferBackend"),
+    "flashinfer_jit": BackendRow("executor.backends.flashinfer_jit", "FlashInferJitBackend",
+                                 worker=("executor.backends.flashinfer_jit", "FlashInferJitBuildOnly")),
+    "torch": BackendRow("executor.backends.torch_backend", "TorchBackend"),
+    "null": BackendRow("executor.backends.null", "NullBackend"),
 }
+# The views the registry and the pool read (tests may add a fake backend to either)
+BACKENDS = {name: (row.module, row.cls) for name, row in BACKEND_ROWS.items()}
+WORKER_CLASSES = {name: row.worker for name, row in BACKEND_ROWS.items() if row.worker}
 
 
 ENTRY_POINTS = "warmup.backends"  # backends other packages provide (vllm_bridge's): name -> module:Class

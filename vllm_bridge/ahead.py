@@ -143,9 +143,9 @@ def modules_ahead(request: Request, settings) -> tuple[list, str]:
         raise ValueError("no config.json on disk yet" if path is None else "NVML does not name one GPU model")
     with open(path, encoding="utf-8") as f:
         config = json.load(f)
-    data = hf.engine_from_hf(config, gpu=gpu_of_device_name(name), tp=request.tp, source=path,
-                             max_model_len=request.max_model_len, sampler=sampler_ahead(),
-                             vllm_release=installed_release(), ignore_memory=lambda warning: None)
+    data = hf.engine_from_hf(config, hf.EngineRequest(
+        tp=request.tp, max_model_len=request.max_model_len, sampler=sampler_ahead(), ignore_memory=True,
+        vllm_release=installed_release(), gpu=gpu_of_device_name(name), source=path))
     expanded = make_plan(settings, engine_from_document(Document(data=data, file=f"<{path}, ahead>")))
     modules = [m for step in expanded.steps if getattr(step, "backend", None) == FLASHINFER_JIT
                for m in step.call_values()]

@@ -90,16 +90,9 @@ def _from_hf(args) -> int:
     if not isinstance(config, dict):
         raise PlanError("expected a JSON object (a Hugging Face config.json)", file=args.from_hf)
     try:
-        engine = hf.engine_from_hf(
-            config, tp=1 if args.tp is None else args.tp, dp=1 if args.dp is None else args.dp,
-            enable_expert_parallel=args.enable_expert_parallel,
-            max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-            num_blocks=args.num_blocks, block_size=args.block_size, gpu=args.gpu or "H100",
-            max_model_len=args.max_model_len, name=args.name, source=os.path.basename(args.from_hf),
-            ignore_memory=_warn if args.ignore_memory else None, speculative_method=args.speculative_method,
-            num_speculative_tokens=args.num_speculative_tokens, kv_cache_dtype=args.kv_cache_dtype,
-            fp8_linear_kernel=args.fp8_linear_kernel, model_runner=args.model_runner, sampler=args.sampler,
-            vllm_release=args.vllm_release)
+        request = hf.EngineRequest.from_args(args, gpu=args.gpu, name=args.name,
+                                             source=os.path.basename(args.from_hf))
+        engine = hf.engine_from_hf(config, request, warn=_warn)
     except hf.HFConfigError as e:  # at the key's line, as every other bad input
         raise e.as_plan_error(args.from_hf, text) from None
     text = hf.engine_to_yaml(engine)

@@ -39,7 +39,7 @@ def quant_of(layer: dict) -> Quant:
     record read LinearLayer.quant / MoeLayer.quant."""
     quant = layer.get("quant") or {}
     block = quant.get("weight_block_size")
-    return Quant(quant.get("method", "none"), (block[0], block[1]) if block else None)
+    return Quant(method=quant.get("method", "none"), block=(block[0], block[1]) if block else None)
 
 
 class LinearLayer(NamedTuple):
@@ -177,42 +177,58 @@ class EngineFacts(NamedTuple):
 
 def engine_facts(data: dict) -> EngineFacts:
     """The record of an engine config's canonical data (planner/engine/config.py applies the schema's
-    defaults; the executor reads the same data from an expanded plan)."""
+    defaults; the executor reads the same data from an expanded plan). Every default is the engine
+    schema's, so a field the schema defaults is read as given; .get is for the fields it leaves out
+    (architecture, hidden_size, a layer's quant, kernel, scale, head_size_v), which mean "none"."""
     model, kv, sched = data["model"], data["kv_cache"], data["scheduler"]
-    spec, par, dev = data["speculative"], data["parallel"], data["device"]
+    spec, par, dev, comp = data["speculative"], data["parallel"], data["device"], data["compilation"]
     return EngineFacts(
         name=data["name"],
-        model=Model(model.get("architecture"), model["vocab_size"], model["max_model_len"],
-                    model.get("max_encoder_len", 0), model.get("runner", "generate"),
-                    model.get("model_runner", "auto"), model.get("sampler", "auto"), model.get("dtype", "bfloat16"),
-                    model.get("hidden_size"), tuple(_attention(a) for a in model.get("attention") or ()),
-                    tuple(LinearLayer(x["name"], x["n"], x["k"], x.get("count", 1), quant_of(x), x.get("kernel"))
-                          for x in model.get("linear") or ()),
-                    tuple(MoeLayer(x["name"], x["num_experts"], x["top_k"], x["hidden_size"], x["intermediate_size"],
-                                   x.get("count", 1), quant_of(x)) for x in model.get("moe") or ())),
-        kv_cache=KvCache(kv["num_blocks"], tuple(
-            KvCacheGroup(g["block_size"], g.get("kind", "full_attention"), g.get("mamba_cache_mode", "none"),
-                         g.get("num_speculative_blocks", 0))
-            for g in kv["groups"])),
-        scheduler=Scheduler(sched["max_num_seqs"], sched["max_num_batched_tokens"]),
-        speculative=Speculative(spec.get("method", "none"), spec.get("num_speculative_tokens", 0)),
-        parallel=Parallel(par.get("tensor_parallel_size", 1), par.get("data_parallel_size", 1),
-                          par.get("pipeline_parallel_size", 1), par.get("pipeline_rank", 0),
-                          bool(par.get("enable_expert_parallel", False))),
-        compilation=_compilation(data.get("compilation") or {}),
-        device=Device(dev["name"], dev["num_sms"], parse_capability(str(dev["capability"]))))
+        model=_model(model),
+        kv_cache=KvCache(num_blocks=kv["num_blocks"], groups=tuple(_kv_cache_group(g) for g in kv["groups"])),
+        scheduler=Scheduler(max_num_seqs=sched["max_num_seqs"], max_num_batched_tokens=sched["max_num_batched_tokens"]),
+        speculative=Speculative(method=spec["method"], num_speculative_tokens=spec["num_speculative_tokens"]),
+        parallel=Parallel(tensor_parallel_size=par["tensor_parallel_size"],
+                          data_parallel_size=par["data_parallel_size"],
+                          pipeline_parallel_size=par["pipeline_parallel_size"], pipeline_rank=par["pipeline_rank"],
+                          enable_expert_parallel=bool(par["enable_expert_parallel"])),
+        compilation=_compilation(comp),
+        device=Device(name=dev["name"], num_sms=dev["num_sms"], capability=parse_capability(str(dev["capability"]))))
+
+
+def _model(model: dict) -> Model:
+    return Model(
+        architecture=model.get("architecture"), vocab_size=model["vocab_size"], max_model_len=model["max_model_len"],
+        max_encoder_len=model["max_encoder_len"], runner=model["runner"], model_runner=model["model_runner"],
+        sampler=model["sampler"], dtype=model["dtype"], hidden_size=model.get("hidden_size"),
+        attention=tuple(_attention(a) for a in model["attention"]),
+        linear=tuple(LinearLayer(name=x["name"], n=x["n"], k=x["k"], count=x["count"], quant=quant_of(x),
+                                 kernel=x.get("kernel"))
+                     for x in model["linear"]),
+        moe=tuple(MoeLayer(name=x["name"], num_experts=x["num_experts"], top_k=x["top_k"],
+                           hidden_size=x["hidden_size"], intermediate_size=x["intermediate_size"],
+                           count=x["count"], quant=quant_of(x))
+                  for x in model["moe"]))
+
+
+def _kv_cache_group(group: dict) -> KvCacheGroup:
+    return KvCacheGroup(block_size=group["block_size"], kind=group["kind"],
+                        mamba_cache_mode=group["mamba_cache_mode"],
+                        num_speculative_blocks=group["num_speculative_blocks"])
 
 
 def _compilation(comp: dict) -> Compilation:
-    sizes = comp.get("cudagraph_capture_sizes")
-    return Compilation(comp.get("cudagraph_mode", "FULL_AND_PIECEWISE"), bool(comp.get("enforce_eager", False)),
-                       None if sizes is None else tuple(sizes), comp.get("max_cudagraph_capture_size"),
-                       comp.get("performance_mode", "default"))
+    sizes = comp["cudagraph_capture_sizes"]
+    return Compilation(cudagraph_mode=comp["cudagraph_mode"], enforce_eager=bool(comp["enforce_eager"]),
+                       cudagraph_capture_sizes=None if sizes is None else tuple(sizes),
+                       max_cudagraph_capture_size=comp["max_cudagraph_capture_size"],
+                       performance_mode=comp["performance_mode"])
 
 
 def _attention(a: dict) -> AttentionLayer:
-    window = a.get("sliding_window", (-1, -1))
-    return AttentionLayer(a["name"], a["num_heads"], a["num_kv_heads"], a["head_size"],
-                          a.get("head_size_v") or a["head_size"], a.get("count", 1), a.get("scale"),
-                          a.get("logits_soft_cap", 0.0), (window[0], window[1]), a.get("kv_cache_dtype", "auto"),
-                          a.get("backend", "FLASH_ATTN"), a.get("kv_cache_group", 0))
+    left, right = a["sliding_window"]
+    return AttentionLayer(name=a["name"], num_heads=a["num_heads"], num_kv_heads=a["num_kv_heads"],
+                          head_size=a["head_size"], head_size_v=a.get("head_size_v") or a["head_size"],
+                          count=a["count"], scale=a.get("scale"), logits_soft_cap=a["logits_soft_cap"],
+                          sliding_window=(left, right), kv_cache_dtype=a["kv_cache_dtype"], backend=a["backend"],
+                          kv_cache_group=a["kv_cache_group"])

@@ -105,3 +105,69 @@ def test_kernel_is_a_family_every_backend_protocol_declares():
 def test_base_backend_refuses_unimplemented_families():
     with pytest.raises(Unavailable):
         BaseBackend().gemm({}, [1], lambda n: None)
+
+
+# --- each backend declared once: its row (executor/registry.py), or another package's entry point ---
+
+def pyproject_backends() -> dict:
+    """pyproject.toml's `warmup.backends` entry points: name -> (module, class)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        entries = tomllib.load(f)["project"]["entry-points"]["warmup.backends"]
+    return {name: tuple(value.split(":")) for name, value in entries.items()}
+
+
+def declared_name(module: str, cls: str) -> str:
+    """The `name = "..."` a backend class declares, read from its source (an entry point's module may
+    need vLLM to import)."""
+    import ast
+
+    with open(os.path.join(ROOT, *module.split(".")) + ".py", encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    body = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == cls).body
+    return next(node.value.value for node in body if isinstance(node, ast.Assign)
+                and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["name"])
+
+
+def test_the_registry_views_are_read_off_the_backend_rows():
+    """BACKENDS (the registry's) and WORKER_CLASSES (the pool's, executor/precompile/workers/backend_classes.py
+    reads it from here) are views of the rows, not tables of their own."""
+    assert registry.BACKENDS == {name: (row.module, row.cls) for name, row in registry.BACKEND_ROWS.items()}
+    assert registry.WORKER_CLASSES == {name: row.worker for name, row in registry.BACKEND_ROWS.items() if row.worker}
+
+
+@pytest.mark.parametrize("name", sorted(registry.WORKER_CLASSES))
+def test_a_compile_only_twin_runs_its_rows_backend(name):
+    import importlib
+
+    module, cls = registry.WORKER_CLASSES[name]
+    twin = getattr(importlib.import_module(module), cls)
+    assert twin.name == name  # the worker runs the row's backend: the name its jobs and reports carry
+
+
+def test_another_packages_backend_is_an_entry_point_whose_class_says_its_name():
+    """A backend outside the executor (vllm_bridge's) is a pyproject.toml entry point, not a row: its key
+    is the name its class declares, and no row of the executor has that name."""
+    external = pyproject_backends()
+    assert external and not set(external) & set(registry.BACKEND_ROWS)
+    for name, (module, cls) in external.items():
+        assert declared_name(module, cls) == name, (name, module, cls)
+
+
+def test_every_backend_the_planner_names_is_declared():
+    """The backends the planner's stages put into steps (backend="...") each have a row or an entry point:
+    a plan never names a backend `warmup execute` cannot find."""
+    import glob
+    import re
+
+    named = set()
+    for path in glob.glob(os.path.join(ROOT, "planner", "plan", "stages", "*.py")):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        named |= set(re.findall(r'backend="(\w+)"', text))
+        named |= set(re.findall(r'KERNEL_BACKENDS.get\(\w+, "(\w+)"\)', text))
+    from planner.plan.stages.attention import KERNEL_BACKENDS
+
+    named |= set(KERNEL_BACKENDS.values())
+    assert {"triton", "deep_gemm", "flashinfer_jit", "vllm_triton"} <= named
+    assert named <= set(registry.BACKEND_ROWS) | set(pyproject_backends())

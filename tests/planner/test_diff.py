@@ -44,7 +44,7 @@ def engines(tmp_path_factory):
                 "llama-16k": (llama, {"max_num_batched_tokens": 16384})}
     for name, ((config, common), flags) in variants.items():
         with open(os.path.join(FIXTURES, "hf", config)) as f:
-            data = hf.engine_from_hf(json.load(f), name=name, **common, **flags)
+            data = hf.engine_from_hf(json.load(f), hf.EngineRequest(name=name, **common, **flags))
         paths[name] = folder / f"{name}.yaml"
         paths[name].write_text(hf.engine_to_yaml(data))
     return paths

@@ -1,7 +1,9 @@
 """Each engine fact is declared once, and every other view of it is read off that declaration: the
-names plans use (planner/engine/names.py), and the flags of `warmup engine --from-hf`
-(planner/engine/hf/flags.py). These tests hold each declaration to the engine schema, so a row that
-names a field the schema does not have fails here rather than at a user's plan."""
+names plans use (planner/engine/names.py), the flags of `warmup engine --from-hf`
+(planner/engine/hf/flags.py: a row each, and a field each of the one record the builder takes), and
+the typed record of the engine (planner/engine/facts.py: built by keyword, every default the
+schema's). These tests hold each declaration to the engine schema, so a row that names a field the
+schema does not have fails here rather than at a user's plan."""
 
 from __future__ import annotations
 
@@ -62,3 +64,63 @@ def test_the_flags_are_the_commands_and_the_refused_ones_under_from_vllm():
 
     assert HF_ONLY_FLAGS == tuple(spec.dest for spec in FROM_HF_FLAGS)
     assert len(set(HF_ONLY_FLAGS)) == len(HF_ONLY_FLAGS)
+
+
+def test_a_flag_is_one_row_and_one_field_of_the_engine_request():
+    """engine_from_hf takes the flags as one record: each FlagSpec row's dest is an EngineRequest field,
+    in the rows' order, and the record has no other field but NOT_FLAGS (--gpu, --name, the source)."""
+    import dataclasses
+
+    from planner.engine.hf.flags import NOT_FLAGS, EngineRequest
+
+    fields = [f.name for f in dataclasses.fields(EngineRequest)]
+    assert fields == [spec.dest for spec in FROM_HF_FLAGS] + list(NOT_FLAGS)
+
+
+def test_the_request_of_parsed_arguments_carries_every_flag_given():
+    """EngineRequest.from_args reads each row's dest: a value given on the command line reaches the
+    builder; a flag left out (None) is the record's default."""
+    import argparse
+
+    from planner.engine.hf.flags import EngineRequest
+
+    given = argparse.Namespace(**{spec.dest: f"value of {spec.flag}" for spec in FROM_HF_FLAGS})
+    request = EngineRequest.from_args(given, gpu="H200", name=None, source="x.json")
+    assert all(getattr(request, spec.dest) == f"value of {spec.flag}" for spec in FROM_HF_FLAGS)
+    assert (request.gpu, request.name, request.source) == ("H200", None, "x.json")
+    left_out = argparse.Namespace(**{spec.dest: None for spec in FROM_HF_FLAGS})
+    assert EngineRequest.from_args(left_out) == EngineRequest()
+
+
+def _facts_builders():
+    """engine_facts and the helpers it builds the records with (planner/engine/facts.py)."""
+    import ast
+
+    with open(os.path.join(ROOT, "planner", "engine", "facts.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    records = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    builders = [node for node in tree.body if isinstance(node, ast.FunctionDef)
+                and (node.name == "engine_facts" or node.name.startswith("_"))]
+    return records, builders
+
+
+def test_engine_facts_builds_every_record_by_keyword():
+    import ast
+
+    records, builders = _facts_builders()
+    calls = [node for builder in builders for node in ast.walk(builder)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in records]
+    assert {call.func.id for call in calls} >= {"EngineFacts", "Model", "LinearLayer", "MoeLayer", "AttentionLayer"}
+    assert [call.func.id for call in calls if call.args] == []
+
+
+def test_engine_facts_repeats_no_default_of_the_schema():
+    """engine_facts reads canonical data (planner/engine/config.py applies the schema's defaults): a
+    `.get(key, default)` there would be a second home of a schema default, and drift from it."""
+    import ast
+
+    _, builders = _facts_builders()
+    defaulted = [ast.unparse(node) for builder in builders for node in ast.walk(builder)
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                 and node.func.attr == "get" and len(node.args) > 1]
+    assert defaulted == []

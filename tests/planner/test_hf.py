@@ -17,7 +17,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from planner.engine.hf import GPUS, HFConfigError, engine_from_hf, engine_to_yaml
+from planner.engine.hf import GPUS, EngineRequest, HFConfigError, engine_from_hf, engine_to_yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "hf")
@@ -36,7 +36,7 @@ def load(name: str) -> dict:
 
 def engine(fixture: str, **kwargs) -> dict:
     """engine_from_hf on a fixture; the result must validate against the schema."""
-    e = engine_from_hf(load(fixture), **kwargs)
+    e = engine_from_hf(load(fixture), EngineRequest(**kwargs))
     errors = sorted(VALIDATOR.iter_errors(e), key=lambda err: list(err.path))
     assert not errors, [f"{list(err.path)}: {err.message}" for err in errors]
     return e
@@ -114,7 +114,7 @@ def test_kv_heads_replicated_when_tp_exceeds_them():
     assert linears(q3)["lm_head"][:2] == (151936 // 32, 4096)
     # vLLM replicates KV heads only when tp is a multiple of them
     with pytest.raises(HFConfigError, match=r"--tp 14 is not divisible by num_key_value_heads \(4\)"):
-        engine_from_hf(load("qwen2-7b-instruct"), tp=14)
+        engine_from_hf(load("qwen2-7b-instruct"), EngineRequest(tp=14))
 
 
 # ----------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def test_mixtral_gate_stays_unquantized_under_fp8():
     # vLLM builds Mixtral's (and Qwen2-MoE's, DeepSeek's) gate with quant_config=None
     hf = load("mixtral-8x7b")
     hf["quantization_config"] = dict(load("qwen3-30b-a3b-fp8")["quantization_config"])
-    assert linears(engine_from_hf(hf, tp=2))["gate"][3] == "none"
+    assert linears(engine_from_hf(hf, EngineRequest(tp=2)))["gate"][3] == "none"
 
 
 def test_qwen3_moe_tp2_and_expert_parallel():
@@ -211,7 +211,7 @@ def test_qwen3_moe_fp8_block_shard_refused_like_vllm_025():
     # 768 / 4 = 192 is not a multiple of the 128 block (vLLM issue #25292); vLLM 0.33.0 refines the
     # blocks instead (tests/planner/test_hf_vllm_rules.py)
     with pytest.raises(HFConfigError, match=r"moe_intermediate_size = 192 .*block_n 128.*--vllm-release 0.33.0"):
-        engine_from_hf(load("qwen3-30b-a3b-fp8"), tp=4, vllm_release="0.25.0")
+        engine_from_hf(load("qwen3-30b-a3b-fp8"), EngineRequest(tp=4, vllm_release="0.25.0"))
 
 
 def test_qwen3_moe_mlp_only_layers_and_sparse_step():
@@ -261,7 +261,7 @@ def test_data_parallel_without_ep_flattens_moe_tp_like_vllm():
 def test_sliding_window_on_every_layer_for_llama_family():
     hf = load("mixtral-8x7b")
     hf["sliding_window"] = 4096
-    e = engine_from_hf(hf, tp=2)
+    e = engine_from_hf(hf, EngineRequest(tp=2))
     assert not list(VALIDATOR.iter_errors(e))
     attn = only(e["model"]["attention"])
     assert (attn["count"], attn["sliding_window"]) == (32, [4095, 0])
@@ -270,7 +270,7 @@ def test_sliding_window_on_every_layer_for_llama_family():
 
 def test_expert_parallel_divisibility():
     with pytest.raises(HFConfigError, match=r"num_local_experts \(8\) is not divisible by --tp 16"):
-        engine_from_hf(load("mixtral-8x7b"), tp=16, enable_expert_parallel=True)
+        engine_from_hf(load("mixtral-8x7b"), EngineRequest(tp=16, enable_expert_parallel=True))
 
 
 # ----------------------------------------------------------------------------
@@ -320,7 +320,7 @@ def test_deepseek_v3_defaults_and_expert_parallel():
 def test_deepseek_scale_without_rope_scaling():
     hf = load("deepseek-v3")
     del hf["rope_scaling"]
-    attn = only(engine_from_hf(hf, tp=8, gpu="H200")["model"]["attention"])
+    attn = only(engine_from_hf(hf, EngineRequest(tp=8, gpu="H200"))["model"]["attention"])
     assert attn["scale"] == pytest.approx(192 ** -0.5)
 
 
@@ -374,7 +374,7 @@ def test_quant_modules_to_not_convert_on_moe():
 def test_quant_fp8_per_tensor_and_unsupported():
     hf = load("llama-3.1-8b-instruct-fp8-block")
     del hf["quantization_config"]["weight_block_size"]
-    e = engine_from_hf(hf, tp=2)
+    e = engine_from_hf(hf, EngineRequest(tp=2))
     assert {x["quant"]["method"] for x in e["model"]["linear"] if x["name"] != "lm_head"} == {"fp8_per_tensor"}
     hf["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
     with pytest.raises(HFConfigError, match="quant_method 'bitsandbytes' is not planned by --from-hf"):
@@ -388,28 +388,28 @@ def test_tp_divisibility_error_names_the_key():
     hf = load("qwen3-8b")
     hf["num_attention_heads"] = 40
     with pytest.raises(HFConfigError) as info:
-        engine_from_hf(hf, tp=16)
+        engine_from_hf(hf, EngineRequest(tp=16))
     assert str(info.value) == "config.json: num_attention_heads (40) is not divisible by --tp 16"
     assert isinstance(info.value, ValueError)
     with pytest.raises(HFConfigError, match=r"num_attention_heads \(28\) is not divisible by --tp 8"):
-        engine_from_hf(load("qwen2-7b-instruct"), tp=8, source="qwen2.json")
+        engine_from_hf(load("qwen2-7b-instruct"), EngineRequest(tp=8, source="qwen2.json"))
     hf = load("qwen3-8b")
     hf["num_key_value_heads"] = 6
     hf["num_attention_heads"] = 48
     with pytest.raises(HFConfigError, match=r"num_key_value_heads \(6\) is not divisible by --tp 4"):
-        engine_from_hf(hf, tp=4)
+        engine_from_hf(hf, EngineRequest(tp=4))
     hf = load("llama-3.1-8b-instruct-fp8-block")
     del hf["quantization_config"]
     hf["intermediate_size"] = 14340
     with pytest.raises(HFConfigError, match=r"intermediate_size \(14340\) is not divisible by --tp 8"):
-        engine_from_hf(hf, tp=8)
+        engine_from_hf(hf, EngineRequest(tp=8))
 
 
 def test_unknown_architecture():
     hf = load("qwen3-8b")
     hf["architectures"] = ["GPT2LMHeadModel"]
     with pytest.raises(HFConfigError) as info:
-        engine_from_hf(hf, source="gpt2/config.json")
+        engine_from_hf(hf, EngineRequest(source="gpt2/config.json"))
     message = str(info.value)
     assert message.startswith("gpt2/config.json: architectures: GPT2LMHeadModel is not planned by --from-hf: "
                               "no module layout of vLLM's is declared for it")
@@ -424,12 +424,12 @@ def test_unknown_architecture():
 
 def test_unknown_gpu_and_bad_flags():
     with pytest.raises(HFConfigError) as info:
-        engine_from_hf(load("qwen3-8b"), gpu="V100")
+        engine_from_hf(load("qwen3-8b"), EngineRequest(gpu="V100"))
     assert "V100" in str(info.value) and all(name in str(info.value) for name in GPUS)
     with pytest.raises(HFConfigError, match="--max-model-len 200000 exceeds max_position_embeddings"):
-        engine_from_hf(load("qwen3-8b"), max_model_len=200000)
+        engine_from_hf(load("qwen3-8b"), EngineRequest(max_model_len=200000))
     with pytest.raises(HFConfigError, match="--tp"):
-        engine_from_hf(load("qwen3-8b"), tp=0)
+        engine_from_hf(load("qwen3-8b"), EngineRequest(tp=0))
     with pytest.raises(HFConfigError, match="hidden_size is missing"):
         engine_from_hf({k: v for k, v in load("qwen3-8b").items() if k != "hidden_size"})
 
@@ -469,19 +469,19 @@ def test_scheduler_overrides():
     e = engine("qwen3-8b", max_num_seqs=64, max_num_batched_tokens=4096)
     assert e["scheduler"] == {"max_num_seqs": 64, "max_num_batched_tokens": 4096}
     with pytest.raises(HFConfigError, match="--max-num-batched-tokens"):
-        engine_from_hf(load("qwen3-8b"), max_num_seqs=512, max_num_batched_tokens=256)
+        engine_from_hf(load("qwen3-8b"), EngineRequest(max_num_seqs=512, max_num_batched_tokens=256))
 
 
 def test_names_and_description():
     hf = load("qwen3-8b")
-    e = engine_from_hf(hf, tp=2, gpu="H200")
+    e = engine_from_hf(hf, EngineRequest(tp=2, gpu="H200"))
     assert e["name"] == "qwen3-tp2-h200"                       # model_type when source is config.json
     assert e["description"].startswith("Generated by `warmup engine --from-hf config.json --tp 2 --gpu H200`")
-    e = engine_from_hf(hf, source="tests/fixtures/hf/qwen3-8b.json")
+    e = engine_from_hf(hf, EngineRequest(source="tests/fixtures/hf/qwen3-8b.json"))
     assert e["name"] == "qwen3-8b-tp1-h100"
     hf["_name_or_path"] = "Qwen/Qwen3-8B"
-    assert engine_from_hf(hf, tp=2)["name"] == "Qwen3-8B-tp2-h100"
-    assert engine_from_hf(hf, name="mine")["name"] == "mine"
+    assert engine_from_hf(hf, EngineRequest(tp=2))["name"] == "Qwen3-8B-tp2-h100"
+    assert engine_from_hf(hf, EngineRequest(name="mine"))["name"] == "mine"
 
 
 @pytest.mark.parametrize("gpu, block_size, backend, page", [
@@ -608,9 +608,9 @@ def test_qwen3_moe_experts_under_transformers_5_name():
     reads); the engine is the same, and a bad count names that key."""
     config = load("qwen3-30b-a3b-fp8")
     renamed = {k: v for k, v in config.items() if k != "num_experts"} | {"num_local_experts": config["num_experts"]}
-    assert engine_from_hf(renamed, tp=2) == engine_from_hf(config, tp=2)
+    assert engine_from_hf(renamed, EngineRequest(tp=2)) == engine_from_hf(config, EngineRequest(tp=2))
     with pytest.raises(HFConfigError) as e:
-        engine_from_hf({**renamed, "num_local_experts": 129}, tp=2, enable_expert_parallel=True)
+        engine_from_hf({**renamed, "num_local_experts": 129}, EngineRequest(tp=2, enable_expert_parallel=True))
     assert e.value.reason == "num_local_experts (129) is not divisible by --tp 2 with --enable-expert-parallel"
 
 

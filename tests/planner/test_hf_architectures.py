@@ -19,7 +19,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from planner.engine.config import engine_from_document
-from planner.engine.hf import LAYOUTS, HFConfigError, engine_from_hf
+from planner.engine.hf import LAYOUTS, EngineRequest, HFConfigError, engine_from_hf
 from planner.engine.releases import VLLM_RELEASES
 from planner.plan.authored import load_plan
 from planner.plan.expand import expand
@@ -39,7 +39,7 @@ def load(name: str) -> dict:
 
 def engine(fixture: str, **kwargs) -> dict:
     """The engine of a fixture (num_blocks pinned: the shapes, not the memory estimate, are under test)."""
-    e = engine_from_hf(load(fixture), **{"num_blocks": 4096, **kwargs})
+    e = engine_from_hf(load(fixture), EngineRequest(**{"num_blocks": 4096, **kwargs}))
     errors = sorted(VALIDATOR.iter_errors(e), key=lambda err: list(err.path))
     assert not errors, [f"{list(err.path)}: {err.message}" for err in errors]
     return e
@@ -104,7 +104,7 @@ def test_olmo2_and_cohere_compute_head_dim():
     assert linears(cohere)["down_proj"][:2] == (8192, 22528 // 4)
     hf = load("olmo-2-1124-7b-instruct")
     hf["head_dim"] = 64  # not read by vLLM's OLMo-2 (it computes 4096 / 32 = 128)
-    assert linears(engine_from_hf(hf, num_blocks=64))["qkv_proj"][0] == 96 * 128
+    assert linears(engine_from_hf(hf, EngineRequest(num_blocks=64)))["qkv_proj"][0] == 96 * 128
 
 
 @pytest.mark.parametrize("release, left", [("0.25.0", 4095), ("0.33.0", 4096)])
@@ -207,18 +207,18 @@ def test_phi3_checkpoint_names_its_fused_linears():
     hf["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
                                  "ignored_layers": ["model.layers.0.self_attn.qkv_proj",
                                                     "model.layers.0.mlp.gate_up_proj"]}
-    lin = linears(engine_from_hf(hf, num_blocks=64))
+    lin = linears(engine_from_hf(hf, EngineRequest(num_blocks=64)))
     assert lin["qkv_proj"][2:] == (39, "fp8") and lin["qkv_proj.unquantized"][2:] == (1, NONE)
     assert lin["gate_up_proj"][2:] == (39, "fp8") and lin["gate_up_proj.unquantized"][2:] == (1, NONE)
     # a GPTQ list of quantized modules names them so too (no fused-name rule there: is_layer_gptq_quantized)
     hf["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True,
                                  "modules_in_block_to_quantize": [["self_attn.qkv_proj"], ["mlp.gate_up_proj"]]}
-    lin = linears(engine_from_hf(hf, num_blocks=64))
+    lin = linears(engine_from_hf(hf, EngineRequest(num_blocks=64)))
     assert (lin["qkv_proj"][3], lin["gate_up_proj"][3], lin["o_proj"][3]) == ("gptq", "gptq", NONE)
     # Llama's checkpoint splits them: naming q_proj, k_proj and v_proj leaves its qkv_proj unquantized
     llama = load("llama-3.1-8b-instruct-fp8-block")
     llama["quantization_config"]["ignored_layers"] = [f"model.layers.0.self_attn.{p}_proj" for p in "qkv"]
-    assert linears(engine_from_hf(llama, num_blocks=64))["qkv_proj.unquantized"][2] == 1
+    assert linears(engine_from_hf(llama, EngineRequest(num_blocks=64)))["qkv_proj.unquantized"][2] == 1
 
 
 def test_internlm2_wqkv_and_feed_forward():
@@ -245,7 +245,7 @@ def test_exaone_quant_names_are_vllms_model_h():
     hf["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
                                  "ignored_layers": ["transformer.h.0.mlp.c_proj", "transformer.h.1.mlp.c_proj",
                                                     "model.h.5.mlp.c_proj"]}
-    lin = linears(engine_from_hf(hf, num_blocks=64))
+    lin = linears(engine_from_hf(hf, EngineRequest(num_blocks=64)))
     assert lin["c_proj"][2:] == (31, "fp8") and lin["c_proj.unquantized"][2:] == (1, NONE)
 
 
@@ -284,7 +284,7 @@ def test_granite_moe_experts_in_block_sparse_moe():
 
 def test_granite_moe_scale_defaults_to_granitemoeconfigs():
     hf = {k: v for k, v in load("granite-3.0-3b-a800m-instruct").items() if k != "attention_multiplier"}
-    assert engine_from_hf(hf, num_blocks=4096)["model"]["attention"][0]["scale"] == 1.0
+    assert engine_from_hf(hf, EngineRequest(num_blocks=4096))["model"]["attention"][0]["scale"] == 1.0
 
 
 def test_phimoe_experts_and_its_window_on_every_layer():
@@ -350,7 +350,8 @@ def test_every_layout_is_planned_here():
 @pytest.mark.parametrize("fixture", sorted(PLANNED))
 @pytest.mark.parametrize("plan", ["vllm-0.25", "vllm-0.33"])
 def test_each_architecture_plans(fixture, plan):
-    data = engine_from_hf(load(fixture), source=f"{fixture}.json", vllm_release=RELEASE_OF[plan], **PLANNED[fixture])
+    request = EngineRequest(source=f"{fixture}.json", vllm_release=RELEASE_OF[plan], **PLANNED[fixture])
+    data = engine_from_hf(load(fixture), request)
     expanded = expand(load_plan(plan), engine_from_document(Document(data=data, file=f"{fixture}.yaml")))
     assert expanded.steps
     families = [gap["family"] for gap in expanded.not_modelled]
@@ -361,13 +362,13 @@ def test_each_architecture_plans(fixture, plan):
 
 
 def test_mxfp4_gap_names_the_layers_and_awq_moe_is_ahead_of_time():
-    data = engine_from_hf(load("gpt-oss-20b"), num_blocks=4096)
+    data = engine_from_hf(load("gpt-oss-20b"), EngineRequest(num_blocks=4096))
     gaps = expand(load_plan("vllm-0.25"), engine_from_document(Document(data=data, file="e.yaml"))).not_modelled
     gap = next(g for g in gaps if g["family"].startswith("fused MoE of a quantization"))
     assert "experts (E=32, N=2880, mxfp4)" in gap["why"]
     hf = load("qwen1.5-moe-a2.7b-chat")  # AWQ experts run Marlin's MoE GEMM, compiled ahead: no gap
     hf["quantization_config"] = {"bits": 4, "group_size": 128, "quant_method": "awq", "zero_point": True}
-    data = engine_from_hf(hf, num_blocks=4096)
+    data = engine_from_hf(hf, EngineRequest(num_blocks=4096))
     assert data["model"]["moe"][0]["quant"] == {"method": "awq"}
     gaps = expand(load_plan("vllm-0.25"), engine_from_document(Document(data=data, file="e.yaml"))).not_modelled
     assert not [g for g in gaps if g["family"].startswith("fused MoE of a quantization")]
@@ -387,7 +388,7 @@ REFUSED = {
 @pytest.mark.parametrize("fixture", sorted(REFUSED))
 def test_unplanned_architectures_are_refused_with_a_way_out(fixture):
     with pytest.raises(HFConfigError) as info:
-        engine_from_hf(load(fixture), source=f"{fixture}/config.json")
+        engine_from_hf(load(fixture), EngineRequest(source=f"{fixture}/config.json"))
     message = str(info.value)
     architecture = load(fixture)["architectures"][0]
     assert message.startswith(f"{fixture}/config.json: architectures: {architecture} is not planned by --from-hf: "

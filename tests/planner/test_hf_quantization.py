@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from planner.engine.hf import HFConfigError, engine_from_hf
+from planner.engine.hf import EngineRequest, HFConfigError, engine_from_hf
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "hf")
 FP8_BLOCK = {"method": "fp8", "weight_block_size": [128, 128]}
@@ -25,7 +25,7 @@ def load(name: str) -> dict:
 
 def quants(hf: dict, **kwargs) -> dict:
     """linear name -> (count, quant entry); experts too."""
-    e = engine_from_hf(hf, **{"num_blocks": 64, **kwargs})
+    e = engine_from_hf(hf, EngineRequest(**{"num_blocks": 64, **kwargs}))
     out = {x["name"]: (x["count"], x["quant"]) for x in e["model"]["linear"]}
     out.update({x["name"]: (x["count"], x["quant"]) for x in e["model"]["moe"]})
     return out
@@ -46,7 +46,7 @@ def test_compressed_tensors_fp8_per_tensor_per_channel_and_block():
 def test_compressed_tensors_block_fp8_takes_vllms_block_kernel():
     # the same kernel selection as quant_method fp8 (init_fp8_linear_kernel): FlashInfer's on SM 9.0
     # (the default, not written), DeepGEMM's with --fp8-linear-kernel deep_gemm
-    e = engine_from_hf(load("qwen3-8b-fp8-block-ct"), num_blocks=64, fp8_linear_kernel="deep_gemm")
+    e = engine_from_hf(load("qwen3-8b-fp8-block-ct"), EngineRequest(num_blocks=64, fp8_linear_kernel="deep_gemm"))
     assert {x.get("kernel") for x in e["model"]["linear"] if x["name"] != "lm_head"} == {"deep_gemm"}
 
 

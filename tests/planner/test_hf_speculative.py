@@ -10,7 +10,7 @@ import yaml
 
 from planner import limits
 from planner.cli import main
-from planner.engine.hf import HFConfigError, engine_from_hf
+from planner.engine.hf import EngineRequest, HFConfigError, engine_from_hf
 from planner.schema import load_schema
 
 HF = "tests/fixtures/hf"
@@ -73,10 +73,10 @@ def test_mtp_defaults_to_the_models_mtp_layers_as_vllm_does(capsys):
 
 def test_mtp_draft_tokens_must_be_a_multiple_of_the_mtp_layers():
     two = {**config(DEEPSEEK), "num_nextn_predict_layers": 2}
-    assert engine_from_hf(two, tp=8, gpu="H200", speculative_method="mtp", num_speculative_tokens=4)[
+    assert engine_from_hf(two, EngineRequest(tp=8, gpu="H200", speculative_method="mtp", num_speculative_tokens=4))[
         "speculative"]["num_speculative_tokens"] == 4
     with pytest.raises(HFConfigError, match="must be at most num_nextn_predict_layers = 2 or a multiple of it"):
-        engine_from_hf(two, tp=8, gpu="H200", speculative_method="mtp", num_speculative_tokens=3)
+        engine_from_hf(two, EngineRequest(tp=8, gpu="H200", speculative_method="mtp", num_speculative_tokens=3))
 
 
 def test_suffix_defaults_to_vllms_tree_depth(capsys):
@@ -153,7 +153,7 @@ def test_bad_values_are_one_line_and_exit_2(capsys, tmp_path, flags, message):
 ])
 def test_the_library_bounds_them_too(kwargs, message):
     with pytest.raises(HFConfigError, match=message):
-        engine_from_hf(config(LLAMA), **kwargs)
+        engine_from_hf(config(LLAMA), EngineRequest(**kwargs))
 
 
 def test_from_vllm_takes_them_after_the_double_dash(capsys):

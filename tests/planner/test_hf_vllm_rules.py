@@ -13,7 +13,7 @@ import os
 import pytest
 
 from planner import cli
-from planner.engine.hf import HFConfigError, engine_from_hf
+from planner.engine.hf import EngineRequest, HFConfigError, engine_from_hf
 from planner.engine.hf.model import auto_dtype
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "hf")
@@ -27,7 +27,7 @@ def load(name: str, **over) -> dict:
 
 
 def engine(hf: dict, **kwargs) -> dict:
-    return engine_from_hf(hf, num_blocks=1024, max_model_len=4096, **kwargs)
+    return engine_from_hf(hf, EngineRequest(num_blocks=1024, max_model_len=4096, **kwargs))
 
 
 def by_name(e: dict) -> dict:
@@ -181,7 +181,7 @@ def test_the_033_engine_plans_and_names_the_refined_experts():
     from planner.plan.expand import expand
     from planner.yamlio import Document
 
-    data = engine_from_hf(load(CODER), tp=4, vllm_release="0.33.0", source=CODER + ".json")
+    data = engine_from_hf(load(CODER), EngineRequest(tp=4, vllm_release="0.33.0", source=CODER + ".json"))
     expanded = expand(load_plan("vllm-0.33"), engine_from_document(Document(data=data, file="coder.yaml")))
     assert expanded.steps
     gap = next(g for g in expanded.not_modelled if g["family"].startswith("fused MoE of a quantization"))

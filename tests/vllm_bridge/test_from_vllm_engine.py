@@ -88,8 +88,8 @@ def test_model_shapes_are_planner_hf_derivation(linear_kernel):
     linear_kernel.answer = "cutlass"  # what planner/engine/hf/choices.py's rule gives float16 (vllm_choices)
     fixture = "qwen3-30b-a3b-fp8.json"
     with open(os.path.join(FIXTURES, fixture)) as f:
-        expected = hf.engine_from_hf({**json.load(f), "torch_dtype": "float16"}, tp=2, max_model_len=4096,
-                                     block_size=32, max_num_seqs=64, max_num_batched_tokens=2048)
+        request = hf.EngineRequest(tp=2, max_model_len=4096, block_size=32, max_num_seqs=64, max_num_batched_tokens=2048)
+        expected = hf.engine_from_hf({**json.load(f), "torch_dtype": "float16"}, request)
     data = engine_from_vllm_config(vllm_config(fixture, tp=2), "H100").doc.data
     expected["model"]["model_runner"] = "v2"  # vLLM's answer where --from-hf leaves it to the plan's release
     for layer in expected["model"]["linear"]:  # vLLM's answer, written even where it is the default

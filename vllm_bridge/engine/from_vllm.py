@@ -44,13 +44,7 @@ def engine_from_vllm_config(vllm_config, device: str | None = None) -> Engine:
     source = os.path.join(str(model_config.model), "config.json")
     config = _hf_config_dict(model_config)
     _check_quantization(model_config, config)
-    data = hf.engine_from_hf(
-        config, gpu=device or _platform_gpu(), source=source,
-        max_model_len=model_config.max_model_len, num_blocks=_num_blocks(cache_config),
-        block_size=getattr(cache_config, "block_size", None), **_parallel_flags(vllm_config.parallel_config),
-        **_scheduler_flags(vllm_config.scheduler_config),
-        model_runner="v2" if vllm_config.use_v2_model_runner else "v1",  # vLLM's own answer, not `auto`
-        vllm_release=installed_release())
+    data = hf.engine_from_hf(config, _request(vllm_config, device or _platform_gpu(), source))
     data["speculative"] = _speculative(vllm_config.speculative_config)
     data["compilation"] = _compilation(vllm_config)
     _apply_attention_backend(data, getattr(vllm_config, "attention_config", None))
@@ -93,14 +87,17 @@ def _num_blocks(cache_config) -> int | None:
     return None
 
 
-def _parallel_flags(parallel_config) -> dict:
-    return {"tp": parallel_config.tensor_parallel_size, "dp": parallel_config.data_parallel_size,
-            "enable_expert_parallel": bool(parallel_config.enable_expert_parallel)}
-
-
-def _scheduler_flags(scheduler_config) -> dict:
-    return {"max_num_seqs": scheduler_config.max_num_seqs,
-            "max_num_batched_tokens": scheduler_config.max_num_batched_tokens}
+def _request(vllm_config, gpu: str, source: str) -> hf.EngineRequest:
+    """What vLLM resolved, as the flags `--from-hf` would take for it."""
+    parallel, scheduler = vllm_config.parallel_config, vllm_config.scheduler_config
+    return hf.EngineRequest(
+        tp=parallel.tensor_parallel_size, dp=parallel.data_parallel_size,
+        enable_expert_parallel=bool(parallel.enable_expert_parallel), max_num_seqs=scheduler.max_num_seqs,
+        max_num_batched_tokens=scheduler.max_num_batched_tokens, max_model_len=vllm_config.model_config.max_model_len,
+        num_blocks=_num_blocks(vllm_config.cache_config),
+        block_size=getattr(vllm_config.cache_config, "block_size", None),
+        model_runner="v2" if vllm_config.use_v2_model_runner else "v1",  # vLLM's own answer, not `auto`
+        vllm_release=installed_release(), gpu=gpu, source=source)
 
 
 def _schema_enum(*path: str) -> list[str]:

@@ -13,8 +13,7 @@ import importlib
 
 from ... import registry
 
-WORKER_CLASSES = {"triton": ("executor.backends.triton_compile", "TritonCompileOnly"),
-                  "flashinfer_jit": ("executor.backends.flashinfer_jit", "FlashInferJitBuildOnly")}
+WORKER_CLASSES = registry.WORKER_CLASSES  # the twins, declared in the backends' rows (executor/registry.py)
 
 
 def worker_specs(backends) -> dict:

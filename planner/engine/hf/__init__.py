@@ -1,6 +1,6 @@
 """Engine config from a Hugging Face ``config.json``.
 
-``engine_from_hf(hf, tp=..., gpu=...)`` turns the dict of a model's
+``engine_from_hf(hf, EngineRequest(tp=..., gpu=...))`` turns the dict of a model's
 ``config.json`` into an engine config (schemas/engine.schema.json): the GEMM
 shapes, fused-MoE layers and attention layers that one rank of a vLLM server
 runs, after tensor-parallel (and expert-parallel) sharding, plus KV-cache,
@@ -24,7 +24,7 @@ Modules, in the order engine_from_hf uses them
 ::
 
     source.py        the config.json being read: typed lookups, HFConfigError, each key's bound
-    flags.py         vLLM's flags, checked: parallelism, scheduler and cache sizes, speculation, KV dtype
+    flags.py         vLLM's flags: one row each, EngineRequest (the builder's one argument), checked into Flags
     device.py        the GPUs the planner knows (GPUS) and the one --gpu names
     layouts.py       one declaration per module layout vLLM builds (names, fused shards, what keys cannot say)
     refusal.py       what is not planned, and what to do instead (an engine YAML, --from-vllm)
@@ -120,7 +120,7 @@ from __future__ import annotations
 from .assemble import engine_from_hf
 from .device import GPUS, gpu_name
 from .entries import VOCAB_PADDING
-from .flags import FROM_HF_FLAGS
+from .flags import FROM_HF_FLAGS, NOT_FLAGS, EngineRequest
 from .layouts import LAYOUTS
 from .memory import GPU_MEMORY_UTILIZATION
 from .model import DEFAULT_BLOCK_SIZE
@@ -129,6 +129,6 @@ from .source import HFConfigError, key_line
 from .speculative import SUFFIX_TREE_DEPTH
 from .writer import engine_to_yaml, insert_after
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "FROM_HF_FLAGS", "GPUS", "GPU_MEMORY_UTILIZATION", "LAYOUTS",
-           "SUFFIX_TREE_DEPTH", "VOCAB_PADDING", "WAY_OUT", "HFConfigError", "engine_from_hf", "engine_to_yaml",
-           "gpu_name", "insert_after", "key_line", "unplanned"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "FROM_HF_FLAGS", "GPUS", "GPU_MEMORY_UTILIZATION", "LAYOUTS", "NOT_FLAGS",
+           "SUFFIX_TREE_DEPTH", "VOCAB_PADDING", "WAY_OUT", "EngineRequest", "HFConfigError", "engine_from_hf",
+           "engine_to_yaml", "gpu_name", "insert_after", "key_line", "unplanned"]

@@ -12,7 +12,7 @@ from .choices import vllm_choices
 from .device import Gpu, resolve_gpu
 from .decoder import decoder_layers
 from .entries import linear_entries, lm_head, moe_entries
-from .flags import Flags, Parallel, check_flags
+from .flags import EngineRequest, Flags, Parallel, check_flags
 from .memory import GPU_MEMORY_UTILIZATION, estimate_num_blocks
 from .model import Model, architecture, language_config, model_config
 from .quantization import check_fp8_blocks, quant_config
@@ -105,38 +105,29 @@ def _assemble(*, name: str, description: str, model: Model, linear: list, moe: l
     }
 
 
-def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel: bool = False,
-                   max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                   num_blocks: int | None = None, block_size: int | None = None,
-                   gpu: str = "H100", max_model_len: int | None = None,
-                   name: str | None = None, source: str = "config.json", ignore_memory=None,
-                   speculative_method: str | None = None, num_speculative_tokens: int | None = None,
-                   kv_cache_dtype: str | None = None, fp8_linear_kernel: str | None = None,
-                   model_runner: str | None = None, sampler: str | None = None,
-                   vllm_release: str | None = None) -> dict:
-    """The engine config (a dict valid against schemas/engine.schema.json) of one rank.
+def engine_from_hf(hf: dict, request: EngineRequest = EngineRequest(), *, warn=None) -> dict:
+    """The engine config (a dict valid against schemas/engine.schema.json) of one rank, built as
+    `request` asks (flags.EngineRequest: vLLM's flags, the GPU, the name, the config's file).
 
     Raises HFConfigError, naming the config key or flag, when the config cannot
     be served that way (an architecture or quantization it does not plan, with what to do
     instead: refusal.py; a size not divisible by tp,
     an FP8 block shape vLLM refuses, an unknown GPU, a size past its bound, weights
     that leave no room for one max_model_len request when num_blocks is estimated ...).
-    `ignore_memory`, a function taking a warning, turns the last refusal into that warning.
-    `fp8_linear_kernel`, `model_runner` and `sampler` say what vLLM chooses where its defaults do not hold
-    (planner/engine/vllm_choices.py: by default FlashInfer installed, and each release's runner).
-    `vllm_release` is the vLLM release whose model code the shapes follow where releases differ (a
+    `request.ignore_memory` turns the last refusal into a warning, said to `warn` (a function taking
+    the warning) where given; the engine's description says it in any case.
+    The request's `fp8_linear_kernel`, `model_runner` and `sampler` say what vLLM chooses where its defaults
+    do not hold (planner/engine/vllm_choices.py: by default FlashInfer installed, and each release's runner).
+    Its `vllm_release` is the vLLM release whose model code the shapes follow where releases differ (a
     version of planner/engine/releases.py; None: the newest): Cohere2's sliding window, and block-FP8
     experts a tensor-parallel shard splits (attention.py, quantization.py).
     """
+    source = request.source
     if not isinstance(hf, dict):
         raise config_error(source, f"expected a JSON object, got {type(hf).__name__}")
     ctx = HFConfig(hf, source)
-    flags = check_flags(source, tp=tp, dp=dp, ep=enable_expert_parallel, max_num_seqs=max_num_seqs,
-                        max_num_batched_tokens=max_num_batched_tokens, num_blocks=num_blocks,
-                        block_size=block_size, max_model_len=max_model_len, speculative_method=speculative_method,
-                        num_speculative_tokens=num_speculative_tokens, kv_cache_dtype=kv_cache_dtype,
-                        vllm_release=vllm_release)
-    par, device = flags.parallel, resolve_gpu(gpu, source)
+    flags = check_flags(request)
+    par, device = flags.parallel, resolve_gpu(request.gpu, source)
     arch, layout = architecture(ctx)
     quant = quant_config(ctx)
     text = language_config(ctx, layout)  # the language model's keys (text_config of a multimodal model)
@@ -153,12 +144,23 @@ def engine_from_hf(hf: dict, *, tp: int = 1, dp: int = 1, enable_expert_parallel
     num_blocks, unfit = flags.num_blocks, None
     if num_blocks is None:
         num_blocks, unfit = estimate_num_blocks(text, model, layers, linear, moe, device, block_size, par,
-                                                ignore_memory, quant)
+                                                _warning_sink(request, warn), quant)
     scheduler = scheduler_config(flags, device, source)
-    if name is None:
-        name = _engine_name(hf, source, par, device)
+    name = request.name if request.name is not None else _engine_name(hf, source, par, device)
     engine = _assemble(name=name, description=_description(source, model, flags, device, block_size, unfit),
                        model=model, linear=linear, moe=moe, attention=attention,
                        kv_cache={"num_blocks": num_blocks, "groups": kv_groups}, scheduler=scheduler,
                        speculative=speculative, par=par, gpu=device)
-    return vllm_choices(engine, fp8_linear_kernel, model_runner, source, sampler)
+    return vllm_choices(engine, request.fp8_linear_kernel, request.model_runner, source, request.sampler)
+
+
+def _warning_sink(request: EngineRequest, warn):
+    """Where --ignore-memory's warning goes (memory.py writes the engine anyway when given one); None
+    refuses a model that does not fit."""
+    if not request.ignore_memory:
+        return None
+    return warn if warn is not None else _unsaid
+
+
+def _unsaid(warning: str) -> None:
+    """A caller that gives no `warn` reads the warning in the engine's description."""

@@ -1,8 +1,10 @@
-"""vLLM's command-line flags as engine_from_hf takes them, each checked against the engine
-schema's bound of the field it sets: the parallelism (tp, dp, expert parallelism), the scheduler's
-and the cache's sizes, max_model_len, the speculative method and its draft tokens, the KV-cache dtype;
-and the vLLM release whose model code the shapes follow (--vllm-release: a row of
-planner/engine/releases.py, the newest by default), the one flag that sets no engine field.
+"""vLLM's command-line flags as engine_from_hf takes them: one FlagSpec row per flag (FROM_HF_FLAGS),
+one EngineRequest field per row (what the builder is asked, as one record), and each value checked
+against the engine schema's bound of the field it sets (check_flags: Flags): the parallelism (tp, dp,
+expert parallelism), the scheduler's and the cache's sizes, max_model_len, the speculative method and
+its draft tokens, the KV-cache dtype; and the vLLM release whose model code the shapes follow
+(--vllm-release: a row of planner/engine/releases.py, the newest by default), the one flag that sets
+no engine field. A new flag is one row and one field (tests/planner/test_engine_declarations.py).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class FlagSpec:
 
     @property
     def dest(self) -> str:
-        """The argparse attribute, and engine_from_hf's keyword where it takes one."""
+        """The argparse attribute, and the EngineRequest field of the flag."""
         return self.flag[2:].replace("-", "_")
 
     def argparse_options(self) -> dict:
@@ -73,6 +75,46 @@ class FlagSpec:
             return {"action": "store_true", "help": self.help}
         options = {"help": self.help, **({"metavar": self.metavar} if self.metavar else {})}
         return {"choices": self.choices, **options} if self.choices else {"type": int, **options}
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """What engine_from_hf is asked to build, as one record: one field per FROM_HF_FLAGS row (its
+    dest), in the rows' order, holding what the flag left out means, then NOT_FLAGS. The command line
+    builds it from its arguments (from_args), --from-vllm and the plugin from what vLLM resolved;
+    check_flags checks it into Flags."""
+
+    tp: int = 1
+    dp: int = 1
+    enable_expert_parallel: bool = False
+    max_num_seqs: int | None = None             # None: vLLM's for the GPU's memory (scheduler.py)
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None            # None: the config's own limit
+    num_blocks: int | None = None               # None: estimated from the GPU's memory (memory.py)
+    block_size: int | None = None               # None: the attention backend's
+    speculative_method: str | None = None       # None: no speculation
+    num_speculative_tokens: int | None = None
+    kv_cache_dtype: str | None = None           # None: auto
+    fp8_linear_kernel: str | None = None        # None: vLLM's choices (planner/engine/vllm_choices.py)
+    model_runner: str | None = None
+    sampler: str | None = None
+    ignore_memory: bool = False                 # a model that does not fit: a warning, not a refusal
+    vllm_release: str | None = None             # None: the newest row of planner/engine/releases.py
+    # NOT_FLAGS: --gpu and --name, which --from-vllm takes too (so they are not --from-hf's own
+    # rows), and the config's file, which errors name
+    gpu: str = "H100"
+    name: str | None = None                     # None: <model>-tp<N>...-<gpu> (assemble.py)
+    source: str = "config.json"
+
+    @classmethod
+    def from_args(cls, args, **not_flags) -> EngineRequest:
+        """The request of `warmup engine`'s parsed arguments: each row's value where its flag was given,
+        and `not_flags` (gpu, name, source) where not None; the record's default for everything else."""
+        given = {spec.dest: getattr(args, spec.dest) for spec in FROM_HF_FLAGS}
+        return cls(**{key: value for key, value in {**given, **not_flags}.items() if value is not None})
+
+
+NOT_FLAGS = ("gpu", "name", "source")  # EngineRequest's fields that no FlagSpec row declares
 
 
 _KV = ", ".join(KV_CACHE_DTYPES)
@@ -142,23 +184,23 @@ def _flag_choice(value, flag: str, source: str):
                                f"({table})")
 
 
-def check_flags(source: str, *, tp, dp, ep, max_num_seqs, max_num_batched_tokens, num_blocks,
-                block_size, max_model_len, speculative_method=None, num_speculative_tokens=None,
-                kv_cache_dtype=None, vllm_release=None) -> Flags:
-    """The flags, each checked (`ep`: --enable-expert-parallel); the KV-cache dtype `auto` where not given,
-    the newest release where none is."""
-    parallel = Parallel(_flag_int(tp, "--tp", source, allow_none=False),
-                        _flag_int(dp, "--dp", source, allow_none=False), bool(ep))
-    return Flags(parallel,
-                 _flag_int(max_num_seqs, "--max-num-seqs", source),
-                 _flag_int(max_num_batched_tokens, "--max-num-batched-tokens", source),
-                 _flag_int(num_blocks, "--num-blocks", source),
-                 _flag_int(block_size, "--block-size", source),
-                 _flag_int(max_model_len, "--max-model-len", source),
-                 _flag_choice(speculative_method, "--speculative-method", source),
-                 _draft_tokens(speculative_method, num_speculative_tokens, source),
-                 _flag_choice(kv_cache_dtype, "--kv-cache-dtype", source) or "auto",
-                 VLLM_RELEASES[_flag_choice(vllm_release, "--vllm-release", source) or newest()])
+def check_flags(request: EngineRequest) -> Flags:
+    """The flags, each checked; the KV-cache dtype `auto` where not given, the newest release where none is."""
+    source = request.source
+    parallel = Parallel(tp=_flag_int(request.tp, "--tp", source, allow_none=False),
+                        dp=_flag_int(request.dp, "--dp", source, allow_none=False),
+                        ep=bool(request.enable_expert_parallel))
+    return Flags(parallel=parallel,
+                 max_num_seqs=_flag_int(request.max_num_seqs, "--max-num-seqs", source),
+                 max_num_batched_tokens=_flag_int(request.max_num_batched_tokens, "--max-num-batched-tokens", source),
+                 num_blocks=_flag_int(request.num_blocks, "--num-blocks", source),
+                 block_size=_flag_int(request.block_size, "--block-size", source),
+                 max_model_len=_flag_int(request.max_model_len, "--max-model-len", source),
+                 speculative_method=_flag_choice(request.speculative_method, "--speculative-method", source),
+                 num_speculative_tokens=_draft_tokens(request.speculative_method, request.num_speculative_tokens,
+                                                      source),
+                 kv_cache_dtype=_flag_choice(request.kv_cache_dtype, "--kv-cache-dtype", source) or "auto",
+                 release=VLLM_RELEASES[_flag_choice(request.vllm_release, "--vllm-release", source) or newest()])
 
 
 def _draft_tokens(method, k, source: str) -> int | None:

@@ -138,11 +138,12 @@ def _bounded_context(ctx: HFConfig, lengths: tuple[int, int | None]) -> tuple[in
 
 def model_config(ctx: HFConfig, top: HFConfig, architecture: str, layout: Layout, flags: Flags) -> Model:
     """The language model's facts (`ctx`, language_config); `top`: the whole config.json."""
-    hidden = ctx.pos_int("hidden_size")
+    hidden = ctx.pos_int("hidden_size")  # read in this order: the first bad key is the one named
     num_layers = ctx.pos_int("num_hidden_layers")
     vocab = ctx.pos_int("vocab_size")
     dtype = _dtype(ctx, top)
     mm_prefix = bool(top.get("is_mm_prefix_lm", top.get("model_type") in MM_PREFIX_LM_MODELS))
-    return Model(architecture, layout, hidden, num_layers, vocab, dtype,
-                 *_bounded_context(ctx, _max_model_len(ctx, flags.max_model_len)), flags.kv_cache_dtype,
-                 mla=ctx.get("kv_lora_rank") is not None, mm_prefix=mm_prefix)
+    max_model_len, config_max_len = _bounded_context(ctx, _max_model_len(ctx, flags.max_model_len))
+    return Model(architecture=architecture, layout=layout, hidden_size=hidden, num_layers=num_layers,
+                 vocab_size=vocab, dtype=dtype, max_model_len=max_model_len, config_max_len=config_max_len,
+                 kv_cache_dtype=flags.kv_cache_dtype, mla=ctx.get("kv_lora_rank") is not None, mm_prefix=mm_prefix)

@@ -79,7 +79,8 @@ def built(request, tmp_path_factory):
 def from_hf(name: str, path: str) -> dict:
     import json
     with open(os.path.join(path, "config.json")) as f:
-        return hf.engine_from_hf(json.load(f), source=os.path.join(path, "config.json"), **MODELS[name][2])
+        request = hf.EngineRequest(source=os.path.join(path, "config.json"), **MODELS[name][2])
+        return hf.engine_from_hf(json.load(f), request)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -34,7 +34,7 @@ from collections import Counter
 
 import pytest
 
-from planner.engine.hf import HFConfigError, engine_from_hf
+from planner.engine.hf import EngineRequest, HFConfigError, engine_from_hf
 from planner.engine.hf.layouts import LAYOUTS, role
 from tests.integration.from_vllm.test_from_vllm import without_flashinfer
 from planner.engine.releases import supported
@@ -248,8 +248,9 @@ def full_version(release: str) -> str:
 
 def engine(fixture: str, tp: int, release: str) -> dict:
     """The engine --from-hf derives for the vLLM `release` ('0.25', '0.33') that built the layers."""
-    return engine_from_hf(load(fixture), tp=tp, num_blocks=1024, max_model_len=max_len(fixture),
-                          source=fixture + ".json", vllm_release=full_version(release), **parallel(fixture))
+    return engine_from_hf(load(fixture), EngineRequest(tp=tp, num_blocks=1024, max_model_len=max_len(fixture),
+                                                       source=fixture + ".json", vllm_release=full_version(release),
+                                                       **parallel(fixture)))
 
 
 def model_dir(tmp: str, fixture: str) -> str:
@@ -414,8 +415,8 @@ def test_from_vllm_config_gives_the_engine_of_the_config_json(built, fixture):
     version, layers = built
     loaded = layers[(fixture, 2)]["hf_config"]
     ours = engine(fixture, 2, version)["model"]
-    theirs = engine_from_hf(loaded, tp=2, num_blocks=1024, max_model_len=4096,
-                            vllm_release=full_version(version))["model"]
+    theirs = engine_from_hf(loaded, EngineRequest(tp=2, num_blocks=1024, max_model_len=4096,
+                                                  vllm_release=full_version(version)))["model"]
     assert theirs == ours
 
 

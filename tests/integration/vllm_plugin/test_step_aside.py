@@ -76,7 +76,7 @@ QUANTIZATIONS = {"awq": awq_config, "modelopt": modelopt_config}
 def refusal(config: dict, path: str) -> str | None:
     """The one line the planner refuses a config.json with (the plugin's cause), or None: planned."""
     try:
-        hf.engine_from_hf(config, gpu="H100", source=path)
+        hf.engine_from_hf(config, hf.EngineRequest(gpu="H100", source=path))
     except hf.HFConfigError as e:
         return one_line(e.as_plan_error(path, json.dumps(config, indent=2)))
     return None
