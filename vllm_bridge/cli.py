@@ -63,7 +63,8 @@ def serve_arguments(argv: list[str]) -> list[str]:
 def device_of(gpu: str) -> Device:
     """The stand-in device facts of a planner GPU name (planner/engine/hf/device.py GPUS), NVML-style named."""
     facts = hf.GPUS[gpu]
-    return Device(f"NVIDIA {gpu}", parse_capability(facts["capability"]), facts["memory_gib"] << 30, facts["num_sms"])
+    return Device(name=f"NVIDIA {gpu}", capability=parse_capability(facts["capability"]),
+                  total_memory=facts["memory_gib"] << 30, num_sms=facts["num_sms"])
 
 
 def known_gpu(gpu: str | None) -> str | None:
