@@ -5,12 +5,11 @@ ignored."""
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
 from planner.errors import PlanError
 
 from .. import archive
-from .protocol import Fetched
+from .file import FileSource
 
 SCHEME = "directory"
 
@@ -23,20 +22,11 @@ def opened(value: str, *, where: str = "reference") -> "DirectorySource":
     return DirectorySource(value)
 
 
-class DirectorySource(NamedTuple):
-    name: str
-    remote: bool = False
-    digest: str | None = None
-
-    def pin(self, *, timeout_s: float = 0.0, plain_http: bool = False, environ=os.environ) -> "DirectorySource":
-        return self  # what the directory holds is read where it is
+class DirectorySource(FileSource):
+    """A local source like a file's (nothing to pin or fetch), whose bundle is the one file in it."""
 
     def path(self, cache_dir: str | None = None) -> str:
         return bundle_in(self.name)
-
-    def fetch(self, cache_dir: str | None = None, *, timeout_s: float = 0.0, server: str = "",
-              plain_http: bool = False, environ=os.environ) -> Fetched:
-        return Fetched(self.path(), None)
 
 
 def bundle_in(directory: str) -> str:

@@ -31,4 +31,4 @@ class FileSource(NamedTuple):
 
     def fetch(self, cache_dir: str | None = None, *, timeout_s: float = 0.0, server: str = "",
               plain_http: bool = False, environ=os.environ) -> Fetched:
-        return Fetched(self.path(), None)
+        return Fetched(self.path(), None)  # where it is (a directory source: its one bundle)

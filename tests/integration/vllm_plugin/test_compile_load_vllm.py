@@ -7,14 +7,7 @@ and calls a function already set without loading again. Skips without WARMUP_VLL
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-import pytest
-
-from tests.integration.vllm_parity.test_parity import RELEASES
+from tests.integration.vllm_plugin.release_probe import releases_fixture
 from vllm_bridge.compile_load import NAMES
 
 PROBE = f"""
@@ -52,14 +45,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module", params=sorted(RELEASES) or [None])
-def vllm(request):
-    if request.param is None:
-        pytest.skip("WARMUP_VLLM_ENVS not set (tests/integration/vllm_parity/setup_vllm.sh)")
-    env = {**os.environ, "PYTHONPATH": RELEASES[request.param], "VLLM_LOGGING_LEVEL": "ERROR"}
-    run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.splitlines()[-1])
+vllm = releases_fixture(PROBE)
 
 
 def test_the_loader_makes_the_model_loads_the_weights_then_processes_them_through_module_globals(vllm):

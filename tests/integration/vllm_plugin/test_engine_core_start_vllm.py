@@ -7,14 +7,7 @@ Skips as the plugin tests do without WARMUP_VLLM_ENVS (tests/integration/vllm_pa
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-import pytest
-
-from tests.integration.vllm_parity.test_parity import RELEASES
+from tests.integration.vllm_plugin.release_probe import releases_fixture
 from vllm_bridge.engine_core_start import METHOD
 
 # cli_env_setup, the first call of the CLI's main() (vllm/entrypoints/cli/main.py), where each release
@@ -58,14 +51,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module", params=sorted(RELEASES) or [None])
-def vllm(request):
-    if request.param is None:
-        pytest.skip("WARMUP_VLLM_ENVS not set (tests/integration/vllm_parity/setup_vllm.sh)")
-    env = {**os.environ, "PYTHONPATH": RELEASES[request.param], "VLLM_LOGGING_LEVEL": "ERROR"}
-    run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.splitlines()[-1])
+vllm = releases_fixture(PROBE)
 
 
 def test_the_cli_chooses_spawn_only_where_the_user_did_not(vllm):

@@ -5,17 +5,7 @@ class gives what vLLM's own fresh interpreter gives. Skips without WARMUP_VLLM_E
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-import pytest
-
-from tests.integration.vllm_parity.test_parity import RELEASES
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
+from tests.integration.vllm_plugin.release_probe import releases_fixture
 PROBE = """
 import inspect, json, sys
 from vllm.model_executor.models import registry
@@ -37,14 +27,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module", params=sorted(RELEASES) or [None])
-def vllm(request):
-    if request.param is None:
-        pytest.skip("WARMUP_VLLM_ENVS not set (tests/integration/vllm_parity/setup_vllm.sh)")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{RELEASES[request.param]}", "VLLM_LOGGING_LEVEL": "ERROR"}
-    run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.splitlines()[-1])
+vllm = releases_fixture(PROBE)
 
 
 def test_vllm_inspects_through_the_module_global_after_loading_its_plugins(vllm):
