@@ -49,7 +49,8 @@ from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
 from .step_aside import StepAside, Verdict, agree, cause_of, step_aside
 from .warmup.executor_options import pin_triton_cache
-from .warmup.worker import WorkerWarmup, swapped
+from .warmup.swaps import swapped, then_finish_device_lane
+from .warmup.worker import WorkerWarmup
 
 PATCHED = "_warmup_planner_originals"  # on the Worker class: {method name: vLLM's function}
 STATE = "_warmup_planner"               # on a worker: its WorkerWarmup, or its StepAside
@@ -307,11 +308,11 @@ def _determine_available_memory_body(self, original, release: Release, args, kwa
     if not runs_plan(state):
         return original(self, *args, **kwargs)
     # The device lane's processes, and their GPU memory, gone before vLLM measures (after its
-    # profile run, inside its memory profile); the compile lane goes on (vllm_bridge.warmup.worker).
+    # profile run, inside its memory profile); the compile lane goes on (vllm_bridge.warmup.pool_lane).
     runner = self.model_runner
     profile = getattr(runner, release.profile_method)
     with state.phases.phase("profile run"), swapped(runner, release.profile_method,
-                                                    state.then_finish_device_lane(profile)):
+                                                    then_finish_device_lane(state, profile)):
         return original(self, *args, **kwargs)
 
 

@@ -122,8 +122,12 @@ def _run_action(args) -> int:
     try:
         if args.bundle_command not in OPENED:
             return ACTIONS[args.bundle_command](args)
-        with cli_registry.opened(args.bundle, args) as path:
-            return ACTIONS[args.bundle_command](argparse.Namespace(**{**vars(args), "bundle": path, "named": args.bundle}))
+        # `bundle`: the file to read; `named`: the text given, as lines say it; `origin`: where the
+        # bundle came from, as an install's record keeps it (an oci:// bundle's pinned name, never the
+        # temporary file it was pulled into for the command's length)
+        with cli_registry.opened(args.bundle, args) as local:
+            return ACTIONS[args.bundle_command](argparse.Namespace(**{**vars(args), "bundle": local.path,
+                                                                      "named": args.bundle, "origin": local.origin}))
     except ops.Failed as e:
         print(f"warmup: error: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -172,7 +176,8 @@ def startup_roots(args) -> CacheRoots:
 def install_startup(args) -> int:
     as_built = args.target == "bundle"
     here = {**({} if as_built else environment.measure()), "vllm_config_hash": args.vllm_config_hash}
-    installation = startup.install(args.bundle, startup_roots(args), here, args.vllm_cache_root, as_built=as_built)
+    installation = startup.install(args.bundle, startup_roots(args), here, args.vllm_cache_root, as_built=as_built,
+                                   origin=args.origin)
     print_installation(installation)
     if as_built:
         print("note: installed against the bundle's own fingerprint (--target bundle), not this machine's; "

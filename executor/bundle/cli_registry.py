@@ -54,13 +54,13 @@ def add_registry_options(p, what: str = "") -> None:
 
 @contextmanager
 def opened(value: str, args):
-    """The local file of the bundle argument `value`, through the table of sources (a file, a
-    directory holding one, an oci:// reference pulled into a temporary directory for the command's
-    length): a registry that cannot be used is ops.Failed (exit 1, one line), a bad name PlanError
-    (exit 2, one line)."""
+    """The local file of the bundle argument `value` and its origin (sources.Local), through the table
+    of sources (a file, a directory holding one, an oci:// reference pulled into a temporary directory
+    for the command's length): a registry that cannot be used is ops.Failed (exit 1, one line), a bad
+    name PlanError (exit 2, one line)."""
     try:
-        with sources.local_file(value, timeout_s=args.timeout, plain_http=args.plain_http) as path:
-            yield path
+        with sources.local_file(value, timeout_s=args.timeout, plain_http=args.plain_http) as local:
+            yield local
     except oci.RegistryError as e:
         raise Failed(str(e)) from None
 

@@ -105,10 +105,12 @@ def check(manifest: Manifest, roots: CacheRoots, here: dict, path: str) -> None:
 
 
 def install(path: str, roots: CacheRoots, here: dict, record_dir: str | None = None,
-            as_built: bool = False) -> Installation:
+            as_built: bool = False, origin: str | None = None) -> Installation:
     """Install a start-up bundle into `roots`; the record of what was placed (usage.Installed) is
-    kept under `record_dir`, vLLM's cache root. PlanError (one line, nothing written) when the
-    bundle is foreign, corrupted, unsafe or made for another environment or vLLM configuration.
+    kept under `record_dir`, vLLM's cache root, and names the bundle by `origin` (where it came
+    from: an oci:// bundle's pinned name, where `path` is a temporary file), else by `path`.
+    PlanError (one line, nothing written) when the bundle is foreign, corrupted, unsafe or made
+    for another environment or vLLM configuration.
     `as_built`: `here` is the bundle's own fingerprint (an image built on a CPU machine), and the
     record says the machine is still to be checked. The members are checked once per machine
     (executor/bundle/staging.py: the plugin starts that at register)."""
@@ -134,7 +136,7 @@ def install(path: str, roots: CacheRoots, here: dict, record_dir: str | None = N
             placed = place_all(manifest, staged, roots, names, here.get("deep_gemm_include_dir"), move=True)
             absent = {f: _absent(manifest, roots, f, names) for f in families(manifest)}
     installed = record_use(path, manifest, roots, placed, absent, record_dir, fingerprint=here if as_built else None,
-                           pending=as_built)
+                           pending=as_built, origin=origin)
     return placed._replace(installed=installed)
 
 
@@ -224,17 +226,19 @@ def all_in_place(manifest: Manifest, roots: CacheRoots, names: dict | None = Non
 
 
 def record_use(path: str, manifest: Manifest, roots: CacheRoots, placed: Installation, absent: dict,
-               record_dir: str, fingerprint: dict | None = None, pending: bool = False) -> usage.Installed:
+               record_dir: str, fingerprint: dict | None = None, pending: bool = False,
+               origin: str | None = None) -> usage.Installed:
     """Mark what was placed (executor/bundle/usage.py) and keep the record under vLLM's cache root
-    (`record_dir`), where `warmup bundle verify` and the plugin find it. `fingerprint`: the one an
-    as-built install was checked against; `pending`: mark it for the plugin's check of the machine.
+    (`record_dir`), found there by the bundle's digest (`warmup bundle verify`, the plugin); it names
+    the bundle by `origin`, else by `path`. `fingerprint`: the one an as-built install was checked
+    against; `pending`: mark it for the plugin's check of the machine.
     A record that cannot be written (a full disk) removes what was placed: the use report, the
     plugin's check and its removal of a mismatched install all start from the record, so nothing
     may stay placed without one. That is one line (WriteError)."""
     paths = {f: p.paths for f, p in placed.families.items() if p.paths}
     record = usage.record_path(record_dir, manifest.digest())
     try:
-        installed = usage.mark(path, {f: roots.directory(f) for f in paths}, paths, manifest,
+        installed = usage.mark(origin or path, {f: roots.directory(f) for f in paths}, paths, manifest,
                                {f: a for f, a in absent.items() if a}, fingerprint)
         _keep_record(installed, record, pending)
     except OSError as e:

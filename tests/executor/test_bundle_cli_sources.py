@@ -12,7 +12,8 @@ import tempfile
 
 import pytest
 
-from executor.bundle import cli, environment, usage
+from executor.bundle import archive, cli, environment, usage
+from executor.caches.roots import default_vllm_cache_root
 from registry_server import free_port, serve
 from test_bundle import parse
 from test_bundle_oci import push
@@ -79,6 +80,35 @@ def test_an_oci_reference_is_pulled_for_the_command_and_nothing_of_it_is_left(bu
     assert inspected[0].startswith(f"bundle {tag}: a vLLM start-up (plan vllm-0.25-plugin), engine llama")
     assert os.path.isdir(machine / "vllm" / "torch_compile_cache")
     assert pulled_into(tmp_path / "tmp") == []  # each pull's temporary directory removed
+
+
+def recorded(bundle_file) -> str:
+    """What the install record under vLLM's cache root, found by the bundle's digest, says the bundle is."""
+    record = usage.load(usage.record_path(default_vllm_cache_root(), archive.read_manifest(bundle_file).digest()))
+    assert record is not None, "no install record where `warmup bundle verify` looks for it"
+    return record.bundle
+
+
+def test_the_install_record_names_where_an_oci_bundle_came_from_not_its_temporary_file(bundle, machine, registry,
+                                                                                       tmp_path, capsys):
+    """The pulled file lives in a temporary directory for the command's length: the record names
+    the reference, pinned to the digest it resolved to, and verify still finds the record."""
+    tag = f"oci://{registry.address}/warmup/llama:v1"
+    pinned = str(push(bundle[0], tag).reference)
+    assert pinned.startswith(tag + "@sha256:")
+    code, _, err = run(["install", tag], capsys)
+    assert code == 0, err
+    assert recorded(bundle[0]) == pinned
+    code, used, err = run(["verify", tag], capsys)
+    assert code == 0 and used and all(line.startswith("bundle use: ") for line in used), err
+
+
+@pytest.mark.parametrize("given", ["volume", "volume/s.warmup"])
+def test_the_install_record_names_the_directory_or_the_file_given(given, bundle, machine, tmp_path, capsys):
+    (tmp_path / "volume").mkdir()
+    shutil.copy(bundle[0], tmp_path / "volume" / "s.warmup")
+    code, _, err = run(["install", str(tmp_path / given)], capsys)
+    assert code == 0 and recorded(bundle[0]) == str(tmp_path / given), err
 
 
 @pytest.mark.parametrize("command", ["install", "verify", "inspect"])

@@ -166,3 +166,34 @@ def test_other_quantizations_are_refused_with_a_way_out(quant, why):
     message = str(info.value)
     assert "write the engine YAML by hand" in message and "warmup engine --from-vllm" in message
     assert info.value.key == "quantization_config" and "\n" not in message
+
+
+# --------------------------------------------------------------------------------------------
+# QuantConfig: the read quantization_config, one identity built by keyword (issue 56 item 4)
+
+def test_quant_config_is_built_by_keyword_only_and_never_changed():
+    import dataclasses
+
+    from planner.engine.hf.quantization import NONE, QuantConfig
+
+    with pytest.raises(TypeError):
+        QuantConfig(dict(NONE), dict(NONE))  # the positional form: refused
+    quant = QuantConfig(linear=dict(NONE), experts=dict(NONE))
+    assert (quant.patterns, quant.match, quant.weight_bits, quant.linears) == ([], "exact", 16, True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        quant.match = "regex"
+
+
+def test_every_quant_config_of_the_hf_builder_is_built_by_keyword():
+    import ast
+
+    folder = os.path.join(os.path.dirname(FIXTURES), "..", "..", "planner", "engine", "hf")
+    calls = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                calls += [(name, node) for node in ast.walk(ast.parse(f.read()))
+                          if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                          and node.func.id == "QuantConfig"]
+    assert len(calls) >= 7  # one per method read, and none's
+    assert [f"{name}: {ast.unparse(call)}" for name, call in calls if call.args] == []

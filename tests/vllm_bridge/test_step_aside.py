@@ -589,13 +589,13 @@ def test_a_worker_without_a_running_pool_has_no_device_lane_to_finish_or_end():
     """WARMUP_JOBS=1 (no pool), or a pool already gone: vLLM's profile run and a failing load_model
     pass through (an AttributeError there would stop vLLM or hide vLLM's own error)."""
     state = bare_state(Settings("vllm-0.25"))
-    assert state.precompiler is None
+    assert state.pool.precompiler is None
     state.finish_device_lane()
     state.abandon("not needed: vLLM's load_model failed")
 
     def never(*args):
         raise AssertionError("a pool that is not running was asked to finish or cancel")
-    state.precompiler = NS(running=False, finish_device_lane=never, cancel=never)
+    state.pool.precompiler = NS(running=False, finish_device_lane=never, cancel=never)
     state.finish_device_lane()
     state.abandon("not needed: vLLM's load_model failed")
 
@@ -657,7 +657,7 @@ def test_a_failed_warmup_withdraws_the_plan_and_lets_vllms_error_through(monkeyp
     state, _ = plan_worker(monkeypatch, calls)
     state.monitor.install()
     cancelled, uninstalled = [], []
-    state.precompiler = NS(running=True, cancel=cancelled.append)
+    state.pool.precompiler = NS(running=True, cancel=cancelled.append)
     monkeypatch.setattr(state.flashinfer_waits, "uninstall", lambda: uninstalled.append("flashinfer waits"))
 
     def failing():  # inside "warmup before the plan"
@@ -692,7 +692,7 @@ def test_a_pool_that_does_not_start_is_this_ranks_step_aside(caplog, monkeypatch
     pool = NS(running=True)
     monkeypatch.setattr(executor.run, "start_precompile", lambda *args, **kwargs: pool)
     state._start_pool(4)
-    assert state.precompiler is pool
+    assert state.pool.precompiler is pool
 
 
 def test_a_summary_that_fails_at_ready_is_one_line(caplog, monkeypatch):

@@ -74,6 +74,8 @@ from vllm_bridge import plugin  # noqa: E402
 from vllm_bridge.warmup import phases as ph  # noqa: E402
 from vllm_bridge.warmup.executor_options import DEEP_GEMM_BACKEND, local_ranks, options_for, precompile_jobs  # noqa: E402
 from vllm_bridge.warmup.log_lines import summary_line  # noqa: E402
+from vllm_bridge.warmup.pool_lane import PoolLane  # noqa: E402
+from vllm_bridge.warmup.swaps import then_finish_device_lane  # noqa: E402
 from vllm_bridge.warmup.worker_plan import compile_keys, plugin_plan  # noqa: E402
 
 SHIPPED = sorted(f[:-5] for f in os.listdir(engines_dir()) if f.endswith(".yaml"))
@@ -228,11 +230,11 @@ def test_a_failed_pool_falls_back_to_vllms_own_warmup_in_one_line(caplog, tmp_pa
     monkeypatch.setenv(SAID, "")  # the mark the step-aside line leaves, undone after the test
     report = tmp_path / "report.json"
     state = bare_state(Settings("vllm-0.25", report=str(report), timeout_s=7))
-    state.precompiler = StuckPool("timed out after 7 s with 1 of 2 jobs done")
+    state.pool.precompiler = StuckPool("timed out after 7 s with 1 of 2 jobs done")
     with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
         state.finish_device_lane()
         result = state.warm_up(lambda: "vLLM's own")  # vLLM's method, not redirected
-    assert state.precompiler.finished == 7 and result == "vLLM's own"
+    assert state.pool.precompiler.finished == 7 and result == "vLLM's own"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == [("warmup-planner: stepping aside: the precompile pool timed out after 7 s with 1 of 2 "
                          "jobs done; vLLM starts as it would without the plugin")]
@@ -244,7 +246,7 @@ def test_a_failed_pool_falls_back_to_vllms_own_warmup_in_one_line(caplog, tmp_pa
 
 def test_strict_mode_stops_the_worker_in_one_line():
     state = bare_state(Settings("vllm-0.25", strict=True))
-    state.precompiler = StuckPool("no job succeeded (failed: RuntimeError: boom)")
+    state.pool.precompiler = StuckPool("no job succeeded (failed: RuntimeError: boom)")
     with pytest.raises(PluginError) as e:
         state.finish_device_lane()
     assert str(e.value) == ("warmup-planner: the precompile pool no job succeeded (failed: RuntimeError: boom) "
@@ -254,8 +256,7 @@ def test_strict_mode_stops_the_worker_in_one_line():
 def test_the_device_lane_ends_after_vllms_profile_run_and_before_its_measurement():
     order = []
     runner = NS(profile_run=lambda: order.append("vLLM's profile run (torch.compile, a forward pass)"))
-    state = NS(then_finish_device_lane=lambda profile: WorkerWarmup.then_finish_device_lane(
-                   NS(finish_device_lane=lambda: order.append("device lane finished")), profile),
+    state = NS(finish_device_lane=lambda: order.append("device lane finished"), abandon=None,
                phases=ph.Phases(NS(begin_step=lambda name: order.append(f"count {name}"), end_step=lambda: None)))
 
     def determine_available_memory(worker):  # vLLM's: the profile run inside, then the measurement
@@ -276,10 +277,10 @@ def test_the_device_lane_ends_after_vllms_profile_run_and_before_its_measurement
 
 def test_the_device_lane_line_says_what_went_on_past_it(caplog):
     state = bare_state(Settings("vllm-0.25", timeout_s=9))
-    state.precompiler = StuckPool(None, still_running=["flashinfer_jit flashinfer.jit[sampling]"])
+    state.pool.precompiler = StuckPool(None, still_running=["flashinfer_jit flashinfer.jit[sampling]"])
     with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
         state.finish_device_lane()
-    assert state.precompiler.finished == 9 and state.precompiler.bounded == 9 and state.waited_s == 2.0
+    assert state.pool.precompiler.finished == 9 and state.pool.precompiler.bounded == 9 and state.pool.waited_s == 2.0
     assert [r.getMessage() for r in caplog.records] == [
         "warmup-planner: precompile (rank 0): vLLM waited 2.0 s after its profile run for the jobs that hold a "
         "CUDA context, now ended; still running in CUDA-free workers (1): flashinfer_jit flashinfer.jit[sampling]"]
@@ -335,7 +336,7 @@ def test_the_pools_triton_files_are_in_place_before_the_plans_first_stage(tmp_pa
     monkeypatch.setenv("TRITON_CACHE_DIR", str(target))  # what Inductor pinned in vLLM's process
     state = bare_state(Settings("vllm-0.25-plugin"))
     state.options = state.options.__class__(backend_settings={"vllm_triton": {"staging": str(staging)}})
-    state.precompiler = NS()
+    state.pool.precompiler = NS()
     seen = []
 
     def execute(plan, engine, options, **kw):
@@ -349,8 +350,9 @@ def test_the_pools_triton_files_are_in_place_before_the_plans_first_stage(tmp_pa
 def test_a_failed_load_model_ends_the_pool(monkeypatch):
     """The pool's processes must not outlive a worker that fails while loading its weights."""
     ended = []
-    pool = NS(running=True, cancel=ended.append)
-    state = NS(start=lambda: None, abandon=lambda why: WorkerWarmup.abandon(NS(precompiler=pool), why),
+    lane = PoolLane(0, monitor=None)
+    lane.precompiler = NS(running=True, cancel=ended.append)
+    state = NS(start=lambda: None, abandon=lambda why: WorkerWarmup.abandon(NS(pool=lane), why),
                phases=ph.Phases(NS(begin_step=lambda name: None, end_step=lambda: None)))
     monkeypatch.setattr(WorkerWarmup, "prepare", classmethod(lambda cls, worker, release, settings: state))
 
@@ -516,7 +518,7 @@ def test_a_failed_profile_run_ends_the_pool_at_once():
         raise RuntimeError("CUDA out of memory")
 
     with pytest.raises(RuntimeError, match="out of memory"):
-        WorkerWarmup.then_finish_device_lane(state, profile_run)()
+        then_finish_device_lane(state, profile_run)()
     assert ended == ["not needed: vLLM's profile run failed"]     # no bounded wait for a dying worker
 
 

@@ -5,8 +5,12 @@ own kernels and caches, and says what vLLM's start-up compiled in vLLM's log and
 A floor of vllm_bridge's (tests/test_layers.py): it imports kernels/, engine/ and the base modules
 (settings, releases, step_aside, timeline), never bundles/ beside it or the entry modules above.
 
-    worker.py            WorkerWarmup: the plan-driven warmup inside one vLLM worker (the patched methods call it)
+    worker.py            WorkerWarmup: the plan-driven warmup inside one vLLM worker (the patched methods call it);
+                         the coordinator of the concerns below, and its one way to give way (step_aside)
     worker_plan.py       the plan one worker runs: its engine config, the plan made for it, the plan as run
+    pool_lane.py         the precompile pool in one worker: started at load_model, its device lane finished after
+                         vLLM's profile run, ended when the worker fails; a failure is a cause, never a step aside
+    swaps.py             vLLM's names swapped for the length of its call (profile run, kernel_warmup, batches, capture)
     worker_report.py     one worker's report and summary line: checked at load_model, written at ready, amended after
     executor_options.py  how the executor runs a plan inside one worker: its options, and the precompile pool's
     runner.py            VllmWorkerRunner: the executor's ModelRunner protocol on vLLM's worker

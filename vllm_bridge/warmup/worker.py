@@ -10,7 +10,8 @@ Per worker, in the order vLLM calls the three patched methods:
   warms), in as many worker processes as the machine and the key count allow (WARMUP_JOBS overrides;
   vllm_bridge.warmup.executor_options); once the weights are loaded, the live layers checked against the
   engine config (``check_live_kernels``);
-- ``determine_available_memory`` (``finish_device_lane``): no global barrier. vLLM's memory
+- ``determine_available_memory`` (``finish_device_lane``, after vLLM's profile run: ``swaps.then_finish_device_lane``;
+  the pool's lane: vllm_bridge.warmup.pool_lane): no global barrier. vLLM's memory
   profile counts every GPU byte in use when it measures, the workers' CUDA contexts included: so
   the pool's device lane (DeepGEMM, vLLM's Triton sampler launched for real) is finished and its
   processes gone once vLLM's profile run returns, before the measurement (at most
@@ -23,7 +24,7 @@ Per worker, in the order vLLM calls the three patched methods:
   runs as it would without the plugin (the plugin steps aside; WARMUP_STRICT=1: the worker stops
   instead), in every rank (vllm_bridge.plugin: the ranks agree before this method);
 - ``compile_or_warm_up_model`` (``warm_up``): vLLM's own method with the plan in place of what the
-  plan models (``redirected``): vLLM's kernel_warmup runs with its serial DeepGEMM sweep off, then
+  plan models (``swaps.redirected``): vLLM's kernel_warmup runs with its serial DeepGEMM sweep off, then
   the plan's steps run through the executor (``plugin_plan``: each DeepGEMM shape at one call per
   compile key, loading what the pool compiled; the synthetic batches and the CUDA-graph capture on
   vLLM's model runner; the kernels vLLM leaves cold); vLLM's ``warmup_kernels`` is skipped (the
@@ -36,18 +37,20 @@ What the plugin runs differs from the plan in how, never in what: its compile ke
 plan's (vllm_bridge.warmup.worker_plan.plugin_plan; tests/vllm_bridge/test_vllm_plugin_cpu.py checks it on every
 shipped engine). It sets no VLLM_* variable (they feed vLLM's torch.compile cache key); vLLM's
 DeepGEMM sweep is skipped by swapping the function in kernel_warmup's module for the duration of
-the call.
+the call (vllm_bridge.warmup.swaps).
 
-This module is the worker's side of it, WorkerWarmup; what it uses is in modules of its own: the
-user's settings (vllm_bridge.settings), the worker's plan (vllm_bridge.warmup.worker_plan), the
-executor's options in vLLM's worker (vllm_bridge.warmup.executor_options) and the lines in vLLM's log
-(vllm_bridge.warmup.log_lines).
+This module is the worker's side of it, WorkerWarmup: the coordinator, which holds the worker's
+state and decides. ``step_aside`` is its one way to give way to vLLM's own warmup: the concerns it
+coordinates report a cause and never step aside themselves. Each concern is a module of its own:
+the user's settings (vllm_bridge.settings), the worker's plan (vllm_bridge.warmup.worker_plan), the
+precompile pool's lane (vllm_bridge.warmup.pool_lane), the swaps of vLLM's names
+(vllm_bridge.warmup.swaps), the executor's options in vLLM's worker
+(vllm_bridge.warmup.executor_options), the report (vllm_bridge.warmup.worker_report) and the lines in
+vLLM's log (vllm_bridge.warmup.log_lines).
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import logging
 
 from planner.errors import PlanError, one_line
@@ -57,33 +60,17 @@ from ..releases import Release
 from ..settings import PluginError, Settings, rank_of, with_rank
 from ..step_aside import cause_of, step_aside
 from . import phases as ph
-from . import worker_report
+from . import swaps, worker_report
 from .after_ready import torch_compile_after_ready
 from .executor_options import FLASHINFER_JIT, local_ranks, options_for, precompile_jobs, use_vllm_deep_gemm_cache
 from .flashinfer_waits import FlashInferWaits
 from .generic_variants import WorkerGenerics
-from .log_lines import LogProgress, device_lane_line
+from .log_lines import LogProgress
+from .pool_lane import PoolLane
 from .worker_plan import check_live_kv_cache, check_live_layers, derive_engine, make_plan, plugin_plan
 
 log = logging.getLogger("vllm.warmup_planner")  # under vLLM's logger: its handler, level and format
 
-
-@contextlib.contextmanager
-def swapped(owner, name: str, value):
-    """`owner.name` is `value` inside, and what it was after (also when the body fails)."""
-    had = name in vars(owner)
-    before = vars(owner).get(name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if had:
-            setattr(owner, name, before)
-        else:
-            delattr(owner, name)
-
-
-# --- one worker ------------------------------------------------------------------------------------------
 
 class WorkerWarmup:
     """One worker's plan: made before the weights load, its pool finished before vLLM's memory
@@ -98,9 +85,8 @@ class WorkerWarmup:
         self.options = options_for(worker, release, 0)
         self.monitor = Monitor("warn", with_rank(settings.jit_log, self.rank))
         self.phases = ph.Phases(self.monitor)
-        self.precompiler = None
-        self.fallback: str | None = None   # why vLLM's own warmup runs instead of the plan
-        self.waited_s: float | None = None  # the device lane's barrier: vLLM's wait after its profile run
+        self.pool = PoolLane(self.rank, self.monitor)
+        self.fallback: str | None = None   # why vLLM's own warmup runs instead of the plan (step_aside's)
         self.runner = None
         self.report = None
         self.flashinfer_waits = FlashInferWaits()
@@ -134,7 +120,7 @@ class WorkerWarmup:
         # After the pool's start, not before it: FlashInfer's import takes seconds.
         if any(getattr(step, "backend", None) == FLASHINFER_JIT for step in self.expanded.steps):
             self.flashinfer_waits.install()  # vLLM's own first calls may wait for the pool's builds
-        p = self.precompiler.summary() if self.precompiler else {"status": "off", "reason": f"{jobs} jobs"}
+        p = self.pool.summary(jobs)
         log.info("warmup-planner: plan %s for engine %s, %d steps; precompile: %s", self.expanded.plan,
                  self.expanded.engine, len(self.expanded.steps),
                  f"{p['jobs']} jobs on {p['workers']} worker processes" if p["status"] == "ran"
@@ -145,16 +131,11 @@ class WorkerWarmup:
                      "; ".join(families))
 
     def _start_pool(self, jobs: int) -> None:
-        from executor.run import start_precompile
-
+        """The pool on the plan's compile keys, with the pool's options; one that does not start steps aside."""
         self.options = options_for(self.worker, self.release, jobs)
-        try:
-            # The monitor: the pool's DeepGEMM kernels are not this process's compiles.
-            # A key another process (a rank) held and lost is taken over: one line of vLLM's log.
-            self.precompiler = start_precompile(self.in_worker_plan(), self.engine.facts, self.options,
-                                                monitor=self.monitor, note=self._note)
-        except Exception as e:  # noqa: BLE001 - an optimisation: vLLM's warmup is the fallback
-            self.step_aside(f"the precompile pool did not start ({type(e).__name__}: {one_line(e)})")
+        why = self.pool.start(self.in_worker_plan(), self.engine.facts, self.options)
+        if why:
+            self.step_aside(why)
 
     def check_live_kernels(self) -> str | None:
         """After the weights load: the live layers against the engine config the plan was made for,
@@ -178,44 +159,27 @@ class WorkerWarmup:
             log.warning("warmup-planner: rank %d: %s", self.rank, why)
         return why
 
-    def _note(self, line: str) -> None:
-        log.warning("warmup-planner: rank %d: %s", self.rank, line)
-
     # --- determine_available_memory: the device lane's barrier, after vLLM's profile run ---
 
-    def then_finish_device_lane(self, profile_run):
-        """vLLM's profile_run, then the pool's device lane finished (finish_device_lane)."""
-        def profile_then_finish(*args, **kwargs):
-            try:
-                result = profile_run(*args, **kwargs)
-            except BaseException:
-                self.abandon("not needed: vLLM's profile run failed")  # the worker is going down
-                raise
-            self.finish_device_lane()
-            return result
-        return profile_then_finish
-
     def finish_device_lane(self) -> None:
-        """Wait (bounded) for the jobs that hold a CUDA context and end their processes, so that
-        vLLM's memory measurement counts none of theirs; the CUDA-free lane goes on, bounded too.
-        On failure: fall back to vLLM's own warmup, or stop (strict)."""
-        pre = self.precompiler
-        if pre is None or not pre.running:
-            return
-        with timeline.span("plugin: device lane wait", timeline.PLUGIN):
-            why = pre.finish_device_lane(self.settings.timeout_s)
-        lane = pre.device_lane_wait
-        self.waited_s = lane.get("waited_s")
-        if why is None:
-            log.info("warmup-planner: %s", device_lane_line(lane, self.rank))
-            return
-        self.step_aside(f"the precompile pool {why}")
+        """The pool's device lane finished (bounded: pool_lane.PoolLane.finish_device_lane), before
+        vLLM's memory measurement. On failure: fall back to vLLM's own warmup, or stop (strict)."""
+        why = self.pool.finish_device_lane(self.settings.timeout_s)
+        if why:
+            self.step_aside(why)
+
+    # --- giving way ---
+
+    def step_aside(self, why: str, by_another_rank: bool = False) -> None:
+        """The one way this worker's plan gives way: vLLM's own warmup runs instead. This rank's cause
+        is one line (WARMUP_STRICT=1: PluginError); another rank's (the ranks' agreement said it) is
+        kept without a second line."""
+        self.fallback = why if by_another_rank else step_aside(why, self.settings.strict, self.rank).cause
 
     def abandon(self, why: str) -> None:
         """vLLM's worker failed before the barrier: end the pool now (its processes hold GPU memory
         and would keep the dying process waiting for their jobs at exit)."""
-        if self.precompiler is not None and self.precompiler.running:
-            self.precompiler.cancel(why)
+        self.pool.end(why)
 
     def withdraw(self, why: str) -> None:
         """Nothing of the plan's stays in the process: the pool ended, the monitor and FlashInfer's
@@ -224,12 +188,6 @@ class WorkerWarmup:
         self.monitor.uninstall()
         self.generics.uninstall()
         self.flashinfer_waits.uninstall()
-
-    def step_aside(self, why: str, by_another_rank: bool = False) -> None:
-        """The one way this worker's plan gives way: vLLM's own warmup runs instead. This rank's cause
-        is one line (WARMUP_STRICT=1: PluginError); another rank's (the ranks' agreement said it) is
-        kept without a second line."""
-        self.fallback = why if by_another_rank else step_aside(why, self.settings.strict, self.rank).cause
 
     # --- compile_or_warm_up_model: the plan ---
 
@@ -256,38 +214,14 @@ class WorkerWarmup:
                 with self.phases.phase("warmup (vLLM's own, the plugin's fallback)"):
                     return original()
             self.phases.begin("warmup before the plan")
-            with self.redirected():
+            with swaps.redirected(self):
                 result = original()
             self.phases.end()
             return result
 
-    @contextlib.contextmanager
-    def redirected(self):
-        """vLLM's names that the plan replaces, swapped for the duration of one warmup."""
-        module = importlib.import_module(self.release.worker_module)
-        model_runner = self.worker.model_runner
-        capture = getattr(model_runner, self.release.capture_method)
-        with contextlib.ExitStack() as stack:
-            plan_hook = self._plan_then_vllm(getattr(module, self.release.plan_hook))
-            stack.enter_context(swapped(module, self.release.plan_hook, plan_hook))
-            batches = self._unless_ran_by_plan(getattr(module, self.release.batches_hook))
-            stack.enter_context(swapped(module, self.release.batches_hook, batches))
-            stack.enter_context(swapped(model_runner, self.release.capture_method, self._captured(capture)))
-            yield
-
-    def _plan_then_vllm(self, kernel_warmup):
-        def plan_then_vllm(worker, *args, **kwargs):
-            with self._modelled_off():
-                kernel_warmup(worker, *args, **kwargs)
-            self.phases.end()
-            ran = self._run_plan_or_step_aside()
-            self.phases.begin("warmup after the plan")
-            if not ran:  # vLLM's own, whole: what the plan ran in its place was off above
-                kernel_warmup(worker, *args, **kwargs)
-        return plan_then_vllm
-
-    def _run_plan_or_step_aside(self) -> bool:
-        """The plan's run; one that fails (not a step of it: those are in the report) steps aside."""
+    def run_plan_or_step_aside(self) -> bool:
+        """The plan's run (inside vLLM's kernel_warmup: swaps.redirected); one that fails (not a step
+        of it: those are in the report) steps aside."""
         try:
             with timeline.span("plugin: plan", timeline.PLUGIN, plan=self.expanded.plan):
                 self.run_plan()
@@ -296,33 +230,6 @@ class WorkerWarmup:
             self.step_aside(f"the plan's run failed ({cause_of(e)})")
             return False
 
-    @contextlib.contextmanager
-    def _modelled_off(self):
-        """Inside vLLM's kernel_warmup, what the plan runs itself does nothing."""
-        module = importlib.import_module(self.release.kernel_warmup_module)
-        with contextlib.ExitStack() as stack:
-            for name in self.release.modelled_in_kernel_warmup:
-                stack.enter_context(swapped(module, name, lambda *a, **k: None))
-            yield
-
-    def _unless_ran_by_plan(self, warmup_kernels):
-        """vLLM's synthetic batches: skipped (the plan ran its own), unless the plan stepped aside."""
-        def batches(*args, **kwargs):
-            if self.fallback:
-                return warmup_kernels(*args, **kwargs)
-            log.info("warmup-planner: vLLM's %s skipped: the plan ran its batches", self.release.batches_hook)
-            return None
-        return batches
-
-    def _captured(self, capture):
-        """capture_model as vLLM calls it after the plan: the plan's capture's bytes (vLLM logs them);
-        the plan's own call, or a plan that captured nothing, reaches vLLM's capture_model."""
-        def captured(*args, **kwargs):
-            if self.runner is not None and self.runner.cudagraph_memory_bytes is not None:
-                return self.runner.cudagraph_memory_bytes
-            return capture(*args, **kwargs)
-        return captured
-
     def run_plan(self) -> None:
         from executor.report import Report
         from executor.run import execute
@@ -330,34 +237,16 @@ class WorkerWarmup:
         from .runner import VllmWorkerRunner
 
         plan = self.in_worker_plan()
-        self._install_pool_triton_files()
+        self.pool.install_triton_files(self.options)
         self.runner = VllmWorkerRunner(self.worker, plan.steps)
         self.report = Report(plan, self.options.public())
         progress = LogProgress(self.report, ph.step_kernels(plan.steps))
         self.report = execute(plan, self.engine.facts, self.options, progress=progress,
-                              report=self.report, runner=self.runner, precompiler=self.precompiler,
+                              report=self.report, runner=self.runner, precompiler=self.pool.precompiler,
                               monitor=self.monitor)
         for record in self.report.steps:
             if record.status == "failed":
                 log.warning("warmup-planner: step %s failed: %s", record.id, record.error)
-
-    def _install_pool_triton_files(self) -> None:
-        """The pool's Triton files into the directory Triton reads now (Inductor has chosen it by
-        this point), before the first stage: the synthetic batches' sampling launches a variant
-        of the sampler kernel too (compiled there, ahead of its own stage: bench/RESULTS.md part S)."""
-        staging = (self.options.backend_settings.get("vllm_triton") or {}).get("staging")
-        if not staging or self.precompiler is None:
-            return
-        from executor.caches.triton_entries import install_entries
-
-        try:
-            installed = install_entries(staging)
-        except Exception as e:  # noqa: BLE001 - the launches then compile: slower, still correct
-            log.warning("warmup-planner: the pool's Triton files were not installed: %s", one_line(e))
-            return
-        if installed:
-            log.info("warmup-planner: %d Triton kernels of the pool installed where vLLM's Triton reads them",
-                     installed)
 
     # --- the report and the summary line (vllm_bridge.warmup.worker_report) ---
 

@@ -39,12 +39,12 @@ def summarise(state):
     report, plan = state.report, state.in_worker_plan()
     if report is None:  # the fallback: no plan ran
         report = Report(plan, state.options.public())
-        report.precompile = state.precompiler.summary() if state.precompiler else None
+        report.precompile = state.pool.precompiler.summary() if state.pool.precompiler else None
         report.finished = time.time()
     stages = ph.stage_rows(report.steps, writes_deep_gemm, ph.step_kernels(plan.steps))
     state.flashinfer_waits.uninstall()
     report.host = {"engine": "vllm", "rank": state.rank, "fallback": state.fallback,
-                   "precompile_wait_s": state.waited_s, "phases": state.phases.rows, "stages": stages,
+                   "precompile_wait_s": state.pool.waited_s, "phases": state.phases.rows, "stages": stages,
                    "flashinfer_waits": list(state.flashinfer_waits.waits),
                    "after_ready_jsonl": state.monitor.jsonl_path}
     log.info(summary_line(state.expanded.plan, stages, state.phases.rows, report.precompile, state.fallback,

@@ -4,7 +4,9 @@ A scheme's module has ``SCHEME`` (its name, the table's key), ``claims(value)`` 
 user gave names a bundle of this scheme) and ``opened(value, where=...)`` (its Source; PlanError,
 one line, for a name the scheme refuses). A Source is asked in this order: ``pin`` (a remote name
 made to name fixed bytes, once, by the first process), ``path`` (where its local file is, or will
-be once fetched), ``fetch`` (the local file, there or brought now).
+be once fetched), ``fetch`` (the local file, there or brought now). A command that reads a bundle
+once gets a Local: its file, and its origin (the Source's name, pinned), which is what an install
+records, never a temporary file's path.
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ class Fetched(NamedTuple):
     # what the fetch brought, with its `reference` (the pinned name, as lines print it) and `size`
     # (bytes) at least (oci.Pulled); None: the file was here already (another process brought it)
     pulled: object | None
+
+
+class Local(NamedTuple):
+    """A bundle's local file for one command's length (sources.local_file), and where it came from."""
+
+    path: str    # the file to read: the one given, a directory's bundle, or a remote one fetched (maybe temporary)
+    origin: str  # what an install's record says it came from: the file or directory given, the pinned oci:// name
 
 
 @runtime_checkable

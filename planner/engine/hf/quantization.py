@@ -54,10 +54,11 @@ from .refusal import refuse_quantization
 from .source import HFConfig
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class QuantConfig:
     """quantization_config, read: the quant entry of a quantized linear and of quantized experts,
-    the modules vLLM leaves unquantized (or, for gptq, quantizes) and how it matches their names."""
+    the modules vLLM leaves unquantized (or, for gptq, quantizes) and how it matches their names.
+    Built by keyword only, each default declared here once (tests/planner/test_hf_quantization.py)."""
 
     linear: dict                # the quant entry of a quantized linear
     experts: dict               # the quant entry of quantized experts
@@ -100,12 +101,13 @@ def _fp8(ctx: HFConfig, qc: dict) -> QuantConfig:
     block = qc.get("weight_block_size")
     if block is None:
         entry = {"method": "fp8_per_tensor"}
-        return QuantConfig(entry, entry, ignored, "exact", 8)
+        return QuantConfig(linear=entry, experts=entry, patterns=ignored, match="exact", weight_bits=8)
     if (not isinstance(block, list) or len(block) != 2
             or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
         raise ctx.fail(f"quantization_config.weight_block_size must be two positive integers, got {block!r}")
     entry = {"method": "fp8", "weight_block_size": [block[0], block[1]]}
-    return QuantConfig(entry, entry, ignored, "exact", 8, moe_block_refine=True)
+    return QuantConfig(linear=entry, experts=entry, patterns=ignored, match="exact", weight_bits=8,
+                       moe_block_refine=True)
 
 
 def _int_bits(ctx: HFConfig, qc: dict, method: str, allowed: tuple) -> tuple[int, int]:
@@ -125,7 +127,8 @@ def _awq(ctx: HFConfig, qc: dict) -> QuantConfig:
         raise refuse_quantization(ctx, "awq without zero_point: vLLM's AWQ Marlin needs zero points, and falls "
                                        "back to AWQ's Triton kernels, which the engine config cannot name")
     entry = {"method": "awq"}
-    return QuantConfig(entry, entry, _names(ctx, qc, "modules_to_not_convert"), "substring", bits, group_size=group)
+    return QuantConfig(linear=entry, experts=entry, patterns=_names(ctx, qc, "modules_to_not_convert"),
+                       match="substring", weight_bits=bits, group_size=group)
 
 
 def _gptq(ctx: HFConfig, qc: dict) -> QuantConfig:
@@ -144,18 +147,20 @@ def _gptq(ctx: HFConfig, qc: dict) -> QuantConfig:
     if not isinstance(listed, list) or not all(isinstance(x, str) for x in listed):
         raise ctx.fail("quantization_config.modules_in_block_to_quantize must be a list of module names")
     entry = {"method": "gptq"}
-    return QuantConfig(entry, entry, list(listed), "include", bits, group_size=group)
+    return QuantConfig(linear=entry, experts=entry, patterns=list(listed), match="include", weight_bits=bits,
+                       group_size=group)
 
 
 def _compressed_tensors(ctx: HFConfig, qc: dict) -> QuantConfig:
     """compressed-tensors' FP8 W8A8 schemes (compressed_tensors.py); `ignore` by name or `re:`."""
     entry, ignore = compressed_tensors(ctx, qc)
-    return QuantConfig(entry, dict(entry), ignore, "regex", 8)
+    return QuantConfig(linear=entry, experts=dict(entry), patterns=ignore, match="regex", weight_bits=8)
 
 
 def _mxfp4(ctx: HFConfig, qc: dict) -> QuantConfig:
     """GPT-OSS's MXFP4: the experts only (GptOssMxfp4Config); every linear is left unquantized."""
-    return QuantConfig(dict(NONE), {"method": "mxfp4"}, [], "exact", 4, linears=False)
+    return QuantConfig(linear=dict(NONE), experts={"method": "mxfp4"}, patterns=[], match="exact", weight_bits=4,
+                       linears=False)
 
 
 _METHODS = {"fp8": _fp8, "compressed-tensors": _compressed_tensors, **{m: _awq for m in _AWQ},
@@ -168,7 +173,7 @@ def quant_config(ctx: HFConfig) -> QuantConfig:
     """The checkpoint's quantization, one of _METHODS, or the refusal that says what to do instead."""
     qc = ctx.get("quantization_config")
     if qc is None:
-        return QuantConfig(dict(NONE), dict(NONE))
+        return QuantConfig(linear=dict(NONE), experts=dict(NONE))
     if not isinstance(qc, dict):
         raise ctx.fail(f"quantization_config must be an object, got {type(qc).__name__}")
     method = qc.get("quant_method")

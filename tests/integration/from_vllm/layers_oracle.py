@@ -130,7 +130,7 @@ def stand_ins() -> None:
 
 def main() -> None:
     cases = json.load(sys.stdin)
-    install(Device("NVIDIA H100 80GB HBM3", (9, 0), 80 << 30, 132))
+    install(Device(name="NVIDIA H100 80GB HBM3", capability=(9, 0), total_memory=80 << 30, num_sms=132))
     stand_in_vendored_deep_gemm()
     stand_ins()
     out = []

@@ -110,7 +110,7 @@ def declaration(kernel) -> dict:
 
 def main() -> None:
     request = json.load(sys.stdin)
-    install(Device(DEVICES["H100"], (9, 0), 80 << 30, 132))
+    install(Device(name=DEVICES["H100"], capability=(9, 0), total_memory=80 << 30, num_sms=132))
     with contextlib.redirect_stdout(io.StringIO()):  # vLLM logs to stdout
         import vllm
         from vllm.model_executor.layers.fused_moe import fused_moe as fm

@@ -25,8 +25,8 @@ from vllm_bridge.engine.standins import Device, install  # noqa: E402
 def main() -> None:
     engines = json.load(sys.stdin)
     first = engines[0]["names"]
-    install(Device("NVIDIA H100 80GB HBM3", divmod(first["device_capability"], 10), 80 << 30,
-                   first["num_sms"]))
+    install(Device(name="NVIDIA H100 80GB HBM3", capability=divmod(first["device_capability"], 10),
+                   total_memory=80 << 30, num_sms=first["num_sms"]))
     stand_in_vendored_deep_gemm()
     with contextlib.redirect_stdout(io.StringIO()):  # vLLM logs to stdout
         facts = [engine_facts(e) for e in engines]

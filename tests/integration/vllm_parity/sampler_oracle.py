@@ -61,7 +61,7 @@ def launches_of(case: dict, recorder: Recorder, sampler) -> list:
 
 def main() -> None:
     cases = json.load(sys.stdin)
-    install(Device("NVIDIA H100 80GB HBM3", (9, 0), 80 << 30, SMS))
+    install(Device(name="NVIDIA H100 80GB HBM3", capability=(9, 0), total_memory=80 << 30, num_sms=SMS))
     with contextlib.redirect_stdout(io.StringIO()):  # vLLM logs to stdout
         import vllm
         from vllm.v1.sample.ops import topk_topp_sampler as sampler

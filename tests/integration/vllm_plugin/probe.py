@@ -35,7 +35,7 @@ def derived_engine(request) -> dict:
 
 def main() -> None:
     request = json.load(sys.stdin)
-    install(Device("NVIDIA H100 80GB HBM3", (9, 0), 80 << 30, 132))
+    install(Device(name="NVIDIA H100 80GB HBM3", capability=(9, 0), total_memory=80 << 30, num_sms=132))
     stand_in_vendored_deep_gemm()  # as `warmup engine --from-vllm` does: the GPU worker imports it
     with contextlib.redirect_stdout(io.StringIO()):  # vLLM logs to stdout
         out = {name: globals()[name](request) for name in request["checks"]}
