@@ -125,8 +125,9 @@
 # SPAWN_PARTS="plugin-warm_3 ..." with WARMUP_ENGINE_CORE_FORK=0; every other part at the plugin's default (fork where
 # the engine runs on one GPU), whatever the caller's environment holds. run.json's engine_core_fork says what
 # happened (1: the plugin's line "engine core starts by fork" is in the server's log).
-# Issue 54 (settings off by default until measured): COMPILE_LOAD_PARTS="plugin-warm_2 ..." runs those parts with
-# WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS=1, INSPECTION_FORK_PARTS with WARMUP_MODEL_INSPECTION_FORK=1; NO_MODELINFO_PARTS
+# Issue 54 (the plugin's start-up settings, each measured alone): COMPILE_LOAD_PARTS="plugin-warm_2 ..." runs those
+# parts with WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS=1 (off by default: measured slower, part AK), INSPECTION_FORK_PARTS
+# with WARMUP_MODEL_INSPECTION_FORK=1 (the default since part AK), INSPECTION_SPAWN_PARTS with =0; NO_MODELINFO_PARTS
 # removes vLLM's model-info cache ($VLLM_CACHE_ROOT/modelinfos) before those warm parts, so that the model class
 # is inspected as on a cold start. run.json: compile_load_beside and model_inspection_forked (1: the plugin's line).
 # Issue 53 (the plugin's default after ready): the plugin arm runs with WARMUP_TORCH_COMPILE_AFTER_READY=compile, so
@@ -249,6 +250,7 @@ run_part() {
     case " ${SPAWN_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=0) ;; esac
     case " ${COMPILE_LOAD_PARTS:-} " in *" $part "*) extra+=(WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS=1) ;; esac
     case " ${INSPECTION_FORK_PARTS:-} " in *" $part "*) extra+=(WARMUP_MODEL_INSPECTION_FORK=1) ;; esac
+    case " ${INSPECTION_SPAWN_PARTS:-} " in *" $part "*) extra+=(WARMUP_MODEL_INSPECTION_FORK=0) ;; esac
     local after_ready=compile  # issue 53: the plan's own coverage is measured; EAGER_PARTS: the plugin's default
     case " ${EAGER_PARTS:-} " in *" $part "*) after_ready=eager ;; esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then

@@ -15,8 +15,11 @@ it, ``_try_load_aot_compiled_fn``. The join comes before the weights are process
 sets the current vLLM config process-wide (``set_current_vllm_config``), which that step may set too.
 
 Where anything is missing (no artifact: a cold start; AOT compile off; a release without these names) or
-fails, nothing is handed over and vLLM loads at the first forward as always. Off by default until a GPU
-run measures it (a setting is on by default only where measured faster and safe).
+fails, nothing is handed over and vLLM loads at the first forward as always. Off by default: measured
+slower on an H200 (bench/RESULTS.md part AK, a 12B model, dummy weights): the load on its thread took
+10.5-12.0 s against 9-10 s on vLLM's path, beside 2.7 s of weights under one interpreter lock, and from the
+weights' start to the profile run's end 15.5-16.8 s against 14.8 s. Weights read from disk leave the lock
+free more often; that case is not measured.
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ class Settings(NamedTuple):
     #                                (vllm_bridge/fixes.py: FIXES, switch fix_switch(name); unset: on)
     compile_load_beside_weights: bool = False  # WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS: vLLM's AOT-compiled
     #                                model loaded in a thread while the weights load (vllm_bridge/compile_load.py)
-    model_inspection_fork: bool = False  # WARMUP_MODEL_INSPECTION_FORK: vLLM's model-class inspection in a
-    #                                forked child of the API server (vllm_bridge/model_inspection.py)
+    model_inspection_fork: bool = True  # WARMUP_MODEL_INSPECTION_FORK: vLLM's model-class inspection in a
+    #                                forked child of the API server (vllm_bridge/model_inspection.py); 0: vLLM's own
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -68,7 +68,7 @@ class Settings(NamedTuple):
                    _choice(environ, "WARMUP_TORCH_COMPILE_AFTER_READY", ("eager", "compile")),
                    _flag(environ, "WARMUP_REGISTRY_PLAIN_HTTP"),
                    _choice(environ, "WARMUP_BUNDLE_INERT", ("warn", "error")), _fixes_off(environ),
-                   _flag(environ, "WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS"), _flag(environ, "WARMUP_MODEL_INSPECTION_FORK"))
+                   _flag(environ, "WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS"), _flag(environ, "WARMUP_MODEL_INSPECTION_FORK", default=True))
 
     @property
     def asked(self) -> bool:

@@ -580,18 +580,19 @@ def test_proof_script_forks_the_engine_core_only_in_the_parts_named(tmp_path, mo
     assert "WARMUP_BUNDLE=" not in plain and "/plugin/vllm" in plain and "clear_placed_flashinfer_modules" in plain
 
 
-def test_proof_script_turns_the_unmeasured_settings_on_only_in_the_parts_named(tmp_path):
-    """Issue 54: COMPILE_LOAD_PARTS and INSPECTION_FORK_PARTS set the plugin's two settings that are off by default
-    in those parts only (never inherited from the caller); NO_MODELINFO_PARTS removes vLLM's model-info cache before
-    those warm parts, and never empties a cold run's."""
+def test_proof_script_sets_the_start_up_settings_only_in_the_parts_named(tmp_path):
+    """Issue 54: COMPILE_LOAD_PARTS, INSPECTION_FORK_PARTS and INSPECTION_SPAWN_PARTS set the plugin's two start-up
+    settings in those parts only (never inherited from the caller); NO_MODELINFO_PARTS removes vLLM's model-info
+    cache before those warm parts, and never empties a cold run's."""
     out = proof_dry_run(tmp_path, "plugin-warm_1 plugin-warm_2 stock-warm_1", PLUGIN_WARM_FROM="bundle-build",
                         COMPILE_LOAD_PARTS="plugin-warm_2", INSPECTION_FORK_PARTS="plugin-warm_2 stock-warm_1",
-                        NO_MODELINFO_PARTS="plugin-warm_2 stock-warm_1")
+                        INSPECTION_SPAWN_PARTS="plugin-warm_1", NO_MODELINFO_PARTS="plugin-warm_2 stock-warm_1")
     drivers = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
     assert len(drivers) == 3 and all("-u WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS -u WARMUP_MODEL_INSPECTION_FORK" in x
                                      for x in drivers)
     assert ["WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS=1" in x for x in drivers] == [False, True, False]
     assert ["WARMUP_MODEL_INSPECTION_FORK=1" in x for x in drivers] == [False, True, True]
+    assert ["WARMUP_MODEL_INSPECTION_FORK=0" in x for x in drivers] == [True, False, False]
     removed = [x for x in out.splitlines() if x.startswith("+ rm -rf") and x.endswith("/vllm/modelinfos")]
     assert len(removed) == 2
 

@@ -1,0 +1,76 @@
+"""How long FlashInfer takes to build one JIT module, with and without extra nvcc flags (issue 54).
+
+    python3 bench/flashinfer_build_time.py [--generator MODULE:FUNCTION] [--arch 9.0] [--flags TEXT]...
+
+A cold start's longest pole can be one FlashInfer module (its `sampling` module took 102-105 s on an
+H200 in bench/RESULTS.md parts AJ and AK, off vLLM's path but the end of it). nvcc's `--split-compile`
+runs a compile unit's optimisation passes in threads; FlashInfer passes FLASHINFER_EXTRA_CUDAFLAGS to
+every nvcc it runs. Each variant builds the module once, in a fresh FlashInfer workspace of its own
+(FLASHINFER_WORKSPACE_BASE), in a child process (FlashInfer reads its environment at import), one after
+the other; the output is one JSON object: the variants' flags, wall seconds and library size. Nothing
+is loaded (no CUDA context): FlashInfer builds for FLASHINFER_CUDA_ARCH_LIST. `--dry-run` prints the
+children's commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CHILD = """
+import importlib, sys
+module, function = sys.argv[1].split(":")
+spec = getattr(importlib.import_module(module), function)()
+spec.build(verbose=False)
+print(spec.jit_library_path)
+"""
+
+
+def build_once(generator: str, arch: str, flags: str, dry_run: bool = False) -> dict:
+    """One build of the module in a fresh workspace, with `flags` as FLASHINFER_EXTRA_CUDAFLAGS."""
+    workspace = tempfile.mkdtemp(prefix="fi-build-time-")
+    env = {**os.environ, "FLASHINFER_WORKSPACE_BASE": workspace, "FLASHINFER_CUDA_ARCH_LIST": arch}
+    env.pop("FLASHINFER_EXTRA_CUDAFLAGS", None)
+    if flags:
+        env["FLASHINFER_EXTRA_CUDAFLAGS"] = flags
+    command = [sys.executable, "-c", CHILD, generator]
+    if dry_run:
+        print(f"FLASHINFER_EXTRA_CUDAFLAGS={flags!r} FLASHINFER_WORKSPACE_BASE={workspace} {' '.join(command[:2])} ...")
+        shutil.rmtree(workspace, ignore_errors=True)
+        return {"flags": flags, "dry_run": True}
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    library = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
+    result = {"flags": flags, "rc": done.returncode, "wall_s": round(wall, 1),
+              "library_bytes": os.path.getsize(library) if library and os.path.exists(library) else None}
+    if done.returncode != 0:
+        result["error"] = (done.stderr or done.stdout).strip().splitlines()[-1:]
+    shutil.rmtree(workspace, ignore_errors=True)
+    return result
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--generator", default="flashinfer.jit.sampling:gen_sampling_module",
+                   help="FlashInfer's 'module:function' that returns the module's JitSpec")
+    p.add_argument("--arch", default="9.0a", help="FLASHINFER_CUDA_ARCH_LIST for the builds")
+    p.add_argument("--flags", action="append", default=None,
+                   help="extra nvcc flags of one variant (repeat; '' is FlashInfer's own); default: '' and "
+                        "'--split-compile=0'")
+    p.add_argument("--dry-run", action="store_true")
+    args = p.parse_args(argv)
+    variants = args.flags if args.flags is not None else ["", "--split-compile=0"]
+    results = [build_once(args.generator, args.arch, flags, args.dry_run) for flags in variants]
+    print(json.dumps({"generator": args.generator, "arch": args.arch, "cpus": os.cpu_count(), "variants": results}))
+    return 0 if all(r.get("rc", 0) == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""bench/flashinfer_build_time.py: each variant builds in a fresh workspace with its own nvcc flags (a stand-in
+JitSpec records what FlashInfer would see)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from bench import flashinfer_build_time as fbt
+
+STAND_IN = textwrap.dedent("""
+    import os
+    class Spec:
+        jit_library_path = os.path.join(os.environ["FLASHINFER_WORKSPACE_BASE"], "m.so")
+        def build(self, verbose):
+            with open(self.jit_library_path, "w") as f:
+                f.write(os.environ.get("FLASHINFER_EXTRA_CUDAFLAGS", "") + "|" + os.environ["FLASHINFER_CUDA_ARCH_LIST"])
+    def gen():
+        return Spec()
+    def broken():
+        raise RuntimeError("nvcc failed")
+""")
+
+
+def test_each_variant_builds_with_its_flags_in_its_own_workspace(tmp_path, monkeypatch, capsys):
+    (tmp_path / "fake_fi_module.py").write_text(STAND_IN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("FLASHINFER_EXTRA_CUDAFLAGS", "--from-the-caller")  # never leaks into a variant
+    assert fbt.main(["--generator", "fake_fi_module:gen", "--arch", "9.0a"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    sizes = [v["library_bytes"] for v in out["variants"]]
+    assert [v["flags"] for v in out["variants"]] == ["", "--split-compile=0"]
+    assert sizes == [len("|9.0a"), len("--split-compile=0|9.0a")]
+    assert all(v["rc"] == 0 and v["wall_s"] >= 0 for v in out["variants"])
+
+
+def test_a_failed_build_is_its_rc_and_last_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "fake_fi_module.py").write_text(STAND_IN)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert fbt.main(["--generator", "fake_fi_module:broken", "--flags", ""]) == 1
+    variant = json.loads(capsys.readouterr().out)["variants"][0]
+    assert variant["rc"] != 0 and "nvcc failed" in variant["error"][0] and variant["library_bytes"] is None
