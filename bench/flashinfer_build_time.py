@@ -8,7 +8,10 @@ runs a compile unit's optimisation passes in threads; FlashInfer passes FLASHINF
 every nvcc it runs. Each variant builds the module once, in a fresh FlashInfer workspace of its own
 (FLASHINFER_WORKSPACE_BASE), in a child process (FlashInfer reads its environment at import), one after
 the other; the output is one JSON object: the variants' flags, wall seconds and library size. Nothing
-is loaded (no CUDA context): FlashInfer builds for FLASHINFER_CUDA_ARCH_LIST. `--dry-run` prints the
+is loaded (no CUDA context): FlashInfer builds for FLASHINFER_CUDA_ARCH_LIST. Each variant has at most
+`--timeout` seconds: past it, the child's whole process group (its ninja and nvcc) is ended, so that no
+build outlives its variant and loads the machine under a later measurement (bench/RESULTS.md part AK:
+a `timeout` around this script ended it and not the nvcc it had started). `--dry-run` prints the
 children's commands.
 """
 
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +36,7 @@ print(spec.jit_library_path)
 """
 
 
-def build_once(generator: str, arch: str, flags: str, dry_run: bool = False) -> dict:
+def build_once(generator: str, arch: str, flags: str, timeout_s: float, dry_run: bool = False) -> dict:
     """One build of the module in a fresh workspace, with `flags` as FLASHINFER_EXTRA_CUDAFLAGS."""
     workspace = tempfile.mkdtemp(prefix="fi-build-time-")
     env = {**os.environ, "FLASHINFER_WORKSPACE_BASE": workspace, "FLASHINFER_CUDA_ARCH_LIST": arch}
@@ -45,15 +49,31 @@ def build_once(generator: str, arch: str, flags: str, dry_run: bool = False) -> 
         shutil.rmtree(workspace, ignore_errors=True)
         return {"flags": flags, "dry_run": True}
     started = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # its own process group: ninja and nvcc end with it
+    try:
+        stdout, stderr = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _end_group(child)
+        shutil.rmtree(workspace, ignore_errors=True)
+        return {"flags": flags, "rc": None, "wall_s": round(time.perf_counter() - started, 1), "library_bytes": None,
+                "error": [f"not built within {timeout_s:g} s: ended with its ninja and nvcc"]}
     wall = time.perf_counter() - started
-    library = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
-    result = {"flags": flags, "rc": done.returncode, "wall_s": round(wall, 1),
+    library = stdout.strip().splitlines()[-1] if child.returncode == 0 and stdout.strip() else None
+    result = {"flags": flags, "rc": child.returncode, "wall_s": round(wall, 1),
               "library_bytes": os.path.getsize(library) if library and os.path.exists(library) else None}
-    if done.returncode != 0:
-        result["error"] = (done.stderr or done.stdout).strip().splitlines()[-1:]
+    if child.returncode != 0:
+        result["error"] = (stderr or stdout).strip().splitlines()[-1:]
     shutil.rmtree(workspace, ignore_errors=True)
     return result
+
+
+def _end_group(child: subprocess.Popen) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.communicate()
 
 
 def main(argv=None) -> int:
@@ -62,12 +82,16 @@ def main(argv=None) -> int:
                    help="FlashInfer's 'module:function' that returns the module's JitSpec")
     p.add_argument("--arch", default="9.0a", help="FLASHINFER_CUDA_ARCH_LIST for the builds")
     p.add_argument("--flags", action="append", default=None,
-                   help="extra nvcc flags of one variant (repeat; '' is FlashInfer's own); default: '' and "
-                        "'--split-compile=0'")
+                   help="extra nvcc flags of one variant, as --flags=TEXT (repeat; --flags= is FlashInfer's own); "
+                        "default: FlashInfer's own and --split-compile=0")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds each variant may build (default 300)")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
     variants = args.flags if args.flags is not None else ["", "--split-compile=0"]
-    results = [build_once(args.generator, args.arch, flags, args.dry_run) for flags in variants]
+    results = []
+    for flags in variants:
+        results.append(build_once(args.generator, args.arch, flags, args.timeout, args.dry_run))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # each as it ends: a call may stop midway
     print(json.dumps({"generator": args.generator, "arch": args.arch, "cpus": os.cpu_count(), "variants": results}))
     return 0 if all(r.get("rc", 0) == 0 for r in results) else 1
 

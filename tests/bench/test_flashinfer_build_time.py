@@ -4,6 +4,7 @@ JitSpec records what FlashInfer would see)."""
 from __future__ import annotations
 
 import json
+import time
 import textwrap
 
 from bench import flashinfer_build_time as fbt
@@ -41,3 +42,33 @@ def test_a_failed_build_is_its_rc_and_last_line(tmp_path, monkeypatch, capsys):
     assert fbt.main(["--generator", "fake_fi_module:broken", "--flags", ""]) == 1
     variant = json.loads(capsys.readouterr().out)["variants"][0]
     assert variant["rc"] != 0 and "nvcc failed" in variant["error"][0] and variant["library_bytes"] is None
+
+
+def test_a_variant_past_its_time_ends_with_everything_it_started(tmp_path, monkeypatch, capsys):
+    """The child's whole process group ends at the timeout: a grandchild (nvcc) left running would load the
+    machine under the next measurement."""
+    marker = tmp_path / "grandchild.pid"
+    (tmp_path / "slow_fi_module.py").write_text(textwrap.dedent(f"""
+        import subprocess, sys, time
+        def gen():
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            open({str(marker)!r}, "w").write(str(child.pid))
+            time.sleep(60)
+    """))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert fbt.main(["--generator", "slow_fi_module:gen", "--flags=", "--timeout", "3"]) == 1
+    variant = json.loads(capsys.readouterr().out)["variants"][0]
+    assert variant["rc"] is None and "not built within 3 s" in variant["error"][0]
+    grandchild = int(marker.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(grandchild):
+        time.sleep(0.1)
+    assert not _alive(grandchild)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
