@@ -47,6 +47,7 @@ CATEGORIES = [
     ("synthetic batches", "#1f77b4", ("synthetic batches", "plan: warmup_kernels")),
     ("plugin plan / pool", "#17becf", ("plugin", "precompile", "plan:", "generic Triton variants")),
     ("kernel_warmup / FlashInfer autotune", "#e377c2", ("kernel_warmup", "FlashInfer autotune")),
+    ("FlashInfer modules built ahead", "#f7b6d2", ("FlashInfer's modules built ahead",)),
     ("compile_or_warm_up_model", "#bcbd22", ("compile_or_warm_up_model", "Worker.compile_or_warm_up_model",
                                              "warmup (", "warmup before", "warmup after")),
     ("KV cache allocation", "#7f7f7f", ("KV cache allocation",)),

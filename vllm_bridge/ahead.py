@@ -22,6 +22,7 @@ import logging
 import os
 import subprocess
 import threading
+import time
 
 from kernel_model.device import capability_text, sm_capability
 from planner.errors import PlanError, one_line
@@ -158,11 +159,25 @@ def sampler_ahead() -> str:
     return "triton" if os.environ.get("VLLM_USE_FLASHINFER_SAMPLER", "").strip() == "0" else "flashinfer"
 
 
+BUILT_AHEAD = "FlashInfer's modules built ahead (their process)"  # the API server's timeline: a cold start's long pole
+
+
 def build_ahead(generators: list[str], arch: str, timeout_s: float) -> int:
     """Start the pool's build-ahead process (a fresh interpreter, not a fork of vLLM's process),
-    ending with this one; its lines go to this process's stderr, vLLM's log. Returns its pid."""
+    ending with this one; its lines go to this process's stderr, vLLM's log. Returns its pid. Its
+    life is one span of this process's timeline, marked when it ends (a thread waits for it)."""
     from executor.precompile import build_ahead_command
 
+    started = time.time()
     proc = subprocess.Popen(build_ahead_command(generators, arch, timeout_s), stdin=subprocess.DEVNULL,
                             close_fds=True)
+    threading.Thread(target=_mark_when_built, args=(proc, started, generators), name="warmup-built-ahead",
+                     daemon=True).start()
     return proc.pid
+
+
+def _mark_when_built(proc: subprocess.Popen, started: float, generators: list[str]) -> None:
+    """The build-ahead process's span, beside vLLM, once it has ended (whatever its exit)."""
+    returncode = proc.wait()
+    timeline.mark(BUILT_AHEAD, started, time.time(), timeline.PLUGIN, background=True, pid=proc.pid,
+                  returncode=returncode, modules=[g.rsplit(":", 1)[-1] for g in generators])

@@ -188,6 +188,8 @@ def test_plot_layout_nests_by_containment():
     assert labels[-2:] == ["plugin-cold: precompile pid 7", "plugin-cold: precompile pid 8"]
     assert lay["marks"][0]["at"] == 50 and lay["end"] == 51
     assert plot.category("DeepGEMM warmup")[0] == plot.category("plan: deep_gemm")[0] == "DeepGEMM"
+    from vllm_bridge.ahead import BUILT_AHEAD  # the plugin's span for its build-ahead process has a colour of its own
+    assert plot.category(BUILT_AHEAD)[0] == "FlashInfer modules built ahead"
 
 
 def test_cache_listing_counts_kernels_new_after_ready(trace, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sys
 
 import pytest
 from execlib import ROOT
@@ -171,3 +172,77 @@ def test_every_backend_the_planner_names_is_declared():
     named |= set(KERNEL_BACKENDS.values())
     assert {"triton", "deep_gemm", "flashinfer_jit", "vllm_triton"} <= named
     assert named <= set(registry.BACKEND_ROWS) | set(pyproject_backends())
+
+
+# --- a new backend is one row (issue 56): a made-up one, added for one test -----------------------
+
+FICTITIOUS_MODULE = "fictitious_backend_of_test_registry"
+FICTITIOUS_SOURCE = '''
+from executor.backends.base import BaseBackend
+
+
+class FictitiousBackend(BaseBackend):
+    name = "fictitious"
+    families = ("gemm",)
+    worker_preload = ("json",)
+
+    def available(self):
+        return True, ""
+
+    def gemm(self, step, m_values, tick):
+        tick(len(m_values))
+        return 10 * len(m_values)
+
+
+class FictitiousCompileOnly(FictitiousBackend):
+    cuda_free = True
+'''
+
+
+@pytest.fixture
+def fictitious_row(tmp_path, monkeypatch):
+    """One row in BACKEND_ROWS, its classes in a module of a temporary folder; nothing else edited."""
+    (tmp_path / f"{FICTITIOUS_MODULE}.py").write_text(FICTITIOUS_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    row = registry.BackendRow(FICTITIOUS_MODULE, "FictitiousBackend",
+                              worker=(FICTITIOUS_MODULE, "FictitiousCompileOnly"))
+    monkeypatch.setitem(registry.BACKEND_ROWS, "fictitious", row)
+    yield row
+    sys.modules.pop(FICTITIOUS_MODULE, None)
+
+
+def test_a_fictitious_backend_is_one_row(fictitious_row):
+    """The row alone makes the backend: the registry loads it by name, every view of the rows lists it
+    (BACKENDS, WORKER_CLASSES, known_backends, the pool's specs and lane, --backend), and a plan step
+    naming it is dispatched to it. A view kept as a table of its own (computed once at import) fails."""
+    from executor.cli import parse_backends
+    from executor.precompile.workers.backend_classes import WORKER_CLASSES, worker_specs
+    from executor.precompile.workers.lanes import COMPILE_LANE, lane_of, preload_of
+
+    cls = registry.load_backend("fictitious")
+    assert (cls.__module__, cls.__name__) == (FICTITIOUS_MODULE, "FictitiousBackend")
+    assert registry.BACKENDS["fictitious"] == (FICTITIOUS_MODULE, "FictitiousBackend")
+    assert registry.WORKER_CLASSES["fictitious"] == WORKER_CLASSES["fictitious"] == fictitious_row.worker
+    assert "fictitious" in registry.known_backends() and registry.backend_families("fictitious") == ("gemm",)
+    # the precompile pool: its worker runs the twin, in the compile lane (the twin is CUDA-free)
+    assert worker_specs(["fictitious", "null"])["fictitious"] == fictitious_row.worker
+    assert lane_of("fictitious") == COMPILE_LANE and preload_of(["fictitious"]) == ["json"]
+    # the command line and a plan's step: --backend takes it, and a step naming it runs on it
+    assert parse_backends(["gemm=fictitious"], dry_run=False) == {"gemm": "fictitious"}
+    step = gemm("fictitious")
+    assert registry.HANDLERS[type(step)](step, make_ctx()) == {"backend": "fictitious", "kernel_calls": 10}
+    assert make_ctx(backends={"gemm": "fictitious"}).backend_for(gemm("deep_gemm")).name == "fictitious"
+    attention = steps.Attention("s/attn", "s", kernel="context_attention_fwd", backend="fictitious", num_heads=8,
+                                num_kv_heads=8, head_size=64, scale=0.125, logits_soft_cap=0.0,
+                                sliding_window=(-1, -1), dtype="bfloat16", num_tokens=16)
+    with pytest.raises(Unavailable, match="backend fictitious does not implement attention"):
+        make_ctx().backend_for(attention)  # its class's families, read through the row
+
+
+def test_the_fictitious_row_leaves_no_trace(fictitious_row, monkeypatch):
+    """The views are the rows': the row gone (monkeypatch undoes it), the backend is gone from each."""
+    monkeypatch.delitem(registry.BACKEND_ROWS, "fictitious")
+    assert "fictitious" not in registry.BACKENDS and "fictitious" not in registry.WORKER_CLASSES
+    assert "fictitious" not in registry.known_backends()
+    with pytest.raises(KeyError):
+        registry.load_backend("fictitious")

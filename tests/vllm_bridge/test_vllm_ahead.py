@@ -282,3 +282,26 @@ def test_the_builder_imports_flashinfers_modules_one_after_the_other(fake_flashi
     spans = sorted(tuple(map(float, n.split("-")[2:])) for n in os.listdir(log) if n.startswith("import-"))
     assert len(spans) == 2 and spans[0][1] <= spans[1][0]           # the second began after the first ended
     assert sorted(n for n in os.listdir(log) if n.startswith("build-")) == ["build-one-9.0", "build-two-9.0"]
+
+
+def test_the_build_ahead_process_is_one_span_of_the_api_servers_timeline(monkeypatch, tmp_path):
+    """Issue 54 item 1: a cold start's longest pole (FlashInfer's modules, part AK) is a process of the plugin's own;
+    its life, start to end, is a background span of the timeline of the process that started it."""
+    from vllm_bridge import timeline
+
+    monkeypatch.setattr(precompile, "build_ahead_command",
+                        lambda generators, arch, timeout: [sys.executable, "-c", "import time; time.sleep(0.3)"])
+    monkeypatch.delenv(timeline.START, raising=False)
+    timeline.reset()
+    try:
+        recorder = timeline.begin(Settings("vllm-0.25-plugin", timeline=str(tmp_path)), environ=dict(os.environ))
+        pid = ahead.build_ahead(["flashinfer.jit.sampling:gen_sampling_module"], "9.0", 60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not [m for m in recorder.marks if m["phase"] == ahead.BUILT_AHEAD]:
+            time.sleep(0.05)
+        [built] = [m for m in recorder.marks if m["phase"] == ahead.BUILT_AHEAD]
+    finally:
+        timeline.reset()
+    assert built["background"] and built["owner"] == timeline.PLUGIN and built["pid"] == pid
+    assert built["returncode"] == 0 and built["modules"] == ["gen_sampling_module"]
+    assert built["end"] - built["start"] >= 0.3
