@@ -9,6 +9,7 @@ step kinds' (planner.plan.steps.FAMILIES).
 from __future__ import annotations
 
 import importlib
+from collections.abc import MutableMapping
 from typing import NamedTuple
 
 from planner.plan import steps
@@ -52,9 +53,59 @@ BACKEND_ROWS = {
     "torch": BackendRow("executor.backends.torch_backend", "TorchBackend"),
     "null": BackendRow("executor.backends.null", "NullBackend"),
 }
-# The views the registry and the pool read (tests may add a fake backend to either)
-BACKENDS = {name: (row.module, row.cls) for name, row in BACKEND_ROWS.items()}
-WORKER_CLASSES = {name: row.worker for name, row in BACKEND_ROWS.items() if row.worker}
+
+
+class _Backends(MutableMapping):
+    """name -> (module, class) of each row, read off BACKEND_ROWS at every lookup (as vllm_bridge's
+    PatchTable reads the release rows): a row added is a backend with no other edit. A write is a
+    write of the row (a test's fake backend), keeping the twin the row has."""
+
+    def __getitem__(self, name: str) -> tuple[str, str]:
+        row = BACKEND_ROWS[name]
+        return row.module, row.cls
+
+    def __setitem__(self, name: str, spec: tuple[str, str]) -> None:
+        module, cls = spec
+        old = BACKEND_ROWS.get(name)
+        BACKEND_ROWS[name] = BackendRow(module, cls, worker=old.worker if old else None)
+
+    def __delitem__(self, name: str) -> None:
+        del BACKEND_ROWS[name]
+
+    def __iter__(self):
+        return iter(BACKEND_ROWS)
+
+    def __len__(self) -> int:
+        return len(BACKEND_ROWS)
+
+
+class _WorkerClasses(MutableMapping):
+    """name -> (module, class) of each row's compile-only twin, where it has one, read off BACKEND_ROWS
+    at every lookup; a write sets the twin of a row there is (KeyError without one)."""
+
+    def __getitem__(self, name: str) -> tuple[str, str]:
+        row = BACKEND_ROWS.get(name)
+        if row is None or not row.worker:
+            raise KeyError(name)
+        return row.worker
+
+    def __setitem__(self, name: str, worker: tuple[str, str]) -> None:
+        BACKEND_ROWS[name] = BACKEND_ROWS[name]._replace(worker=tuple(worker))
+
+    def __delitem__(self, name: str) -> None:
+        self[name]  # noqa: B018 - KeyError where the row has no twin
+        BACKEND_ROWS[name] = BACKEND_ROWS[name]._replace(worker=None)
+
+    def __iter__(self):
+        return (name for name, row in BACKEND_ROWS.items() if row.worker)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+# The views the registry and the pool read, live views of the rows (tests may add a fake backend to either)
+BACKENDS = _Backends()
+WORKER_CLASSES = _WorkerClasses()
 
 
 ENTRY_POINTS = "warmup.backends"  # backends other packages provide (vllm_bridge's): name -> module:Class

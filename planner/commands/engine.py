@@ -9,6 +9,7 @@ import sys
 
 from ..engine import hf
 from ..engine.config import engine_from_document
+from ..engine.hf import flags as hf_flags
 from ..errors import PlanError
 from ..output import emit
 from ..plugins import load_plugins_by_group
@@ -24,7 +25,7 @@ def add_command(sub, name: str, help: str) -> None:
                              "a local directory with config.json) and write what vLLM resolved; needs vLLM installed")
     p.add_argument("vllm_args", nargs="*", metavar="-- VLLM_SERVE_ARGS",
                    help="with --from-vllm: the arguments of `vllm serve`, after `--`")
-    for spec in hf.FROM_HF_FLAGS:
+    for spec in hf_flags.FROM_HF_FLAGS:  # the rows, read at each build (a row added is an argument)
         p.add_argument(spec.flag, **spec.argparse_options())
     p.add_argument("--gpu", help="GPU model: sets SM count and capability (default H100; with --from-vllm, the "
                                  "machine's GPU where there is one)")
@@ -38,8 +39,12 @@ def _warn(message: str) -> None:
 
 
 ENGINE_SOURCES = "warmup.engine_sources"  # entry points: name -> the command that writes the engine
-# --from-hf's own flags (with --from-vllm, vLLM's arguments after `--` say these things).
-HF_ONLY_FLAGS = tuple(spec.dest for spec in hf.FROM_HF_FLAGS)
+
+
+def hf_only_flags() -> tuple[str, ...]:
+    """--from-hf's own flags, by argparse name (with --from-vllm, vLLM's arguments after `--` say these
+    things): read off the rows (planner/engine/hf/flags.py) at each call."""
+    return tuple(spec.dest for spec in hf_flags.FROM_HF_FLAGS)
 
 
 def cmd_engine(args) -> int:
@@ -50,7 +55,7 @@ def cmd_engine(args) -> int:
             raise PlanError(f"unexpected arguments {' '.join(args.vllm_args)!r}: only --from-vllm takes "
                             "`-- <vllm serve arguments>`", file="--from-hf")
         return _from_hf(args)
-    given = [f"--{flag.replace('_', '-')}" for flag in HF_ONLY_FLAGS
+    given = [f"--{flag.replace('_', '-')}" for flag in hf_only_flags()
              if getattr(args, flag) is not None and getattr(args, flag) is not False]
     if given:
         installed = " (--from-vllm follows the installed vLLM's release)" if "--vllm-release" in given else ""

@@ -60,10 +60,10 @@ def test_the_one_flag_of_no_engine_field_names_a_supported_release():
 
 
 def test_the_flags_are_the_commands_and_the_refused_ones_under_from_vllm():
-    from planner.commands.engine import HF_ONLY_FLAGS
+    from planner.commands.engine import hf_only_flags
 
-    assert HF_ONLY_FLAGS == tuple(spec.dest for spec in FROM_HF_FLAGS)
-    assert len(set(HF_ONLY_FLAGS)) == len(HF_ONLY_FLAGS)
+    assert hf_only_flags() == tuple(spec.dest for spec in FROM_HF_FLAGS)
+    assert len(set(hf_only_flags())) == len(hf_only_flags())
 
 
 def test_a_flag_is_one_row_and_one_field_of_the_engine_request():
@@ -90,6 +90,74 @@ def test_the_request_of_parsed_arguments_carries_every_flag_given():
     assert (request.gpu, request.name, request.source) == ("H200", None, "x.json")
     left_out = argparse.Namespace(**{spec.dest: None for spec in FROM_HF_FLAGS})
     assert EngineRequest.from_args(left_out) == EngineRequest()
+
+
+# --- a new flag is one row, and its field one more line of the same file (issue 56) ----------------
+
+FICTITIOUS_FLAG = "--fictitious-knob"
+
+
+@pytest.fixture
+def fictitious_flag(monkeypatch):
+    """One more FlagSpec row in FROM_HF_FLAGS (planner/engine/hf/flags.py), for one test."""
+    from planner.engine.hf import flags
+
+    row = flags.FlagSpec(FICTITIOUS_FLAG, "scheduler.fictitious_knob", "a made-up count of the scheduler",
+                         bound=64, metavar="N")
+    monkeypatch.setattr(flags, "FROM_HF_FLAGS", flags.FROM_HF_FLAGS + (row,))
+    return row
+
+
+def test_a_fictitious_flag_is_one_row(fictitious_flag, capsys):
+    """The row alone gives `warmup engine` its argument (an int, as the row's bound says), puts it among
+    the flags --from-vllm refuses, and EngineRequest.from_args reads it. The record's field is the other
+    line a flag needs (EngineRequest is a dataclass: without the field the request cannot be built, and
+    test_a_flag_is_one_row_and_one_field_of_the_engine_request fails); with it the value reaches
+    engine_from_hf. What the builder does with it is code of its own (check_flags, the engine dict, the
+    regenerating command in the description), and the engine field is the schema's."""
+    import dataclasses
+
+    from planner.cli import build_parser, main
+    from planner.commands.engine import hf_only_flags
+    from planner.engine.hf import flags
+
+    parser = build_parser("engine", with_plugins=False)
+    args = parser.parse_args(["engine", "--from-hf", "config.json", FICTITIOUS_FLAG, "3"])
+    assert args.fictitious_knob == 3
+    assert parser.parse_args(["engine", "--from-hf", "config.json"]).fictitious_knob is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["engine", "--from-hf", "config.json", FICTITIOUS_FLAG, "many"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["engine", "--help"])
+    assert f"{FICTITIOUS_FLAG} N A made-up count of the scheduler." in " ".join(capsys.readouterr().out.split())
+
+    assert hf_only_flags()[-1] == "fictitious_knob"
+    assert main(["engine", "--from-vllm", FICTITIOUS_FLAG, "3"]) == 2
+    assert f"{FICTITIOUS_FLAG} belong to --from-hf" in capsys.readouterr().err
+
+    # the record: one field per row, so the row asks for its field ...
+    fields = [f.name for f in dataclasses.fields(flags.EngineRequest)]
+    assert fields != [spec.dest for spec in flags.FROM_HF_FLAGS] + list(flags.NOT_FLAGS)
+    with pytest.raises(TypeError, match="fictitious_knob"):
+        flags.EngineRequest.from_args(args)
+    # ... and a record with it carries the flag's value (left out: the record's default)
+    request_type = dataclasses.make_dataclass("Request", [("fictitious_knob", "int | None", None)],
+                                              bases=(flags.EngineRequest,), frozen=True)
+    request = request_type.from_args(args, gpu="H200", name=None, source="x.json")
+    assert (request.fictitious_knob, request.gpu, request.source) == (3, "H200", "x.json")
+    left_out = parser.parse_args(["engine", "--from-hf", "config.json"])
+    assert request_type.from_args(left_out) == request_type()
+    # engine_from_hf is handed it, and writes nothing of it: no check_flags line, no engine entry yet
+    from planner.engine.hf import engine_from_hf
+
+    with open(os.path.join(ROOT, "tests", "fixtures", "hf", "qwen3-8b.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    assert (engine_from_hf(config, request_type(fictitious_knob=3, num_blocks=4096))
+            == engine_from_hf(config, flags.EngineRequest(num_blocks=4096)))
+
+    # the engine field it names is not the schema's: a new engine field is a schema property too
+    with pytest.raises(KeyError):
+        schema_node(tuple(fictitious_flag.field.split(".")))
 
 
 def _facts_builders():

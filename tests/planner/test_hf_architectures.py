@@ -410,3 +410,47 @@ def test_an_moe_count_on_a_dense_layout_is_refused():
     hf["num_experts"] = 8
     with pytest.raises(HFConfigError, match=r"num_experts = 8, but vLLM's qwen3.py builds no MoE block"):
         engine_from_hf(hf)
+
+
+# --------------------------------------------------------------------------------------------
+# A new architecture is one row of layouts.py (issue 56)
+
+FICTITIOUS = "FictitiousForCausalLM"
+
+
+def test_a_fictitious_architecture_is_one_row(monkeypatch, tmp_path):
+    """A made-up architecture on Llama's layout, added to LAYOUTS for one test: refused without its row;
+    with it, `warmup engine --from-hf` writes the engine a Llama config gets (only the architecture's
+    name differs), the refusal's list of what --from-hf plans names it, and both release plans expand it."""
+    from planner.cli import main
+    from planner.engine.hf import unplanned
+
+    hf = load("codellama-7b-hf")
+    llama = engine_from_hf(hf, EngineRequest(num_blocks=4096, source="codellama-7b-hf.json"))
+    hf["architectures"] = [FICTITIOUS]
+    with pytest.raises(HFConfigError, match=f"{FICTITIOUS} is not planned by --from-hf"):
+        engine_from_hf(hf, EngineRequest(num_blocks=4096))
+    assert unplanned(hf, "config.json") is not None
+
+    monkeypatch.setitem(LAYOUTS, FICTITIOUS, LAYOUTS["LlamaForCausalLM"])
+    assert unplanned(hf, "config.json") is None  # the check before the strict reading reads the row too
+    data = engine_from_hf(hf, EngineRequest(num_blocks=4096, source="codellama-7b-hf.json"))
+    assert data["model"]["architecture"] == FICTITIOUS
+    renamed = json.loads(json.dumps(data).replace(FICTITIOUS, "LlamaForCausalLM"))
+    assert renamed == llama
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(hf))
+    out = tmp_path / "engine.yaml"
+    assert main(["engine", "--from-hf", str(config), "--num-blocks", "4096", "-o", str(out)]) == 0
+    assert f"architecture: {FICTITIOUS}" in out.read_text()
+    with pytest.raises(HFConfigError, match=f"--from-hf plans .*{FICTITIOUS}"):  # the refusal's list
+        engine_from_hf({**hf, "architectures": ["NoLayoutForCausalLM"]})
+
+    for plan in ("vllm-0.25", "vllm-0.33"):
+        request = EngineRequest(num_blocks=4096, source="config.json", vllm_release=RELEASE_OF[plan])
+        ours = expand(load_plan(plan), engine_from_document(Document(data=engine_from_hf(hf, request), file="e.yaml")))
+        llama_hf = {**hf, "architectures": ["LlamaForCausalLM"]}
+        theirs = expand(load_plan(plan), engine_from_document(
+            Document(data=engine_from_hf(llama_hf, request), file="e.yaml")))
+        assert ours.steps and [s.id for s in ours.steps] == [s.id for s in theirs.steps], plan

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
 import types
 
@@ -17,6 +18,7 @@ from vllm_bridge.releases import RELEASES
 from vllm_bridge.settings import PluginError, Settings, fix_switch
 
 MODULE = "fake_vllm_model_runner"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -137,3 +139,59 @@ def test_every_missing_fix_is_declared_and_belongs_to_a_supported_release():
     for version in RELEASES:
         assert set(RELEASES[version].missing_fixes) <= set(fixes.FIXES)
         assert RELEASES[version].missing_fixes == VLLM_RELEASES[version].missing_start_up_fixes
+
+
+def undocumented_switches() -> list[str]:
+    """The fixes' switches docs/reference/settings.md does not name (its table of WARMUP_* settings)."""
+    with open(os.path.join(ROOT, "docs", "reference", "settings.md"), encoding="utf-8") as f:
+        documented = f.read()
+    return sorted(fix.switch for fix in fixes.FIXES.values() if f"`{fix.switch}`" not in documented)
+
+
+def test_every_fixs_switch_is_in_the_settings_reference():
+    """Settings read WARMUP_FIX_<NAME> by prefix (no literal for the settings reference's own check,
+    tests/vllm_bridge/test_vllm_plugin_cpu.py), so each fix's switch is held to the table here."""
+    assert fixes.FIXES and undocumented_switches() == []
+
+
+# --- a new start-up fix is one row (issue 56): a made-up one, added for one test --------------------
+
+FICTITIOUS_MODULE = "fictitious_vllm_loader"
+
+
+def with_a_mark(method):
+    def marked(*args, **kwargs):
+        return ("fixed", method(*args, **kwargs))
+
+    return marked
+
+
+def test_a_fictitious_fix_is_one_row(monkeypatch, caplog):
+    """A fix row alone, for a stand-in class: apply_fixes wraps its method (one line naming the switch),
+    its switch WARMUP_FIX_FICTITIOUS_LOAD=0 read by Settings turns it off, and the checks over FIXES
+    (switch per name, everything off, the settings reference) each see it. Which release lacks it is
+    the release row's missing_start_up_fixes (planner/engine/releases.py), the one other edit."""
+    module = types.ModuleType(FICTITIOUS_MODULE)
+    module.Loader = type("Loader", (), {"load": lambda self: 7})
+    monkeypatch.setitem(sys.modules, FICTITIOUS_MODULE, module)
+    row = fixes.StartUpFix(fix_switch("fictitious_load"), "a made-up vLLM change (#0)",
+                           ((FICTITIOUS_MODULE, "Loader", "load"),), with_a_mark)
+    monkeypatch.setitem(fixes.FIXES, "fictitious_load", row)
+
+    with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
+        assert fixes.apply_fixes(("fictitious_load",), on_import=None) == ["fictitious_load"]
+    assert module.Loader().load() == ("fixed", 7)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "start-up fix fictitious_load" in line and "a made-up vLLM change (#0) (WARMUP_FIX_FICTITIOUS_LOAD=0" in line
+    fixes.unpatch(FICTITIOUS_MODULE, "Loader")
+    assert module.Loader().load() == 7
+
+    off = Settings.from_env({"WARMUP_FIX_FICTITIOUS_LOAD": "0"}).fixes_off
+    assert off == ("fictitious_load",)
+    assert fixes.apply_fixes(("fictitious_load",), on_import=None, off=off) == []
+    assert module.Loader().load() == 7
+
+    assert all(fix.switch == fix_switch(name) for name, fix in fixes.FIXES.items())
+    everything_off = Settings.from_env({fix.switch: "0" for fix in fixes.FIXES.values()}).fixes_off
+    assert everything_off == tuple(sorted(fixes.FIXES)) == ("fictitious_load", "gc_freeze_capture")
+    assert undocumented_switches() == ["WARMUP_FIX_FICTITIOUS_LOAD"]  # its line in the settings table is due
