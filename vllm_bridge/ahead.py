@@ -27,7 +27,7 @@ import time
 from kernel_model.device import capability_text, sm_capability
 from planner.errors import PlanError, one_line
 
-from . import patches, timeline
+from . import model_inspection, patches, timeline
 from .bundles import source as bundle_source
 from .warmup.flashinfer_waits import prebuilt_cache_installed
 
@@ -69,7 +69,8 @@ def start(engine_args, settings, launch=None) -> threading.Thread | None:
     request = Request.of(engine_args)
     def timed() -> None:  # beside vLLM's start, in the API server's timeline
         with timeline.span("plugin: plan ahead (FlashInfer's modules)", timeline.PLUGIN, background=True):
-            _plan_and_build(request, settings, launch or build_ahead)
+            with model_inspection.IMPORTING:  # its imports: a fork of the server for vLLM's inspection waits
+                _plan_and_build(request, settings, launch or build_ahead)
 
     thread = threading.Thread(target=timed, name="warmup-build-ahead", daemon=True)
     thread.start()

@@ -25,6 +25,7 @@ import pickle
 import select
 import signal
 import sys
+import threading
 import time
 
 log = logging.getLogger("vllm.warmup_planner")
@@ -32,7 +33,14 @@ log = logging.getLogger("vllm.warmup_planner")
 REGISTRY = "vllm.model_executor.models.registry"
 RUN = "_run_in_subprocess"  # registry's module global, called by _LazyRegisteredModel.inspect_model_cls
 PATCHED = "_warmup_planner_model_inspection"
-DEADLINE_S = 120.0  # vLLM's child of part AJ took 23.5 s with its imports; a stuck child must not hold the server
+# vLLM's child took 23.5 s with its imports (part AJ), a forked one has them and answers in seconds (part AK).
+# A fork can hang one way: another thread inside an import at the fork leaves that module's import lock held
+# for ever in the child. The plugin's own threads that import while vLLM resolves the model (the plan ahead,
+# vllm_bridge/ahead.py) hold IMPORTING, and the fork waits for it (at most GATE_WAIT_S); a thread of someone
+# else's is bounded by the deadline, 30 s, then vLLM's own subprocess.
+DEADLINE_S = 30.0
+IMPORTING = threading.Lock()
+GATE_WAIT_S = 5.0
 
 
 def install(registry=None) -> bool:
@@ -76,7 +84,12 @@ def in_fork(fn, deadline_s: float = DEADLINE_S):
     read_end, write_end = os.pipe()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # or the child's exit writes the parent's buffered lines a second time
-    pid = os.fork()
+    gated = IMPORTING.acquire(timeout=GATE_WAIT_S)  # no thread of ours inside an import at the fork
+    try:
+        pid = os.fork()
+    finally:
+        if gated:
+            IMPORTING.release()
     if pid == 0:  # the child: never returns into the server's code
         os.close(read_end)
         _child(fn, write_end)

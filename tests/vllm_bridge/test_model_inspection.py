@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 import types
 
@@ -64,6 +65,66 @@ def test_a_child_past_the_deadline_is_killed_and_vllms_subprocess_runs(registry)
     started = time.monotonic()
     assert model_inspection.in_fork(hang, deadline_s=0.5) is model_inspection._NONE
     assert time.monotonic() - started < 10
+
+
+def test_a_fork_while_another_thread_imports_is_bounded_by_the_deadline(tmp_path, monkeypatch):
+    """The one way a forked child hangs: another thread of the server inside an import at the fork (the plan
+    ahead) leaves that module's import lock held for ever in the child; the deadline bounds it, vLLM's own
+    subprocess then runs. The deadline is seconds, not minutes: a forked child answers in seconds (part AK)."""
+    (tmp_path / "slow_to_import_for_fork.py").write_text("import time\ntime.sleep(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importing = threading.Thread(target=__import__, args=("slow_to_import_for_fork",))
+    importing.start()
+    time.sleep(0.5)  # the thread is inside the module's import
+
+    def needs_that_module():
+        import slow_to_import_for_fork  # noqa: F401 - the child waits on the lock its parent's thread held
+        return "answered"
+
+    started = time.monotonic()
+    try:
+        assert model_inspection.in_fork(needs_that_module, deadline_s=1.5) is model_inspection._NONE
+        assert time.monotonic() - started < 10
+    finally:
+        importing.join()
+        sys.modules.pop("slow_to_import_for_fork", None)
+    assert model_inspection.DEADLINE_S <= 30
+
+
+def test_a_thread_of_ours_that_imports_holds_the_fork_until_its_imports_are_done(tmp_path, monkeypatch):
+    """The plan ahead (vllm_bridge/ahead.py) imports while vLLM resolves the model: it holds IMPORTING, so the
+    fork waits for it and the child finds the module imported, not its lock held for ever."""
+    (tmp_path / "slow_to_import_gated.py").write_text("import time\ntime.sleep(1)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def plan_ahead():
+        with model_inspection.IMPORTING:
+            __import__("slow_to_import_gated")
+
+    importing = threading.Thread(target=plan_ahead)
+    importing.start()
+    time.sleep(0.3)
+
+    def needs_that_module():
+        import slow_to_import_gated  # noqa: F401
+        return "answered"
+
+    try:
+        assert model_inspection.in_fork(needs_that_module, deadline_s=10) == "answered"
+    finally:
+        importing.join()
+        sys.modules.pop("slow_to_import_gated", None)
+
+
+def test_the_plan_ahead_holds_the_gate(monkeypatch):
+    """ahead.start's thread plans inside IMPORTING (what the test above relies on)."""
+    from vllm_bridge import ahead
+
+    held = []
+    monkeypatch.setattr(ahead, "_started", threading.Event())
+    monkeypatch.setattr(ahead, "_plan_and_build", lambda *a: held.append(model_inspection.IMPORTING.locked()))
+    ahead.start(types.SimpleNamespace(model="m"), Settings("vllm-0.25-plugin")).join(10)
+    assert held == [True] and not model_inspection.IMPORTING.locked()
 
 
 def die():
