@@ -15,6 +15,7 @@ import time
 
 import pytest
 from test_precompile import FakeBackend, _in_worker, _instructions, alive, fake_env, gemm, options, plan  # noqa: F401 - fake_env: a fixture
+from test_registry import fictitious_row  # noqa: F401 - a fixture: one backend row, its classes in a module of its own
 
 from executor import registry
 from executor.precompile.workers import backend_classes
@@ -183,3 +184,13 @@ def test_flashinfers_build_only_twin_builds_under_the_lock_and_loads_nothing(tmp
 
     assert fake.CALLS == [("build", "sampling", True)]                      # built, locked, never loaded
     assert twin.built == ["sampling"] and twin.prebuilt == ["gemm"]
+
+
+def test_a_fictitious_backend_row_reaches_the_pool(fictitious_row):
+    """The pool reads a new backend off its one row (tests/executor/test_registry.py adds it): its worker runs
+    the row's compile-only twin, in the compile lane (the twin is CUDA-free), with its preloads."""
+    from executor.precompile.workers.lanes import COMPILE_LANE, preload_of
+
+    assert backend_classes.WORKER_CLASSES["fictitious"] == fictitious_row.worker
+    assert backend_classes.worker_specs(["fictitious", "null"])["fictitious"] == fictitious_row.worker
+    assert lane_of("fictitious") == COMPILE_LANE and preload_of(["fictitious"]) == ["json"]
