@@ -7,7 +7,8 @@ H200 in bench/RESULTS.md parts AJ and AK, off vLLM's path but the end of it). nv
 runs a compile unit's optimisation passes in threads; FlashInfer passes FLASHINFER_EXTRA_CUDAFLAGS to
 every nvcc it runs. Each variant builds the module once, in a fresh FlashInfer workspace of its own
 (FLASHINFER_WORKSPACE_BASE), in a child process (FlashInfer reads its environment at import), one after
-the other; the output is one JSON object: the variants' flags, wall seconds and library size. Nothing
+the other; the output is one JSON object: the variants' flags, wall seconds, library size and each compile
+unit's seconds (ninja's log: which unit is the long pole). Nothing
 is loaded (no CUDA context): FlashInfer builds for FLASHINFER_CUDA_ARCH_LIST. Each variant has at most
 `--timeout` seconds: past it, the child's whole process group (its ninja and nvcc) is ended, so that no
 build outlives its variant and loads the machine under a later measurement (bench/RESULTS.md part AK:
@@ -32,8 +33,25 @@ import importlib, sys
 module, function = sys.argv[1].split(":")
 spec = getattr(importlib.import_module(module), function)()
 spec.build(verbose=False)
+print(getattr(spec, "build_dir", ""))
 print(spec.jit_library_path)
 """
+
+
+def unit_seconds(build_dir: str) -> dict:
+    """Each output's build seconds, from ninja's log in the module's build directory (its lines: start
+    and end in ms, mtime, output, command hash): which compile unit is the module's long pole."""
+    path = os.path.join(build_dir, ".ninja_log") if build_dir else ""
+    if not path or not os.path.exists(path):
+        return {}
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if line.startswith("#") or len(fields) < 4 or not (fields[0].isdigit() and fields[1].isdigit()):
+                continue
+            out[os.path.basename(fields[3])] = round((int(fields[1]) - int(fields[0])) / 1000, 1)
+    return out
 
 
 def build_once(generator: str, arch: str, flags: str, timeout_s: float, dry_run: bool = False) -> dict:
@@ -59,9 +77,11 @@ def build_once(generator: str, arch: str, flags: str, timeout_s: float, dry_run:
         return {"flags": flags, "rc": None, "wall_s": round(time.perf_counter() - started, 1), "library_bytes": None,
                 "error": [f"not built within {timeout_s:g} s: ended with its ninja and nvcc"]}
     wall = time.perf_counter() - started
-    library = stdout.strip().splitlines()[-1] if child.returncode == 0 and stdout.strip() else None
+    lines = stdout.strip().splitlines() if child.returncode == 0 else []
+    library = lines[-1] if lines else None
     result = {"flags": flags, "rc": child.returncode, "wall_s": round(wall, 1),
-              "library_bytes": os.path.getsize(library) if library and os.path.exists(library) else None}
+              "library_bytes": os.path.getsize(library) if library and os.path.exists(library) else None,
+              "units_s": unit_seconds(lines[-2]) if len(lines) >= 2 else {}}
     if child.returncode != 0:
         result["error"] = (stderr or stdout).strip().splitlines()[-1:]
     shutil.rmtree(workspace, ignore_errors=True)

@@ -12,10 +12,14 @@ from bench import flashinfer_build_time as fbt
 STAND_IN = textwrap.dedent("""
     import os
     class Spec:
-        jit_library_path = os.path.join(os.environ["FLASHINFER_WORKSPACE_BASE"], "m.so")
+        build_dir = os.environ["FLASHINFER_WORKSPACE_BASE"]
+        jit_library_path = os.path.join(build_dir, "m.so")
         def build(self, verbose):
             with open(self.jit_library_path, "w") as f:
                 f.write(os.environ.get("FLASHINFER_EXTRA_CUDAFLAGS", "") + "|" + os.environ["FLASHINFER_CUDA_ARCH_LIST"])
+            with open(os.path.join(self.build_dir, ".ninja_log"), "w") as f:  # ninja's own format
+                f.write("# ninja log v6\\n0\\t98500\\t0\\t/w/csrc_sampling.cuda.o\\tab12\\n"
+                        "10\\t20510\\t0\\t/w/csrc_renorm.cuda.o\\tcd34\\n98500\\t99000\\t0\\t/w/m.so\\tef56\\n")
     def gen():
         return Spec()
     def broken():
@@ -34,6 +38,7 @@ def test_each_variant_builds_with_its_flags_in_its_own_workspace(tmp_path, monke
     assert [v["flags"] for v in out["variants"]] == ["", "--split-compile=0"]
     assert sizes == [len("|9.0a"), len("--split-compile=0|9.0a")]
     assert all(v["rc"] == 0 and v["wall_s"] >= 0 for v in out["variants"])
+    assert out["variants"][0]["units_s"] == {"csrc_sampling.cuda.o": 98.5, "csrc_renorm.cuda.o": 20.5, "m.so": 0.5}
 
 
 def test_a_failed_build_is_its_rc_and_last_line(tmp_path, monkeypatch, capsys):
