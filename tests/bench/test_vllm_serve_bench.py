@@ -597,6 +597,18 @@ def test_proof_script_sets_the_start_up_settings_only_in_the_parts_named(tmp_pat
     assert len(removed) == 2
 
 
+def test_proof_script_gives_flashinfers_nvcc_flags_to_the_parts_named_only(tmp_path):
+    """FI_FLAGS_PARTS: those parts' FlashInfer builds get FLASHINFER_EXTRA_CUDAFLAGS=$FI_FLAGS; every other part has it
+    unset, whatever the caller's environment holds (a module built with other flags would be rebuilt)."""
+    out = proof_dry_run(tmp_path, "plugin-warm_1 plugin-warm_2", PLUGIN_WARM_FROM="bundle-build",
+                        FI_FLAGS="--split-compile=0", FI_FLAGS_PARTS="plugin-warm_2",
+                        FLASHINFER_EXTRA_CUDAFLAGS="--from-the-caller")
+    drivers = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
+    assert len(drivers) == 2 and all("-u FLASHINFER_EXTRA_CUDAFLAGS" in x for x in drivers)
+    assert ["FLASHINFER_EXTRA_CUDAFLAGS=--split-compile=0" in x for x in drivers] == [False, True]
+    assert not any("--from-the-caller" in x for x in drivers)
+
+
 def test_proof_script_runs_plugin_warm_on_the_bundle_builds_caches(tmp_path):
     """PLUGIN_WARM_FROM=bundle-build: one plugin cold run gives the cold row, the bundle and the warm series'
     caches; the warm run names no bundle (it neither writes nor installs one)."""
