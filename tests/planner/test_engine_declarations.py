@@ -147,13 +147,16 @@ def test_a_fictitious_flag_is_one_row(fictitious_flag, capsys):
     assert (request.fictitious_knob, request.gpu, request.source) == (3, "H200", "x.json")
     left_out = parser.parse_args(["engine", "--from-hf", "config.json"])
     assert request_type.from_args(left_out) == request_type()
-    # engine_from_hf is handed it, and writes nothing of it: no check_flags line, no engine entry yet
+    # engine_from_hf is handed it: the command that regenerates the engine (its description) names it, with no
+    # edit of the builder; the rest is code of its own (no check_flags line, no engine entry yet)
     from planner.engine.hf import engine_from_hf
 
     with open(os.path.join(ROOT, "tests", "fixtures", "hf", "qwen3-8b.json"), encoding="utf-8") as f:
         config = json.load(f)
-    assert (engine_from_hf(config, request_type(fictitious_knob=3, num_blocks=4096))
-            == engine_from_hf(config, flags.EngineRequest(num_blocks=4096)))
+    with_knob = engine_from_hf(config, request_type(fictitious_knob=3, num_blocks=4096))
+    without = engine_from_hf(config, flags.EngineRequest(num_blocks=4096))
+    assert f"{FICTITIOUS_FLAG} 3" in with_knob["description"] and FICTITIOUS_FLAG not in without["description"]
+    assert {**with_knob, "description": None} == {**without, "description": None}
 
     # the engine field it names is not the schema's: a new engine field is a schema property too
     with pytest.raises(KeyError):
@@ -192,3 +195,32 @@ def test_engine_facts_repeats_no_default_of_the_schema():
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                  and node.func.attr == "get" and len(node.args) > 1]
     assert defaulted == []
+
+
+@pytest.mark.parametrize("asked", [
+    ["--sampler", "triton"],
+    ["--model-runner", "v2", "--fp8-linear-kernel", "deep_gemm"],
+    ["--tp", "2", "--max-model-len", "4096", "--sampler", "flashinfer", "--kv-cache-dtype", "fp8"],
+])
+def test_the_description_regenerates_the_engine(asked):
+    """The engine's description names the command that regenerates it: run as written, it gives the same engine.
+    (--sampler, --model-runner and --fp8-linear-kernel were left out of it before: a regenerated engine differed.)"""
+    import shlex
+
+    from planner.cli import build_parser
+    from planner.engine.hf import EngineRequest, engine_from_hf
+
+    with open(os.path.join(ROOT, "tests", "fixtures", "hf", "llama-3.1-8b-instruct-fp8-block.json"),
+              encoding="utf-8") as f:
+        config = json.load(f)
+
+    def engine_of(argv):
+        args = build_parser("engine", with_plugins=False).parse_args(["engine", "--from-hf", "config.json", *argv])
+        return engine_from_hf(config, EngineRequest.from_args(args, gpu=args.gpu, source="config.json"))
+
+    engine = engine_of(asked)
+    command = engine["description"].split("`")[1]
+    assert command.startswith("warmup engine --from-hf config.json")
+    words = shlex.split(command)
+    assert all(words.count(flag) == 1 for flag in asked if flag.startswith("--"))  # each once, as given
+    assert engine_of(shlex.split(command)[4:]) == engine

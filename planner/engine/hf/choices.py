@@ -27,11 +27,7 @@ def vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str 
         raise config_error(source, "--fp8-linear-kernel flashinfer_deep_gemm: vLLM selects FlashInfer's block-FP8 "
                                    "kernel on SM 9.0 only (has_flashinfer_fp8_blockscale_gemm), and the GPU is "
                                    f"SM {capability}")
-    given = [f"{flag} {value}" for flag, value in (("--fp8-linear-kernel", fp8_linear_kernel),
-                                                   ("--model-runner", model_runner), ("--sampler", sampler))
-             if value is not None]
-    if given:  # the command that regenerates the config names them too
-        engine["description"] = engine["description"].replace("` from ", f" {' '.join(given)}` from ", 1)
+    # the command that regenerates the config names them as given: assemble.py's _description, from the rows
     model = engine["model"]
     if model_runner not in (None, "auto"):  # auto, the schema's default, is left out as the shipped engines do
         model = engine["model"] = insert_after(model, "runner", "model_runner", model_runner)

@@ -165,6 +165,11 @@ FROM_HF_FLAGS: tuple[FlagSpec, ...] = (
 _SPECS = {spec.flag: spec for spec in FROM_HF_FLAGS}
 
 
+def flag_rows() -> tuple[FlagSpec, ...]:
+    """The rows as they are now (what reads them at each use, so that a row added is read: assemble.py)."""
+    return FROM_HF_FLAGS
+
+
 def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
     if value is None and allow_none:
         return None
