@@ -20,6 +20,7 @@ import types
 from types import SimpleNamespace as NS
 
 import pytest
+from test_worker_concerns import stock_vllm
 
 from executor.bundle.startup import Origin
 from planner.api import expand, load_engine, load_plan
@@ -613,13 +614,7 @@ def test_warm_up_installs_the_monitor_when_load_model_was_not_the_plugins_to_wra
 
 def plan_worker(monkeypatch, calls):
     """A worker whose vLLM method is 0.25's (kernel_warmup, capture, batches), on stock modules."""
-    worker_module, kernel_module = types.ModuleType("stock_gpu_worker2"), types.ModuleType("stock_kernel_warmup2")
-    kernel_module.deep_gemm_warmup = lambda: calls.append("vLLM's DeepGEMM sweep")
-    worker_module.kernel_warmup = lambda worker: calls.append("kernel_warmup") or kernel_module.deep_gemm_warmup()
-    worker_module.warmup_kernels = lambda *args: calls.append("vLLM's synthetic batches")
-    for module in (worker_module, kernel_module):
-        monkeypatch.setitem(sys.modules, module.__name__, module)
-    release = Release("vllm-0.25", worker_module=worker_module.__name__, kernel_warmup_module=kernel_module.__name__)
+    release, worker_module, _ = stock_vllm(monkeypatch, calls)
     worker = NS(rank=0, vllm_config=None, device="cpu",
                 model_runner=NS(capture_model=lambda: calls.append("vLLM's capture") or 7))
     expanded = expand(load_plan("vllm-0.25"), load_engine(ENGINE))
