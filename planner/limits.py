@@ -17,7 +17,8 @@ MAX_SEQS = 1 << 16                   # num_seqs: max_num_seqs
 MAX_BLOCKS = 1 << 24                 # num_blocks
 MAX_VOCAB = 1 << 21                  # vocab_size
 MAX_SPECULATIVE_TOKENS = 256         # speculative.num_speculative_tokens
-# The engine schema's enums behind `warmup engine --from-hf`'s flags (a test checks them too).
+# The engine schema's enums behind `warmup engine --from-hf`'s flags (a test checks them too: each flag
+# row's bound and choices are the schema's at the row's field, tests/planner/test_engine_declarations.py).
 SPECULATIVE_METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "dflash", "dspark", "suffix")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4")
 # `warmup engine --from-hf --fp8-linear-kernel`: the kernel vLLM picks for the block-FP8 linears

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from planner.engine.hf.flags import FROM_HF_FLAGS
+from planner.engine.hf.flags import FROM_HF_FLAGS, FlagSpec
 from planner.engine.names import EXPRESSION_FIELDS, EXPRESSION_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,17 +36,40 @@ def test_every_expression_name_reads_fields_the_schema_has(name):
         assert schema_node(path) is not None
 
 
+def resolved(node: dict) -> dict:
+    """A schema node through its $ref (the bounds and enums shared in $defs)."""
+    while "$ref" in node:
+        node = SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    return node
+
+
+# The rows that take less than their field allows, and why; every other row's bound or choices are
+# exactly the schema's at its field, so that the row (planner/limits.py's constant) and the schema
+# cannot drift apart.
+NARROWER_THAN_THE_SCHEMA = {
+    "--tp": "a parallel size is bounded as num_seqs: the field's pos_int bound is any positive integer's",
+    "--dp": "a parallel size is bounded as num_seqs: the field's pos_int bound is any positive integer's",
+    "--fp8-linear-kernel": "two of the kernels vLLM picks, the two a flag decides (FlashInfer or not)",
+}
+
+
 @pytest.mark.parametrize("spec", [spec for spec in FROM_HF_FLAGS if spec.field], ids=lambda spec: spec.flag)
-def test_every_from_hf_flag_sets_a_schema_field_within_its_bounds(spec):
-    node = schema_node(tuple(spec.field.split(".")))
-    if spec.choices:  # the flag takes exactly the field's names
-        names = node.get("enum") or SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[-1]].get("enum")
-        assert set(spec.choices) <= set(names), (spec.flag, names)
-    if spec.bound is not None:  # the flag lets through nothing the schema refuses
-        bound = node.get("maximum")
-        if bound is None and "$ref" in node:
-            bound = SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[-1]].get("maximum")
-        assert bound is None or spec.bound <= bound, (spec.flag, bound, spec.bound)
+def test_every_from_hf_flag_takes_its_schema_fields_bound_or_values(spec):
+    node = resolved(schema_node(tuple(spec.field.split("."))))  # KeyError: no such field
+    if spec.switch:  # on or off: --ignore-memory says how num_blocks is found, not a value of it
+        return
+    assert spec.bound is not None or spec.choices, f"{spec.flag}: a row of a value declares its bound or choices"
+    narrower = spec.flag in NARROWER_THAN_THE_SCHEMA
+    if spec.choices:  # the flag takes exactly the field's names, in the schema's order
+        assert set(spec.choices) < set(node["enum"]) if narrower else list(spec.choices) == node["enum"], \
+            (spec.flag, node["enum"])
+    if spec.bound is not None:  # the flag lets through exactly what the schema does
+        assert spec.bound < node["maximum"] if narrower else spec.bound == node["maximum"], \
+            (spec.flag, node["maximum"], spec.bound)
+
+
+def test_the_rows_narrower_than_the_schema_are_rows():
+    assert set(NARROWER_THAN_THE_SCHEMA) <= {spec.flag for spec in FROM_HF_FLAGS}
 
 
 def test_the_one_flag_of_no_engine_field_names_a_supported_release():
@@ -102,10 +125,14 @@ def fictitious_flag(monkeypatch):
     """One more FlagSpec row in FROM_HF_FLAGS (planner/engine/hf/flags.py), for one test."""
     from planner.engine.hf import flags
 
-    row = flags.FlagSpec(FICTITIOUS_FLAG, "scheduler.fictitious_knob", "a made-up count of the scheduler",
-                         bound=64, metavar="N")
+    row = fictitious_row()
     monkeypatch.setattr(flags, "FROM_HF_FLAGS", flags.FROM_HF_FLAGS + (row,))
     return row
+
+
+def fictitious_row() -> FlagSpec:
+    return FlagSpec(FICTITIOUS_FLAG, "scheduler.fictitious_knob", "a made-up count of the scheduler", bound=64,
+                    metavar="N")
 
 
 def test_a_fictitious_flag_is_one_row(fictitious_flag, capsys):
@@ -113,8 +140,9 @@ def test_a_fictitious_flag_is_one_row(fictitious_flag, capsys):
     the flags --from-vllm refuses, and EngineRequest.from_args reads it. The record's field is the other
     line a flag needs (EngineRequest is a dataclass: without the field the request cannot be built, and
     test_a_flag_is_one_row_and_one_field_of_the_engine_request fails); with it the value reaches
-    engine_from_hf. What the builder does with it is code of its own (check_flags, the engine dict, the
-    regenerating command in the description), and the engine field is the schema's."""
+    engine_from_hf, checked by the row (check_flags: test_a_fictitious_flag_is_checked_by_its_row) and
+    named in the regenerating command. What the builder writes into the engine dict is code of its own,
+    and the engine field is the schema's."""
     import dataclasses
 
     from planner.cli import build_parser, main
@@ -148,7 +176,7 @@ def test_a_fictitious_flag_is_one_row(fictitious_flag, capsys):
     left_out = parser.parse_args(["engine", "--from-hf", "config.json"])
     assert request_type.from_args(left_out) == request_type()
     # engine_from_hf is handed it: the command that regenerates the engine (its description) names it, with no
-    # edit of the builder; the rest is code of its own (no check_flags line, no engine entry yet)
+    # edit of the builder; what the engine dict holds for it is code of its own (no engine entry yet)
     from planner.engine.hf import engine_from_hf
 
     with open(os.path.join(ROOT, "tests", "fixtures", "hf", "qwen3-8b.json"), encoding="utf-8") as f:
@@ -161,6 +189,82 @@ def test_a_fictitious_flag_is_one_row(fictitious_flag, capsys):
     # the engine field it names is not the schema's: a new engine field is a schema property too
     with pytest.raises(KeyError):
         schema_node(tuple(fictitious_flag.field.split(".")))
+
+
+def _with_row(monkeypatch, row):
+    """`row` appended to FROM_HF_FLAGS, and the request record with its field (the line beside the row),
+    put where the command line builds its request (planner.engine.hf.EngineRequest)."""
+    import dataclasses
+
+    from planner.engine import hf
+    from planner.engine.hf import flags
+
+    monkeypatch.setattr(flags, "FROM_HF_FLAGS", flags.FROM_HF_FLAGS + (row,))
+    request_type = dataclasses.make_dataclass("Request", [(row.dest, "object", None)],
+                                              bases=(flags.EngineRequest,), frozen=True)
+    monkeypatch.setattr(hf, "EngineRequest", request_type)
+    return request_type
+
+
+def test_a_fictitious_flag_is_checked_by_its_row(monkeypatch, capsys):
+    """check_flags checks each row by its declaration, so the row's bound is the check with no line of
+    check_flags: over the bound or not a positive integer, the one-line refusal (exit 2) every flag has;
+    within it, the checked value is the flag's attribute of Flags."""
+    from planner.cli import main
+    from planner.engine.hf.flags import check_flags
+
+    request_type = _with_row(monkeypatch, fictitious_row())
+    hf_config = os.path.join(ROOT, "tests", "fixtures", "hf", "qwen3-8b.json")
+    for value, message in (("65", f"{FICTITIOUS_FLAG} 65 is over the bound of 64 (schemas/engine.schema.json "
+                                  "says why)"),
+                           ("0", f"{FICTITIOUS_FLAG} must be a positive integer, got 0")):
+        assert main(["engine", "--from-hf", hf_config, FICTITIOUS_FLAG, value]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert main(["engine", "--from-hf", hf_config, "--num-blocks", "4096", FICTITIOUS_FLAG, "64"]) == 0
+    assert f"{FICTITIOUS_FLAG} 64" in capsys.readouterr().out  # the regenerating command names it
+    assert check_flags(request_type(fictitious_knob=64)).fictitious_knob == 64
+    assert check_flags(request_type()).fictitious_knob is None  # left out: the row's default
+
+
+@pytest.mark.parametrize("row,given,checked,refused,message", [
+    (FlagSpec("--fictitious-name", "model.fictitious_name", "a made-up name", choices=("auto", "fast"),
+              default="auto"), None, "auto", "slow",
+     "--fictitious-name 'slow' is not one of auto, fast (schemas/engine.schema.json)"),
+    (FlagSpec("--fictitious-name", "model.fictitious_name", "a made-up name", choices=("auto", "fast")),
+     "fast", "fast", 3, "--fictitious-name 3 is not one of auto, fast (schemas/engine.schema.json)"),
+    (FlagSpec("--fictitious-count", "model.fictitious_count", "a made-up count", bound=8, required=True),
+     8, 8, None, "--fictitious-count must be a positive integer, got None"),
+    (FlagSpec("--fictitious-switch", "model.fictitious_switch", "a made-up switch", switch=True),
+     None, False, None, None),
+], ids=["choices, default", "choices", "required count", "switch"])
+def test_each_declaration_of_a_fictitious_row_is_its_check(monkeypatch, row, given, checked, refused, message):
+    """A row's choices, default, required and switch are its check, as the real rows' are."""
+    from planner.engine.hf.flags import check_flags
+    from planner.engine.hf.source import HFConfigError
+
+    request_type = _with_row(monkeypatch, row)
+    assert getattr(check_flags(request_type(**{row.dest: given})), row.dest) == checked
+    if message is None:
+        return
+    with pytest.raises(HFConfigError) as refusal:
+        check_flags(request_type(**{row.dest: refused}, source="config.json"))
+    assert str(refusal.value) == f"config.json: {message}"
+
+
+def test_check_flags_names_no_flag():
+    """check_flags loops over the rows: no flag, and no field of the request, is written in it (a new
+    row would otherwise need a line there)."""
+    import ast
+    import inspect
+
+    from planner.engine.hf.flags import check_flags
+
+    tree = ast.parse(inspect.getsource(check_flags))
+    strings = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert not [text for text in strings if "--" in text]
+    assert not attributes & {spec.dest for spec in FROM_HF_FLAGS}
 
 
 def _facts_builders():

@@ -176,7 +176,7 @@ def engine_from_hf(hf: dict, request: EngineRequest = EngineRequest(), *, warn=N
                        model=model, linear=linear, moe=moe, attention=attention,
                        kv_cache={"num_blocks": num_blocks, "groups": kv_groups}, scheduler=scheduler,
                        speculative=speculative, par=par, gpu=device)
-    return vllm_choices(engine, request.fp8_linear_kernel, request.model_runner, source, request.sampler)
+    return vllm_choices(engine, flags.fp8_linear_kernel, flags.model_runner, source, flags.sampler)
 
 
 def _warning_sink(request: EngineRequest, warn):

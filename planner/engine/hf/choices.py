@@ -5,9 +5,8 @@ sampler, and the flags that pin them.
 
 from __future__ import annotations
 
-from ...limits import FP8_LINEAR_KERNEL_CHOICES, MODEL_RUNNERS, SAMPLERS
 from ..vllm_choices import default_linear_kernel
-from .source import config_error, short_repr
+from .source import config_error
 from .writer import insert_after
 
 
@@ -18,10 +17,7 @@ def vllm_choices(engine: dict, fp8_linear_kernel: str | None, model_runner: str 
     `--fp8-linear-kernel deep_gemm`. Defaults are left out, as the engine schema's defaults are: the
     runner and the sampler `auto`, and a kernel that is what the engine loader fills in (vLLM's choice
     with FlashInfer installed)."""
-    for value, flag, choices in ((fp8_linear_kernel, "--fp8-linear-kernel", FP8_LINEAR_KERNEL_CHOICES),
-                                 (model_runner, "--model-runner", MODEL_RUNNERS), (sampler, "--sampler", SAMPLERS)):
-        if value is not None and value not in choices:
-            raise config_error(source, f"{flag} {short_repr(value)} is not one of {', '.join(choices)}")
+    # each value is one of its row's choices already (flags.py, check_flags); what is left is the GPU's say
     capability = engine["device"]["capability"]
     if fp8_linear_kernel == "flashinfer_deep_gemm" and capability != "9.0":
         raise config_error(source, "--fp8-linear-kernel flashinfer_deep_gemm: vLLM selects FlashInfer's block-FP8 "

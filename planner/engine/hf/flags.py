@@ -1,15 +1,24 @@
 """vLLM's command-line flags as engine_from_hf takes them: one FlagSpec row per flag (FROM_HF_FLAGS),
-one EngineRequest field per row (what the builder is asked, as one record), and each value checked
-against the engine schema's bound of the field it sets (check_flags: Flags): the parallelism (tp, dp,
-expert parallelism), the scheduler's and the cache's sizes, max_model_len, the speculative method and
-its draft tokens, the KV-cache dtype; and the vLLM release whose model code the shapes follow
-(--vllm-release: a row of planner/engine/releases.py, the newest by default), the one flag that sets
-no engine field. A new flag is one row and one field (tests/planner/test_engine_declarations.py).
+one EngineRequest field per row (what the builder is asked, as one record), and each value checked by
+its own row (check_flags: Flags): a count under the engine schema's bound of the field it sets, a name
+among the field's values, a switch on or off. The flags: the parallelism (tp, dp, expert parallelism),
+the scheduler's and the cache's sizes, max_model_len, the speculative method and its draft tokens, the
+KV-cache dtype, what vLLM picks at start-up (kernel, runner, sampler), --ignore-memory; and the vLLM
+release whose model code the shapes follow (--vllm-release: a row of planner/engine/releases.py, the
+newest by default), the one flag that sets no engine field.
+
+A new flag is one row here and one EngineRequest field beside it. The row alone gives `warmup engine`
+its argument, the flags --from-vllm refuses, its check (check_flags loops over the rows: the row's bound,
+choices, switch, default or `required` is the check), its checked value (Flags.<dest>) and its place in
+the regenerating command (assemble.py's _as_asked). Beyond the two lines: what the builder writes into
+the engine dict for it is code of its own (the value's meaning); a field new to the engine is also a
+property of schemas/engine.schema.json, whose bound or values a test holds equal to the row's
+(tests/planner/test_engine_declarations.py), and a record of planner/engine/facts.py where stages read it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...limits import (FP8_LINEAR_KERNEL_CHOICES, KV_CACHE_DTYPES, MAX_BLOCKS, MAX_SEQS, MAX_SPECULATIVE_TOKENS,
                        MAX_TOKENS, MODEL_RUNNERS, SAMPLERS, SPECULATIVE_METHODS)
@@ -33,28 +42,14 @@ class Parallel:
         return self.ep and self.tp > 1 and self.dp > 1
 
 
-@dataclass
-class Flags:
-    """The command-line flags, checked; None where a flag was not given."""
-
-    parallel: Parallel
-    max_num_seqs: int | None
-    max_num_batched_tokens: int | None
-    num_blocks: int | None
-    block_size: int | None
-    max_model_len: int | None
-    speculative_method: str | None = None
-    num_speculative_tokens: int | None = None
-    kv_cache_dtype: str = "auto"
-    # the vLLM release whose model code the shapes follow, where releases differ (--vllm-release)
-    release: VllmRelease = field(default_factory=lambda: VLLM_RELEASES[newest()])
+SCHEMA = "schemas/engine.schema.json"  # where a field's bound is reasoned and its values listed
 
 
 @dataclass(frozen=True)
 class FlagSpec:
     """One flag of `warmup engine --from-hf`: vLLM's flag of that name where vLLM has one, and the
     engine field it sets. The command's arguments, the flags --from-vllm refuses (vLLM's own
-    arguments say these things) and each flag's check all read this one row."""
+    arguments say these things) and each flag's check (check_flags) all read this one row."""
 
     flag: str                     # "--max-num-seqs"
     field: str | None             # the engine field it sets, as the schema names it (None: --vllm-release,
@@ -64,10 +59,17 @@ class FlagSpec:
     choices: tuple[str, ...] = ()  # a name: the engine schema's values for the field
     switch: bool = False          # no value: on when given
     metavar: str | None = None
+    # How the value is checked, beyond the bound, the choices or the switch:
+    required: bool = False        # None refused (--tp, --dp: the request's default is 1, never None)
+    default: object = None        # what a flag left out (None) is checked into; a function is called at
+                                  # each check (--vllm-release: the newest row of the table as it is then)
+    listed_in: str | None = SCHEMA  # the table a refused name is sent to (None: the refusal names none)
+    check: object = None          # a value that hangs on another flag's: a function check(row, value, the
+                                  # rows before it checked by dest, source) in place of the row's own check
 
     @property
     def dest(self) -> str:
-        """The argparse attribute, and the EngineRequest field of the flag."""
+        """The argparse attribute, the EngineRequest field and the Flags attribute of the flag."""
         return self.flag[2:].replace("-", "_")
 
     def argparse_options(self) -> dict:
@@ -75,6 +77,76 @@ class FlagSpec:
             return {"action": "store_true", "help": self.help}
         options = {"help": self.help, **({"metavar": self.metavar} if self.metavar else {})}
         return {"choices": self.choices, **options} if self.choices else {"type": int, **options}
+
+    def checked(self, value, source: str):
+        """`value` as the row declares it: a switch on or off, the default where left out (None, unless
+        required), a name among the choices, a positive count under the bound."""
+        if self.switch:
+            return bool(value)
+        if value is None and not self.required:
+            return self.default() if callable(self.default) else self.default
+        if self.choices:
+            return _one_of(self, value, source)
+        return _count(self, value, source) if self.bound is not None else value
+
+
+def _count(spec: FlagSpec, value, source: str) -> int:
+    """A positive integer under the row's bound (a bool is no count, though Python calls it an int)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise config_error(source, f"{spec.flag} must be a positive integer, got {short_repr(value)}")
+    if value > spec.bound:
+        raise config_error(source, f"{spec.flag} {value} is over the bound of {spec.bound:,} "
+                                   f"({SCHEMA} says why)")
+    return value
+
+
+def _one_of(spec: FlagSpec, value, source: str) -> str:
+    """One of the row's choices; the refusal sends the reader to the table that lists them."""
+    if isinstance(value, str) and value in spec.choices:
+        return value
+    table = f" ({spec.listed_in})" if spec.listed_in else ""
+    raise config_error(source, f"{spec.flag} {short_repr(value)} is not one of {', '.join(spec.choices)}{table}")
+
+
+def _draft_tokens(spec: FlagSpec, k, earlier: dict[str, object], source: str) -> int | None:
+    """--num-speculative-tokens, checked against --speculative-method (0 goes with `none` only)."""
+    if k is None:
+        return None
+    method = earlier["speculative_method"]
+    if method is None:
+        raise config_error(source, f"--num-speculative-tokens {short_repr(k)} needs --speculative-method (one of "
+                                   f"{', '.join(m for m in SPECULATIVE_METHODS if m != 'none')})")
+    if method == "none":
+        if k == 0 and not isinstance(k, bool):
+            return 0
+        raise config_error(source, "--speculative-method none takes no draft tokens: --num-speculative-tokens "
+                                   f"must be 0 or left out, got {short_repr(k)}")
+    return spec.checked(k, source)
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The request's flags, each checked by its row (check_flags): `values` holds every row's checked
+    value by its dest, read as an attribute (flags.max_num_seqs; None where a flag was not given and its
+    row has no default), so that a new row's value is there with no field here. Two are read as records:
+    `parallel` (--tp, --dp, --enable-expert-parallel) and `release` (--vllm-release's table row)."""
+
+    values: dict[str, object]
+
+    def __getattr__(self, dest: str):
+        values = vars(self).get("values", {})  # vars: no recursion where `values` is not set yet (copy)
+        if dest in values:
+            return values[dest]
+        raise AttributeError(f"no flag row has the dest {dest!r}")
+
+    @property
+    def parallel(self) -> Parallel:
+        return Parallel(tp=self.values["tp"], dp=self.values["dp"], ep=self.values["enable_expert_parallel"])
+
+    @property
+    def release(self) -> VllmRelease:
+        """The vLLM release whose model code the shapes follow, where releases differ (--vllm-release)."""
+        return VLLM_RELEASES[self.values["vllm_release"]]
 
 
 @dataclass(frozen=True)
@@ -119,8 +191,10 @@ NOT_FLAGS = ("gpu", "name", "source")  # EngineRequest's fields that no FlagSpec
 
 _KV = ", ".join(KV_CACHE_DTYPES)
 FROM_HF_FLAGS: tuple[FlagSpec, ...] = (
-    FlagSpec("--tp", "parallel.tensor_parallel_size", "tensor-parallel size (default 1)", bound=MAX_SEQS),
-    FlagSpec("--dp", "parallel.data_parallel_size", "data-parallel size (default 1)", bound=MAX_SEQS),
+    FlagSpec("--tp", "parallel.tensor_parallel_size", "tensor-parallel size (default 1)", bound=MAX_SEQS,
+             required=True),
+    FlagSpec("--dp", "parallel.data_parallel_size", "data-parallel size (default 1)", bound=MAX_SEQS,
+             required=True),
     FlagSpec("--enable-expert-parallel", "parallel.enable_expert_parallel", "shard experts over tp*dp ranks",
              switch=True),
     FlagSpec("--max-num-seqs", "scheduler.max_num_seqs",
@@ -138,21 +212,25 @@ FROM_HF_FLAGS: tuple[FlagSpec, ...] = (
              f"{', '.join(SPECULATIVE_METHODS)} (default none)", choices=SPECULATIVE_METHODS, metavar="METHOD"),
     FlagSpec("--num-speculative-tokens", "speculative.num_speculative_tokens",
              f"draft tokens per step, 1 to {MAX_SPECULATIVE_TOKENS} (required with a method, except mtp: the model's "
-             "MTP layers, and suffix: 24, vLLM's defaults)", bound=MAX_SPECULATIVE_TOKENS, metavar="N"),
+             "MTP layers, and suffix: 24, vLLM's defaults)", bound=MAX_SPECULATIVE_TOKENS, metavar="N",
+             check=_draft_tokens),
     FlagSpec("--kv-cache-dtype", "model.attention.kv_cache_dtype",
              f"vLLM's --kv-cache-dtype: {_KV} (default auto: the model's dtype)", choices=KV_CACHE_DTYPES,
-             metavar="DTYPE"),
+             metavar="DTYPE", default="auto"),
+    # listed_in=None: these three were refused in choices.py by name only, and still are (the kernel's two
+    # choices are not the schema's list of kernels: the others are vLLM's to pick, not a flag's)
     FlagSpec("--fp8-linear-kernel", "model.linear.kernel",
              "the kernel vLLM picks for the block-FP8 linears DeepGEMM can take: flashinfer_deep_gemm (the default "
              "on SM 9.0: FlashInfer installed, as vLLM's wheel brings it) or deep_gemm (no FlashInfer, or "
-             "VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0)", choices=FP8_LINEAR_KERNEL_CHOICES, metavar="KERNEL"),
+             "VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER=0)", choices=FP8_LINEAR_KERNEL_CHOICES, metavar="KERNEL",
+             listed_in=None),
     FlagSpec("--model-runner", "model.model_runner",
              "vLLM's model runner: auto (the default: each release's own choice for the model), v1 or v2 "
-             "(VLLM_USE_V2_MODEL_RUNNER=0 or 1)", choices=MODEL_RUNNERS, metavar="RUNNER"),
+             "(VLLM_USE_V2_MODEL_RUNNER=0 or 1)", choices=MODEL_RUNNERS, metavar="RUNNER", listed_in=None),
     FlagSpec("--sampler", "model.sampler",
              "vLLM's top-k/top-p sampler: auto (the default: FlashInfer's where vLLM's wheel installs it and the GPU "
              "is SM 8.0 to 12.1), flashinfer or triton (VLLM_USE_FLASHINFER_SAMPLER=0)", choices=SAMPLERS,
-             metavar="SAMPLER"),
+             metavar="SAMPLER", listed_in=None),
     FlagSpec("--ignore-memory", "kv_cache.num_blocks",
              "write the engine config even when the estimate says the model does not fit the GPU (weights over "
              "the memory budget, or no KV room for one max_model_len request): a loud warning, and num_blocks "
@@ -160,9 +238,9 @@ FROM_HF_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("--vllm-release", None,
              f"the vLLM release whose model code the shapes follow where releases differ: {', '.join(supported())} "
              f"(default the newest, {newest()}, which warmup-planner's `vllm` extra installs)",
-             choices=tuple(supported()), metavar="VERSION"),
+             choices=tuple(supported()), metavar="VERSION", default=newest,
+             listed_in="planner/engine/releases.py"),
 )
-_SPECS = {spec.flag: spec for spec in FROM_HF_FLAGS}
 
 
 def flag_rows() -> tuple[FlagSpec, ...]:
@@ -170,54 +248,14 @@ def flag_rows() -> tuple[FlagSpec, ...]:
     return FROM_HF_FLAGS
 
 
-def _flag_int(value, flag: str, source: str, *, allow_none: bool = True):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise config_error(source, f"{flag} must be a positive integer, got {short_repr(value)}")
-    if value > _SPECS[flag].bound:
-        raise config_error(source, f"{flag} {value} is over the bound of {_SPECS[flag].bound:,} "
-                                   "(schemas/engine.schema.json says why)")
-    return value
-
-
-def _flag_choice(value, flag: str, source: str):
-    if value is None or (isinstance(value, str) and value in _SPECS[flag].choices):
-        return value
-    table = "schemas/engine.schema.json" if _SPECS[flag].field else "planner/engine/releases.py"
-    raise config_error(source, f"{flag} {short_repr(value)} is not one of {', '.join(_SPECS[flag].choices)} "
-                               f"({table})")
-
-
 def check_flags(request: EngineRequest) -> Flags:
-    """The flags, each checked; the KV-cache dtype `auto` where not given, the newest release where none is."""
-    source = request.source
-    parallel = Parallel(tp=_flag_int(request.tp, "--tp", source, allow_none=False),
-                        dp=_flag_int(request.dp, "--dp", source, allow_none=False),
-                        ep=bool(request.enable_expert_parallel))
-    return Flags(parallel=parallel,
-                 max_num_seqs=_flag_int(request.max_num_seqs, "--max-num-seqs", source),
-                 max_num_batched_tokens=_flag_int(request.max_num_batched_tokens, "--max-num-batched-tokens", source),
-                 num_blocks=_flag_int(request.num_blocks, "--num-blocks", source),
-                 block_size=_flag_int(request.block_size, "--block-size", source),
-                 max_model_len=_flag_int(request.max_model_len, "--max-model-len", source),
-                 speculative_method=_flag_choice(request.speculative_method, "--speculative-method", source),
-                 num_speculative_tokens=_draft_tokens(request.speculative_method, request.num_speculative_tokens,
-                                                      source),
-                 kv_cache_dtype=_flag_choice(request.kv_cache_dtype, "--kv-cache-dtype", source) or "auto",
-                 release=VLLM_RELEASES[_flag_choice(request.vllm_release, "--vllm-release", source) or newest()])
-
-
-def _draft_tokens(method, k, source: str) -> int | None:
-    """--num-speculative-tokens, checked against --speculative-method (0 goes with `none` only)."""
-    if k is None:
-        return None
-    if method is None:
-        raise config_error(source, f"--num-speculative-tokens {short_repr(k)} needs --speculative-method (one of "
-                                   f"{', '.join(m for m in SPECULATIVE_METHODS if m != 'none')})")
-    if method == "none":
-        if k == 0 and not isinstance(k, bool):
-            return 0
-        raise config_error(source, "--speculative-method none takes no draft tokens: --num-speculative-tokens "
-                                   f"must be 0 or left out, got {short_repr(k)}")
-    return _flag_int(k, "--num-speculative-tokens", source)
+    """The flags, each checked by its own row, in the rows' order (a row added is checked): its bound,
+    its choices or its switch, its default where left out (the KV-cache dtype `auto`, the newest release),
+    or its own check where the value hangs on another flag's (the draft tokens on the method)."""
+    values: dict[str, object] = {}
+    for spec in flag_rows():
+        # a record without the row's field (one built before the row was added) did not give the flag
+        value = getattr(request, spec.dest, None)
+        values[spec.dest] = (spec.check(spec, value, values, request.source) if spec.check is not None
+                             else spec.checked(value, request.source))
+    return Flags(values)
