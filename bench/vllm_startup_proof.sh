@@ -133,6 +133,10 @@
 # FI_FLAGS="--split-compile=0" FI_FLAGS_PARTS="bundle-build ...": those parts' FlashInfer builds (every process of
 # the server, stock or plugin) with FLASHINFER_EXTRA_CUDAFLAGS=$FI_FLAGS, never inherited by the others. A cache
 # built with other flags is rebuilt (ninja reruns a command that changed): give such a part caches of its own.
+# Since part AL the plugin sets --split-compile=0 itself (WARMUP_FLASHINFER_SPLIT_COMPILE, on by default, where its
+# workspace allows); FI_OWN_FLAGS_PARTS="plugin-cold_2 ..." runs those parts with it off (FlashInfer's own flags).
+# With STOCK_WARM_FROM=bundle-build, put bundle-build in FI_OWN_FLAGS_PARTS: stock (no plugin, FlashInfer's flags)
+# would otherwise build again every module bundle-build's JIT workspace holds.
 # Issue 53 (the plugin's default after ready): the plugin arm runs with WARMUP_TORCH_COMPILE_AFTER_READY=compile, so
 # a graph the plan missed compiles and is counted; EAGER_PARTS="plugin-cold ..." runs those parts at the plugin's
 # default instead (eager: such a graph runs eagerly, unseen), to show the default costs nothing (run.json:
@@ -255,6 +259,7 @@ run_part() {
     case " ${INSPECTION_FORK_PARTS:-} " in *" $part "*) extra+=(WARMUP_MODEL_INSPECTION_FORK=1) ;; esac
     case " ${INSPECTION_SPAWN_PARTS:-} " in *" $part "*) extra+=(WARMUP_MODEL_INSPECTION_FORK=0) ;; esac
     case " ${FI_FLAGS_PARTS:-} " in *" $part "*) extra+=(FLASHINFER_EXTRA_CUDAFLAGS="${FI_FLAGS:?FI_FLAGS_PARTS needs FI_FLAGS}") ;; esac
+    case " ${FI_OWN_FLAGS_PARTS:-} " in *" $part "*) extra+=(WARMUP_FLASHINFER_SPLIT_COMPILE=0) ;; esac
     local after_ready=compile  # issue 53: the plan's own coverage is measured; EAGER_PARTS: the plugin's default
     case " ${EAGER_PARTS:-} " in *" $part "*) after_ready=eager ;; esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
@@ -334,6 +339,7 @@ run_part() {
     fi
     local cmd=(env -u TRITON_CACHE_DIR -u DG_JIT_CACHE_DIR -u WARMUP_PLAN -u WARMUP_JOBS -u WARMUP_ENGINE -u WARMUP_ENGINE_CORE_FORK
                -u WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS -u WARMUP_MODEL_INSPECTION_FORK -u FLASHINFER_EXTRA_CUDAFLAGS
+               -u WARMUP_FLASHINFER_SPLIT_COMPILE
                -u VLLM_PLUGINS -u TORCHINDUCTOR_FX_GRAPH_CACHE "${unset_mp[@]}" "${env_set[@]}"
                timeout --kill-after=20 "$limit" "${run[@]}" --config "$CONFIG" --arm "$arm"
                --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS" --tensor-parallel-size "$TP")

@@ -53,6 +53,16 @@ def _triton_cache_dir_back(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _flashinfer_flags_back(monkeypatch):
+    """A test that runs the plugin's register may set FlashInfer's extra nvcc flags for the whole process
+    (vllm_bridge/flashinfer_flags.py): the next test starts from the value before."""
+    if "FLASHINFER_EXTRA_CUDAFLAGS" in os.environ:
+        monkeypatch.setenv("FLASHINFER_EXTRA_CUDAFLAGS", os.environ["FLASHINFER_EXTRA_CUDAFLAGS"])
+    else:
+        monkeypatch.delenv("FLASHINFER_EXTRA_CUDAFLAGS", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def _dynamo_stance_back_to_default():
     """A test that runs a worker's warmup to its seal sets Dynamo's stance for the whole process
     (executor/dynamo_stance.py): the next test starts from Dynamo's default."""

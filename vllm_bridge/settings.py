@@ -54,6 +54,8 @@ class Settings(NamedTuple):
     #                                model loaded in a thread while the weights load (vllm_bridge/compile_load.py)
     model_inspection_fork: bool = True  # WARMUP_MODEL_INSPECTION_FORK: vLLM's model-class inspection in a
     #                                forked child of the API server (vllm_bridge/model_inspection.py); 0: vLLM's own
+    flashinfer_split_compile: bool = True  # WARMUP_FLASHINFER_SPLIT_COMPILE: FlashInfer's nvcc spreads each compile
+    #                                unit over the cores, where its workspace allows (vllm_bridge/flashinfer_flags.py)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -68,7 +70,8 @@ class Settings(NamedTuple):
                    _choice(environ, "WARMUP_TORCH_COMPILE_AFTER_READY", ("eager", "compile")),
                    _flag(environ, "WARMUP_REGISTRY_PLAIN_HTTP"),
                    _choice(environ, "WARMUP_BUNDLE_INERT", ("warn", "error")), _fixes_off(environ),
-                   _flag(environ, "WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS"), _flag(environ, "WARMUP_MODEL_INSPECTION_FORK", default=True))
+                   _flag(environ, "WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS"), _flag(environ, "WARMUP_MODEL_INSPECTION_FORK", default=True),
+                   _flag(environ, "WARMUP_FLASHINFER_SPLIT_COMPILE", default=True))
 
     @property
     def asked(self) -> bool:

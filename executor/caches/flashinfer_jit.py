@@ -95,11 +95,45 @@ def _suffixed(major: int, minor: int) -> tuple[int, str]:
 
 def jit_dir(capabilities, environ=os.environ) -> str | None:
     """FlashInfer's ``FLASHINFER_JIT_DIR`` for these GPUs: where it builds modules (None: no FlashInfer)."""
-    fi_version, arch = flashinfer_version(), arch_dir_name(capabilities, environ)
-    if fi_version is None or arch is None:
+    workspace, arch = _version_workspace(environ), arch_dir_name(capabilities, environ)
+    if workspace is None or arch is None:
+        return None
+    return os.path.join(workspace, arch, "cached_ops")
+
+
+def _version_workspace(environ) -> str | None:
+    """FlashInfer's JIT workspace of the installed version, above its architecture directories."""
+    fi_version = flashinfer_version()
+    if fi_version is None:
         return None
     base = environ.get("FLASHINFER_WORKSPACE_BASE") or os.path.expanduser("~")
-    return os.path.join(base, ".cache", "flashinfer", fi_version, arch, "cached_ops")
+    return os.path.join(base, ".cache", "flashinfer", fi_version)
+
+
+def modules_built_without(flag: str, environ=os.environ) -> list[str]:
+    """The modules of the JIT workspace (the installed FlashInfer's, every architecture) whose
+    ``build.ninja`` does not pass `flag` to nvcc. FlashInfer runs ninja at every load from the
+    workspace and ninja rebuilds a module whose command changed, so a flag added now would build each
+    of them again (no GPU needed to say it: no CUDA, no FlashInfer import)."""
+    workspace = _version_workspace(environ)
+    names = set()
+    for arch in _module_names(workspace):
+        ops = os.path.join(workspace, arch, "cached_ops")
+        for name in _module_names(ops):
+            if not _ninja_passes(os.path.join(ops, name, "build.ninja"), flag):
+                names.add(name)
+    return sorted(names)
+
+
+def _ninja_passes(path: str, flag: str) -> bool:
+    """Whether a module's ninja file passes `flag` (True where there is no such file: nothing to rebuild)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return flag in f.read(1 << 20)  # bounded: FlashInfer's ninja files are a few KiB
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # unreadable: ninja's choice is unknown, so no flag is changed under it
 
 
 def collect(jit: str | None, aot: str | None, prefix: str) -> dict:

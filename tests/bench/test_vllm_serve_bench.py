@@ -609,6 +609,17 @@ def test_proof_script_gives_flashinfers_nvcc_flags_to_the_parts_named_only(tmp_p
     assert not any("--from-the-caller" in x for x in drivers)
 
 
+def test_proof_script_turns_the_plugins_split_compilation_off_in_the_parts_named_only(tmp_path):
+    """FI_OWN_FLAGS_PARTS: the plugin's WARMUP_FLASHINFER_SPLIT_COMPILE=0 in those parts; every other part at the
+    plugin's default, whatever the caller's environment holds."""
+    out = proof_dry_run(tmp_path, "plugin-warm_1 plugin-warm_2", PLUGIN_WARM_FROM="bundle-build",
+                        FI_OWN_FLAGS_PARTS="plugin-warm_1", WARMUP_FLASHINFER_SPLIT_COMPILE="1")
+    drivers = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
+    assert len(drivers) == 2 and all("-u WARMUP_FLASHINFER_SPLIT_COMPILE" in x for x in drivers)
+    assert ["WARMUP_FLASHINFER_SPLIT_COMPILE=0" in x for x in drivers] == [True, False]
+    assert not any("WARMUP_FLASHINFER_SPLIT_COMPILE=1" in x for x in drivers)
+
+
 def test_proof_script_runs_plugin_warm_on_the_bundle_builds_caches(tmp_path):
     """PLUGIN_WARM_FROM=bundle-build: one plugin cold run gives the cold row, the bundle and the warm series'
     caches; the warm run names no bundle (it neither writes nor installs one)."""

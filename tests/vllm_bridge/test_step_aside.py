@@ -438,7 +438,7 @@ def test_a_vllm_release_the_plugin_does_not_know_is_one_line_naming_it_at_regist
 
 ONE_READER = ("WARMUP_PLAN", "WARMUP_BUNDLE", "WARMUP_BUNDLE_OUT", "WARMUP_REGISTRY_PLAIN_HTTP", "WARMUP_BUNDLE_INERT",
               "WARMUP_FIX_GC_FREEZE_CAPTURE", "WARMUP_STRICT", "WARMUP_TIMELINE", "WARMUP_PLAN_REPORT",
-              "WARMUP_ENGINE_CORE_FORK")
+              "WARMUP_ENGINE_CORE_FORK", "WARMUP_FLASHINFER_SPLIT_COMPILE")
 
 
 def registered(monkeypatch, **environ) -> list:
@@ -453,6 +453,7 @@ def registered(monkeypatch, **environ) -> list:
     monkeypatch.setattr(plugin, "patch_worker", lambda release, settings: calls.append(("patch_worker",)))
     monkeypatch.setattr(plugin.fixes, "apply_fixes", lambda missing, on_import, off: calls.append(("fixes", off)))
     monkeypatch.setattr(plugin.engine_core_start, "choose_start", lambda setting: calls.append(("fork", setting)))
+    monkeypatch.setattr(plugin.flashinfer_flags, "choose_flags", lambda: calls.append(("flashinfer_flags",)))
     monkeypatch.setattr(plugin.bundle_source, "for_process", lambda value, timeout_s, *, plain_http: calls.append(
         ("source", value, plain_http)) or NS(wait_early=lambda: None, thread=None))
     monkeypatch.setattr(plugin.bundle, "install_early", lambda path, stage: None)
@@ -475,7 +476,8 @@ def test_register_hands_the_registry_switch_and_the_fix_switches_down_from_its_s
         environ["WARMUP_FIX_GC_FREEZE_CAPTURE"] = fix
     calls = registered(monkeypatch, **environ)
     plain_http, off = expected
-    assert calls == [("patch_worker",), ("fixes", off), ("fork", None), ("source", "/nowhere/b.warmup", plain_http)]
+    assert calls == [("patch_worker",), ("fixes", off), ("fork", None), ("flashinfer_flags",),
+                     ("source", "/nowhere/b.warmup", plain_http)]
 
 
 @pytest.mark.parametrize("value, setting", [(None, None), ("", None), ("1", True), ("0", False)])
@@ -486,13 +488,25 @@ def test_register_hands_the_engine_core_setting_down_unset_as_unset(monkeypatch,
     assert ("fork", setting) in registered(monkeypatch, **environ)
 
 
+@pytest.mark.parametrize("value, chosen", [(None, True), ("", True), ("1", True), ("0", False)])
+def test_register_chooses_flashinfers_flags_unless_turned_off(monkeypatch, value, chosen):
+    """Issue 54: FlashInfer's nvcc flags are chosen at register, before vLLM makes its config (the plan
+    ahead's build) and starts its engine core; WARMUP_FLASHINFER_SPLIT_COMPILE=0 keeps FlashInfer's own."""
+    environ = {"WARMUP_BUNDLE": "/nowhere/b.warmup"} | ({} if value is None else
+                                                        {"WARMUP_FLASHINFER_SPLIT_COMPILE": value})
+    calls = registered(monkeypatch, **environ)
+    assert (("flashinfer_flags",) in calls) is chosen
+    if chosen:
+        assert calls.index(("flashinfer_flags",)) < calls.index(("source", "/nowhere/b.warmup", False))
+
+
 @pytest.mark.parametrize("name, value, cause", [
+    ("WARMUP_FLASHINFER_SPLIT_COMPILE", "lots", "WARMUP_FLASHINFER_SPLIT_COMPILE must be 1 or 0, got 'lots'"),
     ("WARMUP_REGISTRY_PLAIN_HTTP", "maybe", "WARMUP_REGISTRY_PLAIN_HTTP must be 1 or 0, got 'maybe'"),
     ("WARMUP_BUNDLE_INERT", "fatal", "WARMUP_BUNDLE_INERT must be warn or error, got 'fatal'"),
     ("WARMUP_FIX_GC_FREEZE_CAPTURE", "disabled", "WARMUP_FIX_GC_FREEZE_CAPTURE must be 1 or 0, got 'disabled'"),
 ])
-def test_a_registry_inert_or_fix_value_the_plugin_cannot_use_steps_aside_in_one_line(caplog, monkeypatch, name,
-                                                                                      value, cause):
+def test_a_switch_value_the_plugin_cannot_use_steps_aside_in_one_line(caplog, monkeypatch, name, value, cause):
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert registered(monkeypatch, WARMUP_BUNDLE="/nowhere/b.warmup", **{name: value}) == []
     assert said(caplog) == [step_aside_line(cause)]
