@@ -157,7 +157,8 @@
 # brings it, with flashinfer-python 0.6.13 from the setup's fi part; a series <model>-fi of its own; each
 # arm its own FlashInfer JIT workspace and FlashInfer's TensorRT-LLM DeepGEMM cache), PLUGIN_PLAN (vllm-0.25-plugin), PLUGIN_JOBS (WARMUP_JOBS for the plugin
 # arm; unset: the plugin's default), REQUESTS (500; server mode 300), RUN_TIMEOUT_S (560), BUDGET_S (585),
-# CALL_START (epoch s), PROOF_ROOT (/tmp/warmup-proof), VLLM_SITE (/tmp/vllm-site), DRY_RUN=1 (or --dry-run).
+# CALL_START (epoch s), PROOF_ROOT (/tmp/warmup-proof), VLLM_SITE (/tmp/vllm-site), DRY_RUN=1 (or --dry-run), DETACH=1
+# and COLLECT=1 (a run longer than one call, started in one call and collected in the next: see detach()).
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -219,6 +220,56 @@ done
 say() { echo "[proof $(($(date +%s) - START))s] $*"; }
 show() { printf '+'; printf ' %q' "$@"; printf '\n'; }   # a command as it would run
 do_or_show() { if [ "$DRY_RUN" = 1 ]; then show "$@"; else "$@"; fi; }
+
+# --- a run longer than one device call (issue 54: "a stock cold that does not finish within one device call is
+# started detached and timed across calls") ------------------------------------------------------------------
+# DETACH=1: this script starts itself again with the same variables, in a session of its own (setsid: the call's
+# end does not end it), its budget DETACH_BUDGET_S (1800) from now, its results in $ROOT/detached/$SERIES/out,
+# and returns at once. COLLECT=1, in the next calls (each within 30 s of the last: the machine and its /tmp go
+# back 30 s after a call): waits, within this call's budget, for that run to end, then copies its results to
+# $OUT (the same files a call of its own would bring) and prints its log; a run still going says so, and the
+# next COLLECT=1 call waits again. The run's own times are its driver's (process start to ready), so the calls'
+# gaps are not in them.
+DETACH=${DETACH:-0}
+COLLECT=${COLLECT:-0}
+DETACHED=$ROOT/detached/$SERIES
+
+detach() {
+    if [ -f "$DETACHED/pid" ] && kill -0 "$(cat "$DETACHED/pid")" 2>/dev/null; then
+        say "DETACH: a detached run of $SERIES is still going (pid $(cat "$DETACHED/pid")): COLLECT=1 first"; return 2
+    fi
+    do_or_show rm -rf "$DETACHED"
+    do_or_show mkdir -p "$DETACHED/out"
+    local env_set=(DETACH=0 COLLECT=0 DETACHED_RUN=1 OUT="$DETACHED/out" CALL_START="$(date +%s)"
+                   BUDGET_S="${DETACH_BUDGET_S:-1800}")
+    if [ "$DRY_RUN" = 1 ]; then
+        show env "${env_set[@]}" setsid nohup bash bench/vllm_startup_proof.sh '>' "$DETACHED/log" '2>&1' '&'
+        return 0
+    fi
+    env "${env_set[@]}" setsid nohup bash bench/vllm_startup_proof.sh > "$DETACHED/log" 2>&1 < /dev/null &
+    echo "$!" > "$DETACHED/pid"   # the run writes its own pid too (setsid may fork where it leads a group)
+    say "DETACH: parts ${PART_LIST[*]} of $SERIES started detached (pid $!, budget ${DETACH_BUDGET_S:-1800} s); collect with COLLECT=1 and the same variables"
+}
+
+collect() {
+    [ -f "$DETACHED/pid" ] || { say "COLLECT: no detached run of $SERIES on this machine (DETACH=1 first)"; return 2; }
+    local pid left
+    pid=$(cat "$DETACHED/pid")
+    while kill -0 "$pid" 2>/dev/null; do
+        left=$((BUDGET_S - ($(date +%s) - CALL_START) - 10))
+        if [ "$left" -le 0 ]; then
+            say "COLLECT: the detached run (pid $pid) is still going; its log so far:"
+            tail -n 5 "$DETACHED/log"
+            return 0
+        fi
+        sleep 2
+    done
+    mkdir -p "$RESULTS"
+    cp "$DETACHED"/out/* "$RESULTS"/ 2>/dev/null
+    say "COLLECT: the detached run (pid $pid) has ended; its results are in $RESULTS:"
+    cat "$DETACHED/log"
+    rm -f "$DETACHED/pid"
+}
 
 # --- the machine ---------------------------------------------------------------------------------------
 machine_facts() {
@@ -546,7 +597,12 @@ main() {
 source bench/vllm_gpu_setup.sh env
 PYPATH="$PWD:$PYTHONPATH"   # the checkout first: its planner/executor/vllm_bridge are the code that runs
 
-if [ "$DRY_RUN" = 1 ]; then
+[ "${DETACHED_RUN:-0}" = 1 ] && echo "$$" > "$DETACHED/pid"
+if [ "$DETACH" = 1 ]; then
+    detach
+elif [ "$COLLECT" = 1 ]; then
+    collect
+elif [ "$DRY_RUN" = 1 ]; then
     main
 else
     mkdir -p "$RESULTS" "$RUNS" "$ROOT/bundles"

@@ -609,6 +609,32 @@ def test_proof_script_gives_flashinfers_nvcc_flags_to_the_parts_named_only(tmp_p
     assert not any("--from-the-caller" in x for x in drivers)
 
 
+def test_proof_script_detaches_a_long_run_and_collects_it_in_a_later_call(tmp_path):
+    """Issue 54: a stock cold longer than one device call. DETACH=1 starts the script again in a session of its
+    own and returns; COLLECT=1 waits for it and brings its results to $OUT. Here the detached run stops at the
+    set-up's check (no vLLM on this machine): what it wrote still comes back."""
+    shown = proof_dry_run(tmp_path, "stock-cold", MODEL="mistral-nemo-instruct-2407-fp8-dynamic", DETACH="1")
+    series = "mistral-nemo-instruct-2407-fp8-dynamic-fi-serve"
+    [start] = [x for x in shown.splitlines() if "setsid" in x]
+    assert f"OUT={tmp_path}/detached/{series}/out" in start and "BUDGET_S=1800" in start
+    assert "DETACH=0" in start and "setsid nohup bash bench/vllm_startup_proof.sh" in start
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WARMUP_", "VLLM_", "MODE", "PARTS", "OUT"))}
+    env.update(MODE="server", PARTS="stock-cold", WITH_FLASHINFER="1", PROOF_ROOT=str(tmp_path / "root"),
+               MODEL="mistral-nemo-instruct-2407-fp8-dynamic", VLLM_SITE=str(tmp_path / "no-site"))
+    script = os.path.join(BENCH, "vllm_startup_proof.sh")
+    nothing = subprocess.run(["bash", script], env={**env, "COLLECT": "1", "OUT": str(tmp_path / "out0")},
+                             capture_output=True, text=True, timeout=60)
+    assert nothing.returncode == 2 and "no detached run" in nothing.stdout
+    started = subprocess.run(["bash", script], env={**env, "DETACH": "1", "OUT": str(tmp_path / "out1")},
+                             capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0 and "started detached" in started.stdout, started.stdout + started.stderr
+    collected = subprocess.run(["bash", script], env={**env, "COLLECT": "1", "OUT": str(tmp_path / "out2"),
+                                                      "BUDGET_S": "60"}, capture_output=True, text=True, timeout=90)
+    assert collected.returncode == 0 and "has ended" in collected.stdout, collected.stdout + collected.stderr
+    assert "vLLM is not installed here" in (tmp_path / "out2" / "proof.log").read_text()
+    assert not (tmp_path / "out1").exists(), "the detaching call brings nothing back"
+
+
 def test_proof_script_turns_the_plugins_split_compilation_off_in_the_parts_named_only(tmp_path):
     """FI_OWN_FLAGS_PARTS: the plugin's WARMUP_FLASHINFER_SPLIT_COMPILE=0 in those parts; every other part at the
     plugin's default, whatever the caller's environment holds."""
