@@ -35,8 +35,9 @@ SPLIT_COMPILE = "--split-compile=0"  # nvcc: as many threads as the machine has 
 
 def choose_flags(environ=os.environ) -> bool:
     """Set SPLIT_COMPILE as FlashInfer's extra nvcc flags in `environ` where the user set none and the
-    workspace holds no module built without it; True if set here. One line in vLLM's log either way
-    it decides, from the first process only (a spawned engine core inherits the choice)."""
+    workspace holds no module built without it; True if set here. One line in vLLM's log where it sets
+    the flag or keeps FlashInfer's for the workspace's sake, from the first process only (a spawned
+    engine core inherits the choice); none where the user's flags are kept."""
     if environ.get(VARIABLE, "").strip():
         return False  # the user's, or this server's first process's: kept as it is
     from executor.caches.flashinfer_jit import modules_built_without
