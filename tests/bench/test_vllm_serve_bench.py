@@ -646,6 +646,17 @@ def test_proof_script_turns_the_plugins_split_compilation_off_in_the_parts_named
     assert not any("WARMUP_FLASHINFER_SPLIT_COMPILE=1" in x for x in drivers)
 
 
+def test_proof_script_compiles_the_twins_in_processes_in_the_parts_named_only(tmp_path):
+    """TWIN_PROCESSES_PARTS: WARMUP_GENERIC_TWIN_PROCESSES=$TWIN_PROCESSES (4 by default) in those parts; every
+    other part at the plugin's default (off), whatever the caller's environment holds."""
+    out = proof_dry_run(tmp_path, "plugin-warm_1 plugin-warm_2", PLUGIN_WARM_FROM="bundle-build",
+                        TWIN_PROCESSES_PARTS="plugin-warm_2", WARMUP_GENERIC_TWIN_PROCESSES="8")
+    drivers = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
+    assert len(drivers) == 2 and all("-u WARMUP_GENERIC_TWIN_PROCESSES" in x for x in drivers)
+    assert ["WARMUP_GENERIC_TWIN_PROCESSES=4" in x for x in drivers] == [False, True]
+    assert not any("WARMUP_GENERIC_TWIN_PROCESSES=8" in x for x in drivers)
+
+
 def test_proof_script_runs_plugin_warm_on_the_bundle_builds_caches(tmp_path):
     """PLUGIN_WARM_FROM=bundle-build: one plugin cold run gives the cold row, the bundle and the warm series'
     caches; the warm run names no bundle (it neither writes nor installs one)."""

@@ -134,3 +134,22 @@ def test_generic_entry(entry, generic):
 def test_declared_constexprs_keep_their_value():
     spec = [("constexpr", 1), ("constexpr", 1), ("constexpr", True)]
     assert generic_specialization(spec, [False, True, True]) == [("i32", ""), ("constexpr", 1), ("constexpr", True)]
+
+
+def test_a_twin_compiled_in_a_process_of_its_own_is_a_disk_load_at_close(seen):
+    """Issue 54: executor.triton_twins. The twin of a kernel a fresh process finds by name is compiled
+    there, into Triton's disk cache: no thread of the worker builds it, close() adds nothing to the
+    disk cache (it loads the twin) and counts it as built ahead; the twin then stands in after the
+    seal; the children end with close()."""
+    s = scenario(seen, "ahead_in_processes")
+    assert s["started"] and s["addressable"] and s["script_kernel"], "a kernel of a script's __main__ is not"
+    assert s["jobs"] == 1 and s["child_error"] is None and s["threads"] == 0
+    before, after = s["entries"]
+    assert before == after == 2, "the variant and its twin, both on disk before close; close compiled nothing"
+    assert s["close"] == {"seen": 1, "built": 1, "ahead": 1, "failed": []}
+    assert s["uses"] == ["scale_rows"] and s["children_ended"]
+
+
+def test_a_twin_whose_process_is_gone_is_built_at_close(seen):
+    s = scenario(seen, "ahead_in_a_dead_process_is_built_at_close")
+    assert s["close"] == {"built": 1, "ahead": 0, "failed": []}
