@@ -86,6 +86,8 @@ class TwinProcesses:
         self._requests: queue.Queue = queue.Queue()
         self._children: list[subprocess.Popen] = []
         self._threads: list[threading.Thread] = []
+        self._live = 0  # children still answering
+        self._lock = threading.Lock()
         self.failed_to_start: str | None = None
 
     def start(self) -> bool:
@@ -101,6 +103,7 @@ class TwinProcesses:
             self.failed_to_start = f"{type(e).__name__}: {e}"
             self.close()
             return False
+        self._live = len(self._children)
         for child in self._children:
             thread = threading.Thread(target=self._serve, args=(child,), name="warmup-twin-pipe", daemon=True)
             thread.start()
@@ -112,10 +115,11 @@ class TwinProcesses:
         holds None once it is in Triton's disk cache (or the child's error). None where no child can
         find the kernel, or none runs: the caller builds it its own way."""
         where = address(fn)
-        if where is None or not self._threads:
-            return None
-        future: Future = Future()
-        self._requests.put((where, tuple(entries), dict(options), future))
+        with self._lock:
+            if where is None or self._live <= 0:
+                return None
+            future: Future = Future()
+            self._requests.put((where, tuple(entries), dict(options), future))
         return future
 
     def close(self) -> None:
@@ -133,13 +137,19 @@ class TwinProcesses:
             except subprocess.TimeoutExpired:
                 child.kill()
         self._children, self._threads = [], []
-        while True:  # what no child took: the caller builds those
+        with self._lock:
+            self._live = 0
+        self._fail_queued("the twin processes were closed")
+
+    def _fail_queued(self, why: str) -> None:
+        """What no child took: the caller builds those."""
+        while True:
             try:
                 item = self._requests.get_nowait()
             except queue.Empty:
                 return
             if item is not _STOP and not item[3].done():
-                item[3].set_exception(RuntimeError("the twin processes were closed"))
+                item[3].set_exception(RuntimeError(why))
 
     def _serve(self, child: subprocess.Popen) -> None:
         """One child's pipe: its requests one at a time, each answered before the next."""
@@ -157,8 +167,18 @@ class TwinProcesses:
                 future.set_result(None)
             else:
                 future.set_exception(RuntimeError(answer[1]))
-            if child.poll() is not None:  # ended: the requests left go to the other children
+            if answer[0] != "ok" and child.poll() is not None:  # ended: the requests left go to the others
+                self._child_ended()
                 return
+
+    def _child_ended(self) -> None:
+        """One child fewer; with none left, every request still queued fails now (the caller builds those
+        twins at close) instead of waiting for a child that will never take it."""
+        with self._lock:
+            self._live -= 1
+            last = self._live <= 0
+        if last:
+            self._fail_queued("no twin process is left")
 
 
 def _package_root() -> str:

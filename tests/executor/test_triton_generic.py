@@ -152,4 +152,7 @@ def test_a_twin_compiled_in_a_process_of_its_own_is_a_disk_load_at_close(seen):
 
 def test_a_twin_whose_process_is_gone_is_built_at_close(seen):
     s = scenario(seen, "ahead_in_a_dead_process_is_built_at_close")
-    assert s["close"] == {"built": 1, "ahead": 0, "failed": []}
+    # the first twin fails in the dead process and is built at close; the second, depending on whether the
+    # child's end was seen before its launch, fails there too or goes to a thread (built ahead there)
+    assert s["close"]["built"] == 2 and s["close"]["failed"] == [] and s["close"]["ahead"] <= 1
+    assert s["close_s"] < 60, "close waited for a process that was gone"

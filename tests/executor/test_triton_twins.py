@@ -86,7 +86,7 @@ def test_no_child_no_twin_in_a_process(kernels_module):
 
 def test_close_fails_what_no_child_took(kernels_module):
     twins = TwinProcesses(1, 90)
-    twins._threads = [object()]                                  # as if started, with no child to take requests
+    twins._threads, twins._live = [object()], 1                  # as if started, with no child to take requests
     future = twins.submit(kernels_module.scale, (("i32", ""),), {})
     assert isinstance(future, Future) and not future.done()
     twins.close()
@@ -126,3 +126,15 @@ def test_what_a_child_prints_never_lands_in_a_frame(tmp_path):
     assert child.wait(timeout=60) == 0
     assert answer[0] == "error" and "ModuleNotFoundError" in answer[1]
     assert b"a line on standard output at import" in child.stderr.read()
+
+
+def test_when_the_last_child_ends_the_queued_twins_fail_at_once(kernels_module):
+    """Not TWIN_WAIT_S at close for requests no child will take: they fail, and close builds them."""
+    twins = TwinProcesses(2, 90)
+    twins._threads, twins._live = [object(), object()], 2
+    queued = [twins.submit(kernels_module.scale, (("i32", str(i)),), {}) for i in range(3)]
+    twins._child_ended()
+    assert not any(f.done() for f in queued)                     # one child is still there to take them
+    twins._child_ended()
+    assert all(isinstance(f.exception(timeout=1), RuntimeError) for f in queued)
+    assert twins.submit(kernels_module.scale, (), {}) is None    # none left: the caller's threads build it
