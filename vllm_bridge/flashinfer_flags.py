@@ -40,7 +40,10 @@ def choose_flags(environ=os.environ) -> bool:
     engine core inherits the choice); none where the user's flags are kept."""
     if environ.get(VARIABLE, "").strip():
         return False  # the user's, or this server's first process's: kept as it is
-    from executor.caches.flashinfer_jit import modules_built_without
+    from executor.caches.flashinfer_jit import flashinfer_version, modules_built_without
+
+    if flashinfer_version() is None:
+        return False  # no FlashInfer: nothing it builds, nothing to say
 
     try:
         built_otherwise = modules_built_without(SPLIT_COMPILE, environ)

@@ -119,3 +119,11 @@ def test_the_setting_is_on_unless_turned_off():
     assert Settings.from_env({}).flashinfer_split_compile is True
     assert Settings.from_env({"WARMUP_FLASHINFER_SPLIT_COMPILE": "0"}).flashinfer_split_compile is False
     assert Settings.from_env({"WARMUP_FLASHINFER_SPLIT_COMPILE": "1"}).flashinfer_split_compile is True
+
+
+def test_without_flashinfer_nothing_is_set_or_said(monkeypatch, tmp_path, caplog):
+    monkeypatch.setattr(flashinfer_jit, "flashinfer_version", lambda: None)
+    environ = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
+    with caplog.at_level(logging.INFO, logger="vllm.warmup_planner"):
+        assert flashinfer_flags.choose_flags(environ) is False
+    assert environ == {"FLASHINFER_WORKSPACE_BASE": str(tmp_path)} and caplog.records == []
