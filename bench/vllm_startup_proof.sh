@@ -135,8 +135,6 @@
 # built with other flags is rebuilt (ninja reruns a command that changed): give such a part caches of its own.
 # Since part AL the plugin sets --split-compile=0 itself (WARMUP_FLASHINFER_SPLIT_COMPILE, on by default, where its
 # workspace allows); FI_OWN_FLAGS_PARTS="plugin-cold_2 ..." runs those parts with it off (FlashInfer's own flags).
-# TWIN_PROCESSES_PARTS="plugin-cold_2 ..." runs those parts with WARMUP_GENERIC_TWIN_PROCESSES=$TWIN_PROCESSES (4):
-# the generic Triton twins compiled in helper processes (off by default, executor/triton_twins.py).
 # With STOCK_WARM_FROM=bundle-build, put bundle-build in FI_OWN_FLAGS_PARTS: stock (no plugin, FlashInfer's flags)
 # would otherwise build again every module bundle-build's JIT workspace holds.
 # Issue 53 (the plugin's default after ready): the plugin arm runs with WARMUP_TORCH_COMPILE_AFTER_READY=compile, so
@@ -313,7 +311,6 @@ run_part() {
     case " ${INSPECTION_SPAWN_PARTS:-} " in *" $part "*) extra+=(WARMUP_MODEL_INSPECTION_FORK=0) ;; esac
     case " ${FI_FLAGS_PARTS:-} " in *" $part "*) extra+=(FLASHINFER_EXTRA_CUDAFLAGS="${FI_FLAGS:?FI_FLAGS_PARTS needs FI_FLAGS}") ;; esac
     case " ${FI_OWN_FLAGS_PARTS:-} " in *" $part "*) extra+=(WARMUP_FLASHINFER_SPLIT_COMPILE=0) ;; esac
-    case " ${TWIN_PROCESSES_PARTS:-} " in *" $part "*) extra+=(WARMUP_GENERIC_TWIN_PROCESSES="${TWIN_PROCESSES:-4}") ;; esac
     local after_ready=compile  # issue 53: the plan's own coverage is measured; EAGER_PARTS: the plugin's default
     case " ${EAGER_PARTS:-} " in *" $part "*) after_ready=eager ;; esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then
@@ -393,7 +390,7 @@ run_part() {
     fi
     local cmd=(env -u TRITON_CACHE_DIR -u DG_JIT_CACHE_DIR -u WARMUP_PLAN -u WARMUP_JOBS -u WARMUP_ENGINE -u WARMUP_ENGINE_CORE_FORK
                -u WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS -u WARMUP_MODEL_INSPECTION_FORK -u FLASHINFER_EXTRA_CUDAFLAGS
-               -u WARMUP_FLASHINFER_SPLIT_COMPILE -u WARMUP_GENERIC_TWIN_PROCESSES
+               -u WARMUP_FLASHINFER_SPLIT_COMPILE
                -u VLLM_PLUGINS -u TORCHINDUCTOR_FX_GRAPH_CACHE "${unset_mp[@]}" "${env_set[@]}"
                timeout --kill-after=20 "$limit" "${run[@]}" --config "$CONFIG" --arm "$arm"
                --model-dir "$MODEL_DIR" --out "$dir" --requests "$REQUESTS" --tensor-parallel-size "$TP")

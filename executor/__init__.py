@@ -22,7 +22,6 @@ kernels load lazily, and an optional backend that is missing makes its steps
     jit_monitor.py     counting every JIT compile, per step, and catching the ones that happen after the warmup
     verify.py          the hot-path check (`--verify N`): after the seal, N random calls inside the plan's ranges
     triton_generic.py  nothing of Triton's compiles after ready for a value class the warmup did not see
-    triton_twins.py    those generic twins compiled ahead in processes of their own (where asked)
     dynamo_stance.py   after ready, a torch.compile function that would compile runs eagerly instead
     caches/            cache families: one module per cache a warmup or a vLLM start-up fills, and where each lives
     bundle/            warmup bundles: what a warmup put in the caches, packed, verified and installed elsewhere

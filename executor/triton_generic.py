@@ -33,12 +33,6 @@ its twin is built again at close, where a failure is recorded (``CloseResult.fai
 ``uninstall()`` cancels the jobs not started and does not wait for those running (a compile cannot
 be interrupted; one that ends after it may be seen by a monitor, the hook knobs being restored).
 
-In processes (``twins``: executor.triton_twins' TwinProcesses, started by the caller; the vLLM plugin's
-WARMUP_GENERIC_TWIN_PROCESSES, off by default): a job whose kernel a fresh process finds by name goes to
-one of them instead of a thread, and is compiled there into Triton's disk cache; ``close()`` waits for
-those (TWIN_WAIT_S at most), ends the processes and builds those twins as the rest, each a load from
-disk, counted as built ahead. A twin a process failed is built at close like any other.
-
 The JIT monitors never see a twin built ahead (``quiet_hooks``, the one place that decides it):
 they count compiles per step through Triton's process-wide hook knobs (``jit_cache_hook``,
 ``jit_post_compile_hook``, ``compilation.listener``) into whatever step is running, on any thread
@@ -68,7 +62,6 @@ from dataclasses import dataclass, field
 from kernel_model.specialization import generic_specialization
 
 ORIGINALS = "_warmup_planner_generic_originals"  # on JITFunction: {method name: Triton's function}
-TWIN_WAIT_S = 120.0  # close()'s longest wait for the twins in processes (a stuck child: close builds them)
 NEEDED = ("_pack_args", "_do_compile")
 HOOKS = (("runtime", "jit_cache_hook"), ("runtime", "jit_post_compile_hook"), ("compilation", "listener"))
 
@@ -195,15 +188,11 @@ def quiet_hooks():
 class GenericVariants:
     """The generic-variant closure of one process (see the module docstring)."""
 
-    def __init__(self, on_generic=None, threads: int = 8, load: bool = True, ahead: bool = True, twins=None):
+    def __init__(self, on_generic=None, threads: int = 8, load: bool = True, ahead: bool = True):
         self.on_generic = on_generic or (lambda use: None)
         self.threads = max(1, int(threads))
         self.load = load  # load each generic variant and build its launcher at close (a GPU process)
         self.ahead = ahead  # start each twin's build when its variant is recorded (the module docstring)
-        # ahead, a twin's build in a process of its own where one finds its kernel (executor.triton_twins:
-        # TwinProcesses, started by the caller; closed here); None: threads only
-        self.twins = twins
-        self._twin_jobs: dict[tuple, tuple] = {}  # job -> (Seen, twin key, Future): ahead, in a process
         self.reason: str | None = None  # why nothing is patched, if so
         self.uses: list[GenericUse] = []
         self._seen: dict[tuple, Seen] = {}
@@ -258,7 +247,6 @@ class GenericVariants:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-        self._close_twins()
         cls = self._jit.JITFunction
         originals = vars(cls).get(ORIGINALS)
         if originals is not None and originals["owner"] is self:
@@ -332,11 +320,7 @@ class GenericVariants:
         job = (id(seen.fn), seen.device, key)
         originals = vars(self._jit.JITFunction)[ORIGINALS]
         with self._lock:
-            if not self._open or job in self._jobs or job in self._twin_jobs:
-                return
-            in_process = self.twins.submit(seen.fn, generic, seen.options) if self.twins is not None else None
-            if in_process is not None:  # into Triton's disk cache: close() loads it from there
-                self._twin_jobs[job] = (seen, key, in_process)
+            if not self._open or job in self._jobs:
                 return
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="warmup-generic")
@@ -357,32 +341,20 @@ class GenericVariants:
         finally:
             _AHEAD.building = False
 
-    def _collect_ahead(self) -> tuple[dict, set]:
-        """Wait for the jobs still running (close); the twins the threads built, by job, and the jobs
-        whose twin a process put in Triton's disk cache (close() loads those from there: TWIN_WAIT_S at
-        most for them). A job that failed or was cancelled is not among them: close() builds that twin
-        as any other."""
+    def _collect_ahead(self) -> dict:
+        """Wait for the jobs still running (close); the twins they built, by job. A job that failed
+        or was cancelled is not among them: close() builds that twin as any other."""
         with self._lock:
             jobs, self._jobs = self._jobs, {}
-            twin_jobs, self._twin_jobs = self._twin_jobs, {}
             pool, self._pool = self._pool, None
         wait_for([future for _, _, future in jobs.values()])
-        wait_for([future for _, _, future in twin_jobs.values()], timeout=TWIN_WAIT_S)
-        self._close_twins()
-        in_disk_cache = {job for job, (_, _, future) in twin_jobs.items()
-                         if future.done() and not future.cancelled() and future.exception() is None}
         if pool is not None:
             pool.shutdown(wait=False)  # every job is done: its threads end
         built = {}
         for job, (s, key, future) in jobs.items():
             if not future.cancelled() and future.exception() is None and key in s.fn.device_caches[s.device][0]:
                 built[job] = (s, key)
-        return built, in_disk_cache
-
-    def _close_twins(self) -> None:
-        twins, self.twins = self.twins, None
-        if twins is not None:
-            twins.close()
+        return built
 
     # --- close: the generic variants, before ready ---------------------------------------------------
 
@@ -405,7 +377,7 @@ class GenericVariants:
             self._open = False  # no job is submitted after this
             seen = list(self._seen.values())
         result.seen = len(seen)
-        ahead, in_disk_cache = self._collect_ahead()
+        ahead = self._collect_ahead()
         todo, loads = self._to_build(seen, result, ahead)
         for s, key in loads:
             error = self._load(s.fn.device_caches[s.device][0], key)
@@ -415,7 +387,7 @@ class GenericVariants:
             else:
                 result.failed.append((kernel_name(s.fn), error))
         if todo:
-            self._build(todo, result, in_disk_cache)
+            self._build(todo, result)
         result.seconds = time.perf_counter() - started
         return result
 
@@ -440,11 +412,10 @@ class GenericVariants:
             todo[job] = (s, key, generic)
         return todo, list(loads.values())
 
-    def _build(self, todo: dict, result: CloseResult, in_disk_cache: set = frozenset()) -> None:
+    def _build(self, todo: dict, result: CloseResult) -> None:
         """Triton's own packing and compile path for each generic variant, ``warmup=True`` (no
         launch), in Triton's async compile mode: the compiles overlap, each lands in the kernel's
-        in-memory cache under its key and in Triton's disk cache (which a bundle carries). A twin a
-        process built ahead (`in_disk_cache`) is a load from that disk cache, and counts as built ahead."""
+        in-memory cache under its key and in Triton's disk cache (which a bundle carries)."""
         from triton.runtime._async_compile import AsyncCompileMode
 
         originals = vars(self._jit.JITFunction)[ORIGINALS]
@@ -452,18 +423,17 @@ class GenericVariants:
         futures = []
         with ThreadPoolExecutor(self.threads, thread_name_prefix="warmup-generic") as pool:
             with AsyncCompileMode(pool, ignore_errors=True):
-                for job, (s, key, generic) in todo.items():
+                for s, key, generic in todo.values():
                     try:
-                        futures.append((job, s, key, self._submit(s, key, generic, pack_args, do_compile)))
+                        futures.append((s, key, self._submit(s, key, generic, pack_args, do_compile)))
                     except Exception as e:  # noqa: BLE001 - one variant that will not pack: the rest go on
                         result.failed.append((kernel_name(s.fn), f"{type(e).__name__}: {e}"))
-        self._build_launchers([s.fn.device_caches[s.device][0].get(key) for _, s, key, _ in futures])
-        for job, s, key, future in futures:
+        self._build_launchers([s.fn.device_caches[s.device][0].get(key) for s, key, _ in futures])
+        for s, key, future in futures:
             cache = s.fn.device_caches[s.device][0]
             error = (_future_error(future) or "not compiled") if key not in cache else self._load(cache, key)
             if error is None:
                 result.built += 1
-                result.ahead += job in in_disk_cache
             else:
                 result.failed.append((kernel_name(s.fn), error))
 
@@ -505,7 +475,11 @@ class GenericVariants:
 
     @staticmethod
     def _submit(s: Seen, key: str, generic: list, pack_args, do_compile):
-        return compile_twin(s.fn, s.device, generic, s.options, pack_args, do_compile, key=key)
+        fn = s.fn
+        _, _, _, backend, _ = fn.device_caches[s.device]
+        bound = {p.name: constexpr_value(e) for p, e in zip(fn.params, generic)}
+        options, signature, constexprs, attrs = pack_args(fn, backend, dict(s.options), bound, generic, s.options)
+        return do_compile(fn, key, signature, s.device, constexprs, options, attrs, True)
 
     # --- seal: a miss runs its generic variant -------------------------------------------------------
 
@@ -534,25 +508,6 @@ class GenericVariants:
         self.uses.append(use)
         self.on_generic(use)
         return kernel
-
-
-def compile_twin(fn, device: int, generic, options: dict, pack_args, do_compile, key: str | None = None,
-                 launcher: bool = False):
-    """Triton's own packing and compile of a variant from its binder entries (`generic`), ``warmup=True``:
-    no launch; it lands in the kernel's in-memory cache under `key` (computed where not given) and in
-    Triton's disk cache. `launcher`: its launcher built too where Triton builds one per signature
-    (executor.triton_twins' children; a failure is left to the worker's own load)."""
-    _, key_cache, _, backend, _ = fn.device_caches[device]
-    if key is None:
-        from triton.runtime.jit import compute_cache_key
-
-        key = compute_cache_key(key_cache, generic, options)
-    bound = {p.name: constexpr_value(e) for p, e in zip(fn.params, generic)}
-    packed, signature, constexprs, attrs = pack_args(fn, backend, dict(options), bound, generic, options)
-    kernel = do_compile(fn, key, signature, device, constexprs, packed, attrs, True)
-    if launcher and kernel is not None:
-        GenericVariants._build_launcher(kernel)  # best effort: else the worker builds it at close
-    return kernel
 
 
 def _future_error(future) -> str | None:

@@ -56,8 +56,6 @@ class Settings(NamedTuple):
     #                                forked child of the API server (vllm_bridge/model_inspection.py); 0: vLLM's own
     flashinfer_split_compile: bool = True  # WARMUP_FLASHINFER_SPLIT_COMPILE: FlashInfer's nvcc spreads each compile
     #                                unit over the cores, where its workspace allows (vllm_bridge/flashinfer_flags.py)
-    generic_twin_processes: int = 0  # WARMUP_GENERIC_TWIN_PROCESSES: helper processes that compile the generic
-    #                                Triton twins ahead (executor/triton_twins.py); 0: on threads, as before
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -73,8 +71,7 @@ class Settings(NamedTuple):
                    _flag(environ, "WARMUP_REGISTRY_PLAIN_HTTP"),
                    _choice(environ, "WARMUP_BUNDLE_INERT", ("warn", "error")), _fixes_off(environ),
                    _flag(environ, "WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS"), _flag(environ, "WARMUP_MODEL_INSPECTION_FORK", default=True),
-                   _flag(environ, "WARMUP_FLASHINFER_SPLIT_COMPILE", default=True),
-                   _count(environ, "WARMUP_GENERIC_TWIN_PROCESSES"))
+                   _flag(environ, "WARMUP_FLASHINFER_SPLIT_COMPILE", default=True))
 
     @property
     def asked(self) -> bool:
@@ -99,16 +96,6 @@ def _machine_check_pending(environ) -> bool:
     from executor.caches.roots import default_vllm_cache_root
 
     return bool(pending(default_vllm_cache_root(environ)))
-
-
-def _count(environ, name: str) -> int:
-    """A whole number, 0 where unset or empty."""
-    text = environ.get(name, "").strip()
-    if not text:
-        return 0
-    if not text.isdigit():
-        raise PluginError(f"warmup-planner: {name} must be a whole number, got {environ[name]!r}")
-    return int(text)
 
 
 def _jobs(text: str) -> int | None:

@@ -23,8 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import triton  # noqa: E402,F401 - the real Triton, before the compiler is needed
-import triton.language as tl  # noqa: E402
+import triton.language as tl  # noqa: E402 - the real Triton, before the compiler is needed
 from triton import knobs  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
@@ -273,76 +272,17 @@ def ahead_failure_is_built_again_at_close() -> dict:
     return out
 
 
-# --- ahead, in processes of their own (executor.triton_twins) ----------------------------------------------
-
-def _cache_entries() -> int:
-    return len(os.listdir(os.environ["TRITON_CACHE_DIR"]))
-
-
-def _twin_closure(workers: int = 2):
-    from executor.triton_twins import TwinProcesses
-
-    twins = TwinProcesses(workers, 90)
-    started = twins.start()
-    c = GenericVariants(on_generic=lambda use: None, threads=2, load=False, ahead=True, twins=twins)
-    assert c.install(), c.reason
-    return c, twins, started
-
-
-def ahead_in_processes() -> dict:
-    """A twin compiled by a helper process into Triton's disk cache: no thread of this process builds
-    it, and close() finds it on disk (nothing new there) and counts it as built ahead."""
-    import twin_kernels as tk
-    from executor.triton_twins import address
-
-    c, twins, started = _twin_closure()
-    children = list(twins._children)
-    tk.launch(n_cols=64)
-    jobs = list(c._twin_jobs.values())
-    child_error = None
-    try:
-        jobs[0][2].result(timeout=300)
-    except Exception as e:  # noqa: BLE001 - said in the result
-        child_error = f"{type(e).__name__}: {e}"
-    threads = pool_threads()
-    before = _cache_entries()
-    result = c.close()
-    after = _cache_entries()
-    c.seal()
-    tk.launch(n_cols=50)                        # the twin stands in
-    return {"started": started, "jobs": len(jobs), "child_error": child_error, "threads": threads, "entries": [before, after],
-            "close": {"seen": result.seen, "built": result.built, "ahead": result.ahead, "failed": result.failed},
-            "uses": [u.kernel for u in c.uses], "children_ended": all(p.poll() is not None for p in children),
-            "addressable": address(tk.scale_rows) is not None, "script_kernel": address(_scale_rows) is None}
-
-
-def ahead_in_a_dead_process_is_built_at_close() -> dict:
-    """A child that is gone: its twins fail there at once (none waits for a child), and close() builds
-    them itself (not counted ahead)."""
-    import twin_kernels as tk
-
-    c, twins, _ = _twin_closure(workers=1)
-    twins._children[0].kill()
-    twins._children[0].wait()
-    for block in (64, 128):
-        tk.launch(n_cols=64, block=block)
-    started = time.monotonic()
-    result = c.close()
-    return {"close": {"built": result.built, "ahead": result.ahead, "failed": result.failed},
-            "close_s": time.monotonic() - started}
-
-
 SCENARIOS = (unseen_class_runs_generic, one_and_unaligned_run_generic, new_constexpr_compiles,
              before_seal_recorded, unloadable_dropped, install_once, ahead_builds_before_close,
              ahead_off_builds_at_close, ahead_unseen_by_the_monitor, ahead_uninstall_with_pending_jobs,
-             ahead_failure_is_built_again_at_close, ahead_in_processes, ahead_in_a_dead_process_is_built_at_close)
+             ahead_failure_is_built_again_at_close)
 
 
-def run(scenario) -> dict:
-    """One scenario from a clean slate: its own Triton cache, no variant of the kernel in memory."""
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="generic-variants-")
+def run(scenario, caches: str) -> dict:
+    """One scenario from a clean slate: its own Triton cache (a new directory under `caches`), no
+    variant of the kernel in memory."""
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"{scenario.__name__}-", dir=caches)
     _scale_rows.device_caches.clear()
-    sys.modules.get("twin_kernels") and sys.modules["twin_kernels"].scale_rows.device_caches.clear()
     COMPILED.clear()
     owner = vars(JITFunction).get(ORIGINALS, {}).get("owner")
     try:
@@ -356,12 +296,13 @@ def run(scenario) -> dict:
 
 
 def main() -> None:
-    here = str(Path(__file__).resolve().parent)  # twin_kernels, for this process and the twins' children
-    sys.path.insert(0, here)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     use_offline_driver(90)
     knobs.runtime.jit_post_compile_hook = lambda **kw: COMPILED.append(kw["fn"].name)
-    print(json.dumps({s.__name__: run(s) for s in SCENARIOS}))
+    # the scenarios' Triton caches, removed when the last one ends (every scenario's background builds
+    # have ended by then: close() waits for them, uninstall's scenario waits for its threads to end)
+    with tempfile.TemporaryDirectory(prefix="generic-variants-", ignore_cleanup_errors=True) as caches:
+        results = {s.__name__: run(s, caches) for s in SCENARIOS}
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":

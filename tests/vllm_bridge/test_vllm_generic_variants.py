@@ -145,39 +145,3 @@ def test_the_line_says_how_many_were_built_ahead_once():
     line = built_line(CloseResult(seen=20, built=16, already=4, ahead=13, seconds=2.0), 0)
     assert "16 generic Triton variants built or loaded in 2.0 s at close (13 of them built ahead" in line
     assert line.count("13") == 1 and line.count("16") == 1, "one count per fact"
-
-
-def test_the_twins_processes_are_a_setting_off_by_default():
-    assert Settings.from_env({}).generic_twin_processes == 0
-    assert Settings.from_env({"WARMUP_GENERIC_TWIN_PROCESSES": "4"}).generic_twin_processes == 4
-    from vllm_bridge.settings import PluginError
-
-    with pytest.raises(PluginError, match="WARMUP_GENERIC_TWIN_PROCESSES must be a whole number, got 'many'"):
-        Settings.from_env({"WARMUP_GENERIC_TWIN_PROCESSES": "many"})
-
-
-def test_twins_processes_that_do_not_start_leave_the_twins_to_threads_in_one_line(monkeypatch, caplog):
-    from vllm_bridge.warmup import generic_variants
-
-    started = []
-
-    class NoStart:
-        def __init__(self, workers, capability, preload=()):
-            started.append((workers, capability))
-            self.failed_to_start = "OSError: no processes"
-
-        def start(self):
-            return False
-
-    monkeypatch.setattr("executor.triton_twins.TwinProcesses", NoStart)
-    target = NS(arch=90)
-    fake_driver = types.ModuleType("triton.runtime.driver")
-    fake_driver.driver = NS(active=NS(get_current_target=lambda: target))
-    monkeypatch.setitem(sys.modules, "triton.runtime.driver", fake_driver)
-    generics = generic_variants.WorkerGenerics(0, NS(), NS(), twin_processes=3)
-    with caplog.at_level(logging.WARNING, logger="vllm.warmup_planner"):
-        assert generics._start_twins() is None
-    assert started == [(3, 90)]
-    assert [r.getMessage() for r in caplog.records] == [
-        "warmup-planner: rank 0: the generic Triton twins are built on threads: their processes did not start "
-        "(OSError: no processes)"]

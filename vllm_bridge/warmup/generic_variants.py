@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import sys
 
 from executor.triton_generic import GenericVariants
 
@@ -29,9 +28,8 @@ log = logging.getLogger("vllm.warmup_planner")
 class WorkerGenerics:
     """One worker's generic Triton variants: ``install`` at its start, ``close`` before ready."""
 
-    def __init__(self, rank: int, monitor, phases, twin_processes: int = 0):
+    def __init__(self, rank: int, monitor, phases):
         self.rank, self.monitor, self.phases = rank, monitor, phases
-        self.twin_processes = twin_processes  # WARMUP_GENERIC_TWIN_PROCESSES (0: the twins on threads)
         self.variants = GenericVariants(on_generic=self.ran)
         self.closed = None  # executor.triton_generic.CloseResult, once built
 
@@ -39,28 +37,6 @@ class WorkerGenerics:
         """From here to ready, every Triton variant this process compiles or loads is recorded."""
         if not self.variants.install():
             log.info("warmup-planner: rank %d: no generic Triton variants: %s", self.rank, self.variants.reason)
-            return
-        if self.twin_processes > 0:
-            self.variants.twins = self._start_twins()
-
-    def _start_twins(self):
-        """The helper processes for the twins, started now (their imports run beside the weights' load);
-        None, with one line, where they cannot start: the twins are built on threads, as without them."""
-        from executor.triton_twins import TwinProcesses
-
-        try:
-            from triton.runtime.driver import driver
-
-            capability = int(driver.active.get_current_target().arch)
-            twins = TwinProcesses(self.twin_processes, capability, preload=("vllm",) if "vllm" in sys.modules else ())
-            if twins.start():
-                return twins
-            reason = twins.failed_to_start
-        except Exception as e:  # noqa: BLE001 - an optimisation of ours: threads build the twins
-            reason = cause_of(e)
-        log.warning("warmup-planner: rank %d: the generic Triton twins are built on threads: their processes did "
-                    "not start (%s)", self.rank, reason)
-        return None
 
     def uninstall(self) -> None:
         self.variants.uninstall()

@@ -90,7 +90,7 @@ class WorkerWarmup:
         self.runner = None
         self.report = None
         self.flashinfer_waits = FlashInferWaits()
-        self.generics = WorkerGenerics(self.rank, self.monitor, self.phases, settings.generic_twin_processes)
+        self.generics = WorkerGenerics(self.rank, self.monitor, self.phases)
 
     @classmethod
     def prepare(cls, worker, release: Release, settings: Settings) -> "WorkerWarmup":
