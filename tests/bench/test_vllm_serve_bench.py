@@ -19,6 +19,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -346,15 +347,23 @@ def test_plugin_arm_reads_its_plugin_lines_and_report(tmp_path):
 
 
 def test_the_driver_killed_by_timeout_stops_the_server_first(tmp_path):
-    """`timeout` sends SIGTERM: the server (still starting) goes, and result.json says why."""
+    """`timeout` sends SIGTERM: the server (still starting) goes, and result.json says why. The signal
+    is sent once the driver has read the server's start-up lines (a fixed `timeout 2` raced the start
+    on a loaded machine)."""
     record, out = tmp_path / "record", tmp_path / "run"
     record.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WARMUP_", "VLLM_", "FAKE_"))}
     env.update(PYTHONPATH=fake_vllm(tmp_path) + os.pathsep + ROOT, FAKE_RECORD=str(record), FAKE_READY_DELAY="30")
-    cmd = ["timeout", "2", sys.executable, os.path.join(BENCH, "vllm_serve_trace.py"), "--config", CONFIG,
+    cmd = [sys.executable, os.path.join(BENCH, "vllm_serve_trace.py"), "--config", CONFIG,
            "--arm", "stock", "--model-dir", str(tmp_path / "model"), "--out", str(out)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 124, done.stderr[-2000:]
+    driver = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log, deadline = out / "server.log", time.monotonic() + 60
+    while not (log.exists() and "init engine" in log.read_text()) and driver.poll() is None:
+        assert time.monotonic() < deadline, "the stand-in server's start-up lines never reached server.log"
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGTERM)                  # what `timeout` sends at the run's time limit
+    _, stderr = driver.communicate(timeout=30)
+    assert driver.returncode != 0, stderr[-2000:]
     result = json.loads((out / "result.json").read_text())
     assert result["error"] == "SystemExit: killed by signal 15 (the run's time limit)"
     assert result["server"]["leftover_pids"] == [] and result["server"]["signal"] == "SIGINT"

@@ -20,7 +20,8 @@ from test_registry import fictitious_row  # noqa: F401 - a fixture: one backend 
 from executor import registry
 from executor.precompile.workers import backend_classes
 from executor.precompile.workers import setup as workers_setup
-from executor.precompile.workers.lanes import lane_of
+from executor.precompile.workers.build_ahead import BUILD_AHEAD_NICE
+from executor.precompile.workers.lanes import DEVICE_LANE_NICE, lane_of
 
 FREE = ("test_precompile_lanes", "FakeCompileOnly")
 
@@ -95,7 +96,8 @@ def test_the_device_lanes_barrier_ends_its_workers_while_the_compile_lane_goes_o
     pre.close()
     assert {(r.key, r.status) for r in pre.results()} == {("d1", "ok"), ("d2", "ok"), ("c1", "ok")}
     nice = {(w["lane"], w["nice"] - os.nice(0)) for w in pre.timings.ready}
-    assert nice == {("device", 5), ("compile", 0)}               # the short jobs yield to the long builds
+    assert nice == {("device", DEVICE_LANE_NICE), ("compile", 0)}  # the short jobs yield to the long builds,
+    assert DEVICE_LANE_NICE > BUILD_AHEAD_NICE > 0                 # also to those started ahead, which yield to vLLM
     assert pre.summary()["lane_waits"]["device"]["still_running"] == ["fake_free c1"]
 
 

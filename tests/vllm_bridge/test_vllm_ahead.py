@@ -165,6 +165,8 @@ class Spec:
     def build(self, verbose, need_lock=True):
         log = os.environ["FAKE_LOG"]
         open(os.path.join(log, "build-" + self.name + "-" + os.environ.get("FLASHINFER_CUDA_ARCH_LIST", "")), "w").close()
+        with open(os.environ["FAKE_LOG"] + "-nice", "w") as f:
+            f.write(str(os.nice(0)))
         os.makedirs(log + "-lib", exist_ok=True)
         if not os.path.exists(self.get_library_path()):   # as ninja: an up-to-date library is left alone
             open(self.get_library_path(), "w").close()
@@ -216,6 +218,13 @@ def test_the_builder_builds_without_loading_and_skips_prebuilt_modules(fake_flas
     assert lines[1].startswith("warmup-planner: FlashInfer module gen_sampling_module built ahead in ")
     _, err = builder(env, "gen_sampling_module").communicate(timeout=60)  # the next start: nothing to do
     assert err.startswith("warmup-planner: FlashInfer module gen_sampling_module up to date (nothing built) in ")
+
+
+def test_the_builder_yields_the_cores_to_vllms_own_processes(fake_flashinfer):
+    env, log = fake_flashinfer
+    _, err = builder(env, "gen_sampling_module").communicate(timeout=60)
+    assert "built ahead" in err
+    assert int((log.parent / "log-nice").read_text()) > os.nice(0)   # nvcc, started by the build, inherits it
 
 
 def test_the_builder_ends_what_it_started_when_its_time_is_up(fake_flashinfer):

@@ -23,10 +23,12 @@ import time
 
 from ...backends.flashinfer_jit import FLASHINFER_ARCHS
 from .build_ahead_command import MODULE
-from .lanes import DEVICE_LANE_NICE
 from .process_tree import descendants, kill
 
 PARENT_POLL_S = 1.0
+# The builder's niceness: vLLM's own start (its imports, its engine process, torch.compile) gets the
+# cores first, then these builds, then the pool's device lane (lanes.DEVICE_LANE_NICE, higher).
+BUILD_AHEAD_NICE = 5
 
 
 def main(argv=None) -> int:
@@ -37,7 +39,7 @@ def main(argv=None) -> int:
     timer.daemon = True
     timer.start()
     try:
-        os.nice(DEVICE_LANE_NICE)  # vLLM's own start (its imports, the engine process) gets the cores first
+        os.nice(BUILD_AHEAD_NICE)
     except OSError:
         pass
     # FlashInfer's generator modules imported here, one after the other: two threads importing two

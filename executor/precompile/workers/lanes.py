@@ -3,8 +3,9 @@
 - ``device``: jobs that run on the GPU (DeepGEMM's JIT compiles inside a launch; vLLM's Triton
   sampler is launched for real). Each such worker holds a CUDA context, which vLLM's memory
   profile would count as its own: this lane is ended before vLLM measures (vllm_bridge). Its many
-  short jobs yield the CPU (DEVICE_LANE_NICE) to the compile lane's long builds and to vLLM's own
-  process (torch.compile): they fill the cores those leave idle.
+  short jobs yield the CPU (DEVICE_LANE_NICE) to the compile lane's long builds, to FlashInfer's
+  modules built ahead (build_ahead.py, BUILD_AHEAD_NICE) and to vLLM's own process (torch.compile):
+  they fill the cores those leave idle.
 - ``compile``: jobs whose compile-only twin needs no CUDA (Triton for the GPU's target, FlashInfer's
   nvcc builds; backend_classes.WORKER_CLASSES). These go on beside the weights load, torch.compile,
   the memory profile and the CUDA-graph capture; whoever needs one of their kernels first waits
@@ -29,7 +30,10 @@ from .setup import worker_setup
 
 DEVICE_LANE, COMPILE_LANE = "device", "compile"  # with a CUDA context, without
 LANES = (COMPILE_LANE, DEVICE_LANE)  # the order their workers start: the long poles (nvcc builds) first
-DEVICE_LANE_NICE = 5  # the device lane's workers' niceness (what they start inherits it)
+# the device lane's workers' niceness (what they start inherits it): below the builds started ahead
+# (build_ahead.BUILD_AHEAD_NICE), which vLLM waits for at capture (an H200, part AM: 54 DeepGEMM jobs on
+# 16 workers at the builder's niceness, and its fp8_blockscale_gemm_90 took 130.5 s, vLLM waiting 70.4 s)
+DEVICE_LANE_NICE = 10
 
 
 def lane_of(backend: str) -> str:
