@@ -165,7 +165,7 @@ class Spec:
     def build(self, verbose, need_lock=True):
         log = os.environ["FAKE_LOG"]
         open(os.path.join(log, "build-" + self.name + "-" + os.environ.get("FLASHINFER_CUDA_ARCH_LIST", "")), "w").close()
-        with open(os.environ["FAKE_LOG"] + "-nice", "w") as f:
+        with open(log + "-nice", "w") as f:   # the builder's niceness, which its nvcc inherits
             f.write(str(os.nice(0)))
         os.makedirs(log + "-lib", exist_ok=True)
         if not os.path.exists(self.get_library_path()):   # as ninja: an up-to-date library is left alone
