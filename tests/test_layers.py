@@ -306,7 +306,7 @@ VLLM_BRIDGE_FLOORS = [
     {"kernels": ["vllm_bridge.kernels"], "engine": ["vllm_bridge.engine"]},
     {"base": ["vllm_bridge.settings", "vllm_bridge.releases", "vllm_bridge.step_aside", "vllm_bridge.fixes",
               "vllm_bridge.engine_core_start", "vllm_bridge.compile_load", "vllm_bridge.model_inspection",
-              "vllm_bridge.flashinfer_flags",
+              "vllm_bridge.flashinfer_flags", "vllm_bridge.mega_aot",
               "vllm_bridge.timeline",
               "vllm_bridge.patches", "vllm_bridge"]},
 ]

@@ -25,6 +25,7 @@ sub-package imports none of its siblings.
     compile_load.py      vLLM's AOT-compiled model loaded in a thread while the weights load (where asked)
     model_inspection.py  vLLM's model-class inspection in a forked child, not a fresh interpreter (where asked)
     flashinfer_flags.py  FlashInfer's nvcc spreads each compile unit over the cores, where its workspace allows
+    mega_aot.py          vLLM's mega AOT artifact asked for where its torch takes it and its default is off
     timeline.py          one start's timeline, process by process: where a `vllm serve` start spends its time
     patches.py           one method of a vLLM class wrapped once per process, vLLM's function kept on the class
 """

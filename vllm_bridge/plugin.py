@@ -43,7 +43,7 @@ import os
 import sys
 import time
 
-from . import ahead, compile_load, engine_core_start, fixes, flashinfer_flags, model_inspection, timeline
+from . import ahead, compile_load, engine_core_start, fixes, flashinfer_flags, mega_aot, model_inspection, timeline
 from .bundles import source as bundle_source, startup as bundle
 from .releases import RELEASES, Release, UnsupportedVllm, release_for
 from .settings import Settings, rank_of, strict_setting
@@ -87,6 +87,8 @@ def _register(settings: Settings) -> None:
     engine_core_start.choose_start(settings.engine_core_fork)  # before vLLM makes its config and starts its engine core
     if settings.flashinfer_split_compile:
         flashinfer_flags.choose_flags()  # before any process of this server builds a FlashInfer module
+    if settings.torch_mega_aot:
+        mega_aot.choose()  # before vLLM makes its config and its engine core computes the compile cache's key
     if settings.model_inspection_fork:
         model_inspection.watch(after_import)  # before vLLM resolves the model's class
     with _timed(bool(settings.bundle), "plugin: bundle pin"):

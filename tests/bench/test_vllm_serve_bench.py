@@ -644,15 +644,20 @@ def test_proof_script_detaches_a_long_run_and_collects_it_in_a_later_call(tmp_pa
     assert not (tmp_path / "out1").exists(), "the detaching call brings nothing back"
 
 
-def test_proof_script_turns_the_plugins_split_compilation_off_in_the_parts_named_only(tmp_path):
-    """FI_OWN_FLAGS_PARTS: the plugin's WARMUP_FLASHINFER_SPLIT_COMPILE=0 in those parts; every other part at the
-    plugin's default, whatever the caller's environment holds."""
+@pytest.mark.parametrize("parts, setting, named, caller", [
+    ("FI_OWN_FLAGS_PARTS", "WARMUP_FLASHINFER_SPLIT_COMPILE", "0", "1"),
+    ("MEGA_AOT_PARTS", "WARMUP_TORCH_MEGA_AOT", "1", "0"),
+])
+def test_proof_script_sets_a_plugin_setting_in_the_parts_named_only(tmp_path, parts, setting, named, caller):
+    """FI_OWN_FLAGS_PARTS (the plugin's split compilation off), MEGA_AOT_PARTS (vLLM's mega AOT artifact asked
+    for): the setting in those parts; every other part at the plugin's default, whatever the caller's
+    environment holds."""
     out = proof_dry_run(tmp_path, "plugin-warm_1 plugin-warm_2", PLUGIN_WARM_FROM="bundle-build",
-                        FI_OWN_FLAGS_PARTS="plugin-warm_1", WARMUP_FLASHINFER_SPLIT_COMPILE="1")
+                        **{parts: "plugin-warm_1", setting: caller})
     drivers = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
-    assert len(drivers) == 2 and all("-u WARMUP_FLASHINFER_SPLIT_COMPILE" in x for x in drivers)
-    assert ["WARMUP_FLASHINFER_SPLIT_COMPILE=0" in x for x in drivers] == [True, False]
-    assert not any("WARMUP_FLASHINFER_SPLIT_COMPILE=1" in x for x in drivers)
+    assert len(drivers) == 2 and all(f"-u {setting}" in x for x in drivers)
+    assert [f"{setting}={named}" in x for x in drivers] == [True, False]
+    assert not any(f"{setting}={caller}" in x for x in drivers)
 
 
 def test_proof_script_runs_plugin_warm_on_the_bundle_builds_caches(tmp_path):

@@ -438,7 +438,7 @@ def test_a_vllm_release_the_plugin_does_not_know_is_one_line_naming_it_at_regist
 
 ONE_READER = ("WARMUP_PLAN", "WARMUP_BUNDLE", "WARMUP_BUNDLE_OUT", "WARMUP_REGISTRY_PLAIN_HTTP", "WARMUP_BUNDLE_INERT",
               "WARMUP_FIX_GC_FREEZE_CAPTURE", "WARMUP_STRICT", "WARMUP_TIMELINE", "WARMUP_PLAN_REPORT",
-              "WARMUP_ENGINE_CORE_FORK", "WARMUP_FLASHINFER_SPLIT_COMPILE")
+              "WARMUP_ENGINE_CORE_FORK", "WARMUP_FLASHINFER_SPLIT_COMPILE", "WARMUP_TORCH_MEGA_AOT")
 
 
 def registered(monkeypatch, **environ) -> list:
@@ -454,6 +454,7 @@ def registered(monkeypatch, **environ) -> list:
     monkeypatch.setattr(plugin.fixes, "apply_fixes", lambda missing, on_import, off: calls.append(("fixes", off)))
     monkeypatch.setattr(plugin.engine_core_start, "choose_start", lambda setting: calls.append(("fork", setting)))
     monkeypatch.setattr(plugin.flashinfer_flags, "choose_flags", lambda: calls.append(("flashinfer_flags",)))
+    monkeypatch.setattr(plugin.mega_aot, "choose", lambda: calls.append(("mega_aot",)))
     monkeypatch.setattr(plugin.bundle_source, "for_process", lambda value, timeout_s, *, plain_http: calls.append(
         ("source", value, plain_http)) or NS(wait_early=lambda: None, thread=None))
     monkeypatch.setattr(plugin.bundle, "install_early", lambda path, stage: None)
@@ -498,6 +499,17 @@ def test_register_chooses_flashinfers_flags_unless_turned_off(monkeypatch, value
     assert (("flashinfer_flags",) in calls) is chosen
     if chosen:
         assert calls.index(("flashinfer_flags",)) < calls.index(("source", "/nowhere/b.warmup", False))
+
+
+@pytest.mark.parametrize("value, chosen", [(None, False), ("", False), ("0", False), ("1", True)])
+def test_register_asks_for_vllms_mega_aot_artifact_only_where_asked(monkeypatch, value, chosen):
+    """Issue 54: WARMUP_TORCH_MEGA_AOT=1 sets vLLM's variable at register, before vLLM makes its config and
+    its engine core computes the compile cache's key; off by default."""
+    environ = {"WARMUP_BUNDLE": "/nowhere/b.warmup"} | ({} if value is None else {"WARMUP_TORCH_MEGA_AOT": value})
+    calls = registered(monkeypatch, **environ)
+    assert (("mega_aot",) in calls) is chosen
+    if chosen:
+        assert calls.index(("mega_aot",)) < calls.index(("source", "/nowhere/b.warmup", False))
 
 
 @pytest.mark.parametrize("name, value, cause", [
