@@ -135,9 +135,10 @@
 # built with other flags is rebuilt (ninja reruns a command that changed): give such a part caches of its own.
 # Since part AL the plugin sets --split-compile=0 itself (WARMUP_FLASHINFER_SPLIT_COMPILE, on by default, where its
 # workspace allows); FI_OWN_FLAGS_PARTS="plugin-cold_2 ..." runs those parts with it off (FlashInfer's own flags).
-# MEGA_AOT_PARTS="plugin-warm_2 ..." runs those parts with WARMUP_TORCH_MEGA_AOT=1 (vLLM's mega AOT artifact, off by
-# default: vllm_bridge/mega_aot.py). It is a factor of the torch.compile cache's key: the first such part on a cache
-# filled without it compiles torch.compile cold (and writes the mega artifact beside the other); later ones load it.
+# Since part AN the plugin asks for vLLM's mega AOT artifact itself (WARMUP_TORCH_MEGA_AOT, on by default, where the
+# compile cache allows: vllm_bridge/mega_aot.py); MEGA_AOT_OFF_PARTS="plugin-warm_3 ..." runs those parts with it off
+# (vLLM's default). It is a factor of the torch.compile cache's key: a part with the other value than the cache was
+# filled with compiles torch.compile cold once (and writes its artifact beside the other); later ones load it.
 # With STOCK_WARM_FROM=bundle-build, put bundle-build in FI_OWN_FLAGS_PARTS: stock (no plugin, FlashInfer's flags)
 # would otherwise build again every module bundle-build's JIT workspace holds.
 # Issue 53 (the plugin's default after ready): the plugin arm runs with WARMUP_TORCH_COMPILE_AFTER_READY=compile, so
@@ -314,7 +315,7 @@ run_part() {
     case " ${INSPECTION_SPAWN_PARTS:-} " in *" $part "*) extra+=(WARMUP_MODEL_INSPECTION_FORK=0) ;; esac
     case " ${FI_FLAGS_PARTS:-} " in *" $part "*) extra+=(FLASHINFER_EXTRA_CUDAFLAGS="${FI_FLAGS:?FI_FLAGS_PARTS needs FI_FLAGS}") ;; esac
     case " ${FI_OWN_FLAGS_PARTS:-} " in *" $part "*) extra+=(WARMUP_FLASHINFER_SPLIT_COMPILE=0) ;; esac
-    case " ${MEGA_AOT_PARTS:-} " in *" $part "*) extra+=(WARMUP_TORCH_MEGA_AOT=1) ;; esac
+    case " ${MEGA_AOT_OFF_PARTS:-} " in *" $part "*) extra+=(WARMUP_TORCH_MEGA_AOT=0) ;; esac
     local after_ready=compile  # issue 53: the plan's own coverage is measured; EAGER_PARTS: the plugin's default
     case " ${EAGER_PARTS:-} " in *" $part "*) after_ready=eager ;; esac
     if [ "$base" = bundle-cold ] && [ ! -f "$BUNDLE_FILE" ] && [ "$DRY_RUN" != 1 ]; then

@@ -88,7 +88,8 @@ def _register(settings: Settings) -> None:
     if settings.flashinfer_split_compile:
         flashinfer_flags.choose_flags()  # before any process of this server builds a FlashInfer module
     if settings.torch_mega_aot:
-        mega_aot.choose()  # before vLLM makes its config and its engine core computes the compile cache's key
+        # before vLLM makes its config and its engine core computes the compile cache's key
+        mega_aot.choose(bundle_named=bool(settings.bundle or settings.bundle_out))
     if settings.model_inspection_fork:
         model_inspection.watch(after_import)  # before vLLM resolves the model's class
     with _timed(bool(settings.bundle), "plugin: bundle pin"):

@@ -56,8 +56,8 @@ class Settings(NamedTuple):
     #                                forked child of the API server (vllm_bridge/model_inspection.py); 0: vLLM's own
     flashinfer_split_compile: bool = True  # WARMUP_FLASHINFER_SPLIT_COMPILE: FlashInfer's nvcc spreads each compile
     #                                unit over the cores, where its workspace allows (vllm_bridge/flashinfer_flags.py)
-    torch_mega_aot: bool = False   # WARMUP_TORCH_MEGA_AOT: vLLM's mega AOT artifact asked for where its torch
-    #                                takes it and its default leaves it off (vllm_bridge/mega_aot.py)
+    torch_mega_aot: bool = True    # WARMUP_TORCH_MEGA_AOT: vLLM's mega AOT artifact asked for where its torch
+    #                                takes it, its default leaves it off and the cache allows (vllm_bridge/mega_aot.py)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
@@ -74,7 +74,7 @@ class Settings(NamedTuple):
                    _choice(environ, "WARMUP_BUNDLE_INERT", ("warn", "error")), _fixes_off(environ),
                    _flag(environ, "WARMUP_COMPILE_LOAD_BESIDE_WEIGHTS"), _flag(environ, "WARMUP_MODEL_INSPECTION_FORK", default=True),
                    _flag(environ, "WARMUP_FLASHINFER_SPLIT_COMPILE", default=True),
-                   _flag(environ, "WARMUP_TORCH_MEGA_AOT"))
+                   _flag(environ, "WARMUP_TORCH_MEGA_AOT", default=True))
 
     @property
     def asked(self) -> bool:

@@ -646,11 +646,11 @@ def test_proof_script_detaches_a_long_run_and_collects_it_in_a_later_call(tmp_pa
 
 @pytest.mark.parametrize("parts, setting, named, caller", [
     ("FI_OWN_FLAGS_PARTS", "WARMUP_FLASHINFER_SPLIT_COMPILE", "0", "1"),
-    ("MEGA_AOT_PARTS", "WARMUP_TORCH_MEGA_AOT", "1", "0"),
+    ("MEGA_AOT_OFF_PARTS", "WARMUP_TORCH_MEGA_AOT", "0", "1"),
 ])
 def test_proof_script_sets_a_plugin_setting_in_the_parts_named_only(tmp_path, parts, setting, named, caller):
-    """FI_OWN_FLAGS_PARTS (the plugin's split compilation off), MEGA_AOT_PARTS (vLLM's mega AOT artifact asked
-    for): the setting in those parts; every other part at the plugin's default, whatever the caller's
+    """FI_OWN_FLAGS_PARTS (the plugin's split compilation off), MEGA_AOT_OFF_PARTS (vLLM's mega AOT artifact not
+    asked for): the setting in those parts; every other part at the plugin's default, whatever the caller's
     environment holds."""
     out = proof_dry_run(tmp_path, "plugin-warm_1 plugin-warm_2", PLUGIN_WARM_FROM="bundle-build",
                         **{parts: "plugin-warm_1", setting: caller})

@@ -454,7 +454,7 @@ def registered(monkeypatch, **environ) -> list:
     monkeypatch.setattr(plugin.fixes, "apply_fixes", lambda missing, on_import, off: calls.append(("fixes", off)))
     monkeypatch.setattr(plugin.engine_core_start, "choose_start", lambda setting: calls.append(("fork", setting)))
     monkeypatch.setattr(plugin.flashinfer_flags, "choose_flags", lambda: calls.append(("flashinfer_flags",)))
-    monkeypatch.setattr(plugin.mega_aot, "choose", lambda: calls.append(("mega_aot",)))
+    monkeypatch.setattr(plugin.mega_aot, "choose", lambda *, bundle_named: calls.append(("mega_aot", bundle_named)))
     monkeypatch.setattr(plugin.bundle_source, "for_process", lambda value, timeout_s, *, plain_http: calls.append(
         ("source", value, plain_http)) or NS(wait_early=lambda: None, thread=None))
     monkeypatch.setattr(plugin.bundle, "install_early", lambda path, stage: None)
@@ -477,7 +477,7 @@ def test_register_hands_the_registry_switch_and_the_fix_switches_down_from_its_s
         environ["WARMUP_FIX_GC_FREEZE_CAPTURE"] = fix
     calls = registered(monkeypatch, **environ)
     plain_http, off = expected
-    assert calls == [("patch_worker",), ("fixes", off), ("fork", None), ("flashinfer_flags",),
+    assert calls == [("patch_worker",), ("fixes", off), ("fork", None), ("flashinfer_flags",), ("mega_aot", True),
                      ("source", "/nowhere/b.warmup", plain_http)]
 
 
@@ -501,15 +501,26 @@ def test_register_chooses_flashinfers_flags_unless_turned_off(monkeypatch, value
         assert calls.index(("flashinfer_flags",)) < calls.index(("source", "/nowhere/b.warmup", False))
 
 
-@pytest.mark.parametrize("value, chosen", [(None, False), ("", False), ("0", False), ("1", True)])
-def test_register_asks_for_vllms_mega_aot_artifact_only_where_asked(monkeypatch, value, chosen):
-    """Issue 54: WARMUP_TORCH_MEGA_AOT=1 sets vLLM's variable at register, before vLLM makes its config and
-    its engine core computes the compile cache's key; off by default."""
+@pytest.mark.parametrize("value, chosen", [(None, True), ("", True), ("1", True), ("0", False)])
+def test_register_asks_for_vllms_mega_aot_artifact_unless_turned_off(monkeypatch, value, chosen):
+    """Issue 54: vLLM's mega AOT artifact is chosen at register, before vLLM makes its config and its engine
+    core computes the compile cache's key; WARMUP_TORCH_MEGA_AOT=0 keeps vLLM's default."""
     environ = {"WARMUP_BUNDLE": "/nowhere/b.warmup"} | ({} if value is None else {"WARMUP_TORCH_MEGA_AOT": value})
     calls = registered(monkeypatch, **environ)
-    assert (("mega_aot",) in calls) is chosen
+    assert (("mega_aot", True) in calls) is chosen
     if chosen:
-        assert calls.index(("mega_aot",)) < calls.index(("source", "/nowhere/b.warmup", False))
+        assert calls.index(("mega_aot", True)) < calls.index(("source", "/nowhere/b.warmup", False))
+
+
+@pytest.mark.parametrize("environ, bundle_named", [
+    ({"WARMUP_PLAN": "vllm-0.25-plugin"}, False),
+    ({"WARMUP_PLAN": "vllm-0.25-plugin", "WARMUP_BUNDLE_OUT": "/nowhere/out.warmup"}, True),
+    ({"WARMUP_BUNDLE": "oci://registry.example/warmup/m:1"}, True),
+])
+def test_register_tells_the_mega_aot_choice_whether_a_bundle_is_named(monkeypatch, environ, bundle_named):
+    """A start that installs or writes a bundle keeps vLLM's default (mega_aot._cache_why_not)."""
+    monkeypatch.setattr(plugin.ahead, "watch_engine_args", lambda settings: None)
+    assert [c for c in registered(monkeypatch, **environ) if c[0] == "mega_aot"] == [("mega_aot", bundle_named)]
 
 
 @pytest.mark.parametrize("name, value, cause", [
