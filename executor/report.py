@@ -272,6 +272,21 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
 
 
+def _triton_cache_env() -> dict | None:
+    """The environment variables Triton puts in every kernel's disk-cache key (its libtriton's
+    list), as this process has them: a warm start that finds none of its kernels on disk in the
+    same directory (bench/RESULTS.md part AN, plugin-warm_5) can then be compared with one that did.
+    None where Triton is not imported or has no such list."""
+    libtriton = sys.modules.get("triton._C.libtriton")
+    read = getattr(libtriton, "get_cache_invalidating_env_vars", None)
+    if read is None:
+        return None
+    try:
+        return dict(sorted(read().items()))
+    except Exception:  # noqa: BLE001 - a report's detail, never a failed run
+        return None
+
+
 def environment(device: str | None = None) -> dict:
     """Versions and the device, for the report (only modules already imported are asked)."""
     env = {"python": sys.version.split()[0], "platform": platform.platform(),
@@ -294,6 +309,9 @@ def environment(device: str | None = None) -> dict:
         mod = sys.modules.get(name)
         if mod is not None:
             env[name] = getattr(mod, "__version__", "?")
+    cache_env = _triton_cache_env()
+    if cache_env is not None:
+        env["triton_cache_env"] = cache_env
     install = deep_gemm_install.find_install()
     if install is not None:
         env["deep_gemm"] = install.version or "?"

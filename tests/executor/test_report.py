@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 from execlib import TINY, TUNED_PLAN, by_id, load_report, run_cli
@@ -126,3 +127,21 @@ def test_deep_gemm_loads_not_counted_stay_none():
     report.add_step(_dg_record("deep_gemm/a", StepCounts(deep_gemm_jit=0).as_dict()))
     [stage] = report.stages()
     assert stage["deep_gemm_loaded"] is None and stage["deep_gemm_compiled"] == 0
+
+
+@pytest.mark.parametrize("libtriton, expected", [
+    (None, None),  # Triton not imported: nothing asked
+    (type("Old", (), {})(), None),  # a Triton without the list
+    (type("T", (), {"get_cache_invalidating_env_vars": staticmethod(lambda: {"TRITON_F32_DEFAULT": "ieee", "A": "1"})})(),
+     {"A": "1", "TRITON_F32_DEFAULT": "ieee"}),
+    (type("Broken", (), {"get_cache_invalidating_env_vars": staticmethod(lambda: 1 / 0)})(), None),
+])
+def test_the_report_names_the_environment_tritons_cache_key_holds(monkeypatch, libtriton, expected):
+    """Part AN: a warm start found none of its Triton kernels on disk in the same directory; the variables
+    Triton hashes into every key are what two such runs' reports can be compared by."""
+    if libtriton is None:
+        monkeypatch.delitem(sys.modules, "triton._C.libtriton", raising=False)
+    else:
+        monkeypatch.setitem(sys.modules, "triton._C.libtriton", libtriton)
+    env = report_mod.environment()
+    assert env.get("triton_cache_env") == expected and (("triton_cache_env" in env) == (expected is not None))
