@@ -120,7 +120,9 @@
 # PLUGIN_WARM_FROM=bundle-cold: plugin-warm runs on those caches with WARMUP_BUNDLE still set (a warm node: the
 # bundle already installed; issue 54 item 2 says such a start pays nothing for it). PLUGIN_WARM_FROM=bundle-build:
 # plugin-warm on the caches bundle-build filled (a plugin cold run that also wrote the bundle: one cold run gives
-# the cold row, the bundle and the warm series).
+# the cold row, the bundle and the warm series). PLUGIN_WARM_FROM=stock-cold: plugin-warm on stock's caches (a node
+# stock vLLM filled, then served with the plugin: what the plugin's cache rules keep, e.g. vLLM's mega AOT artifact
+# off; the plugin's kernels are then in stock's caches too, so run it after the stock-warm parts).
 # Issue 54 (the engine core's start): FORK_PARTS="plugin-warm_2 ..." runs those parts with WARMUP_ENGINE_CORE_FORK=1,
 # SPAWN_PARTS="plugin-warm_3 ..." with WARMUP_ENGINE_CORE_FORK=0; every other part at the plugin's default (fork where
 # the engine runs on one GPU), whatever the caller's environment holds. run.json's engine_core_fork says what
@@ -306,6 +308,7 @@ run_part() {
         plugin-warm) case "${PLUGIN_WARM_FROM:-}" in
                          bundle-cold) cache=$ROOT/cache/$SERIES/bundle-cold extra=(WARMUP_BUNDLE="$BUNDLE_FILE") ;;  # a warm node: the bundle in place, still named
                          bundle-build) cache=$ROOT/cache/$SERIES/bundle-build ;;  # a plugin cold's caches, the bundle written from them
+                         stock-cold) cache=$ROOT/cache/$SERIES/stock ;;  # a node stock filled, then served with the plugin
                      esac ;;
     esac
     case " ${FORK_PARTS:-} " in *" $part "*) extra+=(WARMUP_ENGINE_CORE_FORK=1) ;; esac  # issue 54
@@ -434,6 +437,7 @@ run_part() {
         command="$(printf '%q ' "${cmd[@]}")" engine_core_fork="$(forked "$dir")" \
         compile_load_beside="$(said "$dir" "compiled model loaded beside the weights")" \
         model_inspection_forked="$(said "$dir" "model class inspected in a forked child")" \
+        mega_aot="$(said "$dir" "torch.compile artifacts are one mega AOT artifact")" \
             torch_compile_after_ready="$([ "$arm" = plugin ] && echo "$after_ready")" "${proof[@]}"
     if [ "$base" = bundle-build ]; then
         ls -la "$BUNDLE_FILE" > "$dir/bundle_inspect.txt" 2>&1

@@ -669,6 +669,15 @@ def test_proof_script_runs_plugin_warm_on_the_bundle_builds_caches(tmp_path):
     assert "WARMUP_BUNDLE=" not in driver and "WARMUP_BUNDLE_OUT=" not in driver
 
 
+def test_proof_script_runs_plugin_warm_on_stocks_caches(tmp_path):
+    """PLUGIN_WARM_FROM=stock-cold: a node stock vLLM filled, then started with the plugin (its cache rules:
+    vLLM's mega AOT artifact stays off there); no bundle named."""
+    out = proof_dry_run(tmp_path, "plugin-warm_1", PLUGIN_WARM_FROM="stock-cold")
+    [driver] = [x for x in out.splitlines() if "vllm_serve_trace.py" in x and "--dry-run" not in x]
+    assert f"VLLM_CACHE_ROOT={tmp_path}/cache/llama-3.1-8b-instruct-fp8-block-fi-serve/stock/vllm" in driver
+    assert "WARMUP_BUNDLE=" not in driver and "WARMUP_BUNDLE_OUT=" not in driver
+
+
 def test_proof_script_runs_the_plugin_default_after_ready_only_in_the_parts_named(tmp_path):
     """Issue 53: the plugin arm compiles after ready (the plan's coverage is counted) but in EAGER_PARTS,
     which run at the plugin's default; the stock arm is never given the plugin's setting."""
