@@ -48,13 +48,16 @@ def choose(environ=os.environ, vllm_envs=None, torch_version: str | None = None,
     vLLM's log where it is set or kept off for a reason, from the first process only."""
     if environ.get(VARIABLE, "").strip():
         return False  # the user's, or this server's first process's: kept as it is
-    if vllm_envs is None:
-        import vllm.envs as vllm_envs
-    why_not = _why_not(vllm_envs, _torch_version() if torch_version is None else torch_version)
-    if why_not == "vLLM's default":
-        return False  # nothing to ask for, nothing to say
-    if why_not is None:
-        why_not = _cache_why_not(vllm_envs, bundle_named)
+    try:
+        if vllm_envs is None:
+            import vllm.envs as vllm_envs
+        why_not = _why_not(vllm_envs, _torch_version() if torch_version is None else torch_version)
+        if why_not == "vLLM's default":
+            return False  # nothing to ask for, nothing to say
+        if why_not is None:
+            why_not = _cache_why_not(vllm_envs, bundle_named)
+    except (ImportError, AttributeError) as e:  # a vLLM without what this reads: its own default stays
+        why_not = f"vLLM's settings not read: {type(e).__name__}: {e}"
     if why_not:
         _say("warmup-planner: vLLM's mega AOT artifact not asked for (%s)", why_not)
         return False

@@ -137,3 +137,12 @@ def test_it_is_on_unless_turned_off_and_a_bad_value_is_one_line():
     assert Settings.from_env({"WARMUP_TORCH_MEGA_AOT": "0"}).torch_mega_aot is False
     with pytest.raises(PluginError, match=r"^warmup-planner: WARMUP_TORCH_MEGA_AOT must be 1 or 0, got 'lots'$"):
         Settings.from_env({"WARMUP_TORCH_MEGA_AOT": "lots"})
+
+
+def test_a_vllm_without_what_it_reads_keeps_its_default_in_one_line(caplog, tmp_path):
+    """Never a failed register: vLLM's envs without a name this reads (another release) is one line."""
+    environ: dict = {}
+    assert chosen(caplog, environ, NS(use_mega_aot_artifact=lambda: False)) is False
+    assert environ == {} and os.listdir(tmp_path) == []
+    assert messages(caplog) == ["warmup-planner: vLLM's mega AOT artifact not asked for (vLLM's settings not read: "
+                                "AttributeError: 'types.SimpleNamespace' object has no attribute 'use_aot_compile')"]
