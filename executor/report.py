@@ -13,6 +13,7 @@ import platform
 import sys
 import time
 
+from planner.hashing import digest
 from planner.output import write_atomic
 from planner.words import count
 
@@ -287,6 +288,34 @@ def _triton_cache_env() -> dict | None:
         return None
 
 
+# Where Triton keeps ``triton_key`` (the digest of its own build that heads every disk-cache key):
+# runtime/cache.py in the releases we serve, compiler/compiler.py in older ones.
+_TRITON_KEY_MODULES = ("triton.runtime.cache", "triton.compiler.compiler")
+
+
+def _triton_key_parts() -> dict | None:
+    """Digests of the process-wide parts of Triton's disk-cache key that this process used:
+    Triton's own build (``triton_key``: its compiler's sources and libtriton) and the backend's
+    (``backend.hash()``: ptxas's version and the arch). A warm start that compiled every kernel again in
+    a cache directory where the others loaded them (parts AN, AO) differs from a good one in these, in
+    ``triton_cache_env``, or else in the kernels' own sources and options. Read only where this process
+    already computed ``triton_key`` (it compiled or loaded a kernel): the report never builds it (that
+    reads libtriton whole)."""
+    key_fn = next(filter(None, (getattr(sys.modules.get(name), "triton_key", None)
+                                for name in _TRITON_KEY_MODULES)), None)
+    cache_info = getattr(key_fn, "cache_info", None)  # functools.lru_cache's
+    if cache_info is None or not cache_info().currsize:
+        return None
+    parts = {"triton_key": digest(key_fn())}
+    try:  # the target of the current device; a compile already made the driver active
+        from triton.compiler.compiler import make_backend
+        from triton.runtime.driver import driver
+        parts["backend"] = digest(make_backend(driver.active.get_current_target()).hash())
+    except Exception:  # noqa: BLE001 - a report's detail, never a failed run
+        pass
+    return parts
+
+
 def environment(device: str | None = None) -> dict:
     """Versions and the device, for the report (only modules already imported are asked)."""
     env = {"python": sys.version.split()[0], "platform": platform.platform(),
@@ -312,6 +341,9 @@ def environment(device: str | None = None) -> dict:
     cache_env = _triton_cache_env()
     if cache_env is not None:
         env["triton_cache_env"] = cache_env
+    key_parts = _triton_key_parts()
+    if key_parts is not None:
+        env["triton_key_parts"] = key_parts
     install = deep_gemm_install.find_install()
     if install is not None:
         env["deep_gemm"] = install.version or "?"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
+import types
 
 import pytest
 from execlib import TINY, TUNED_PLAN, by_id, load_report, run_cli
@@ -12,6 +14,7 @@ from execlib import TINY, TUNED_PLAN, by_id, load_report, run_cli
 from executor import report as report_mod
 from executor.records import StepRecord
 from executor.report import Report
+from planner.hashing import digest
 from planner.plan.expanded import ExpandedPlan
 
 
@@ -145,3 +148,35 @@ def test_the_report_names_the_environment_tritons_cache_key_holds(monkeypatch, l
         monkeypatch.setitem(sys.modules, "triton._C.libtriton", libtriton)
     env = report_mod.environment()
     assert env.get("triton_cache_env") == expected and (("triton_cache_env" in env) == (expected is not None))
+
+
+def _module_with_triton_key(called: bool):
+    @functools.lru_cache
+    def triton_key():
+        return "3.6.0-build-of-this-machine"
+    if called:
+        triton_key()
+    return types.SimpleNamespace(triton_key=triton_key)
+
+
+@pytest.mark.parametrize("where", ["triton.runtime.cache", "triton.compiler.compiler"])
+def test_the_report_names_the_triton_key_this_process_used(monkeypatch, where):
+    """Part AO: a second warm start compiled every Triton kernel again in the cache directory where the
+    runs before and after it loaded them, with the same cache-invalidating environment: the digest of
+    Triton's own build (and its backend's) is what tells such a run from a good one."""
+    for name in report_mod._TRITON_KEY_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setitem(sys.modules, where, _module_with_triton_key(called=True))
+    parts = report_mod.environment()["triton_key_parts"]
+    assert parts["triton_key"] == digest("3.6.0-build-of-this-machine") and set(parts) <= {"triton_key", "backend"}
+
+
+def test_the_report_never_builds_tritons_key_itself(monkeypatch):
+    """Building triton_key reads libtriton whole: a process that never compiled or loaded a kernel
+    has none to report, and the report does not make one."""
+    module = _module_with_triton_key(called=False)
+    for name in report_mod._TRITON_KEY_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", module)
+    assert "triton_key_parts" not in report_mod.environment()
+    assert module.triton_key.cache_info().currsize == 0
