@@ -23,6 +23,8 @@ the other value finds nothing of the cache's and compiles cold. So, like FlashIn
   cache a bundle packs): the next starts on that cache set it again;
 - a start that installs or writes a bundle (WARMUP_BUNDLE, WARMUP_BUNDLE_OUT) keeps vLLM's default:
   the bundles proved on machines that never built them carry the artifacts without it.
+Part AO ran the first two cases on an H200: the plugin's own caches loaded with the artifact (0.37-1.35 s),
+stock's caches kept vLLM's default and loaded warm, with no cold compile.
 """
 
 from __future__ import annotations
