@@ -159,24 +159,39 @@ def _module_with_triton_key(called: bool):
     return types.SimpleNamespace(triton_key=triton_key)
 
 
+def _stand_in_triton(monkeypatch, where: str, module) -> None:
+    """Triton's two homes of triton_key as stand-ins (the other one empty, so that nothing of the real
+    Triton is imported under them), `module` at `where`."""
+    for name in report_mod._TRITON_KEY_MODULES:
+        monkeypatch.setitem(sys.modules, name, module if name == where else types.SimpleNamespace())
+
+
 @pytest.mark.parametrize("where", ["triton.runtime.cache", "triton.compiler.compiler"])
 def test_the_report_names_the_triton_key_this_process_used(monkeypatch, where):
     """Part AO: a second warm start compiled every Triton kernel again in the cache directory where the
     runs before and after it loaded them, with the same cache-invalidating environment: the digest of
     Triton's own build (and its backend's) is what tells such a run from a good one."""
-    for name in report_mod._TRITON_KEY_MODULES:
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.setitem(sys.modules, where, _module_with_triton_key(called=True))
+    _stand_in_triton(monkeypatch, where, _module_with_triton_key(called=True))
     parts = report_mod.environment()["triton_key_parts"]
-    assert parts["triton_key"] == digest("3.6.0-build-of-this-machine") and set(parts) <= {"triton_key", "backend"}
+    assert parts == {"triton_key": digest("3.6.0-build-of-this-machine")}  # no backend to ask: none named
+
+
+def test_the_report_names_the_backend_hash_of_the_current_target(monkeypatch):
+    """The backend's part of the key (ptxas's version and the arch) for the device the process compiled for."""
+    module = _module_with_triton_key(called=True)
+    module.make_backend = lambda target: types.SimpleNamespace(hash=lambda: f"ptxas 13.0-{target}")
+    _stand_in_triton(monkeypatch, "triton.compiler.compiler", module)
+    active = types.SimpleNamespace(get_current_target=lambda: 90)
+    monkeypatch.setitem(sys.modules, "triton.runtime.driver",
+                        types.SimpleNamespace(driver=types.SimpleNamespace(active=active)))
+    parts = report_mod.environment()["triton_key_parts"]
+    assert parts == {"triton_key": digest("3.6.0-build-of-this-machine"), "backend": digest("ptxas 13.0-90")}
 
 
 def test_the_report_never_builds_tritons_key_itself(monkeypatch):
     """Building triton_key reads libtriton whole: a process that never compiled or loaded a kernel
     has none to report, and the report does not make one."""
     module = _module_with_triton_key(called=False)
-    for name in report_mod._TRITON_KEY_MODULES:
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.setitem(sys.modules, "triton.runtime.cache", module)
+    _stand_in_triton(monkeypatch, "triton.runtime.cache", module)
     assert "triton_key_parts" not in report_mod.environment()
     assert module.triton_key.cache_info().currsize == 0
