@@ -267,11 +267,15 @@ class Monitor:
         self.sealed_at = time.time()
 
     def summary(self) -> dict:
-        return {
+        out = {
             "mode": self.mode, "watching": list(self.watching), "sealed": self.sealed,
             "before_seal": self.totals.as_dict(), "after_seal": self.after_seal.as_dict(),
             "post_seal_events": list(self.post_seal_events), "jsonl": self.jsonl_path,
         }
+        details = {name: found for name, watcher in self.watchers.items() if (found := watcher.details())}
+        if details:
+            out["details"] = details
+        return out
 
 
 def _plus(a, b):

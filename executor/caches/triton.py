@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import threading
 
+from planner.hashing import digest
+
 from . import checks, roots, triton_entries
 from .family import PLAN, VLLM, Counter, Family, Monitored, PathRule, Placing, Unresolved
 from .tree import Placed, collect_tree, place_children
@@ -80,6 +82,11 @@ def identity(root: str, entry: str) -> str:
     return "triton:" + ",".join(names)
 
 
+# The compiles whose key parts the report keeps (a cold start compiles tens of vLLM's kernels and
+# hundreds of Inductor's; a warm start that finds its kernels compiles none).
+KEYS_KEPT = 256
+
+
 class TritonWatcher(Watcher):
     """Triton's knobs: JIT-cache misses, every triton.compile() and first-use module loads."""
 
@@ -87,6 +94,7 @@ class TritonWatcher(Watcher):
         super().__init__(monitor)
         self._in_jit = threading.local()  # inside a @jit miss: its triton.compile is not a separate event
         self._pending_loads = 0           # post-seal misses whose module load is the same event
+        self.compiled_keys: list[dict] = []  # compile_key_parts of the first KEYS_KEPT compiles
 
     def _attach(self) -> None:
         try:
@@ -155,6 +163,9 @@ class TritonWatcher(Watcher):
         hit = bool(kw.get("cache_hit"))
         total_us = getattr(kw.get("times"), "total", 0) or 0
         m.count("disk_loads" if hit else "compiled", compile_ms=total_us / 1000.0)
+        if not hit and len(self.compiled_keys) < KEYS_KEPT:
+            with m.lock:
+                self.compiled_keys.append(compile_key_parts(kw))
         if m.sealed and m.loads_ok and not hit:
             meta = kw.get("metadata") or {}
             m.post_seal({"backend": "triton", "event": "kernel compiled (not in the disk cache)",
@@ -177,6 +188,25 @@ class TritonWatcher(Watcher):
         # Compiled (or preloaded) before the seal but never launched: the first launch
         # still builds the launcher and loads the module in the hot path.
         m.post_seal({"backend": "triton", "event": "first launch (module load)", "kernel": name})
+
+
+    def details(self) -> dict | None:
+        return {"compiled_keys": list(self.compiled_keys)} if self.compiled_keys else None
+
+
+def compile_key_parts(kw: dict) -> dict:
+    """A compile's disk-cache key (Triton's ``hash``) and the digest of the part that is the kernel's
+    own (``src.hash()``: its source and its dependencies', the specialization, the constexprs).
+    A warm start that compiled a kernel a cold start had put on disk (bench/RESULTS.md parts AN, AO)
+    then says which part moved: its own (``source`` differs from the cold start's), or the process's
+    (the report's ``triton_key_parts`` or ``triton_cache_env``), or else the compile options."""
+    meta = kw.get("metadata") or {}
+    src = kw.get("src")
+    try:
+        source = digest(src.hash()) if src is not None else None
+    except Exception:  # noqa: BLE001 - a report's detail: an IR source or a Triton without it
+        source = None
+    return {"kernel": meta.get("name", "?"), "key": meta.get("hash"), "source": source}
 
 
 def _plain(value):

@@ -48,6 +48,10 @@ class Watcher:
     def poll(self) -> None:
         pass
 
+    def details(self) -> dict | None:
+        """What the report keeps of this watcher beside the counts (the monitor's summary), if anything."""
+        return None
+
     def absorb(self, entries) -> None:
         """Cache entries another process compiled (the precompile pool, which counts them): not
         this process's compiles when they show up. Only a watcher that polls a cache has any."""

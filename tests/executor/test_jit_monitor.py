@@ -19,6 +19,7 @@ from execlib import ROOT
 from executor import jit_monitor
 from executor.caches import deep_gemm, torch_compile
 from executor.jit_monitor import JitAfterSealError, Monitor
+from planner.hashing import digest
 
 knobs = pytest.importorskip("triton").knobs
 
@@ -55,6 +56,28 @@ def test_counts_per_step_before_the_seal(monitor):
     monitor.begin_step("b")
     assert monitor.end_step().jit_misses == 0
     assert monitor.totals.jit_misses == 1 and monitor.post_seal_events == []
+
+
+def test_the_summary_keeps_the_key_parts_of_what_compiled_not_of_what_loaded(monitor):
+    """Parts AN and AO: a warm start compiled kernels a cold start had put on disk. For each compile the
+    report keeps Triton's key and the digest of the kernel's own part of it (``src.hash()``), so that
+    the cold start's and the warm start's can be compared part by part; a disk load adds nothing."""
+    src = SimpleNamespace(hash=lambda: "the kernel's source, specialization and constexprs")
+    knobs.compilation.listener(src=src, metadata={"name": "_topk_topp_kernel", "hash": "abc"}, metadata_group={},
+                               times=None, cache_hit=False)
+    knobs.compilation.listener(src=src, metadata={"name": "loaded", "hash": "def"}, metadata_group={},
+                               times=None, cache_hit=True)
+    knobs.compilation.listener(src=None, metadata={"name": "from_ir", "hash": "ghi"}, metadata_group={},
+                               times=None, cache_hit=False)
+    assert monitor.summary()["details"]["triton"]["compiled_keys"] == [
+        {"kernel": "_topk_topp_kernel", "key": "abc",
+         "source": digest("the kernel's source, specialization and constexprs")},
+        {"kernel": "from_ir", "key": "ghi", "source": None}]
+
+
+def test_a_summary_without_compiles_has_no_details(monitor):
+    knobs.compilation.listener(src=None, metadata={"name": "loaded"}, metadata_group={}, times=None, cache_hit=True)
+    assert "details" not in monitor.summary()
 
 
 def test_after_seal_warn_reports_and_logs(monitor, tmp_path, caplog):
