@@ -13,7 +13,6 @@ import platform
 import sys
 import time
 
-from planner.hashing import digest
 from planner.output import write_atomic
 from planner.words import count
 
@@ -22,6 +21,7 @@ from kernel_model.device import capability_text
 
 from . import registry
 from .caches import deep_gemm_install
+from .caches import triton as triton_cache
 from .records import STATUSES, StepRecord
 
 FORMAT = "warmup-execute-report/v1"
@@ -273,49 +273,6 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
 
 
-def _triton_cache_env() -> dict | None:
-    """The environment variables Triton puts in every kernel's disk-cache key (its libtriton's
-    list), as this process has them: a warm start that finds none of its kernels on disk in the
-    same directory (bench/RESULTS.md part AN, plugin-warm_5) can then be compared with one that did.
-    None where Triton is not imported or has no such list."""
-    libtriton = sys.modules.get("triton._C.libtriton")
-    read = getattr(libtriton, "get_cache_invalidating_env_vars", None)
-    if read is None:
-        return None
-    try:
-        return dict(sorted(read().items()))
-    except Exception:  # noqa: BLE001 - a report's detail, never a failed run
-        return None
-
-
-# Where Triton keeps ``triton_key`` (the digest of its own build that heads every disk-cache key):
-# runtime/cache.py in the releases we serve, compiler/compiler.py in older ones.
-_TRITON_KEY_MODULES = ("triton.runtime.cache", "triton.compiler.compiler")
-
-
-def _triton_key_parts() -> dict | None:
-    """Digests of the process-wide parts of Triton's disk-cache key that this process used:
-    Triton's own build (``triton_key``: its compiler's sources and libtriton) and the backend's
-    (``backend.hash()``: ptxas's version and the arch). A warm start that compiled every kernel again in
-    a cache directory where the others loaded them (parts AN, AO) differs from a good one in these, in
-    ``triton_cache_env``, or else in the kernels' own sources and options. Read only where this process
-    already computed ``triton_key`` (it compiled or loaded a kernel): the report never builds it (that
-    reads libtriton whole)."""
-    key_fn = next(filter(None, (getattr(sys.modules.get(name), "triton_key", None)
-                                for name in _TRITON_KEY_MODULES)), None)
-    cache_info = getattr(key_fn, "cache_info", None)  # functools.lru_cache's
-    if cache_info is None or not cache_info().currsize:
-        return None
-    parts = {"triton_key": digest(key_fn())}
-    try:  # the target of the current device; a compile already made the driver active
-        from triton.compiler.compiler import make_backend
-        from triton.runtime.driver import driver
-        parts["backend"] = digest(make_backend(driver.active.get_current_target()).hash())
-    except Exception:  # noqa: BLE001 - a report's detail, never a failed run
-        pass
-    return parts
-
-
 def environment(device: str | None = None) -> dict:
     """Versions and the device, for the report (only modules already imported are asked)."""
     env = {"python": sys.version.split()[0], "platform": platform.platform(),
@@ -338,10 +295,10 @@ def environment(device: str | None = None) -> dict:
         mod = sys.modules.get(name)
         if mod is not None:
             env[name] = getattr(mod, "__version__", "?")
-    cache_env = _triton_cache_env()
+    cache_env = triton_cache.invalidating_env()
     if cache_env is not None:
         env["triton_cache_env"] = cache_env
-    key_parts = _triton_key_parts()
+    key_parts = triton_cache.process_key_parts()
     if key_parts is not None:
         env["triton_key_parts"] = key_parts
     install = deep_gemm_install.find_install()

@@ -16,11 +16,15 @@
   ``knobs.compilation.listener`` with ``cache_hit``, so a miss is split into *compiled* and *loaded
   from the disk cache* (it also sees torch-Inductor's kernels, which bypass the JIT hooks); first-use
   module loads through ``knobs.runtime.kernel_load_start_hook``.
+- Is keyed: by Triton's own build, the kernel's source, the backend, the options and an environment
+  list; the report keeps the parts of each key it compiled (``compile_key_parts``) and the process's
+  (``process_key_parts``, ``invalidating_env``).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from planner.hashing import digest
@@ -189,24 +193,68 @@ class TritonWatcher(Watcher):
         # still builds the launcher and loads the module in the hot path.
         m.post_seal({"backend": "triton", "event": "first launch (module load)", "kernel": name})
 
-
     def details(self) -> dict | None:
         return {"compiled_keys": list(self.compiled_keys)} if self.compiled_keys else None
 
 
+# --- the parts of Triton's disk-cache key (triton/runtime/cache.py's get_cache_key: Triton's own build,
+# the kernel's source, the backend, the options, the environment it invalidates on) ----------------------
+# A warm start that compiled what a cold start had put on disk, in the same directory (bench/RESULTS.md
+# parts AN, AO), differs from a good one in one of them: the report keeps each so the two can be compared.
+
+# Where Triton keeps ``triton_key``: runtime/cache.py in the releases we serve, compiler/compiler.py in older ones.
+TRITON_KEY_MODULES = ("triton.runtime.cache", "triton.compiler.compiler")
+
+
+def invalidating_env() -> dict | None:
+    """The environment variables Triton puts in every kernel's key (its libtriton's list), as this
+    process has them now; None where Triton is not imported or has no such list."""
+    libtriton = sys.modules.get("triton._C.libtriton")
+    read = getattr(libtriton, "get_cache_invalidating_env_vars", None)
+    if read is None:
+        return None
+    try:
+        return dict(sorted(read().items()))
+    except Exception:  # noqa: BLE001 - a report's detail, never a failed run
+        return None
+
+
+def process_key_parts() -> dict | None:
+    """Digests of the process-wide parts this process used: Triton's own build (``triton_key``: its
+    compiler's sources and libtriton) and the backend's (``backend.hash()``: ptxas's version and the
+    arch). Read only where the process already computed ``triton_key`` (it compiled or loaded a
+    kernel): never built here, as that reads libtriton whole."""
+    key_fn = next(filter(None, (getattr(sys.modules.get(name), "triton_key", None)
+                                for name in TRITON_KEY_MODULES)), None)
+    cache_info = getattr(key_fn, "cache_info", None)  # functools.lru_cache's
+    if cache_info is None or not cache_info().currsize:
+        return None
+    parts = {"triton_key": digest(key_fn())}
+    try:  # the target of the current device; a compile already made the driver active
+        from triton.compiler.compiler import make_backend
+        from triton.runtime.driver import driver
+        parts["backend"] = digest(make_backend(driver.active.get_current_target()).hash())
+    except Exception:  # noqa: BLE001 - a report's detail, never a failed run
+        pass
+    return parts
+
+
 def compile_key_parts(kw: dict) -> dict:
-    """A compile's disk-cache key (Triton's ``hash``) and the digest of the part that is the kernel's
-    own (``src.hash()``: its source and its dependencies', the specialization, the constexprs).
-    A warm start that compiled a kernel a cold start had put on disk (bench/RESULTS.md parts AN, AO)
-    then says which part moved: its own (``source`` differs from the cold start's), or the process's
-    (the report's ``triton_key_parts`` or ``triton_cache_env``), or else the compile options."""
+    """One compile's key (Triton's ``hash``), the digest of the kernel's own part (``src.hash()``: its
+    source and its dependencies', the specialization, the constexprs) and the environment Triton
+    hashed where it was not empty. With the process's parts, what is left of a changed key is the
+    compile options."""
     meta = kw.get("metadata") or {}
     src = kw.get("src")
     try:
         source = digest(src.hash()) if src is not None else None
     except Exception:  # noqa: BLE001 - a report's detail: an IR source or a Triton without it
         source = None
-    return {"kernel": meta.get("name", "?"), "key": meta.get("hash"), "source": source}
+    parts = {"kernel": meta.get("name", "?"), "key": meta.get("hash"), "source": source}
+    env = invalidating_env()
+    if env:
+        parts["env"] = env
+    return parts
 
 
 def _plain(value):

@@ -75,6 +75,15 @@ def test_the_summary_keeps_the_key_parts_of_what_compiled_not_of_what_loaded(mon
         {"kernel": "from_ir", "key": "ghi", "source": None}]
 
 
+def test_a_compiles_key_parts_name_the_environment_triton_hashed_where_there_was_one(monitor, monkeypatch):
+    libtriton = SimpleNamespace(get_cache_invalidating_env_vars=lambda: {"TRITON_F32_DEFAULT": "ieee"})
+    monkeypatch.setitem(sys.modules, "triton._C.libtriton", libtriton)
+    knobs.compilation.listener(src=None, metadata={"name": "k", "hash": "abc"}, metadata_group={},
+                               times=None, cache_hit=False)
+    assert monitor.summary()["details"]["triton"]["compiled_keys"] == [
+        {"kernel": "k", "key": "abc", "source": None, "env": {"TRITON_F32_DEFAULT": "ieee"}}]
+
+
 def test_a_summary_without_compiles_has_no_details(monitor):
     knobs.compilation.listener(src=None, metadata={"name": "loaded"}, metadata_group={}, times=None, cache_hit=True)
     assert "details" not in monitor.summary()

@@ -12,6 +12,7 @@ import pytest
 from execlib import TINY, TUNED_PLAN, by_id, load_report, run_cli
 
 from executor import report as report_mod
+from executor.caches import triton as triton_cache
 from executor.records import StepRecord
 from executor.report import Report
 from planner.hashing import digest
@@ -162,7 +163,7 @@ def _module_with_triton_key(called: bool):
 def _stand_in_triton(monkeypatch, where: str, module) -> None:
     """Triton's two homes of triton_key as stand-ins (the other one empty, so that nothing of the real
     Triton is imported under them), `module` at `where`."""
-    for name in report_mod._TRITON_KEY_MODULES:
+    for name in triton_cache.TRITON_KEY_MODULES:
         monkeypatch.setitem(sys.modules, name, module if name == where else types.SimpleNamespace())
 
 
