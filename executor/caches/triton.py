@@ -86,8 +86,9 @@ def identity(root: str, entry: str) -> str:
     return "triton:" + ",".join(names)
 
 
-# The compiles whose key parts the report keeps (a cold start compiles tens of vLLM's kernels and
-# hundreds of Inductor's; a warm start that finds its kernels compiles none).
+# The @triton.jit compiles whose key parts the report keeps (vLLM's kernels and the plan's: tens a
+# process; Inductor's, hundreds on a cold start, come through the listener outside a @jit miss and are
+# left out, so they never crowd out the ones a warm start compiled again in parts AN and AO).
 KEYS_KEPT = 256
 
 
@@ -98,7 +99,7 @@ class TritonWatcher(Watcher):
         super().__init__(monitor)
         self._in_jit = threading.local()  # inside a @jit miss: its triton.compile is not a separate event
         self._pending_loads = 0           # post-seal misses whose module load is the same event
-        self.compiled_keys: list[dict] = []  # compile_key_parts of the first KEYS_KEPT compiles
+        self.compiled_keys: list[dict] = []  # compile_key_parts of the first KEYS_KEPT @jit compiles
 
     def _attach(self) -> None:
         try:
@@ -167,14 +168,15 @@ class TritonWatcher(Watcher):
         hit = bool(kw.get("cache_hit"))
         total_us = getattr(kw.get("times"), "total", 0) or 0
         m.count("disk_loads" if hit else "compiled", compile_ms=total_us / 1000.0)
-        if not hit and len(self.compiled_keys) < KEYS_KEPT:
+        in_jit = getattr(self._in_jit, "value", False)
+        if not hit and in_jit and len(self.compiled_keys) < KEYS_KEPT:
             with m.lock:
                 self.compiled_keys.append(compile_key_parts(kw))
         if m.sealed and m.loads_ok and not hit:
             meta = kw.get("metadata") or {}
             m.post_seal({"backend": "triton", "event": "kernel compiled (not in the disk cache)",
                          "kernel": meta.get("name", "?"), "cache_hit": False})
-        elif m.sealed and not m.loads_ok and not getattr(self._in_jit, "value", False):
+        elif m.sealed and not m.loads_ok and not in_jit:
             # Not behind a @triton.jit miss: torch-Inductor, preload(), or a direct triton.compile.
             meta = kw.get("metadata") or {}
             m.post_seal({"backend": "triton", "event": "triton.compile (not via @triton.jit)",

@@ -58,16 +58,29 @@ def test_counts_per_step_before_the_seal(monitor):
     assert monitor.totals.jit_misses == 1 and monitor.post_seal_events == []
 
 
+def jit_compile(name, key, src=None, hit=False):
+    """A @triton.jit miss as Triton 3.6 reports it: the cache hook, triton.compile's listener (a compile,
+    or a load from the disk cache), the post-compile hook."""
+    fn = SimpleNamespace(module="vllm.v1.sample.ops.topk_topp_triton", name=name, jit_function=None)
+    info = {"key": key, "signature": {}, "constants": {}, "num_warps": 4, "num_stages": 3}
+    knobs.runtime.jit_cache_hook(key=key, repr=name, fn=fn, compile=info, is_manual_warmup=True,
+                                 already_compiled=False)
+    knobs.compilation.listener(src=src, metadata={"name": name, "hash": key}, metadata_group={}, times=None,
+                               cache_hit=hit)
+    knobs.runtime.jit_post_compile_hook(key=key, repr=name, fn=fn, compile=info, is_manual_warmup=True,
+                                        already_compiled=False)
+
+
 def test_the_summary_keeps_the_key_parts_of_what_compiled_not_of_what_loaded(monitor):
-    """Parts AN and AO: a warm start compiled kernels a cold start had put on disk. For each compile the
-    report keeps Triton's key and the digest of the kernel's own part of it (``src.hash()``), so that
-    the cold start's and the warm start's can be compared part by part; a disk load adds nothing."""
+    """Parts AN and AO: a warm start compiled @triton.jit kernels a cold start had put on disk. For each
+    such compile the report keeps Triton's key and the digest of the kernel's own part (``src.hash()``),
+    so that the cold start's and the warm start's can be compared part by part; a disk load adds
+    nothing, and neither does a compile outside a @jit miss (Inductor's: hundreds on a cold start)."""
     src = SimpleNamespace(hash=lambda: "the kernel's source, specialization and constexprs")
-    knobs.compilation.listener(src=src, metadata={"name": "_topk_topp_kernel", "hash": "abc"}, metadata_group={},
-                               times=None, cache_hit=False)
-    knobs.compilation.listener(src=src, metadata={"name": "loaded", "hash": "def"}, metadata_group={},
-                               times=None, cache_hit=True)
-    knobs.compilation.listener(src=None, metadata={"name": "from_ir", "hash": "ghi"}, metadata_group={},
+    jit_compile("_topk_topp_kernel", "abc", src)
+    jit_compile("loaded", "def", src, hit=True)
+    jit_compile("from_ir", "ghi")
+    knobs.compilation.listener(src=src, metadata={"name": "triton_poi_fused_0", "hash": "jkl"}, metadata_group={},
                                times=None, cache_hit=False)
     assert monitor.summary()["details"]["triton"]["compiled_keys"] == [
         {"kernel": "_topk_topp_kernel", "key": "abc",
@@ -78,14 +91,13 @@ def test_the_summary_keeps_the_key_parts_of_what_compiled_not_of_what_loaded(mon
 def test_a_compiles_key_parts_name_the_environment_triton_hashed_where_there_was_one(monitor, monkeypatch):
     libtriton = SimpleNamespace(get_cache_invalidating_env_vars=lambda: {"TRITON_F32_DEFAULT": "ieee"})
     monkeypatch.setitem(sys.modules, "triton._C.libtriton", libtriton)
-    knobs.compilation.listener(src=None, metadata={"name": "k", "hash": "abc"}, metadata_group={},
-                               times=None, cache_hit=False)
+    jit_compile("k", "abc")
     assert monitor.summary()["details"]["triton"]["compiled_keys"] == [
         {"kernel": "k", "key": "abc", "source": None, "env": {"TRITON_F32_DEFAULT": "ieee"}}]
 
 
 def test_a_summary_without_compiles_has_no_details(monitor):
-    knobs.compilation.listener(src=None, metadata={"name": "loaded"}, metadata_group={}, times=None, cache_hit=True)
+    jit_compile("loaded", "def", hit=True)
     assert "details" not in monitor.summary()
 
 
