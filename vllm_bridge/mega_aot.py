@@ -35,11 +35,15 @@ import multiprocessing
 import os
 import re
 
+from planner.output import write_atomic
+
 log = logging.getLogger("vllm.warmup_planner")
 
 VARIABLE = "VLLM_USE_MEGA_AOT_ARTIFACT"
 MIN_TORCH = (2, 10)  # vLLM's compiler_interface passes standalone_compile's `aot` from here
 MARKER = "warmup-planner.mega-aot"  # in $VLLM_CACHE_ROOT: the plugin's starts on this cache ask for the artifact
+MARKER_TEXT = (f"warmup-planner: the plugin's starts on this cache set {VARIABLE}=1 (vllm_bridge/mega_aot.py); "
+               "remove this file to let them keep vLLM's default once the cache holds artifacts\n")
 AOT_ARTIFACTS = os.path.join("torch_compile_cache", "torch_aot_compile", "*", "rank_*", "model")  # vLLM's AOT layout
 
 
@@ -97,25 +101,11 @@ def _cache_why_not(vllm_envs, bundle_named: bool) -> str | None:
         return None
     if glob.glob(os.path.join(glob.escape(root), AOT_ARTIFACTS)):
         return f"vLLM's torch.compile cache in {root} was filled without it: kept, not compiled again"
-    try:
-        _write_marker(marker)
-    except OSError as e:
+    try:  # whole or not at all: another server's start may read it now
+        write_atomic(marker, MARKER_TEXT, make_folder=True)
+    except OSError as e:  # WriteError is one
         return f"{marker} not written: {e.strerror or e}"
     return None
-
-
-def _write_marker(path: str) -> None:
-    """Whole or not at all: another server's start may read it now."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "w") as f:
-            f.write(f"warmup-planner: the plugin's starts on this cache set {VARIABLE}=1 (vllm_bridge/mega_aot.py); "
-                    "remove this file to let them keep vLLM's default once the cache holds artifacts\n")
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
 
 
 def _torch_version() -> str:
